@@ -1,0 +1,52 @@
+# hostcap: `make run` serves the --dev daemon, `make test` runs the tests.
+# Both set themselves up (virtualenv, packages, the C extension) on a fresh machine.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEB_PACKAGES := libcap-dev bubblewrap gcc python3-dev
+SOURCES := pyproject.toml setup.py daemon/hostcapd/_childsetup.c
+
+.PHONY: venv run test lint proto bench bench-quick soak clean
+
+venv: $(STAMP)
+
+$(STAMP): $(SOURCES)
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) setup.py -q build_ext --inplace
+	touch $(STAMP)
+
+run: venv
+	$(VENV)/bin/hostcapd serve --dev
+
+test: venv
+	$(PY) -m pytest -q
+
+lint: venv
+	$(VENV)/bin/ruff check proto/generate.py proto/hostcap_proto/*.py daemon client tests bench
+	$(VENV)/bin/ruff format --check daemon client tests bench
+	$(VENV)/bin/mypy daemon/hostcapd client/hostcap proto/hostcap_proto
+
+proto: venv
+	$(PY) proto/generate.py
+
+bench: venv
+	$(PY) -m bench
+
+bench-quick: venv
+	$(PY) -m bench --quick
+
+soak: venv
+	$(PY) -m pytest -q -m soak tests/reliability
+
+clean:
+	rm -rf $(VENV) build *.egg-info daemon/hostcapd/*.so

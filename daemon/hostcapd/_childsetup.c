@@ -1,0 +1,584 @@
+/*
+ * hostcapd._childsetup: the child's set-up between clone and exec.
+ *
+ * The spawner (Python) decides everything and prepares every value: the
+ * opened executable fd, argv/envp, pipes, clone flags, mounts, rlimits, the
+ * identity, a landlock ruleset fd, a compiled seccomp BPF program. One call,
+ * spawn(), clones a vfork-style child (CLONE_VM | CLONE_VFORK, so no page
+ * tables are copied) that runs the set-up syscalls in the fixed order of the
+ * spawn sequence and execs. No Python runs in the child, and nothing here
+ * makes a policy decision.
+ *
+ * A failing step is reported as (step, errno) through memory shared with the
+ * parent (CLONE_VM); the child then exits and is reaped here, and spawn()
+ * raises SetupError(step, errno).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+#ifndef SYS_landlock_restrict_self
+#define SYS_landlock_restrict_self 446
+#endif
+#ifndef AT_EMPTY_PATH
+#define AT_EMPTY_PATH 0x1000
+#endif
+
+#define CHILD_STACK_SIZE (256 * 1024)
+#define MAX_MOUNTS 32
+#define MAX_RLIMITS 16
+#define MAX_CGROUP_FDS 8
+
+/* The steps, in the order the child runs them. Names are what Python sees. */
+enum step {
+    STEP_NONE = 0,
+    STEP_SIGNALS,
+    STEP_SETSID,
+    STEP_PDEATHSIG,
+    STEP_CGROUP,
+    STEP_MOUNT,
+    STEP_HOSTNAME,
+    STEP_STDIO,
+    STEP_CHDIR,
+    STEP_RLIMITS,
+    STEP_OOM_SCORE,
+    STEP_LOGINUID,
+    STEP_CAPS_BOUNDING,
+    STEP_GROUPS,
+    STEP_GID,
+    STEP_UID,
+    STEP_CAPS,
+    STEP_NO_NEW_PRIVS,
+    STEP_LANDLOCK,
+    STEP_SECCOMP,
+    STEP_CLOSE_FDS,
+    STEP_CANCELLED,
+    STEP_PARENT_GONE,
+    STEP_EXEC,
+    STEP_CLONE,
+};
+
+static const char *const step_names[] = {
+    "none", "signals", "setsid", "pdeathsig", "cgroup", "mount", "hostname",
+    "stdio", "chdir", "limits", "oom_score_adj", "loginuid", "caps_bounding",
+    "groups", "gid", "uid", "caps", "no_new_privs", "landlock", "seccomp",
+    "close_fds", "cancelled", "parent_gone", "exec", "clone",
+};
+
+struct mount_op {
+    const char *source, *target, *fstype, *data;
+    unsigned long flags;
+};
+
+struct plan {
+    /* exec */
+    int exe_fd;               /* execveat(exe_fd, "", AT_EMPTY_PATH) when >= 0 */
+    const char *exe_path;     /* otherwise execve(exe_path) */
+    char **argv, **envp;
+    /* stdio: fds to become 0, 1, 2 */
+    int stdio[3];
+    const char *cwd;
+    /* namespaces and mounts */
+    int clone_flags;
+    struct mount_op mounts[MAX_MOUNTS];
+    int n_mounts;
+    const char *hostname;
+    /* cgroup.procs fds; the child writes "0" to each to move itself */
+    int cgroup_fds[MAX_CGROUP_FDS];
+    int n_cgroup_fds;
+    /* limits and identity */
+    struct { int resource; struct rlimit lim; } rlimits[MAX_RLIMITS];
+    int n_rlimits;
+    const char *oom_score_adj; /* written to /proc/self/oom_score_adj */
+    const char *loginuid;      /* written to /proc/self/loginuid */
+    int drop_caps;
+    int set_ids;
+    uid_t uid;
+    gid_t gid;
+    int no_new_privs;
+    int landlock_fd;
+    struct sock_fprog seccomp;
+    int pdeathsig;
+    /* checked at the last moment before exec */
+    int cancel_fd;             /* readable: the spawn was cancelled */
+    int life_fd;               /* hung up: the spawner is gone */
+    /* result, written by the child (shared memory) */
+    volatile int fail_step;
+    volatile int fail_errno;
+};
+
+static PyObject *SetupError;
+
+static int write_all(int fd, const char *s)
+{
+    size_t len = strlen(s);
+    while (len > 0) {
+        ssize_t n = write(fd, s, len);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        s += n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+static int write_file(const char *path, const char *value)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    int rc = write_all(fd, value);
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+#define FAIL(s) do { p->fail_step = (s); p->fail_errno = errno; _exit(127); } while (0)
+
+/* The child. Runs on its own stack in the parent's memory: only syscalls and
+ * async-signal-safe libc calls, no allocation, no Python. */
+static int child_main(void *arg)
+{
+    struct plan *p = arg;
+    int i;
+
+    /* Signals: default dispositions, empty mask (the parent blocked all). */
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (i = 1; i < _NSIG; i++) {
+        if (i != SIGKILL && i != SIGSTOP)
+            sigaction(i, &dfl, NULL); /* EINVAL for reserved signals is fine */
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    if (sigprocmask(SIG_SETMASK, &none, NULL) != 0)
+        FAIL(STEP_SIGNALS);
+
+    /* New session and process group. */
+    if (setsid() < 0)
+        FAIL(STEP_SETSID);
+    if (p->pdeathsig && prctl(PR_SET_PDEATHSIG, p->pdeathsig, 0, 0, 0) != 0)
+        FAIL(STEP_PDEATHSIG);
+
+    /* cgroup placement before anything costly, so set-up is accounted too. */
+    for (i = 0; i < p->n_cgroup_fds; i++) {
+        if (write_all(p->cgroup_fds[i], "0") != 0)
+            FAIL(STEP_CGROUP);
+    }
+
+    /* Mounts (private propagation first, then /proc, /tmp, ...). */
+    for (i = 0; i < p->n_mounts; i++) {
+        const struct mount_op *m = &p->mounts[i];
+        if (mount(m->source, m->target, m->fstype, m->flags, m->data) != 0)
+            FAIL(STEP_MOUNT);
+    }
+    if (p->hostname && sethostname(p->hostname, strlen(p->hostname)) != 0)
+        FAIL(STEP_HOSTNAME);
+
+    /* stdio. dup2 onto itself would keep O_CLOEXEC, so clear it explicitly. */
+    for (i = 0; i < 3; i++) {
+        if (p->stdio[i] == i) {
+            if (fcntl(i, F_SETFD, 0) != 0)
+                FAIL(STEP_STDIO);
+        } else if (dup2(p->stdio[i], i) < 0) {
+            FAIL(STEP_STDIO);
+        }
+    }
+
+    if (p->cwd && chdir(p->cwd) != 0)
+        FAIL(STEP_CHDIR);
+
+    for (i = 0; i < p->n_rlimits; i++) {
+        if (setrlimit(p->rlimits[i].resource, &p->rlimits[i].lim) != 0)
+            FAIL(STEP_RLIMITS);
+    }
+    if (p->oom_score_adj && write_file("/proc/self/oom_score_adj", p->oom_score_adj) != 0)
+        FAIL(STEP_OOM_SCORE);
+    if (p->loginuid && write_file("/proc/self/loginuid", p->loginuid) != 0)
+        FAIL(STEP_LOGINUID);
+
+    /* Identity. The bounding set needs CAP_SETPCAP, so it goes before setuid. */
+    if (p->drop_caps) {
+        for (i = 0; i <= 63; i++) {
+            if (prctl(PR_CAPBSET_DROP, i, 0, 0, 0) != 0 && errno != EINVAL)
+                FAIL(STEP_CAPS_BOUNDING);
+        }
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+            FAIL(STEP_CAPS_BOUNDING);
+    }
+    if (p->set_ids) {
+        /* Raw syscalls: glibc's wrappers would try to sync other threads. */
+        if (syscall(SYS_setgroups, 0, NULL) != 0)
+            FAIL(STEP_GROUPS);
+        if (syscall(SYS_setresgid, p->gid, p->gid, p->gid) != 0)
+            FAIL(STEP_GID);
+        if (syscall(SYS_setresuid, p->uid, p->uid, p->uid) != 0)
+            FAIL(STEP_UID);
+    }
+    if (p->drop_caps) {
+        struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+        struct __user_cap_data_struct data[2];
+        memset(data, 0, sizeof data);
+        if (syscall(SYS_capset, &hdr, data) != 0)
+            FAIL(STEP_CAPS);
+    }
+    /* The credential change cleared the parent-death signal: set it again. */
+    if (p->pdeathsig && prctl(PR_SET_PDEATHSIG, p->pdeathsig, 0, 0, 0) != 0)
+        FAIL(STEP_PDEATHSIG);
+
+    if (p->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        FAIL(STEP_NO_NEW_PRIVS);
+    if (p->landlock_fd >= 0 && syscall(SYS_landlock_restrict_self, p->landlock_fd, 0) != 0)
+        FAIL(STEP_LANDLOCK);
+    if (p->seccomp.len > 0 &&
+        syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p->seccomp) != 0)
+        FAIL(STEP_SECCOMP);
+
+    /* Every fd but 0-2 closes at exec (the exec fd itself included). */
+    if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+        FAIL(STEP_CLOSE_FDS);
+
+    /* Last moment: a cancel that arrived during set-up means nothing runs,
+     * and a spawner that died after the pdeathsig re-arm is noticed here. */
+    struct pollfd pfd[2];
+    int n = 0;
+    if (p->cancel_fd >= 0) {
+        pfd[n].fd = p->cancel_fd;
+        pfd[n].events = POLLIN;
+        n++;
+    }
+    if (p->life_fd >= 0) {
+        pfd[n].fd = p->life_fd;
+        pfd[n].events = POLLIN;
+        n++;
+    }
+    if (n > 0 && poll(pfd, n, 0) > 0) {
+        for (i = 0; i < n; i++) {
+            if (pfd[i].revents == 0)
+                continue;
+            errno = 0;
+            if (pfd[i].fd == p->cancel_fd)
+                FAIL(STEP_CANCELLED);
+            FAIL(STEP_PARENT_GONE);
+        }
+    }
+
+    if (p->exe_fd >= 0)
+        syscall(SYS_execveat, p->exe_fd, "", p->argv, p->envp, AT_EMPTY_PATH);
+    else
+        execve(p->exe_path, p->argv, p->envp);
+    FAIL(STEP_EXEC);
+    return 127;
+}
+
+#undef FAIL
+
+/* ---- argument conversion (parent side, with the GIL) ---- */
+
+/* A NULL-terminated char*[] of the bytes in `seq`; the bytes objects are
+ * kept alive by `keep`. */
+static char **to_cstrings(PyObject *seq, PyObject *keep, const char *what)
+{
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (!fast)
+        return NULL;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    char **out = PyMem_Calloc((size_t)n + 1, sizeof(char *));
+    if (!out) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(fast, i);
+        if (!PyBytes_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "%s items must be bytes", what);
+            goto fail;
+        }
+        if ((Py_ssize_t)strlen(PyBytes_AS_STRING(item)) != PyBytes_GET_SIZE(item)) {
+            PyErr_Format(PyExc_ValueError, "%s item contains a NUL byte", what);
+            goto fail;
+        }
+        if (PyList_Append(keep, item) != 0)
+            goto fail;
+        out[i] = PyBytes_AS_STRING(item);
+    }
+    Py_DECREF(fast);
+    return out;
+fail:
+    Py_DECREF(fast);
+    PyMem_Free(out);
+    return NULL;
+}
+
+/* bytes or None -> const char* (kept alive by keep) */
+static int opt_cstring(PyObject *obj, PyObject *keep, const char **out)
+{
+    if (obj == Py_None) {
+        *out = NULL;
+        return 0;
+    }
+    if (!PyBytes_Check(obj)) {
+        PyErr_SetString(PyExc_TypeError, "expected bytes or None");
+        return -1;
+    }
+    if (PyList_Append(keep, obj) != 0)
+        return -1;
+    *out = PyBytes_AS_STRING(obj);
+    return 0;
+}
+
+PyDoc_STRVAR(spawn_doc,
+"spawn(exe_fd, exe_path, argv, envp, stdio, cwd, clone_flags, mounts, hostname,\n"
+"      cgroup_fds, rlimits, oom_score_adj, loginuid, drop_caps, ids,\n"
+"      no_new_privs, landlock_fd, seccomp_filter, pdeathsig, cancel_fd,\n"
+"      life_fd) -> pid\n\n"
+"Clone a child that applies the prepared set-up in order and execs.\n"
+"exe_fd >= 0 execs that fd (execveat AT_EMPTY_PATH), else exe_path.\n"
+"argv, envp: lists of bytes. stdio: (in, out, err) fds. cwd: bytes or None.\n"
+"mounts: [(source, target, fstype, flags, data)] (bytes or None; flags int).\n"
+"cgroup_fds: fds of cgroup.procs files the child writes \"0\" to.\n"
+"rlimits: [(resource, soft, hard)]. ids: (uid, gid) or None.\n"
+"seccomp_filter: bytes of struct sock_filter[] (empty: none).\n"
+"Raises SetupError(step, errno) if a step fails (the child is reaped).");
+
+static PyObject *childsetup_spawn(PyObject *self, PyObject *args)
+{
+    (void)self;
+    int exe_fd, clone_flags, drop_caps, no_new_privs, landlock_fd, pdeathsig;
+    int cancel_fd, life_fd;
+    PyObject *exe_path, *argv, *envp, *stdio, *cwd, *mounts, *hostname, *cgroup_fds;
+    PyObject *rlimits, *oom, *loginuid, *ids;
+    Py_buffer filter;
+    if (!PyArg_ParseTuple(args, "iOOOOOiOOOOOOpOpiy*iii:spawn", &exe_fd, &exe_path,
+                          &argv, &envp, &stdio, &cwd, &clone_flags, &mounts, &hostname,
+                          &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
+                          &no_new_privs, &landlock_fd, &filter, &pdeathsig, &cancel_fd,
+                          &life_fd))
+        return NULL;
+
+    struct plan *p = NULL;
+    char *stack = MAP_FAILED;
+    PyObject *result = NULL;
+    PyObject *keep = PyList_New(0);
+    if (!keep)
+        goto done;
+    /* The plan lives in its own mapping: the child writes its result there. */
+    p = mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        p = NULL;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    memset(p, 0, sizeof *p);
+    p->exe_fd = exe_fd;
+    p->clone_flags = clone_flags;
+    p->drop_caps = drop_caps;
+    p->no_new_privs = no_new_privs;
+    p->landlock_fd = landlock_fd;
+    p->pdeathsig = pdeathsig;
+    p->cancel_fd = cancel_fd;
+    p->life_fd = life_fd;
+
+    if (opt_cstring(exe_path, keep, &p->exe_path) < 0 || opt_cstring(cwd, keep, &p->cwd) < 0 ||
+        opt_cstring(hostname, keep, &p->hostname) < 0 || opt_cstring(oom, keep, &p->oom_score_adj) < 0 ||
+        opt_cstring(loginuid, keep, &p->loginuid) < 0)
+        goto done;
+    if (exe_fd < 0 && !p->exe_path) {
+        PyErr_SetString(PyExc_ValueError, "exe_fd < 0 needs exe_path");
+        goto done;
+    }
+    if (!(p->argv = to_cstrings(argv, keep, "argv")) || !(p->envp = to_cstrings(envp, keep, "envp")))
+        goto done;
+    if (p->argv[0] == NULL) {
+        PyErr_SetString(PyExc_ValueError, "argv must not be empty");
+        goto done;
+    }
+    if (!PyArg_ParseTuple(stdio, "iii;stdio must be (in, out, err)", &p->stdio[0], &p->stdio[1], &p->stdio[2]))
+        goto done;
+
+    Py_ssize_t n = PySequence_Length(mounts);
+    if (n < 0 || n > MAX_MOUNTS) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "too many mounts");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_GetItem(mounts, i);
+        PyObject *src, *tgt, *fst, *dat;
+        unsigned long flags;
+        int ok = item && PyArg_ParseTuple(item, "OOOkO;mount must be (source, target, fstype, flags, data)",
+                                          &src, &tgt, &fst, &flags, &dat);
+        if (ok) {
+            struct mount_op *m = &p->mounts[i];
+            m->flags = flags;
+            ok = opt_cstring(src, keep, &m->source) == 0 && opt_cstring(tgt, keep, &m->target) == 0 &&
+                 opt_cstring(fst, keep, &m->fstype) == 0 && opt_cstring(dat, keep, &m->data) == 0;
+        }
+        Py_XDECREF(item);
+        if (!ok)
+            goto done;
+    }
+    p->n_mounts = (int)n;
+
+    n = PySequence_Length(cgroup_fds);
+    if (n < 0 || n > MAX_CGROUP_FDS) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "too many cgroup fds");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_GetItem(cgroup_fds, i);
+        p->cgroup_fds[i] = item ? (int)PyLong_AsLong(item) : -1;
+        Py_XDECREF(item);
+        if (PyErr_Occurred())
+            goto done;
+    }
+    p->n_cgroup_fds = (int)n;
+
+    n = PySequence_Length(rlimits);
+    if (n < 0 || n > MAX_RLIMITS) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "too many rlimits");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_GetItem(rlimits, i);
+        unsigned long long soft, hard;
+        int ok = item && PyArg_ParseTuple(item, "iKK;rlimit must be (resource, soft, hard)",
+                                          &p->rlimits[i].resource, &soft, &hard);
+        Py_XDECREF(item);
+        if (!ok)
+            goto done;
+        p->rlimits[i].lim.rlim_cur = (rlim_t)soft;
+        p->rlimits[i].lim.rlim_max = (rlim_t)hard;
+    }
+    p->n_rlimits = (int)n;
+
+    if (ids != Py_None) {
+        unsigned int uid, gid;
+        if (!PyArg_ParseTuple(ids, "II;ids must be (uid, gid)", &uid, &gid))
+            goto done;
+        p->set_ids = 1;
+        p->uid = uid;
+        p->gid = gid;
+    }
+    if (filter.len % sizeof(struct sock_filter) != 0 ||
+        filter.len / sizeof(struct sock_filter) > BPF_MAXINSNS) {
+        PyErr_SetString(PyExc_ValueError, "seccomp_filter is not a sock_filter array");
+        goto done;
+    }
+    p->seccomp.len = (unsigned short)(filter.len / sizeof(struct sock_filter));
+    p->seccomp.filter = filter.buf;
+
+    stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) {
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+
+    /* Block every signal so no handler of ours runs on the child's stack;
+     * the child resets dispositions and unblocks before exec. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pid_t pid;
+    int clone_errno = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid = clone(child_main, stack + CHILD_STACK_SIZE,
+                CLONE_VM | CLONE_VFORK | SIGCHLD | p->clone_flags, p);
+    clone_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    Py_END_ALLOW_THREADS
+
+    if (pid < 0) {
+        p->fail_step = STEP_CLONE;
+        p->fail_errno = clone_errno;
+    } else if (p->fail_step != STEP_NONE) {
+        int status;
+        pid_t r;
+        do {
+            r = waitpid(pid, &status, __WALL);
+        } while (r < 0 && errno == EINTR);
+    }
+    if (p->fail_step != STEP_NONE) {
+        int s = p->fail_step;
+        PyObject *exc_args = Py_BuildValue("(si)", step_names[s], p->fail_errno);
+        if (exc_args) {
+            PyErr_SetObject(SetupError, exc_args);
+            Py_DECREF(exc_args);
+        }
+        goto done;
+    }
+    result = PyLong_FromLong(pid);
+
+done:
+    if (stack != MAP_FAILED)
+        munmap(stack, CHILD_STACK_SIZE);
+    if (p) {
+        PyMem_Free(p->argv);
+        PyMem_Free(p->envp);
+        munmap(p, sizeof *p);
+    }
+    PyBuffer_Release(&filter);
+    Py_XDECREF(keep);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"spawn", childsetup_spawn, METH_VARARGS, spawn_doc},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "hostcapd._childsetup",
+    "The child's set-up between clone and exec (see spawn).", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__childsetup(void)
+{
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    SetupError = PyErr_NewExceptionWithDoc(
+        "hostcapd._childsetup.SetupError",
+        "A set-up step failed in the child: args are (step, errno).", PyExc_Exception, NULL);
+    if (!SetupError || PyModule_AddObject(m, "SetupError", SetupError) < 0) {
+        Py_XDECREF(SetupError);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_INCREF(SetupError);
+    return m;
+}

@@ -1,0 +1,479 @@
+"""hostcapd's configuration: TOML validated by pydantic.
+
+A config holds the daemon's own settings (state, audit, admin socket) and one
+`Tenant` per socket. Every model forbids unknown keys, so a typo is an error
+naming the key, never a silently ignored setting. `dev_config()` builds the
+embedded default that `hostcapd serve --dev` runs.
+"""
+
+from __future__ import annotations
+
+import grp
+import math
+import os
+import pwd
+import re
+import tomllib
+from collections.abc import Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+class ConfigError(Exception):
+    """The config is unreadable or invalid; the message names the bad key."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tier(StrEnum):
+    READ_ONLY = "read-only"
+    READ_WRITE = "read-write"
+
+
+class Level(StrEnum):
+    """How a protection is applied: `required` (the tenant is refused at
+    start-up if the host cannot apply it), `best-effort` (applied where the
+    host can, reported either way), `off` (never applied)."""
+
+    REQUIRED = "required"
+    BEST_EFFORT = "best-effort"
+    OFF = "off"
+
+
+class Root(_Model):
+    """A directory the tenant may use, seen by children at the same path."""
+
+    path: Path
+    tier: Tier = Tier.READ_WRITE
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        if not value.is_absolute():
+            raise ValueError("root path must be absolute")
+        return Path(os.path.normpath(value))
+
+
+class Limits(_Model):
+    """A set of limits; every field optional. Used for tenant defaults,
+    ceilings and (after merging) a spawn's applied limits."""
+
+    cpu_seconds: float | None = None
+    memory_bytes: int | None = None
+    wall_seconds: float | None = None
+    pids: int | None = None
+    output_bytes: int | None = None
+    file_size_bytes: int | None = None
+    open_files: int | None = None
+    total_output_bytes: int | None = None
+
+    @model_validator(mode="after")
+    def _positive(self) -> Limits:
+        for name, value in self:
+            if value is None:
+                continue
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{name} must be finite")
+            if value < 0 or (value == 0 and name != "output_bytes"):
+                raise ValueError(f"{name} must be positive")
+        return self
+
+
+LIMIT_NAMES: tuple[str, ...] = tuple(Limits.model_fields)
+
+
+class TenantLimits(_Model):
+    default: Limits = Limits()
+    ceiling: Limits
+
+    @model_validator(mode="after")
+    def _defaults_within_ceiling(self) -> TenantLimits:
+        for name in LIMIT_NAMES:
+            ceiling = getattr(self.ceiling, name)
+            if ceiling is None:
+                raise ValueError(f"ceiling.{name} must be set (every limit needs a ceiling)")
+            default = getattr(self.default, name)
+            if default is not None and default > ceiling:
+                raise ValueError(f"default.{name} ({default}) is above ceiling.{name} ({ceiling})")
+        return self
+
+    def effective_default(self, name: str) -> float | int:
+        """The value a spawn gets when it does not ask: the default, else the ceiling."""
+        value = getattr(self.default, name)
+        return value if value is not None else getattr(self.ceiling, name)  # type: ignore[no-any-return]
+
+
+class Sandbox(_Model):
+    """The sandbox profile: each protection required, best-effort or off."""
+
+    pid_namespace: Level = Level.REQUIRED
+    net_namespace: Level = Level.REQUIRED
+    ipc_namespace: Level = Level.REQUIRED
+    uts_namespace: Level = Level.REQUIRED
+    mount_namespace: Level = Level.REQUIRED
+    cgroup: Level = Level.REQUIRED
+    landlock: Level = Level.REQUIRED
+    seccomp: Level = Level.REQUIRED
+    rlimits: Level = Level.REQUIRED
+    no_new_privs: Level = Level.REQUIRED
+    uid_drop: Level = Level.REQUIRED
+    exec_by_fd: Level = Level.REQUIRED
+    #: Give children the host network (no net namespace isolation).
+    allow_host_network: bool = False
+    #: Directories children may read and execute (landlock).
+    system_dirs: tuple[Path, ...] = (
+        Path("/usr"),
+        Path("/bin"),
+        Path("/sbin"),
+        Path("/lib"),
+        Path("/lib64"),
+        Path("/lib32"),
+        Path("/etc"),
+    )
+    #: Size of the private per-spawn /tmp (tmpfs), bytes.
+    tmp_size_bytes: int = 256 * MiB
+    hostname: str = "hostcap"
+    #: oom_score_adj given to children, so the OOM killer picks them first.
+    oom_score_adj: int = Field(default=500, ge=-1000, le=1000)
+    #: Test hook: protections to treat as unavailable on this host, so tests
+    #: can check fail-closed behaviour on a host that has them.
+    simulate_unavailable: tuple[str, ...] = ()
+
+    @classmethod
+    def protection_names(cls) -> tuple[str, ...]:
+        return PROTECTION_NAMES
+
+    def level(self, name: str) -> Level:
+        return getattr(self, name)  # type: ignore[no-any-return]
+
+    @field_validator("simulate_unavailable")
+    @classmethod
+    def _known(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = set(value) - set(PROTECTION_NAMES)
+        if unknown:
+            raise ValueError(f"unknown protection(s): {', '.join(sorted(unknown))}")
+        return value
+
+
+PROTECTION_NAMES: tuple[str, ...] = (
+    "pid_namespace",
+    "net_namespace",
+    "ipc_namespace",
+    "uts_namespace",
+    "mount_namespace",
+    "cgroup",
+    "landlock",
+    "seccomp",
+    "rlimits",
+    "no_new_privs",
+    "uid_drop",
+    "exec_by_fd",
+)
+
+
+def minimal_sandbox() -> Sandbox:
+    """rlimits and the uid drop only (the bench's "minimal profile")."""
+    keep = {"rlimits", "uid_drop", "exec_by_fd"}
+    return Sandbox(**{name: (Level.REQUIRED if name in keep else Level.OFF) for name in PROTECTION_NAMES})
+
+
+DEFAULT_PROTECTED_PATHS = (".git/hooks/**", ".git/config")
+DEFAULT_SECRET_PATHS = ("**/.env", "**/.env.*", "**/*.pem", "**/*.key", "**/.ssh/**", "**/id_*")
+
+
+class FsSettings(_Model):
+    follow_symlinks: bool = True
+    protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_PATHS
+    secret_paths: tuple[str, ...] = DEFAULT_SECRET_PATHS
+    max_read_bytes: int = Field(default=16 * MiB, gt=0)
+    max_write_bytes: int = Field(default=64 * MiB, gt=0)
+    max_list_entries: int = Field(default=10_000, gt=0)
+    max_list_depth: int = Field(default=8, gt=0)
+    file_mode: int = Field(default=0o644, ge=0, le=0o7777)
+    dir_mode: int = Field(default=0o755, ge=0, le=0o7777)
+    umask: int = Field(default=0o022, ge=0, le=0o777)
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Names that never reach a child, whatever a config or request says.
+FORBIDDEN_ENV = re.compile(r"^(LD_.*|NOTIFY_SOCKET|LISTEN_.*|BASH_ENV|ENV|PYTHONSTARTUP|PYTHONPATH|PERL5OPT|PERL5LIB|RUBYOPT|NODE_OPTIONS|GCONV_PATH|MALLOC_.*|GLIBC_TUNABLES|HOSTALIASES|RES_OPTIONS|LOCALDOMAIN)$")
+
+
+def _identity(value: int | str, lookup: str) -> int:
+    if isinstance(value, int):
+        return value
+    try:
+        if lookup == "user":
+            return pwd.getpwnam(value).pw_uid
+        return grp.getgrnam(value).gr_gid
+    except KeyError:
+        raise ValueError(f"unknown {lookup} {value!r}") from None
+
+
+class Tenant(_Model):
+    """One tenant: one socket, one run-as identity, roots, limits, profile."""
+
+    name: str
+    socket: Path
+    socket_owner: int | str = 0
+    socket_group: int | str = 0
+    socket_mode: int = Field(default=0o660, ge=0, le=0o777)
+    run_as_user: int | str
+    run_as_group: int | str
+    roots: tuple[Root, ...] = Field(min_length=1)
+    path: tuple[Path, ...] = (Path("/usr/local/bin"), Path("/usr/bin"), Path("/bin"))
+    allowed_executable_dirs: tuple[Path, ...] = ()
+    #: Base variables every child gets.
+    env: dict[str, str] = Field(default_factory=dict)
+    #: Names a request may declare.
+    env_allowlist: tuple[str, ...] = ()
+    limits: TenantLimits
+    max_concurrent_spawns: int = Field(default=64, gt=0)
+    sandbox: Sandbox = Sandbox()
+    fs: FsSettings = FsSettings()
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z][a-z0-9_-]{0,62}", value):
+            raise ValueError("tenant name must match [a-z][a-z0-9_-]{0,62}")
+        return value
+
+    @field_validator("socket", "path", "allowed_executable_dirs", mode="after")
+    @classmethod
+    def _absolute_paths(cls, value: Any) -> Any:
+        for p in value if isinstance(value, tuple) else (value,):
+            if not Path(p).is_absolute():
+                raise ValueError(f"{p} must be an absolute path")
+        return value
+
+    @field_validator("env", mode="after")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, val in value.items():
+            if not _ENV_NAME.match(name) or FORBIDDEN_ENV.match(name):
+                raise ValueError(f"environment variable {name!r} may not be set")
+            if "\0" in val:
+                raise ValueError(f"environment variable {name!r} contains NUL")
+        return value
+
+    @field_validator("env_allowlist", mode="after")
+    @classmethod
+    def _allowlist(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _ENV_NAME.match(name) or FORBIDDEN_ENV.match(name):
+                raise ValueError(f"environment variable {name!r} may not be allowed")
+        return value
+
+    @model_validator(mode="after")
+    def _identities(self) -> Tenant:
+        _identity(self.run_as_user, "user")
+        _identity(self.run_as_group, "group")
+        _identity(self.socket_owner, "user")
+        _identity(self.socket_group, "group")
+        return self
+
+    @property
+    def uid(self) -> int:
+        return _identity(self.run_as_user, "user")
+
+    @property
+    def gid(self) -> int:
+        return _identity(self.run_as_group, "group")
+
+    @property
+    def socket_uid(self) -> int:
+        return _identity(self.socket_owner, "user")
+
+    @property
+    def socket_gid(self) -> int:
+        return _identity(self.socket_group, "group")
+
+    @property
+    def primary_root(self) -> Root:
+        return self.roots[0]
+
+
+class AuditSettings(_Model):
+    path: Path
+    #: Rotate when the file passes this size.
+    max_bytes: int = Field(default=64 * MiB, gt=0)
+    #: Rotated files kept.
+    keep_files: int = Field(default=10, ge=1)
+    #: Non-exec records are fsynced in batches at most this far apart.
+    fsync_interval_ms: int = Field(default=50, ge=0)
+    file_mode: int = Field(default=0o640, ge=0, le=0o777)
+    #: Group of the audit files (root:adm on a system install).
+    group: int | str | None = "adm"
+    #: Mirror to the journal: "auto" (when journald is present), "on", "off".
+    journal: Literal["auto", "on", "off"] = "auto"
+
+
+class AdminSettings(_Model):
+    socket: Path
+    group: int | str | None = None
+    mode: int = Field(default=0o660, ge=0, le=0o777)
+
+
+class DaemonSettings(_Model):
+    state_dir: Path
+    runtime_dir: Path
+    #: Parent of the per-spawn cgroups; empty means the daemon's own cgroup.
+    cgroup_parent: str = ""
+    #: Seconds between SIGTERM and SIGKILL when a tree is killed.
+    kill_grace_seconds: float = Field(default=0.5, ge=0, le=60)
+
+
+class Config(_Model):
+    daemon: DaemonSettings
+    audit: AuditSettings
+    admin: AdminSettings | None = None
+    tenants: tuple[Tenant, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Config:
+        names = [t.name for t in self.tenants]
+        sockets = [t.socket for t in self.tenants]
+        if len(set(names)) != len(names):
+            raise ValueError("tenant names must be unique")
+        if len(set(sockets)) != len(sockets):
+            raise ValueError("tenant sockets must be unique")
+        return self
+
+    def tenant(self, name: str) -> Tenant:
+        for t in self.tenants:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+def _format_errors(error: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid config"]
+    for item in error.errors():
+        loc = ".".join(str(p) for p in item["loc"])
+        lines.append(f"  {loc or '(top level)'}: {item['msg']}")
+    return "\n".join(lines)
+
+
+def _tenants_from_table(data: dict[str, Any]) -> dict[str, Any]:
+    # TOML writes tenants as [tenants.NAME] tables; the model wants a list.
+    tenants = data.get("tenants")
+    if isinstance(tenants, Mapping):
+        data = dict(data)
+        data["tenants"] = [
+            {"name": name, **body} if isinstance(body, Mapping) else body
+            for name, body in tenants.items()
+        ]
+    return data
+
+
+def parse_config(data: Mapping[str, Any], source: str = "config") -> Config:
+    try:
+        return Config.model_validate(_tenants_from_table(dict(data)))
+    except ValidationError as error:
+        raise ConfigError(_format_errors(error, source)) from None
+
+
+def load_config(path: Path) -> Config:
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read config: {error.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    return parse_config(data, str(path))
+
+
+def dev_identity() -> tuple[int, int]:
+    """Children run as the invoking user, or as nobody when that is root."""
+    uid = os.getuid()
+    if uid != 0:
+        return uid, os.getgid()
+    nobody = pwd.getpwnam("nobody")
+    return nobody.pw_uid, nobody.pw_gid
+
+
+def dev_config(state_dir: Path) -> Config:
+    """The embedded default of `hostcapd serve --dev`."""
+    state = state_dir.resolve()
+    uid, gid = dev_identity()
+    invoking_uid, invoking_gid = os.getuid(), os.getgid()
+    workspace = state / "workspace"
+    return parse_config(
+        {
+            "daemon": {"state_dir": str(state), "runtime_dir": str(state / "run")},
+            "audit": {"path": str(state / "log" / "audit.jsonl"), "group": None},
+            "admin": {"socket": str(state / "run" / "admin.sock"), "mode": 0o600},
+            "tenants": {
+                "dev": {
+                    "socket": str(state / "run" / "dev.sock"),
+                    "socket_owner": invoking_uid,
+                    "socket_group": invoking_gid,
+                    "socket_mode": 0o660,
+                    "run_as_user": uid,
+                    "run_as_group": gid,
+                    "roots": [
+                        {"path": str(workspace), "tier": "read-write"},
+                        {"path": str(state / "reference"), "tier": "read-only"},
+                    ],
+                    "env": {
+                        "HOME": str(workspace),
+                        "LANG": "C.UTF-8",
+                        "PATH": "/usr/local/bin:/usr/bin:/bin",
+                        "TMPDIR": "/tmp",
+                    },
+                    "env_allowlist": ["TERM", "LANG", "LC_ALL", "TZ", "GIT_AUTHOR_NAME",
+                                      "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME",
+                                      "GIT_COMMITTER_EMAIL", "NO_COLOR", "CI"],
+                    "limits": {
+                        "default": {"output_bytes": 1 * MiB, "wall_seconds": 600},
+                        "ceiling": {
+                            "cpu_seconds": 3600,
+                            "wall_seconds": 3600,
+                            "memory_bytes": 4 * GiB,
+                            "pids": 1024,
+                            "output_bytes": 256 * MiB,
+                            "total_output_bytes": 256 * MiB,
+                            "file_size_bytes": 4 * GiB,
+                            "open_files": 4096,
+                        },
+                    },
+                    "max_concurrent_spawns": 64,
+                    "sandbox": dev_sandbox(),
+                }
+            },
+        },
+        source="embedded --dev config",
+    )
+
+
+def dev_sandbox() -> dict[str, str]:
+    """--dev applies every protection this host supports: best-effort, so a
+    host lacking one still serves (and says so), instead of refusing."""
+    return {name: Level.BEST_EFFORT.value for name in PROTECTION_NAMES}
+
+
+def prepare_dev_state(config: Config) -> None:
+    """Create the --dev directories: the workspace owned by the run-as identity."""
+    tenant = config.tenants[0]
+    config.daemon.runtime_dir.mkdir(parents=True, exist_ok=True)
+    config.audit.path.parent.mkdir(parents=True, exist_ok=True)
+    for root in tenant.roots:
+        root.path.mkdir(parents=True, exist_ok=True)
+        if os.getuid() == 0 and root.tier is Tier.READ_WRITE:
+            os.chown(root.path, tenant.uid, tenant.gid)
+    # The state dir must be traversable by the run-as identity to reach the roots.
+    state = config.daemon.state_dir
+    state.chmod(state.stat().st_mode | 0o711)
+

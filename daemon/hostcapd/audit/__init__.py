@@ -1,4 +1,4 @@
-"""The daemon's audit log writer (hostcapd.audit/v1, JSON Lines).
+"""The daemon's audit log writer (hostcapd.audit/v1, JSON Lines, hash-chained).
 
 The interface the rest of the daemon uses:
 
@@ -6,9 +6,18 @@ The interface the rest of the daemon uses:
 - `await log.write_durable(event, **fields)`: appended, flushed and fsynced
   before it returns (process.exec: the write-ahead record);
 - `log.write(event, **fields)`: appended now, fsynced within the batch window;
+- `log.open_spawns()` / `log.close_orphans(message)`: the job ledger;
+- `log.subscribe()`: records as they are written (for ``audit tail -f``);
 - `await log.close()`.
+
+The record schema and its hashing live in `hostcap_proto.audit`.
 """
 
-from hostcapd.audit.log import AuditLog, AuditUnavailable
+from hostcapd.audit.log import (
+    AuditLog,
+    AuditSubscription,
+    AuditSubscriptionLagged,
+    AuditUnavailable,
+)
 
-__all__ = ["AuditLog", "AuditUnavailable"]
+__all__ = ["AuditLog", "AuditSubscription", "AuditSubscriptionLagged", "AuditUnavailable"]

@@ -100,3 +100,83 @@ def run_child(spec: dict[str, Any], pass_fds: tuple[int, ...] = ()) -> list[str]
 def require_root() -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root (namespaces, mounts, cgroups)")
+
+
+#: The seccomp child: a new session (no controlling terminal, so vhangup and
+#: TIOCSTI have nothing to hit), optionally a private mount namespace, the
+#: filter loaded onto itself, then each call made in a forked child of its
+#: own so one call's effect (a persona, a namespace) cannot colour the next.
+SECCOMP_CHILD = r"""
+import ctypes, errno, json, os, subprocess, sys, threading
+spec = json.loads(sys.argv[1])
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+os.setsid()
+
+def check(rc, what):
+    if rc != 0:
+        raise OSError(ctypes.get_errno(), what)
+
+if spec.get("private_mounts"):
+    check(libc.unshare(0x00020000), "unshare")
+    check(libc.mount(None, b"/", None, ctypes.c_ulong((1 << 14) | (1 << 18)), None), "mount")
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+if spec.get("filter"):
+    program = bytes.fromhex(spec["filter"])
+    buf = ctypes.create_string_buffer(program, len(program))
+    fprog = SockFprog(len(program) // 8, ctypes.addressof(buf))
+    check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
+    check(libc.syscall(317, 1, 0, ctypes.byref(fprog)), "seccomp")
+
+def arg(a):
+    return ctypes.c_char_p(a.encode("latin-1")) if isinstance(a, str) else ctypes.c_long(a)
+
+def call(nr, args):
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        rc = libc.syscall(ctypes.c_long(nr), *[arg(a) for a in args])
+        err = ctypes.get_errno()
+        os.write(w, ("ok" if rc >= 0 else errno.errorcode.get(err, str(err))).encode())
+        os._exit(0)
+    os.close(w)
+    out = os.read(r, 100).decode()
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if not out:
+        out = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"status {status}"
+    return out
+
+if spec.get("exec"):
+    os.execv(spec["exec"][0], spec["exec"])
+
+results = [call(nr, args) for nr, args in spec.get("calls", [])]
+if spec.get("workload"):
+    seen = []
+    t = threading.Thread(target=lambda: seen.append("thread"))
+    t.start()
+    t.join()
+    out = subprocess.run(["/bin/sh", "-c", "echo piped | cat"], capture_output=True, text=True)
+    seen.append(out.stdout.strip())
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    seen.append(f"fork {os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])}")
+    results.append(" ".join(seen))
+print(json.dumps(results))
+"""
+
+
+def run_seccomp_child(spec: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """Run SECCOMP_CHILD with `spec` ("filter": hex, "calls": [[nr, args]], ...)."""
+    return subprocess.run(
+        [sys.executable, "-c", SECCOMP_CHILD, json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

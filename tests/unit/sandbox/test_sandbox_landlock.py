@@ -300,7 +300,7 @@ def test_a_bind_mount_keeps_a_rule_on_its_source_directory(tree: Tree) -> None:
 
 def test_a_fresh_proc_needs_its_own_rule(tree: Tree) -> None:
     require_root()
-    proc = [
+    proc: list[list[object]] = [
         ["unshare", CLONE_NEWNS],
         ["mount", None, "/", None, MS_REC | MS_PRIVATE, None],
         ["mount", "proc", "/proc", "proc", 0, None],

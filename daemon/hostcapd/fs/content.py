@@ -1,0 +1,109 @@
+"""What a chunk of file content is: text or binary, and its media type.
+
+    sniff(b"print('hi')\\n", "main.py", cut_start=False, cut_end=False)
+    # -> Sniffed(is_binary=False, media_type="text/x-python")
+
+Text means: no NUL byte and valid UTF-8, allowing one character split at
+either edge when the chunk was cut out of a larger file (an offset or a
+max_bytes boundary can fall inside a multi-byte character). Anything else is
+binary. The media type comes from magic bytes for binary content, else from
+the file name's extension (Python's built-in table only, so the answer does
+not depend on this host's /etc/mime.types), else text/plain or
+application/octet-stream.
+"""
+
+from __future__ import annotations
+
+import codecs
+import mimetypes
+from dataclasses import dataclass
+
+#: Magic bytes of common binary formats, checked in order.
+MAGIC: tuple[tuple[bytes, str], ...] = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+    (b"PK\x03\x04", "application/zip"),
+    (b"\x1f\x8b", "application/gzip"),
+    (b"\x7fELF", "application/x-executable"),
+    (b"\x00asm", "application/wasm"),
+    (b"SQLite format 3\x00", "application/vnd.sqlite3"),
+)
+
+#: Source and config files the built-in table lacks or gets wrong.
+EXTRA_TYPES: dict[str, str] = {
+    ".md": "text/markdown",
+    ".toml": "application/toml",
+    ".yaml": "application/yaml",
+    ".yml": "application/yaml",
+    ".ts": "text/x-typescript",
+    ".tsx": "text/x-typescript",
+    ".rs": "text/x-rust",
+    ".go": "text/x-go",
+    ".proto": "text/x-protobuf",
+    ".sh": "text/x-shellscript",
+    ".ini": "text/plain",
+    ".cfg": "text/plain",
+    ".lock": "text/plain",
+}
+
+# filenames=() : Python's defaults only, independent of the host's tables.
+_TYPES = mimetypes.MimeTypes(filenames=())
+for _ext, _type in EXTRA_TYPES.items():
+    _TYPES.add_type(_type, _ext)
+
+
+_TEXTUAL_APPLICATION = frozenset(
+    {
+        "application/json",
+        "application/javascript",
+        "application/toml",
+        "application/yaml",
+        "application/xml",
+        "application/x-sh",
+        "application/sql",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Sniffed:
+    is_binary: bool
+    media_type: str
+
+
+def is_text(data: bytes | bytearray, cut_start: bool, cut_end: bool) -> bool:
+    if b"\0" in data:
+        return False
+    if cut_start:
+        # skip continuation bytes of a character that began before the offset
+        skip = 0
+        while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
+            skip += 1
+        data = data[skip:]
+    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    try:
+        decoder.decode(data, final=not cut_end)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def sniff(data: bytes | bytearray, name: str, cut_start: bool, cut_end: bool) -> Sniffed:
+    binary = not is_text(data, cut_start, cut_end)
+    if binary and not cut_start:
+        for magic, media_type in MAGIC:
+            if data.startswith(magic):
+                return Sniffed(True, media_type)
+    guessed, _ = _TYPES.guess_type(name, strict=False)
+    if guessed is not None:
+        textual = (
+            guessed.startswith("text/")
+            or guessed in _TEXTUAL_APPLICATION
+            or guessed.endswith(("+xml", "+json"))
+        )
+        if textual == (not binary):
+            return Sniffed(binary, guessed)
+    return Sniffed(binary, "application/octet-stream" if binary else "text/plain")

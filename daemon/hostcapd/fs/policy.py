@@ -1,0 +1,116 @@
+"""Protected and secret path patterns, matched on paths relative to a root.
+
+    policy = PathPolicy(protected=(".git/hooks/**",), secret=("**/.env",))
+    policy.is_secret(("app", ".ENV"))        # True
+    policy.is_protected((".git", "hooks", "pre-commit"))   # True
+
+Pattern language (anchored at the root, "/"-separated):
+
+- `**` as a whole component matches zero or more components;
+- otherwise a component is an fnmatch pattern (`*`, `?`, `[...]`) that never
+  crosses a "/";
+- a pattern that matches a directory covers everything beneath it, so
+  `**/.env` also refuses `.env/anything` (fail closed).
+
+Matching is always case-insensitive (both sides casefolded): whether a file
+system folds case can differ per mount and even per directory (ext4 and
+f2fs casefold, vfat, SMB), and treating it as case-sensitive where it is not
+would let `.ENV` reach `.env`. Folding everywhere refuses a few more names
+than strictly needed; that is the fail-closed side.
+
+Secret paths refuse reads and writes; protected paths refuse writes. Names
+and metadata (listings, stat) stay visible: contents are what is guarded.
+`EXAMPLES` are the default tables' accepted and rejected paths, checked by
+the tests so a change of the matcher cannot silently change the policy.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+#: pattern -> (paths it must match, paths it must not match), for the
+#: default tables of `hostcapd.config.FsSettings`.
+EXAMPLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # secret paths
+    "**/.env": (
+        (".env", "app/.env", "APP/.ENV", ".env/nested"),
+        ("env", ".envrc", "app/.environment"),
+    ),
+    "**/.env.*": (
+        (".env.local", "deploy/.env.production", ".ENV.Test"),
+        (".env", ".envrc", "env.local"),
+    ),
+    "**/*.pem": (("cert.pem", "tls/server.PEM"), ("pem", "cert.pem.txt", "pem/readme")),
+    "**/*.key": (("server.key", "a/b/c.KEY"), ("key", "keyboard.txt", "monkey")),
+    "**/.ssh/**": (
+        (".ssh", ".ssh/id_rsa", "home/u/.ssh/config", ".SSH/known_hosts"),
+        ("ssh/config", ".sshx", "a.ssh"),
+    ),
+    "**/id_*": (("id_rsa", "keys/id_ed25519.pub", "ID_ECDSA"), ("myid_rsa", "ids", "grid_x")),
+    # protected paths
+    ".git/hooks/**": (
+        (".git/hooks", ".git/hooks/pre-commit", ".GIT/Hooks/post-merge"),
+        (".git/hooksx", ".github/hooks/x", "sub/.git/hooks/pre-commit", ".git/HEAD"),
+    ),
+    ".git/config": (
+        (".git/config", ".Git/CONFIG"),
+        (".git/config.bak", "git/config", ".git/configs/x"),
+    ),
+}
+
+
+class PatternError(ValueError):
+    """A pattern that cannot be used (empty, `..`, empty component)."""
+
+
+@dataclass(frozen=True)
+class PathPattern:
+    """One compiled pattern."""
+
+    text: str
+    parts: tuple[str, ...]
+
+    @classmethod
+    def compile(cls, text: str) -> PathPattern:
+        stripped = text.strip().lstrip("/")
+        parts = tuple(stripped.split("/")) if stripped else ()
+        if not parts or any(part in ("", ".", "..") for part in parts):
+            raise PatternError(f"invalid path pattern {text!r}")
+        return cls(text, tuple(part.casefold() for part in parts))
+
+    def matches(self, path: Sequence[str]) -> bool:
+        """Whether the path (components relative to the root) or one of its
+        ancestors matches."""
+        folded = [part.casefold() for part in path]
+        return any(_match(self.parts, folded[:end]) for end in range(len(folded), 0, -1))
+
+
+def _match(pattern: Sequence[str], path: Sequence[str]) -> bool:
+    if not pattern:
+        return not path
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        # zero components, or swallow one more and try again
+        return _match(rest, path) or (bool(path) and _match(pattern, path[1:]))
+    return bool(path) and fnmatch.fnmatchcase(path[0], head) and _match(rest, path[1:])
+
+
+class PathPolicy:
+    """The tenant's protected and secret tables."""
+
+    def __init__(self, protected: Iterable[str], secret: Iterable[str]) -> None:
+        self.protected = tuple(PathPattern.compile(p) for p in protected)
+        self.secret = tuple(PathPattern.compile(p) for p in secret)
+
+    def is_secret(self, path: Sequence[str]) -> bool:
+        return any(pattern.matches(path) for pattern in self.secret)
+
+    def is_protected(self, path: Sequence[str]) -> bool:
+        return any(pattern.matches(path) for pattern in self.protected)
+
+
+def split(path: str) -> tuple[str, ...]:
+    """ "a/b/c" -> ("a", "b", "c"); for the examples and tests."""
+    return tuple(part for part in path.split("/") if part)

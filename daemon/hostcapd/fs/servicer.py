@@ -1,0 +1,342 @@
+"""FsService for one tenant: validates requests, asks the fs worker, audits.
+
+The servicer is bound to its tenant, its audit log and its worker at
+construction; no request can name another tenant. It checks what needs no
+file system (sizes against the tenant's ceilings, argument shapes), leaves
+every path decision to the worker (which runs as the tenant beneath the
+roots), and translates the worker's plain refusals into gRPC statuses with
+an ErrorInfo reason.
+
+WriteFile's audit order (docs/decisions/0020-fs-write-audit-order.md): the
+worker prepares the write (all checks done, content fsynced in an unnamed
+file), the `file.write` record is made durable, and only then is the file
+renamed into place. No audit, no write. A write that fails after its record
+also gets a `policy.deny` record (same path and request_id, its message
+saying so).
+
+A started operation runs to its end even if the client goes away (bounded
+by the worker's timeout): a write is never cut between its audit record and
+its rename, and the worker's link stays in step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Awaitable, Mapping
+from typing import Any, NoReturn, Protocol, TypeVar
+
+import grpc
+from hostcap_proto.errors import REASONS, WireError
+from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc
+
+from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.config import Tenant
+from hostcapd.fs import errors
+from hostcapd.fs.errors import FsRefusal
+from hostcapd.fs.process import FsWorker, FsWorkerUnavailable
+
+T = TypeVar("T")
+
+MAX_LABELS = 32
+MAX_LABEL_KEY = 128
+MAX_LABEL_VALUE = 1024
+MAX_REQUEST_ID = 256
+MAX_OFFSET = (1 << 63) - 1
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+#: Refusals of reads, listings and stats that are worth an audit line (a
+#: missing file is not; every refused write is).
+AUDITED_READ_REASONS = frozenset(
+    {
+        errors.PATH_ESCAPES_ROOT,
+        errors.SYMLINK_REFUSED,
+        errors.SECRET_PATH,
+        errors.PROTECTED_PATH,
+        errors.READ_ONLY_TIER,
+        errors.LIMIT_INVALID,
+        errors.ACCESS_DENIED,
+    }
+)
+
+_FILE_TYPES: Mapping[str, fs_pb2.FileType] = {
+    "regular": fs_pb2.REGULAR,
+    "directory": fs_pb2.DIRECTORY,
+    "symlink": fs_pb2.SYMLINK,
+    "other": fs_pb2.OTHER,
+}
+
+
+class ServicerContext(Protocol):
+    """What the servicer uses of grpc.aio's context (its stubs lack abort_with_status)."""
+
+    async def abort_with_status(self, status: grpc.Status) -> NoReturn: ...
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn: ...
+
+
+def access_denied_reason(method: str) -> str:
+    """The wire reason for a kernel permission refusal. hostcap.v1 has no
+    ACCESS_DENIED reason yet (requested from the proto's owner); until it has,
+    a refused write travels as READ_ONLY_TIER and a refused read as
+    NOT_FOUND, both with a message that says what happened."""
+    if errors.ACCESS_DENIED in REASONS:
+        return errors.ACCESS_DENIED
+    return errors.READ_ONLY_TIER if method == "WriteFile" else errors.NOT_FOUND
+
+
+class FsServicer(fs_pb2_grpc.FsServiceServicer):
+    """hostcap.v1.FsService for one tenant."""
+
+    def __init__(self, tenant: Tenant, audit: AuditLog, worker: FsWorker) -> None:
+        self._tenant = tenant
+        self._audit = audit
+        self._worker = worker
+        self._fs = tenant.fs
+
+    # --- the four methods ---------------------------------------------
+
+    async def ReadFile(
+        self, request: fs_pb2.ReadFileRequest, context: ServicerContext
+    ) -> fs_pb2.ReadFileResponse:
+        try:
+            if request.offset > MAX_OFFSET:
+                raise FsRefusal(errors.INVALID_ARGUMENT, "offset is too large")
+            max_bytes = self._fs.max_read_bytes
+            if request.HasField("max_bytes"):
+                if request.max_bytes == 0 or request.max_bytes > max_bytes:
+                    raise FsRefusal(
+                        errors.LIMIT_INVALID,
+                        f"max_bytes must be between 1 and the tenant's read ceiling of {max_bytes}",
+                    )
+                max_bytes = request.max_bytes
+            header, data = await self._single(
+                {
+                    "op": "read",
+                    "path": request.path,
+                    "offset": request.offset,
+                    "max_bytes": max_bytes,
+                }
+            )
+        except (FsRefusal, FsWorkerUnavailable) as failure:
+            await self._refuse(context, "ReadFile", request.path, failure)
+        return fs_pb2.ReadFileResponse(
+            path=header["path"],
+            data=data,
+            size=header["size"],
+            offset=header["offset"],
+            truncated=header["truncated"],
+            is_binary=header["is_binary"],
+            media_type=header["media_type"],
+            sha256=header["sha256"],
+            file_sha256=header["file_sha256"],
+        )
+
+    async def WriteFile(
+        self, request: fs_pb2.WriteFileRequest, context: ServicerContext
+    ) -> fs_pb2.WriteFileResponse:
+        labels = dict(request.labels)
+        try:
+            self._validate_write(request, labels)
+            expected = request.expected_sha256 if request.HasField("expected_sha256") else None
+            prepare = {
+                "op": "write_prepare",
+                "path": request.path,
+                "create_parents": request.create_parents,
+                "exclusive": request.exclusive,
+                "expected_sha256": expected,
+            }
+            prepared = await _run_to_end(
+                self._write(prepare, request.data, labels, request.request_id)
+            )
+        except (FsRefusal, FsWorkerUnavailable) as failure:
+            await self._refuse(
+                context, "WriteFile", request.path, failure, labels, request.request_id
+            )
+        return fs_pb2.WriteFileResponse(
+            path=prepared["path"],
+            size=prepared["size"],
+            sha256=prepared["sha256"],
+            previous_sha256=prepared["previous_sha256"],
+            created=prepared["created"],
+        )
+
+    async def ListDirectory(
+        self, request: fs_pb2.ListDirectoryRequest, context: ServicerContext
+    ) -> fs_pb2.ListDirectoryResponse:
+        try:
+            max_entries = self._bounded(
+                request, "max_entries", self._fs.max_list_entries, self._fs.max_list_entries
+            )
+            depth = self._bounded(request, "depth", self._fs.max_list_depth, 1)
+            header, _ = await self._single(
+                {
+                    "op": "list",
+                    "path": request.path,
+                    "max_entries": max_entries,
+                    "depth": depth,
+                    "include_hidden": request.include_hidden,
+                }
+            )
+        except (FsRefusal, FsWorkerUnavailable) as failure:
+            await self._refuse(context, "ListDirectory", request.path, failure)
+        return fs_pb2.ListDirectoryResponse(
+            path=header["path"],
+            entries=[
+                fs_pb2.DirEntry(
+                    name=entry["name"],
+                    type=_FILE_TYPES[entry["type"]],
+                    size=entry["size"],
+                    mtime=entry["mtime"],
+                    target=entry["target"],
+                )
+                for entry in header["entries"]
+            ],
+            truncated=header["truncated"],
+        )
+
+    async def Stat(
+        self, request: fs_pb2.StatRequest, context: ServicerContext
+    ) -> fs_pb2.StatResponse:
+        try:
+            header, _ = await self._single({"op": "stat", "path": request.path})
+        except (FsRefusal, FsWorkerUnavailable) as failure:
+            await self._refuse(context, "Stat", request.path, failure)
+        return fs_pb2.StatResponse(
+            path=header["path"],
+            type=_FILE_TYPES[header["type"]],
+            size=header["size"],
+            mode=header["mode"],
+            mtime=header["mtime"],
+            writable=header["writable"],
+        )
+
+    # --- helpers -----------------------------------------------------------
+
+    async def _single(self, header: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+        async def one() -> tuple[dict[str, Any], bytes]:
+            async with self._worker.session() as session:
+                return await session.exchange(header)
+
+        return await _run_to_end(one())
+
+    async def _write(
+        self, prepare: dict[str, Any], data: bytes, labels: dict[str, str], request_id: str
+    ) -> dict[str, Any]:
+        async with self._worker.session() as session:
+            prepared, _ = await session.exchange(prepare, data)
+            try:
+                await self._audit.write_durable(
+                    "file.write",
+                    tenant=self._tenant.name,
+                    path=prepared["path"],
+                    size=prepared["size"],
+                    sha256_before=prepared["previous_sha256"] or None,
+                    sha256_after=prepared["sha256"],
+                    labels=labels,
+                    request_id=request_id or None,
+                )
+            except AuditUnavailable:
+                await session.exchange({"op": "write_abort"})
+                raise FsRefusal(
+                    errors.AUDIT_UNAVAILABLE, "the audit log cannot be written; nothing was written"
+                ) from None
+            try:
+                await session.exchange({"op": "write_commit"})
+            except FsRefusal as refusal:
+                # the policy.deny that follows tells the reader of the log
+                # that this file.write did not take effect
+                raise FsRefusal(
+                    refusal.reason, f"not committed after its file.write record: {refusal.message}"
+                ) from None
+            except FsWorkerUnavailable:
+                raise FsWorkerUnavailable(
+                    "the fs worker died while committing the write; whether it took effect is unknown"
+                ) from None
+        return prepared
+
+    def _validate_write(self, request: fs_pb2.WriteFileRequest, labels: dict[str, str]) -> None:
+        limit = self._fs.max_write_bytes
+        if len(request.data) > limit:
+            raise FsRefusal(
+                errors.TOO_LARGE,
+                f"content of {len(request.data)} bytes is above the tenant's write ceiling of {limit}",
+            )
+        if (
+            request.HasField("expected_sha256")
+            and request.expected_sha256
+            and not _SHA256.match(request.expected_sha256)
+        ):
+            raise FsRefusal(
+                errors.INVALID_ARGUMENT, "expected_sha256 must be 64 lowercase hex digits, or empty"
+            )
+        if len(labels) > MAX_LABELS:
+            raise FsRefusal(errors.INVALID_ARGUMENT, f"at most {MAX_LABELS} labels")
+        for key, value in labels.items():
+            if not key or len(key) > MAX_LABEL_KEY or len(value) > MAX_LABEL_VALUE:
+                raise FsRefusal(
+                    errors.INVALID_ARGUMENT,
+                    f"label keys must be 1-{MAX_LABEL_KEY} characters, values at most {MAX_LABEL_VALUE}",
+                )
+        if len(request.request_id) > MAX_REQUEST_ID:
+            raise FsRefusal(
+                errors.INVALID_ARGUMENT, f"request_id is longer than {MAX_REQUEST_ID} characters"
+            )
+
+    @staticmethod
+    def _bounded(request: Any, name: str, ceiling: int, default: int) -> int:
+        """A requested bound: `default` when unset; zero or above the ceiling
+        is LIMIT_INVALID, never clamped."""
+        if not request.HasField(name):
+            return default
+        value = int(getattr(request, name))
+        if value == 0 or value > ceiling:
+            raise FsRefusal(
+                errors.LIMIT_INVALID,
+                f"{name} must be between 1 and the tenant's ceiling of {ceiling}",
+            )
+        return value
+
+    async def _refuse(
+        self,
+        context: ServicerContext,
+        method: str,
+        path: str,
+        failure: FsRefusal | FsWorkerUnavailable,
+        labels: dict[str, str] | None = None,
+        request_id: str = "",
+    ) -> NoReturn:
+        if isinstance(failure, FsWorkerUnavailable):
+            reason, message = "UNAVAILABLE", str(failure)
+        else:
+            reason, message = failure.reason, failure.message
+        audited = method == "WriteFile" or reason in AUDITED_READ_REASONS
+        if reason == errors.ACCESS_DENIED:
+            reason = access_denied_reason(method)
+        if audited:
+            fields: dict[str, Any] = {
+                "tenant": self._tenant.name,
+                "method": method,
+                "reason": reason,
+                "message": message,
+                "path": path,
+                "labels": labels or {},
+                "request_id": request_id or None,
+            }
+            # the request is refused anyway; its own reason says more than a
+            # failed audit line would
+            with contextlib.suppress(AuditUnavailable):
+                self._audit.write("policy.deny", **fields)
+        if reason == "UNAVAILABLE":
+            await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+        if reason == errors.INTERNAL:
+            await context.abort(grpc.StatusCode.INTERNAL, message)
+        await context.abort_with_status(WireError(reason, message).to_status())
+
+
+async def _run_to_end(operation: Awaitable[T]) -> T:
+    """Await `operation` in its own task, shielded: if the RPC is cancelled,
+    the operation still finishes (and releases the worker) on its own."""
+    task: asyncio.Task[T] = asyncio.ensure_future(operation)
+    return await asyncio.shield(task)

@@ -1,0 +1,308 @@
+"""The fs worker: one process per tenant that performs its file operations.
+
+    python -I -m hostcapd.fs.worker FD
+
+started by the front-end (`hostcapd.fs.process.FsWorker`) as a fresh
+interpreter (never a fork of the gRPC process), with one end of a
+socketpair as FD. It reads the `hello` frame (its `WorkerSettings`), then
+confines itself, in this order:
+
+1. umask from the tenant config;
+2. the run-as identity: setgroups([]), setresgid, setresuid (never root);
+3. parent-death signal again (the uid change cleared it) and a check that
+   the parent is still there; not dumpable, no core files;
+4. no_new_privs;
+5. landlock: read-write roots get every file right, read-only roots read
+   rights only, nothing else (every module it needs is already imported);
+6. opens the roots' directory fds, as the tenant, after all of the above;
+
+answers `ready` with what it applied, and serves one request at a time
+until the link closes. Single-threaded by design: landlock_restrict_self
+confines the calling thread, and the frames are strictly request / reply.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hostcapd.fs import syscalls
+from hostcapd.fs.errors import INTERNAL, PROTECTION_UNAVAILABLE, FsRefusal
+from hostcapd.fs.ops import FsOperations
+from hostcapd.fs.policy import PathPolicy
+from hostcapd.fs.protocol import ProtocolError, read_frame, write_frame
+from hostcapd.fs.scope import FsScope, RootSpec
+from hostcapd.sandbox import landlock
+
+REQUIRED = "required"
+BEST_EFFORT = "best-effort"
+OFF = "off"
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything the worker needs, as plain values (the hello frame)."""
+
+    tenant: str
+    roots: tuple[RootSpec, ...]
+    uid: int
+    gid: int
+    follow_symlinks: bool
+    protected_paths: tuple[str, ...]
+    secret_paths: tuple[str, ...]
+    file_mode: int
+    dir_mode: int
+    umask: int
+    max_write_bytes: int
+    #: Levels ("required", "best-effort", "off") of the tenant's profile.
+    uid_drop: str
+    landlock: str
+    parent_pid: int
+    #: The profile's test hook: protections to treat as unavailable.
+    simulate_unavailable: tuple[str, ...] = ()
+
+    def to_hello(self) -> dict[str, Any]:
+        body = asdict(self)
+        body["roots"] = [asdict(root) for root in self.roots]
+        return {"op": "hello", **body}
+
+    @classmethod
+    def from_hello(cls, hello: dict[str, Any]) -> WorkerSettings:
+        body = {key: value for key, value in hello.items() if key != "op"}
+        body["roots"] = tuple(RootSpec(str(r["path"]), bool(r["read_only"])) for r in body["roots"])
+        body["protected_paths"] = tuple(body["protected_paths"])
+        body["secret_paths"] = tuple(body["secret_paths"])
+        body["simulate_unavailable"] = tuple(body.get("simulate_unavailable", ()))
+        return cls(**body)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One protection of the worker and whether it is in force."""
+
+    name: str
+    applied: bool
+    reason: str
+    required: bool
+
+
+class Unavailable(Exception):
+    """A required protection cannot be applied: the worker does not serve."""
+
+
+def _drop_identity(settings: WorkerSettings) -> Applied:
+    required = settings.uid_drop == REQUIRED
+    if settings.uid == 0 or settings.gid == 0:
+        raise Unavailable(
+            "the fs worker never runs as root, and the tenant's run-as identity is root"
+        )
+    if os.geteuid() != 0 or "uid_drop" in settings.simulate_unavailable:
+        if os.geteuid() == 0:
+            raise Unavailable(
+                "the fs worker never runs as root, and uid_drop is unavailable (simulated)"
+            )
+        if (os.getuid(), os.getgid()) == (settings.uid, settings.gid):
+            return Applied(
+                "uid_drop", True, f"already uid {settings.uid} gid {settings.gid}", required
+            )
+        if required:
+            raise Unavailable("uid_drop is required but the daemon is not root")
+        return Applied(
+            "uid_drop", False, f"the daemon is not root: running as uid {os.getuid()}", required
+        )
+    # A root daemon always drops, whatever the profile says: file access as
+    # root is exactly what this worker exists to avoid.
+    os.setgroups([])
+    os.setresgid(settings.gid, settings.gid, settings.gid)
+    os.setresuid(settings.uid, settings.uid, settings.uid)
+    if (
+        os.getresuid() != (settings.uid,) * 3
+        or os.getresgid() != (settings.gid,) * 3
+        or os.getgroups()
+    ):
+        raise Unavailable("the identity change did not take effect")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        pass
+    else:
+        raise Unavailable("root could be regained after the identity change")
+    return Applied(
+        "uid_drop",
+        True,
+        f"uid {settings.uid} gid {settings.gid}, no supplementary groups",
+        required,
+    )
+
+
+def _apply_landlock(settings: WorkerSettings) -> Applied:
+    required = settings.landlock == REQUIRED
+    if settings.landlock == OFF:
+        return Applied("landlock", False, "off in the tenant's profile", False)
+    support = landlock.probe()
+    if "landlock" in settings.simulate_unavailable:
+        support = landlock.LandlockSupport(0, "unavailable (simulated by the profile)")
+    if support.abi <= 0:
+        if required:
+            raise Unavailable(f"landlock is required but unavailable: {support.reason}")
+        return Applied("landlock", False, support.reason, required)
+    rules = landlock.LandlockRules(
+        read_write=tuple(_paths(settings.roots, read_only=False)),
+        read_only=tuple(_paths(settings.roots, read_only=True)),
+        read_exec=(),
+        dev_files=(),
+        restrict_tcp=True,
+        scope=True,
+    )
+    try:
+        ruleset = landlock.build_ruleset(rules, support.abi)
+        try:
+            syscalls.landlock_restrict_self(ruleset)
+        finally:
+            os.close(ruleset)
+    except (OSError, landlock.LandlockError, NotImplementedError) as error:
+        if required:
+            raise Unavailable(f"landlock is required but could not be applied: {error}") from None
+        return Applied("landlock", False, f"could not be applied: {error}", required)
+    return Applied("landlock", True, f"ABI {support.abi}, confined to the tenant's roots", required)
+
+
+def _paths(roots: Sequence[RootSpec], read_only: bool) -> list[Path]:
+    return [Path(root.path) for root in roots if root.read_only == read_only]
+
+
+def confine(settings: WorkerSettings) -> tuple[list[Applied], FsOperations]:
+    """The confinement sequence of the module docstring; raises Unavailable."""
+    os.umask(settings.umask)
+    applied = [_drop_identity(settings)]
+    syscalls.set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != settings.parent_pid:
+        raise Unavailable("the front-end went away during start-up")
+    syscalls.set_not_dumpable()
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    syscalls.set_no_new_privs()
+    applied.append(Applied("no_new_privs", True, "set on the fs worker", False))
+    applied.append(_apply_landlock(settings))
+    root_fds = []
+    for root in settings.roots:
+        try:
+            root_fds.append(os.open(root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+        except OSError as error:
+            raise Unavailable(
+                f"root {root.path} cannot be opened as uid {os.getuid()}: {os.strerror(error.errno or 0)}"
+            ) from None
+    operations = FsOperations(
+        FsScope(settings.roots),
+        root_fds,
+        PathPolicy(settings.protected_paths, settings.secret_paths),
+        follow_symlinks=settings.follow_symlinks,
+        file_mode=settings.file_mode,
+        dir_mode=settings.dir_mode,
+        umask=settings.umask,
+    )
+    return applied, operations
+
+
+def handle(
+    operations: FsOperations, header: dict[str, Any], data: bytearray
+) -> tuple[dict[str, Any], bytes | bytearray]:
+    """One request to its reply; refusals become `ok: false` replies."""
+    op = header.get("op")
+    if operations.pending is not None and op not in ("write_commit", "write_abort"):
+        operations.abort_write()  # a front-end that moved on: drop, never keep, the write
+    try:
+        if op == "read":
+            reply, content = operations.read(
+                str(header["path"]), int(header["offset"]), int(header["max_bytes"])
+            )
+            return {"ok": True, **reply}, content
+        if op == "write_prepare":
+            expected = header.get("expected_sha256")
+            reply = operations.prepare_write(
+                str(header["path"]),
+                data,
+                create_parents=bool(header["create_parents"]),
+                exclusive=bool(header["exclusive"]),
+                expected_sha256=None if expected is None else str(expected),
+            )
+            return {"ok": True, **reply}, b""
+        if op == "write_commit":
+            operations.commit_write()
+            return {"ok": True}, b""
+        if op == "write_abort":
+            operations.abort_write()
+            return {"ok": True}, b""
+        if op == "list":
+            reply = operations.list_directory(
+                str(header["path"]),
+                int(header["max_entries"]),
+                int(header["depth"]),
+                bool(header["include_hidden"]),
+            )
+            return {"ok": True, **reply}, b""
+        if op == "stat":
+            return {"ok": True, **operations.stat(str(header["path"]))}, b""
+        raise FsRefusal(INTERNAL, f"unknown operation {op!r}")
+    except FsRefusal as refusal:
+        return {"ok": False, "reason": refusal.reason, "message": refusal.message}, b""
+    except OSError as error:
+        # an errno nobody mapped: name it, never the path Python attaches
+        name = errno.errorcode.get(error.errno or 0, "unknown")
+        return {"ok": False, "reason": INTERNAL, "message": f"{op}: unexpected {name}"}, b""
+    except (KeyError, TypeError, ValueError) as error:
+        return {
+            "ok": False,
+            "reason": INTERNAL,
+            "message": f"{op}: malformed request ({type(error).__name__})",
+        }, b""
+
+
+def serve(sock: socket.socket, operations: FsOperations, max_data: int) -> None:
+    while True:
+        try:
+            header, data = read_frame(sock, max_data)
+        except EOFError:
+            break
+        reply, content = handle(operations, header, data)
+        del data
+        write_frame(sock, reply, content)
+    operations.abort_write()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) != 1 or not args[0].isdigit():
+        print("usage: python -m hostcapd.fs.worker FD (started by hostcapd)", file=sys.stderr)
+        return 2
+    sock = socket.socket(fileno=int(args[0]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front-end decides when it stops
+    try:
+        hello, _ = read_frame(sock, max_data=0)
+        settings = WorkerSettings.from_hello(hello)
+        applied, operations = confine(settings)
+    except EOFError:
+        return 0
+    except Unavailable as error:
+        write_frame(sock, {"ok": False, "reason": PROTECTION_UNAVAILABLE, "message": str(error)})
+        return 1
+    except (ProtocolError, KeyError, TypeError, ValueError) as error:
+        write_frame(sock, {"ok": False, "reason": INTERNAL, "message": f"bad hello frame: {error}"})
+        return 2
+    write_frame(sock, {"ok": True, "pid": os.getpid(), "protections": [asdict(a) for a in applied]})
+    try:
+        serve(sock, operations, settings.max_write_bytes)
+    except (ProtocolError, ConnectionError):
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

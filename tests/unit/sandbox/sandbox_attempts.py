@@ -180,3 +180,56 @@ def run_seccomp_child(spec: dict[str, Any]) -> subprocess.CompletedProcess[str]:
         timeout=120,
         check=False,
     )
+
+
+#: A child that joins a cgroup itself (writes "0" into each cgroup.procs fd it
+#: is given), says "placed", then does what `mode` says.
+CGROUP_CHILD = r"""
+import os, signal, sys, time
+fds, mode = [int(fd) for fd in sys.argv[1].split(",") if fd], sys.argv[2]
+for fd in fds:
+    os.write(fd, b"0")
+    os.close(fd)
+print("placed", flush=True)
+if mode == "allocate":
+    data = b"\x01" * int(sys.argv[3])  # every page touched
+    print("allocated", len(data), flush=True)
+elif mode == "forkbomb":
+    while True:
+        try:
+            os.fork()
+        except OSError:
+            time.sleep(0.01)
+elif mode == "tree":
+    # An orphaned grandchild in its own session (setsid + double fork) and a
+    # process that ignores SIGTERM; "tree" once all three are running.
+    first = os.fork()
+    if first == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(600)
+        os._exit(0)
+    os.waitpid(first, 0)
+    if os.fork() == 0:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(600)
+    print("tree", flush=True)
+    time.sleep(600)
+else:
+    time.sleep(600)
+"""
+
+
+def start_in_cgroup(fds: list[int], mode: str, *args: str) -> subprocess.Popen[str]:
+    """Start CGROUP_CHILD; returns once it has joined the cgroup."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", CGROUP_CHILD, ",".join(map(str, fds)), mode, *args],
+        pass_fds=tuple(fds),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    for fd in fds:
+        os.close(fd)
+    assert child.stdout is not None
+    assert child.stdout.readline() == "placed\n"
+    return child

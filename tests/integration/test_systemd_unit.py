@@ -7,7 +7,7 @@ What can be checked without it is checked for real:
 - `systemd-analyze verify` and `systemd-analyze security --offline=true` on
   the unit file itself;
 - the capability bounding set, no_new_privs and the /proc masks of
-  ProtectKernelTunables=, ProtectKernelLogs= and ProtectProc= are reproduced
+  ProtectKernelTunables= and ProtectKernelLogs= are reproduced
   (setpriv and a private mount namespace) and the daemon's real C child
   set-up builds a full sandbox under them; each capability is then removed in
   turn to show the set has nothing spare;
@@ -236,8 +236,6 @@ SERVICE_MOUNTS = textwrap.dedent(
     r"""
     set -e
     mount --make-rprivate /
-    # ProtectProc=invisible: a /proc instance with hidepid=invisible.
-    mount -t proc -o hidepid=invisible,nosuid,nodev,noexec proc /proc
     # ProtectKernelTunables=: /proc/sys and friends read-only.
     for p in /proc/sys /proc/sysrq-trigger /proc/irq /proc/bus /proc/fs; do
         if [ -e "$p" ]; then mount --bind "$p" "$p"; mount -o remount,bind,ro "$p"; fi

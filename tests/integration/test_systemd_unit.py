@@ -27,6 +27,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from functools import cache
@@ -314,13 +315,19 @@ def test_every_kept_capability_is_needed(capability: str, tmp_path: Path) -> Non
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Iterator[Path]:
-    """A workspace as tmpfiles.d makes it: 0700, owned by the run-as identity."""
-    path = tmp_path / "workspace"
-    path.mkdir(mode=0o700)
-    os.chown(path, 65534, 65534)
-    tmp_path.chmod(0o755)
-    yield path
+def workspace() -> Iterator[Path]:
+    """A workspace as tmpfiles.d makes it: 0700, owned by the run-as identity,
+    below directories anyone may traverse (and not under /tmp, which the
+    child's own tmpfs hides)."""
+    parent = Path(tempfile.mkdtemp(prefix="hostcap-srv-", dir="/var/tmp"))
+    try:
+        parent.chmod(0o755)
+        path = parent / "workspace"
+        path.mkdir(mode=0o700)
+        os.chown(path, 65534, 65534)
+        yield path
+    finally:
+        shutil.rmtree(parent)
 
 
 @needs_root

@@ -683,14 +683,17 @@ class _Walker:
         if first_file and seq == 1 and record["prev_hash"] == GENESIS_HASH:
             self.anchor = "genesis"
             return
+        if first_file and seq <= 1:
+            self.fail(path, 1, Problem.EDITED, "seq 1 does not link to the genesis hash", seq)
         if first_file:
+            missing = "seq 1" if seq == 2 else f"seq 1..{seq - 1}"
             self.fail(
                 path,
                 1,
                 Problem.DELETED,
-                f"the file starts at seq {seq} without an audit.rotate record: "
-                "the records before it were deleted",
-                seq,
+                f"record(s) {missing} missing: the file starts at seq {seq} with neither "
+                "the genesis record nor an audit.rotate",
+                1,
             )
         self.fail(
             path,

@@ -383,6 +383,11 @@ class AuditLog:
         """The current log file."""
         return self._settings.path
 
+    @property
+    def journal(self) -> JournalMirror | None:
+        """The journal mirror in use, if any (its sent/dropped counts are for monitoring)."""
+        return self._journal
+
     # --- writing ----------------------------------------------------------------
 
     def write(self, event: str, **fields: Any) -> dict[str, Any]:

@@ -1,0 +1,193 @@
+"""``hostcapctl audit verify|query|tail`` on files, with no socket and no daemon."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from audit_helpers import SettingsFactory, exec_fields, exit_fields
+from hostcap.ctl import audit as ctl
+from hostcapd.audit import AuditLog
+from hostcapd.audit.log import rotated_files
+
+
+async def sample_log(settings: SettingsFactory, **overrides: object) -> Path:
+    s = settings(**overrides)
+    log = AuditLog.open(s, "boot-1")
+    log.write("daemon.start", version="0.1.0", tenants=["dev", "ci"])
+    await log.write_durable("process.exec", **exec_fields("sp-a"))
+    log.write("process.exit", **exit_fields("sp-a"))
+    await log.write_durable(
+        "process.exec", **exec_fields("sp-b", tenant="ci", argv=["sleep", "99"])
+    )
+    log.write("process.exit", **exit_fields("sp-b", tenant="ci", outcome="TIMEOUT", exit_code=None,
+                                            signal=9, signal_name="SIGKILL",
+                                            message="wall-clock limit of 5 s exceeded"))  # fmt: skip
+    log.write("policy.deny", tenant="dev", method="Spawn", reason="EXECUTABLE_NOT_ALLOWED",
+              message="/opt/x is outside the allowed dirs", labels={})  # fmt: skip
+    await log.close()
+    return s.path
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = ctl.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+async def test_verify_exits_zero_on_an_intact_log(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = await sample_log(make_settings)
+    code, out, _ = run(["audit", "verify", str(path)], capsys)
+    assert code == 0
+    assert out.startswith("OK   6 record(s), seq 1..6")
+
+
+async def test_verify_names_the_first_bad_line_and_why(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = await sample_log(make_settings)
+    content = path.read_bytes().splitlines(keepends=True)
+    del content[2]
+    path.write_bytes(b"".join(content))
+    code, out, _ = run(["audit", "verify", str(path)], capsys)
+    assert code == 1
+    assert out.startswith(f"FAIL {path}:3: deleted:")
+    code, out, _ = run(["audit", "verify", "--json", str(path)], capsys)
+    report = json.loads(out)
+    assert code == 1 and report["ok"] is False
+    assert (report["failure"]["line"], report["failure"]["problem"]) == (3, "deleted")
+
+
+async def test_verify_walks_rotated_files_in_any_order(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = make_settings(max_bytes=4096, keep_files=50)
+    log = AuditLog.open(s, "b")
+    for i in range(30):
+        await log.write_durable("process.exec", **exec_fields(f"s{i}"))
+    await log.close()
+    files = [str(s.path), *map(str, rotated_files(s.path))]  # as a shell glob lists them
+    code, out, _ = run(["audit", "verify", *files], capsys)
+    assert code == 0, out
+    assert f"{len(files)} file(s)" in out
+
+
+def test_verify_of_a_missing_file_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(["audit", "verify", str(tmp_path / "nope.jsonl")], capsys)
+    assert code == 2
+    assert "nope.jsonl" in err
+    code, _, err = run(["audit", "verify"], capsys)
+    assert code == 2 and "give the audit file" in err
+
+
+async def test_query_filters_and_prints_a_table(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = await sample_log(make_settings)
+    code, out, _ = run(["audit", "query", "--file", str(path), "--tenant", "ci"], capsys)
+    assert code == 0
+    rows = out.splitlines()
+    assert rows[0].split()[:3] == ["TIME", "(UTC)", "SEQ"]
+    assert len(rows) == 3
+    assert "sleep 99" in rows[1]
+    assert "TIMEOUT signal=SIGKILL" in rows[2] and "wall-clock limit" in rows[2]
+
+
+async def test_query_json_lines_are_the_stored_lines(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = await sample_log(make_settings)
+    stored = path.read_text().splitlines()
+    code, out, _ = run(
+        ["audit", "query", "--file", str(path), "--event", "process.*", "--json"], capsys
+    )
+    assert code == 0
+    assert out.splitlines() == [line for line in stored if '"event":"process.' in line]
+    _, out, _ = run(
+        ["audit", "query", "--file", str(path), "--outcome", "timeout", "--json"], capsys
+    )
+    assert [json.loads(x)["spawn_id"] for x in out.splitlines()] == ["sp-b"]
+    _, out, _ = run(["audit", "query", "--file", str(path), "--spawn", "sp-a", "--json"], capsys)
+    assert [json.loads(x)["event"] for x in out.splitlines()] == ["process.exec", "process.exit"]
+
+
+async def test_query_time_bounds(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = await sample_log(make_settings)
+    _, out, _ = run(["audit", "query", "--file", str(path), "--since", "1h", "--json"], capsys)
+    assert len(out.splitlines()) == 6
+    _, out, _ = run(
+        ["audit", "query", "--file", str(path), "--until", "2000-01-01", "--json"], capsys
+    )
+    assert out == ""
+    with pytest.raises(SystemExit) as exit_info:
+        ctl.main(["audit", "query", "--file", str(path), "--since", "yesterday-ish"])
+    assert exit_info.value.code == 2
+    assert "is not a time" in capsys.readouterr().err
+
+
+def test_parse_time_forms() -> None:
+    now = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
+    assert ctl.parse_time("2h", now=now) == dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.UTC)
+    assert ctl.parse_time("2024-05-01T12:00:00Z") == now
+    assert ctl.parse_time("2024-05-01T14:00:00+02:00") == now
+    assert ctl.parse_time("2024-05-01") == dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
+    with pytest.raises(argparse.ArgumentTypeError):
+        ctl.parse_time("soon")
+
+
+async def test_tail_prints_the_last_records(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = await sample_log(make_settings)
+    with path.open("ab") as f:
+        f.write(b'{"torn')  # a crash mid-write: ignored
+    code, out, _ = run(["audit", "tail", "--file", str(path), "-n", "2", "--json"], capsys)
+    assert code == 0
+    assert out.splitlines() == path.read_text().splitlines()[4:6]
+    _, out, _ = run(["audit", "tail", "--file", str(path)], capsys)
+    assert len(out.splitlines()) == 7  # header and all six
+
+
+async def test_control_characters_never_reach_the_terminal(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = make_settings()
+    log = AuditLog.open(s, "b")
+    await log.write_durable(
+        "process.exec", **exec_fields("x", argv=["echo", "\x1b[2J\x1b]0;pwned\x07\n"])
+    )
+    await log.close()
+    _, out, _ = run(["audit", "query", "--file", str(s.path)], capsys)
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b[2J" in out
+    assert len(out.splitlines()) == 2
+
+
+def test_register_adds_the_audit_commands_to_a_parser() -> None:
+    parser = argparse.ArgumentParser(prog="hostcapctl")
+    ctl.register(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["audit", "tail", "--file", "x", "-n", "3"])
+    assert args.func is not None and args.lines == 3
+
+
+async def test_runs_as_a_module(make_settings: SettingsFactory) -> None:
+    path = await sample_log(make_settings)
+    result = subprocess.run(
+        [sys.executable, "-m", "hostcap.ctl.audit", "audit", "verify", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("OK")

@@ -1,0 +1,322 @@
+"""The audit writer: chain continuity across reopen and rotation, durability
+(write_durable waits for a real fsync; concurrent ones share it), file mode
+and group, one writer at a time, redaction inside write, subscribers."""
+
+from __future__ import annotations
+
+import asyncio
+import grp
+import json
+import os
+import platform
+import stat
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from audit_helpers import SettingsFactory, exec_fields, exit_fields
+from hostcap_proto.audit import REDACTED, AuditRecordError, verify_files
+from hostcapd.audit import AuditLog, AuditSubscriptionLagged, AuditUnavailable
+from hostcapd.audit.log import rotated_files
+
+
+def records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_bytes().splitlines()]
+
+
+async def test_reopen_continues_seq_and_chain(make_settings: SettingsFactory) -> None:
+    s = make_settings()
+    log = AuditLog.open(s, "boot-1")
+    await log.write_durable("process.exec", **exec_fields("a"))
+    await log.close()
+    log = AuditLog.open(s, "boot-2")
+    await log.write_durable("process.exit", **exit_fields("a"))
+    await log.close()
+    stored = records(s.path)
+    assert [r["seq"] for r in stored] == [1, 2]
+    assert [r["boot_id"] for r in stored] == ["boot-1", "boot-2"]
+    assert stored[1]["prev_hash"] == stored[0]["hash"]
+    assert verify_files([s.path]).ok
+
+
+async def test_reopen_after_a_crash_mid_write_cuts_the_torn_line_and_says_so(
+    make_settings: SettingsFactory,
+) -> None:
+    s = make_settings()
+    log = AuditLog.open(s, "boot-1")
+    await log.write_durable("process.exec", **exec_fields("a"))
+    await log.close()
+    torn = b'{"boot_id":"boot-1","event":"process.exit","event_id":"1f'
+    with s.path.open("ab") as f:
+        f.write(torn)
+    log = AuditLog.open(s, "boot-2")
+    await log.write_durable("daemon.start", version="0.1.0", tenants=["dev"])
+    await log.close()
+    stored = records(s.path)
+    assert [r["event"] for r in stored] == ["process.exec", "audit.recover", "daemon.start"]
+    assert stored[1]["torn_bytes"] == len(torn)
+    report = verify_files([s.path])
+    assert report.ok and report.torn_tail is None
+
+
+async def test_reopen_refuses_a_log_whose_last_line_is_garbage(
+    make_settings: SettingsFactory,
+) -> None:
+    s = make_settings()
+    log = AuditLog.open(s, "boot-1")
+    log.write("daemon.start", version="0.1.0")
+    await log.close()
+    with s.path.open("ab") as f:
+        f.write(b"not a record\n")
+    with pytest.raises(AuditUnavailable, match="not an audit record"):
+        AuditLog.open(s, "boot-2")
+
+
+# A child process in which fsync and fdatasync fail with EIO (seccomp): the
+# only way write_durable can then succeed is by not waiting for the fsync.
+_FSYNC_FAILS = textwrap.dedent(
+    """
+    import asyncio, ctypes, errno, json, platform, sys
+    from pathlib import Path
+    from hostcapd.config import AuditSettings
+    from hostcapd.audit import AuditLog, AuditUnavailable
+
+    ARCH = {"x86_64": (0xC000003E, 74, 75), "aarch64": (0xC00000B7, 82, 83)}
+    arch, nr_fsync, nr_fdatasync = ARCH[platform.machine()]
+
+    class Insn(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8),
+                    ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Insn))]
+
+    def fail_fsync():
+        LD, JEQ, RET = 0x20, 0x15, 0x06
+        program = [Insn(LD, 0, 0, 4), Insn(JEQ, 0, 4, arch), Insn(LD, 0, 0, 0),
+                   Insn(JEQ, 1, 0, nr_fsync), Insn(JEQ, 0, 1, nr_fdatasync),
+                   Insn(RET, 0, 0, 0x00050000 | errno.EIO), Insn(RET, 0, 0, 0x7FFF0000)]
+        insns = (Insn * len(program))(*program)
+        prog = Prog(len(program), insns)
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.prctl(38, 1, 0, 0, 0) == 0  # PR_SET_NO_NEW_PRIVS
+        assert libc.prctl(22, 2, ctypes.byref(prog), 0, 0) == 0  # PR_SET_SECCOMP, FILTER
+
+    async def main():
+        settings = AuditSettings(path=Path(sys.argv[1]), group=None, journal="off",
+                                 fsync_interval_ms=1)
+        log = AuditLog.open(settings, "boot")  # creates the file, before the filter
+        if sys.argv[2] == "fail":
+            fail_fsync()  # the fsync thread is created later and inherits it
+        try:
+            await log.write_durable("daemon.start", version="x")
+            print("durable: returned")
+        except AuditUnavailable as error:
+            print("durable: AuditUnavailable", error)
+        try:
+            log.write("daemon.stop", version="x")
+            print("write after: ok")
+        except AuditUnavailable:
+            print("write after: AuditUnavailable")
+
+    asyncio.run(main())
+    """
+)
+
+
+@pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="syscall numbers")
+@pytest.mark.parametrize("mode", ["ok", "fail"])
+def test_write_durable_returns_only_after_its_fsync_succeeded(tmp_path: Path, mode: str) -> None:
+    path = tmp_path / "audit.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-c", _FSYNC_FAILS, str(path), mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    if mode == "ok":
+        assert "durable: returned" in result.stdout
+        assert "write after: ok" in result.stdout
+    else:
+        # The line was appended, but fsync failed: the caller is told, and the
+        # log fails closed (after a failed fsync nothing unsynced can be trusted).
+        assert "durable: AuditUnavailable" in result.stdout
+        assert "fsync failed" in result.stdout
+        assert "write after: AuditUnavailable" in result.stdout
+
+
+async def test_concurrent_durable_writes_share_fsyncs(make_settings: SettingsFactory) -> None:
+    log = AuditLog.open(make_settings(), "b")
+    before = log.sync_count
+    await asyncio.gather(
+        *(log.write_durable("process.exec", **exec_fields(f"s{i}")) for i in range(50))
+    )
+    syncs = log.sync_count - before
+    await log.close()
+    assert 1 <= syncs < 10  # group commit: one fsync covers many callers
+    assert len(records(log.path)) == 50
+
+
+async def test_batched_writes_are_fsynced_without_a_durable_write(
+    make_settings: SettingsFactory,
+) -> None:
+    log = AuditLog.open(make_settings(fsync_interval_ms=20), "b")
+    before = log.sync_count
+    log.write("daemon.start", version="0.1.0")
+    # correctness deadline, generous: the batch window is 20 ms
+    for _ in range(500):
+        if log.sync_count > before:
+            break
+        await asyncio.sleep(0.01)
+    assert log.sync_count > before
+    await log.close()
+
+
+async def test_rotation_continues_seq_prunes_and_bounds_files(
+    make_settings: SettingsFactory,
+) -> None:
+    s = make_settings(max_bytes=4096, keep_files=3)
+    log = AuditLog.open(s, "b")
+    for i in range(60):
+        await log.write_durable("process.exec", **exec_fields(f"s{i}"))
+        log.write("process.exit", **exit_fields(f"s{i}"))
+    await log.close()
+    rotated = rotated_files(s.path)
+    assert len(rotated) == 3
+    files = [*rotated, s.path]
+    for f in files:
+        assert f.stat().st_size <= 4096
+    assert verify_files(files).ok
+    kept = [r for f in files for r in records(f)]
+    assert [r["seq"] for r in kept] == list(range(kept[0]["seq"], kept[0]["seq"] + len(kept)))
+    assert (kept[-1]["event"], kept[-1]["spawn_id"]) == ("process.exit", "s59")
+    # the rotated file's name is the seq of its last record
+    for f in rotated:
+        assert int(f.name.rsplit(".", 1)[1]) == records(f)[-1]["seq"]
+
+
+async def test_a_crash_between_rename_and_new_file_continues_from_the_rotated_file(
+    make_settings: SettingsFactory,
+) -> None:
+    s = make_settings(max_bytes=4096)
+    log = AuditLog.open(s, "b")
+    for i in range(10):
+        await log.write_durable("process.exec", **exec_fields(f"s{i}"))
+    await log.close()
+    s.path.rename(s.path.with_name(f"{s.path.name}.{records(s.path)[-1]['seq']:012d}"))
+    log = AuditLog.open(s, "b2")
+    await log.write_durable("daemon.start", version="0.1.0")
+    await log.close()
+    first = records(s.path)[0]
+    assert first["event"] == "audit.rotate"
+    assert verify_files([*rotated_files(s.path), s.path]).ok
+
+
+async def test_files_get_the_configured_mode_and_group(make_settings: SettingsFactory) -> None:
+    try:
+        adm = grp.getgrnam("adm").gr_gid
+    except KeyError:
+        pytest.skip("no adm group on this host")
+    if os.geteuid() != 0:
+        pytest.skip("chown to another group needs root")
+    s = make_settings(group="adm", file_mode=0o640, max_bytes=4096)
+    s.path.parent.mkdir(parents=True)
+    s.path.write_bytes(b"")
+    s.path.chmod(0o666)  # an existing file with a loose mode is tightened
+    log = AuditLog.open(s, "b")
+    for i in range(20):
+        await log.write_durable("process.exec", **exec_fields(f"s{i}"))
+    await log.close()
+    for f in [s.path, *rotated_files(s.path)]:
+        st = f.stat()
+        assert stat.S_IMODE(st.st_mode) == 0o640, f
+        assert (st.st_uid, st.st_gid) == (0, adm), f
+
+
+async def test_a_second_writer_is_refused(make_settings: SettingsFactory) -> None:
+    s = make_settings()
+    log = AuditLog.open(s, "b")
+    with pytest.raises(AuditUnavailable, match="another writer"):
+        AuditLog.open(s, "b2")
+    await log.close()
+    AuditLog.open(s, "b3")  # free again once closed
+
+
+async def test_bad_fields_are_refused_and_write_nothing(make_settings: SettingsFactory) -> None:
+    log = AuditLog.open(make_settings(), "b")
+    with pytest.raises(AuditRecordError, match="unknown field"):
+        log.write("process.exit", **exit_fields("a"), colour="red")
+    with pytest.raises(AuditRecordError, match="set by the writer"):
+        log.write("process.exit", **exit_fields("a"), seq=7)
+    with pytest.raises(AuditRecordError, match="unknown audit event"):
+        log.write("process.explode", tenant="dev")
+    with pytest.raises(AuditRecordError, match="outcome"):
+        log.write("process.exit", **exit_fields("a", outcome="FINE"))
+    with pytest.raises(AuditRecordError, match="executable"):
+        await log.write_durable("process.exec", **exec_fields("a", executable=None))
+    log.write("process.exit", **exit_fields("a"))
+    await log.close()
+    stored = records(log.path)
+    assert [r["seq"] for r in stored] == [1]
+
+
+async def test_argv_is_redacted_inside_write_then_bounded(make_settings: SettingsFactory) -> None:
+    log = AuditLog.open(make_settings(), "b")
+    secret = "S3cr3t" * 2000  # longer than any kept argv element
+    argv = ["mysql", f"--password={secret}", "-p" + secret, "x" * 10_000, "TOKEN=" + secret]
+    record = await log.write_durable("process.exec", **exec_fields("a", argv=argv))
+    await log.close()
+    stored = records(log.path)[0]
+    assert stored == record
+    assert secret[:6] not in log.path.read_text()
+    assert stored["argv"][:3] == ["mysql", f"--password={REDACTED}", f"-p{REDACTED}"]
+    assert stored["argv"][3].startswith("x" * 4096) and "chars cut" in stored["argv"][3]
+    assert stored["argv"][4] == f"TOKEN={REDACTED}"
+    assert stored["argv_truncated"] is True and stored["argc"] == 5
+
+
+async def test_subscribers_receive_new_records_until_close(make_settings: SettingsFactory) -> None:
+    log = AuditLog.open(make_settings(), "b")
+    log.write("daemon.start", version="0.1.0")
+    subscription = log.subscribe()
+    await log.write_durable("process.exec", **exec_fields("a"))
+    log.write("process.exit", **exit_fields("a"))
+    await log.close()
+    received = [r async for r in subscription]
+    assert [r["event"] for r in received] == ["process.exec", "process.exit"]
+    assert received == records(log.path)[1:]
+
+
+async def test_a_lagging_subscriber_is_told_instead_of_slowing_the_writer(
+    make_settings: SettingsFactory,
+) -> None:
+    log = AuditLog.open(make_settings(), "b")
+    subscription = log.subscribe(max_queue=3)
+    for i in range(10):
+        log.write("daemon.reload", version=str(i))
+    got = [await subscription.__anext__() for _ in range(3)]
+    assert [r["version"] for r in got] == ["0", "1", "2"]
+    with pytest.raises(AuditSubscriptionLagged):
+        await subscription.__anext__()
+    await log.close()
+    assert len(records(log.path)) == 10
+
+
+async def test_writing_after_close_is_refused(make_settings: SettingsFactory) -> None:
+    log = AuditLog.open(make_settings(), "b")
+    await log.close()
+    with pytest.raises(AuditUnavailable, match="closed"):
+        log.write("daemon.stop", version="0.1.0")
+    with pytest.raises(AuditUnavailable, match="closed"):
+        await log.write_durable("process.exec", **exec_fields("a"))
+
+
+def test_write_outside_an_event_loop_syncs_at_once(make_settings: SettingsFactory) -> None:
+    log = AuditLog.open(make_settings(), "b")
+    before = log.sync_count
+    log.write("daemon.start", version="0.1.0")
+    assert log.sync_count == before + 1
+    asyncio.run(log.close())

@@ -194,11 +194,17 @@ def confine(settings: WorkerSettings) -> tuple[list[Applied], FsOperations]:
     root_fds = []
     for root in settings.roots:
         try:
-            root_fds.append(os.open(root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+            fd = os.open(root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as error:
             raise Unavailable(
                 f"root {root.path} cannot be opened as uid {os.getuid()}: {os.strerror(error.errno or 0)}"
             ) from None
+        # O_PATH needs no permission on the root itself; every lookup does
+        if not os.access(f"/proc/self/fd/{fd}", os.R_OK | os.X_OK):
+            raise Unavailable(
+                f"root {root.path} is not readable and searchable by uid {os.getuid()}"
+            )
+        root_fds.append(fd)
     operations = FsOperations(
         FsScope(settings.roots),
         root_fds,

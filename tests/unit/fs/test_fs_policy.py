@@ -1,0 +1,55 @@
+"""The protected and secret tables: each default pattern's own examples, and
+the matcher's rules (anchoring, `**`, ancestors, case folding)."""
+
+from __future__ import annotations
+
+import pytest
+from hostcapd.config import DEFAULT_PROTECTED_PATHS, DEFAULT_SECRET_PATHS
+from hostcapd.fs.policy import EXAMPLES, PathPattern, PathPolicy, PatternError, split
+
+
+def test_every_default_pattern_carries_examples() -> None:
+    assert set(EXAMPLES) == set(DEFAULT_PROTECTED_PATHS) | set(DEFAULT_SECRET_PATHS)
+
+
+@pytest.mark.parametrize("pattern", sorted(EXAMPLES))
+def test_default_pattern_accepts_and_rejects_its_examples(pattern: str) -> None:
+    compiled = PathPattern.compile(pattern)
+    matches, non_matches = EXAMPLES[pattern]
+    assert [p for p in matches if not compiled.matches(split(p))] == []
+    assert [p for p in non_matches if compiled.matches(split(p))] == []
+
+
+def test_secret_table_refuses_credentials_anywhere_in_the_tree() -> None:
+    policy = PathPolicy(DEFAULT_PROTECTED_PATHS, DEFAULT_SECRET_PATHS)
+    for path in (".env", "svc/.env.local", "home/me/.ssh/id_ed25519", "deploy/tls.pem", "id_rsa"):
+        assert policy.is_secret(split(path)), path
+    for path in ("README.md", "src/environment.py", "docs/ssh.md"):
+        assert not policy.is_secret(split(path)), path
+
+
+def test_protected_table_is_anchored_at_the_root() -> None:
+    policy = PathPolicy(DEFAULT_PROTECTED_PATHS, DEFAULT_SECRET_PATHS)
+    assert policy.is_protected(split(".git/hooks/pre-commit"))
+    assert policy.is_protected(split(".git/config"))
+    assert not policy.is_protected(split("src/.git/hooks/pre-commit"))
+    assert not policy.is_protected(split(".git/HEAD"))
+
+
+def test_double_star_in_the_middle_spans_any_depth() -> None:
+    pattern = PathPattern.compile("build/**/cache")
+    assert pattern.matches(split("build/cache"))
+    assert pattern.matches(split("build/a/b/cache/file"))
+    assert not pattern.matches(split("build/cachex"))
+
+
+def test_single_star_never_crosses_a_slash() -> None:
+    pattern = PathPattern.compile("*.key")
+    assert pattern.matches(split("a.key"))
+    assert not pattern.matches(split("dir/a.key"))
+
+
+@pytest.mark.parametrize("bad", ["", "/", "a//b", "../x", "a/./b"])
+def test_unusable_patterns_are_refused(bad: str) -> None:
+    with pytest.raises(PatternError):
+        PathPattern.compile(bad)

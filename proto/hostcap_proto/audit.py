@@ -294,6 +294,8 @@ class FileWrite(_Correlated):
     #: Absent when the file did not exist before.
     sha256_before: str | None = None
     sha256_after: str
+    #: Ties this record to a policy.deny saying the write was not committed.
+    write_id: str | None = None
 
 
 class PolicyDeny(_Correlated):
@@ -304,6 +306,8 @@ class PolicyDeny(_Correlated):
     message: str
     argv: list[str] | None = None
     path: str | None = None
+    #: The file.write this refusal undoes (written, then not committed).
+    write_id: str | None = None
 
 
 class DaemonEvent(_Fields):

@@ -161,7 +161,7 @@ def _detail(record: Mapping[str, Any]) -> str:
     return ""
 
 
-_HEADER = f"{'TIME (UTC)':<26} {'SEQ':>8}  {'EVENT':<14} {'TENANT':<12} {'SPAWN':<18} DETAIL"
+_HEADER = f"{'TIME (UTC)':<26} {'SEQ':>8}  {'EVENT':<14} {'TENANT':<12} {'SPAWN':<32} DETAIL"
 
 
 def format_row(record: Mapping[str, Any]) -> str:
@@ -172,7 +172,7 @@ def format_row(record: Mapping[str, Any]) -> str:
         f"{record.get('seq', ''):>8} ",
         f"{_printable(str(record.get('event', ''))):<14}",
         f"{_printable(str(record.get('tenant', '-'))):<12}",
-        f"{_printable(str(record.get('spawn_id', '-'))):<18}",
+        f"{_printable(str(record.get('spawn_id', '-'))):<32}",
         _cut(_printable(_detail(record)), 160),
     ]
     return " ".join(cells).rstrip()

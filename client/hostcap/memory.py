@@ -597,13 +597,17 @@ class MemoryToolHost:
         without: Iterable[str] = (),
     ) -> None:
         omit = set(without)
-        self.fs: MemoryFs | None = None if "fs" in omit else (fs or MemoryFs())
+        self.fs: MemoryFs | None = None if "fs" in omit else (fs if fs is not None else MemoryFs())
         self.process: MemoryProcess | None = (
-            None if "process" in omit else (process or MemoryProcess(fs=self.fs))
+            None
+            if "process" in omit
+            else (process if process is not None else MemoryProcess(fs=self.fs))
         )
         self.egress = egress
         self.os = os
         self.mcp = mcp
         self.output_store: MemoryOutputStore | None = (
-            None if "output_store" in omit else (output_store or MemoryOutputStore())
+            None
+            if "output_store" in omit
+            else (output_store if output_store is not None else MemoryOutputStore())
         )

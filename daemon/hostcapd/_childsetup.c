@@ -28,6 +28,10 @@
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/ioctl.h>
+#include <net/if.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -47,6 +51,21 @@
 #ifndef AT_EMPTY_PATH
 #define AT_EMPTY_PATH 0x1000
 #endif
+#ifndef SYS_open_tree
+#define SYS_open_tree 428
+#endif
+#ifndef SYS_move_mount
+#define SYS_move_mount 429
+#endif
+#ifndef SYS_landlock_add_rule
+#define SYS_landlock_add_rule 445
+#endif
+#define OPEN_TREE_CLONE_ 1
+#define AT_RECURSIVE_ 0x8000
+#define MOVE_MOUNT_F_EMPTY_PATH_ 0x4
+#define LANDLOCK_RULE_PATH_BENEATH_ 1
+#define MAX_TREES 8
+#define MAX_LANDLOCK_RULES 8
 
 #define CHILD_STACK_SIZE (256 * 1024)
 #define MAX_MOUNTS 32
@@ -62,6 +81,7 @@ enum step {
     STEP_CGROUP,
     STEP_MOUNT,
     STEP_HOSTNAME,
+    STEP_LOOPBACK,
     STEP_STDIO,
     STEP_CHDIR,
     STEP_RLIMITS,
@@ -84,15 +104,27 @@ enum step {
 
 static const char *const step_names[] = {
     "none", "signals", "setsid", "pdeathsig", "cgroup", "mount", "hostname",
-    "stdio", "chdir", "limits", "oom_score_adj", "loginuid", "caps_bounding",
+    "loopback", "stdio", "chdir", "limits", "oom_score_adj", "loginuid", "caps_bounding",
     "groups", "gid", "uid", "caps", "no_new_privs", "landlock", "seccomp",
     "close_fds", "cancelled", "parent_gone", "exec", "clone",
 };
 
+/* A mount step. MOUNT_CALL is mount(2). MOUNT_KEEP clones the tree at
+ * `source` (before later mounts hide it) into slot `flags`; MOUNT_RESTORE
+ * creates `target` (mkdir -p) and attaches slot `flags` there. Together they
+ * keep a tenant root visible beneath a fresh tmpfs mounted over its parent. */
+enum mount_kind { MOUNT_CALL = 0, MOUNT_KEEP = 1, MOUNT_RESTORE = 2 };
+
 struct mount_op {
+    int kind;
     const char *source, *target, *fstype, *data;
     unsigned long flags;
 };
+
+struct landlock_path_beneath {
+    uint64_t allowed_access;
+    int32_t parent_fd;
+} __attribute__((packed));
 
 struct plan {
     /* exec */
@@ -107,6 +139,8 @@ struct plan {
     struct mount_op mounts[MAX_MOUNTS];
     int n_mounts;
     const char *hostname;
+    int loopback_up;
+    int trees[MAX_TREES];
     /* cgroup.procs fds; the child writes "0" to each to move itself */
     int cgroup_fds[MAX_CGROUP_FDS];
     int n_cgroup_fds;
@@ -121,6 +155,10 @@ struct plan {
     gid_t gid;
     int no_new_privs;
     int landlock_fd;
+    /* rules for mounts made above, added to landlock_fd before restrict */
+    struct { const char *path; uint64_t access; } landlock_rules[MAX_LANDLOCK_RULES];
+    int n_landlock_rules;
+    int umask;                 /* < 0: leave it */
     struct sock_fprog seccomp;
     int pdeathsig;
     /* checked at the last moment before exec */
@@ -161,6 +199,76 @@ static int write_file(const char *path, const char *value)
     return rc;
 }
 
+/* mkdir -p in the child's own namespace; path is absolute. */
+static int mkdir_p(const char *path)
+{
+    char buf[4096];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof buf) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(buf, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] == '/' || buf[i] == '\0') {
+            char saved = buf[i];
+            buf[i] = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return -1;
+            buf[i] = saved;
+        }
+    }
+    return 0;
+}
+
+static int do_mount(struct plan *p, const struct mount_op *m)
+{
+    int slot = (int)m->flags;
+    switch (m->kind) {
+    case MOUNT_CALL:
+        return mount(m->source, m->target, m->fstype, m->flags, m->data);
+    case MOUNT_KEEP:
+        if (slot < 0 || slot >= MAX_TREES) {
+            errno = EINVAL;
+            return -1;
+        }
+        p->trees[slot] = (int)syscall(SYS_open_tree, AT_FDCWD, m->source,
+                                      OPEN_TREE_CLONE_ | AT_RECURSIVE_ | O_CLOEXEC);
+        return p->trees[slot] < 0 ? -1 : 0;
+    case MOUNT_RESTORE:
+        if (slot < 0 || slot >= MAX_TREES || p->trees[slot] < 0) {
+            errno = EINVAL;
+            return -1;
+        }
+        if (mkdir_p(m->target) != 0)
+            return -1;
+        return (int)syscall(SYS_move_mount, p->trees[slot], "", AT_FDCWD, m->target,
+                            MOVE_MOUNT_F_EMPTY_PATH_);
+    }
+    errno = EINVAL;
+    return -1;
+}
+
+/* A new network namespace has only a loopback device, and it is down. */
+static int loopback_up(void)
+{
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        return -1;
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    memcpy(ifr.ifr_name, "lo", 3);
+    int rc = ioctl(s, SIOCGIFFLAGS, &ifr);
+    if (rc == 0) {
+        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
+        rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+    }
+    int saved = errno;
+    close(s);
+    errno = saved;
+    return rc;
+}
+
 #define FAIL(s) do { p->fail_step = (s); p->fail_errno = errno; _exit(127); } while (0)
 
 /* The child. Runs on its own stack in the parent's memory: only syscalls and
@@ -197,12 +305,17 @@ static int child_main(void *arg)
 
     /* Mounts (private propagation first, then /proc, /tmp, ...). */
     for (i = 0; i < p->n_mounts; i++) {
-        const struct mount_op *m = &p->mounts[i];
-        if (mount(m->source, m->target, m->fstype, m->flags, m->data) != 0)
+        if (do_mount(p, &p->mounts[i]) != 0)
             FAIL(STEP_MOUNT);
+    }
+    for (i = 0; i < MAX_TREES; i++) {
+        if (p->trees[i] >= 0)
+            close(p->trees[i]);
     }
     if (p->hostname && sethostname(p->hostname, strlen(p->hostname)) != 0)
         FAIL(STEP_HOSTNAME);
+    if (p->loopback_up && loopback_up() != 0)
+        FAIL(STEP_LOOPBACK);
 
     /* stdio. dup2 onto itself would keep O_CLOEXEC, so clear it explicitly. */
     for (i = 0; i < 3; i++) {
@@ -213,9 +326,6 @@ static int child_main(void *arg)
             FAIL(STEP_STDIO);
         }
     }
-
-    if (p->cwd && chdir(p->cwd) != 0)
-        FAIL(STEP_CHDIR);
 
     for (i = 0; i < p->n_rlimits; i++) {
         if (setrlimit(p->rlimits[i].resource, &p->rlimits[i].lim) != 0)
@@ -254,11 +364,33 @@ static int child_main(void *arg)
     /* The credential change cleared the parent-death signal: set it again. */
     if (p->pdeathsig && prctl(PR_SET_PDEATHSIG, p->pdeathsig, 0, 0, 0) != 0)
         FAIL(STEP_PDEATHSIG);
+    /* As the run-as identity: the kernel checks the tenant may enter it. */
+    if (p->cwd && chdir(p->cwd) != 0)
+        FAIL(STEP_CHDIR);
+    if (p->umask >= 0)
+        umask((mode_t)p->umask);
 
     if (p->no_new_privs && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         FAIL(STEP_NO_NEW_PRIVS);
-    if (p->landlock_fd >= 0 && syscall(SYS_landlock_restrict_self, p->landlock_fd, 0) != 0)
-        FAIL(STEP_LANDLOCK);
+    if (p->landlock_fd >= 0) {
+        /* Rules for this spawn's own mounts, which did not exist when the
+         * ruleset was built (its fd is this spawn's alone). */
+        for (i = 0; i < p->n_landlock_rules; i++) {
+            struct landlock_path_beneath rule;
+            rule.allowed_access = p->landlock_rules[i].access;
+            rule.parent_fd = open(p->landlock_rules[i].path, O_PATH | O_CLOEXEC);
+            if (rule.parent_fd < 0)
+                FAIL(STEP_LANDLOCK);
+            long rc = syscall(SYS_landlock_add_rule, p->landlock_fd, LANDLOCK_RULE_PATH_BENEATH_, &rule, 0);
+            int saved = errno;
+            close(rule.parent_fd);
+            errno = saved;
+            if (rc != 0)
+                FAIL(STEP_LANDLOCK);
+        }
+        if (syscall(SYS_landlock_restrict_self, p->landlock_fd, 0) != 0)
+            FAIL(STEP_LANDLOCK);
+    }
     if (p->seccomp.len > 0 &&
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p->seccomp) != 0)
         FAIL(STEP_SECCOMP);
@@ -358,32 +490,43 @@ static int opt_cstring(PyObject *obj, PyObject *keep, const char **out)
 }
 
 PyDoc_STRVAR(spawn_doc,
-"spawn(exe_fd, exe_path, argv, envp, stdio, cwd, clone_flags, mounts, hostname,\n"
-"      cgroup_fds, rlimits, oom_score_adj, loginuid, drop_caps, ids,\n"
-"      no_new_privs, landlock_fd, seccomp_filter, pdeathsig, cancel_fd,\n"
-"      life_fd) -> pid\n\n"
+"spawn(*, exe_fd, exe_path, argv, envp, stdio, cwd, umask, clone_flags, mounts,\n"
+"      hostname, loopback_up, cgroup_fds, rlimits, oom_score_adj, loginuid,\n"
+"      drop_caps, ids, no_new_privs, landlock_fd, landlock_rules,\n"
+"      seccomp_filter, pdeathsig, cancel_fd, life_fd) -> pid\n\n"
 "Clone a child that applies the prepared set-up in order and execs.\n"
 "exe_fd >= 0 execs that fd (execveat AT_EMPTY_PATH), else exe_path.\n"
 "argv, envp: lists of bytes. stdio: (in, out, err) fds. cwd: bytes or None.\n"
-"mounts: [(source, target, fstype, flags, data)] (bytes or None; flags int).\n"
+"umask: int, or -1 to inherit.\n"
+"mounts: [(kind, source, target, fstype, flags, data)]: kind 0 mount(2);\n"
+"  1 keep: clone the tree at source into slot `flags`; 2 restore: mkdir -p\n"
+"  target and attach slot `flags` there.\n"
 "cgroup_fds: fds of cgroup.procs files the child writes \"0\" to.\n"
 "rlimits: [(resource, soft, hard)]. ids: (uid, gid) or None.\n"
+"landlock_rules: [(path, access)] added to landlock_fd after the mounts.\n"
 "seccomp_filter: bytes of struct sock_filter[] (empty: none).\n"
 "Raises SetupError(step, errno) if a step fails (the child is reaped).");
 
-static PyObject *childsetup_spawn(PyObject *self, PyObject *args)
+static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    int exe_fd, clone_flags, drop_caps, no_new_privs, landlock_fd, pdeathsig;
-    int cancel_fd, life_fd;
+    static char *kwlist[] = {
+        "exe_fd", "exe_path", "argv", "envp", "stdio", "cwd", "umask", "clone_flags",
+        "mounts", "hostname", "loopback_up", "cgroup_fds", "rlimits", "oom_score_adj",
+        "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
+        "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", NULL,
+    };
+    int exe_fd, umask_value, clone_flags, loopback, drop_caps, no_new_privs, landlock_fd;
+    int pdeathsig, cancel_fd, life_fd;
     PyObject *exe_path, *argv, *envp, *stdio, *cwd, *mounts, *hostname, *cgroup_fds;
-    PyObject *rlimits, *oom, *loginuid, *ids;
+    PyObject *rlimits, *oom, *loginuid, *ids, *landlock_rules;
     Py_buffer filter;
-    if (!PyArg_ParseTuple(args, "iOOOOOiOOOOOOpOpiy*iii:spawn", &exe_fd, &exe_path,
-                          &argv, &envp, &stdio, &cwd, &clone_flags, &mounts, &hostname,
-                          &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
-                          &no_new_privs, &landlock_fd, &filter, &pdeathsig, &cancel_fd,
-                          &life_fd))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$iOOOOOiiOOpOOOOpOpiOy*iii:spawn", kwlist,
+                                     &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd,
+                                     &umask_value, &clone_flags, &mounts, &hostname, &loopback,
+                                     &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
+                                     &no_new_privs, &landlock_fd, &landlock_rules, &filter,
+                                     &pdeathsig, &cancel_fd, &life_fd))
         return NULL;
 
     struct plan *p = NULL;
@@ -401,6 +544,10 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args)
     }
     memset(p, 0, sizeof *p);
     p->exe_fd = exe_fd;
+    p->umask = umask_value;
+    p->loopback_up = loopback;
+    for (int i = 0; i < MAX_TREES; i++)
+        p->trees[i] = -1;
     p->clone_flags = clone_flags;
     p->drop_caps = drop_caps;
     p->no_new_privs = no_new_privs;
@@ -436,10 +583,16 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args)
         PyObject *item = PySequence_GetItem(mounts, i);
         PyObject *src, *tgt, *fst, *dat;
         unsigned long flags;
-        int ok = item && PyArg_ParseTuple(item, "OOOkO;mount must be (source, target, fstype, flags, data)",
-                                          &src, &tgt, &fst, &flags, &dat);
+        int kind;
+        int ok = item && PyArg_ParseTuple(item, "iOOOkO;mount must be (kind, source, target, fstype, flags, data)",
+                                          &kind, &src, &tgt, &fst, &flags, &dat);
+        if (ok && (kind < MOUNT_CALL || kind > MOUNT_RESTORE)) {
+            PyErr_SetString(PyExc_ValueError, "unknown mount kind");
+            ok = 0;
+        }
         if (ok) {
             struct mount_op *m = &p->mounts[i];
+            m->kind = kind;
             m->flags = flags;
             ok = opt_cstring(src, keep, &m->source) == 0 && opt_cstring(tgt, keep, &m->target) == 0 &&
                  opt_cstring(fst, keep, &m->fstype) == 0 && opt_cstring(dat, keep, &m->data) == 0;
@@ -483,6 +636,29 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args)
         p->rlimits[i].lim.rlim_max = (rlim_t)hard;
     }
     p->n_rlimits = (int)n;
+
+    n = PySequence_Length(landlock_rules);
+    if (n < 0 || n > MAX_LANDLOCK_RULES) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "too many landlock rules");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_GetItem(landlock_rules, i);
+        PyObject *path;
+        unsigned long long access;
+        int ok = item && PyArg_ParseTuple(item, "OK;landlock rule must be (path, access)", &path, &access);
+        if (ok)
+            ok = opt_cstring(path, keep, &p->landlock_rules[i].path) == 0 && p->landlock_rules[i].path;
+        Py_XDECREF(item);
+        if (!ok) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "landlock rule path must be bytes");
+            goto done;
+        }
+        p->landlock_rules[i].access = access;
+    }
+    p->n_landlock_rules = (int)n;
 
     if (ids != Py_None) {
         unsigned int uid, gid;
@@ -556,7 +732,7 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"spawn", childsetup_spawn, METH_VARARGS, spawn_doc},
+    {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,5 @@
+import sys
+
+from hostcapd.cli import main
+
+sys.exit(main())

@@ -1,0 +1,61 @@
+"""hostcapd's command line: serve, check-config."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+
+from hostcapd.config import ConfigError, dev_config, load_config, prepare_dev_state
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hostcapd", description="the hostcap daemon")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve every tenant of a config")
+    source = serve.add_mutually_exclusive_group(required=True)
+    source.add_argument("--config", type=Path, help="TOML config file")
+    source.add_argument("--dev", action="store_true", help="the embedded development config")
+    serve.add_argument("--state-dir", type=Path, default=Path(".hostcap"),
+                       help="state directory for --dev (default ./.hostcap)")
+    serve.add_argument("--log-level", default="INFO")
+    check = sub.add_parser("check-config", help="validate a config file and exit")
+    check.add_argument("file", type=Path)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "check-config":
+        try:
+            config = load_config(args.file)
+        except ConfigError as error:
+            print(error, file=sys.stderr)
+            return 2
+        print(f"{args.file}: ok ({len(config.tenants)} tenant(s): "
+              + ", ".join(t.name for t in config.tenants) + ")")
+        return 0
+
+    logging.basicConfig(level=args.log_level.upper(), format="hostcapd %(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    try:
+        if args.dev:
+            config = dev_config(args.state_dir)
+            prepare_dev_state(config)
+            path = None
+        else:
+            config = load_config(args.config)
+            path = args.config
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
+    from hostcapd.frontend.server import Daemon  # gRPC is imported only here
+
+    return asyncio.run(Daemon(config, path).serve())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

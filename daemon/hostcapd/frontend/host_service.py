@@ -1,0 +1,54 @@
+"""HostService for one tenant: what this host enforces for it."""
+
+from __future__ import annotations
+
+import grpc
+
+from hostcap_proto.v1 import host_pb2, host_pb2_grpc
+from hostcapd import __version__
+from hostcapd.config import Tier
+from hostcapd.frontend import convert
+from hostcapd.tenant import TenantRuntime
+
+
+class HostServicer(host_pb2_grpc.HostServiceServicer):
+    def __init__(self, runtime: TenantRuntime) -> None:
+        self.runtime = runtime
+
+    async def Capabilities(  # noqa: N802
+        self, request: host_pb2.CapabilitiesRequest, context: grpc.aio.ServicerContext
+    ) -> host_pb2.CapabilitiesResponse:
+        rt = self.runtime
+        tenant, profile = rt.tenant, rt.profile
+        cg = rt.cgroups.support
+        return host_pb2.CapabilitiesResponse(
+            tenant=tenant.name,
+            daemon_version=__version__,
+            run_as_uid=tenant.uid,
+            run_as_gid=tenant.gid,
+            roots=[
+                host_pb2.Root(
+                    path=str(r.path),
+                    tier=host_pb2.READ_WRITE if r.tier is Tier.READ_WRITE else host_pb2.READ_ONLY,
+                    primary=i == 0,
+                )
+                for i, r in enumerate(tenant.roots)
+            ],
+            path=[str(p) for p in tenant.path],
+            allowed_executable_dirs=[str(p) for p in tenant.allowed_executable_dirs],
+            default_limits=convert.limits_to_wire(
+                type(tenant.limits.ceiling)(
+                    **{n: tenant.limits.effective_default(n) for n in type(tenant.limits.ceiling).model_fields}
+                )
+            ),
+            ceilings=convert.limits_to_wire(tenant.limits.ceiling),
+            protections=convert.protections_to_wire(profile.protections),
+            landlock_abi=profile.landlock_abi,
+            cgroup_version=cg.version if profile.has("cgroup") else "",
+            cgroup_controllers=list(cg.controllers) if profile.has("cgroup") else [],
+            memory_limit_mechanism=profile.memory_mechanism,
+            max_concurrent_spawns=tenant.max_concurrent_spawns,
+            env_allowlist=list(tenant.env_allowlist),
+            max_read_bytes=tenant.fs.max_read_bytes,
+            max_write_bytes=tenant.fs.max_write_bytes,
+        )

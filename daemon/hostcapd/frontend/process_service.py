@@ -1,0 +1,126 @@
+"""ProcessService for one tenant."""
+
+from __future__ import annotations
+
+import asyncio
+import signal as signal_mod
+from collections.abc import AsyncIterator
+
+import grpc
+
+from hostcap_proto.v1 import process_pb2, process_pb2_grpc
+from hostcapd.errors import Refusal
+from hostcapd.frontend import convert
+from hostcapd.frontend.refusals import refuse
+from hostcapd.spawn import Spawn, SpawnRequest, prepare
+from hostcapd.tenant import TenantRuntime
+
+_VALID_SIGNALS = {int(s) for s in signal_mod.Signals}
+
+
+class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
+    def __init__(self, runtime: TenantRuntime) -> None:
+        self.runtime = runtime
+
+    async def _begin(
+        self, request: SpawnRequest, context: grpc.aio.ServicerContext, method: str, streaming: bool
+    ) -> tuple[Spawn | None, process_pb2.Started | None, bool]:
+        """Start (or find) the spawn; a dry run returns only its Started."""
+        try:
+            existing = self.runtime.existing(request.request_id)
+            if existing is not None:
+                await existing.started
+                return existing, convert.started_of(existing, attached=True), True
+            if request.dry_run:
+                prepared = prepare(request, self.runtime)
+                prepared.exe.close()
+                return None, convert.started_to_wire(self.runtime, request, prepared, dry_run=True), False
+            return self.runtime.start(request, streaming=streaming), None, False
+        except Refusal as refusal:
+            await refuse(context, self.runtime, method, refusal, request.labels, request.request_id)
+            raise AssertionError("unreachable") from None
+
+    async def Spawn(  # noqa: N802 (gRPC method name)
+        self, request: process_pb2.SpawnRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[process_pb2.SpawnEvent]:
+        req = convert.request_from_wire(request)
+        spawn, started, attached = await self._begin(req, context, "Spawn", streaming=True)
+        if spawn is None:
+            yield process_pb2.SpawnEvent(started=started)
+            return
+        if attached:
+            # Output went to the original caller; a retry gets the start and the end.
+            yield process_pb2.SpawnEvent(started=started)
+            report = await asyncio.shield(spawn.done)
+            yield process_pb2.SpawnEvent(exited=convert.exited_to_wire(spawn, report))
+            return
+        try:
+            while True:
+                kind, payload = await spawn.events.get()
+                if kind == "started":
+                    yield process_pb2.SpawnEvent(started=convert.started_of(spawn))
+                elif kind == "output":
+                    stream, data = payload
+                    yield process_pb2.SpawnEvent(output=process_pb2.Output(stream=stream, data=data))
+                    spawn.consumed(len(data))
+                elif kind == "refused":
+                    await refuse(context, self.runtime, "Spawn", payload, req.labels, req.request_id)
+                else:
+                    for stream, buf in ((1, spawn.stdout), (2, spawn.stderr)):
+                        tail = buf.tail()
+                        if tail:
+                            yield process_pb2.SpawnEvent(output=process_pb2.Output(stream=stream, data=tail))
+                    yield process_pb2.SpawnEvent(exited=convert.exited_to_wire(spawn, payload))
+                    return
+        finally:
+            # The client went away (cancel, deadline, disconnect): kill the tree.
+            if not spawn.done.done():
+                spawn.cancel()
+
+    async def Run(  # noqa: N802
+        self, request: process_pb2.SpawnRequest, context: grpc.aio.ServicerContext
+    ) -> process_pb2.RunResult:
+        req = convert.request_from_wire(request)
+        spawn, started, attached = await self._begin(req, context, "Run", streaming=False)
+        if spawn is None:
+            return process_pb2.RunResult(started=started)
+        try:
+            report = await asyncio.shield(spawn.done)
+        except Refusal as refusal:
+            await refuse(context, self.runtime, "Run", refusal, req.labels, req.request_id)
+            raise
+        finally:
+            if not spawn.done.done():
+                spawn.cancel()
+        return process_pb2.RunResult(
+            started=convert.started_of(spawn, attached=attached),
+            stdout=spawn.stdout.result(),
+            stderr=spawn.stderr.result(),
+            exited=convert.exited_to_wire(spawn, report),
+        )
+
+    async def Signal(  # noqa: N802
+        self, request: process_pb2.SignalRequest, context: grpc.aio.ServicerContext
+    ) -> process_pb2.SignalResponse:
+        try:
+            if request.signal not in _VALID_SIGNALS:
+                raise Refusal("INVALID_ARGUMENT", f"{request.signal} is not a signal number")
+            target = request.WhichOneof("target")
+            spawn = self.runtime.find(
+                spawn_id=request.spawn_id if target == "spawn_id" else "",
+                pid=request.pid if target == "pid" else 0,
+            )
+            if spawn is None or not spawn.pid:
+                raise Refusal("NOT_FOUND", "no such live spawn for this tenant")
+        except Refusal as refusal:
+            await refuse(context, self.runtime, "Signal", refusal, {}, "")
+            raise
+        spawn.signal(request.signal)
+        return process_pb2.SignalResponse(spawn_id=spawn.id)
+
+    async def List(  # noqa: N802
+        self, request: process_pb2.ListRequest, context: grpc.aio.ServicerContext
+    ) -> process_pb2.ListResponse:
+        return process_pb2.ListResponse(
+            spawns=[convert.spawn_info(s) for s in self.runtime.spawns.values() if s.pid]
+        )

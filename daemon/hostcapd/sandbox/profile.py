@@ -1,0 +1,215 @@
+"""The sandbox profile of a tenant, decided once at start-up.
+
+`probe_host()` asks the kernel what it offers; `prepare()` turns a tenant's
+profile into the applied set of protections plus the plain values the child
+set-up needs. A `required` protection the host cannot apply raises
+`ProtectionUnavailable` naming it and why: the daemon then refuses to serve
+that tenant rather than run it weaker.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
+from hostcapd.sandbox import cgroups, identity, landlock, namespaces, seccomp
+
+DEV_FILES = tuple(
+    Path(p) for p in ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+)
+
+
+class ProtectionUnavailable(Exception):
+    """A protection the tenant requires cannot be applied on this host."""
+
+    def __init__(self, tenant: str, protection: str, reason: str) -> None:
+        super().__init__(
+            f"tenant {tenant!r} requires {protection}, which this host cannot apply: {reason}"
+        )
+        self.tenant = tenant
+        self.protection = protection
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class ProtectionStatus:
+    name: str
+    applied: bool
+    reason: str
+    required: bool
+
+
+@dataclass
+class HostSupport:
+    """What this host offers, probed once."""
+
+    is_root: bool
+    landlock: landlock.LandlockSupport
+    seccomp: seccomp.SeccompSupport
+    cgroups: cgroups.CgroupHost
+    seccomp_filter: bytes = b""
+    #: Why the cgroup subtree could not be prepared, if it could not.
+    cgroup_failure: str = ""
+
+    def offers(self, name: str) -> tuple[bool, str]:
+        if name in namespaces.NAMESPACES:
+            return namespaces.probe(name, self.is_root)
+        if name == "landlock":
+            if self.landlock.abi == 0:
+                return False, self.landlock.reason
+            return True, f"ABI {self.landlock.abi}"
+        if name == "seccomp":
+            return self.seccomp.available, self.seccomp.reason
+        if name == "cgroup":
+            support = self.cgroups.support
+            if not support.version:
+                return False, support.reason
+            if self.cgroup_failure:
+                return False, self.cgroup_failure
+            return True, f"cgroup {support.version}: {','.join(support.controllers)}"
+        if name == "uid_drop":
+            return (True, "") if self.is_root else (False, "daemon is not root")
+        if name in ("rlimits", "no_new_privs", "exec_by_fd"):
+            return True, ""
+        raise KeyError(name)
+
+
+def probe_host(cgroup_parent: str = "") -> HostSupport:
+    host = HostSupport(
+        is_root=os.geteuid() == 0,
+        landlock=landlock.probe(),
+        seccomp=seccomp.probe(),
+        cgroups=cgroups.CgroupHost.probe(cgroup_parent),
+    )
+    if host.seccomp.available:
+        host.seccomp_filter = seccomp.build_filter()  # compiled once for every tenant
+    if host.cgroups.support.version:
+        try:
+            host.cgroups.prepare()  # the daemon's own subtree (on v2 it moves in)
+        except cgroups.CgroupError as error:
+            host.cgroup_failure = str(error)
+    return host
+
+
+@dataclass
+class TenantProfile:
+    """A tenant's applied protections and the prepared values of its children."""
+
+    tenant: str
+    protections: tuple[ProtectionStatus, ...]
+    ns: namespaces.NamespacePlan
+    seccomp_filter: bytes
+    #: Per-spawn rulesets are made from it (the child adds its own mounts' rules).
+    landlock: landlock.RulesetTemplate | None
+    #: (path, access) the child adds for the mounts it makes (/proc, /tmp).
+    landlock_mount_rules: tuple[tuple[bytes, int], ...]
+    landlock_abi: int
+    no_new_privs: bool
+    drop_caps: bool
+    oom_score_adj: int
+    umask: int
+    applied: frozenset[str] = field(default_factory=frozenset)
+
+    def has(self, name: str) -> bool:
+        return name in self.applied
+
+    @property
+    def memory_mechanism(self) -> str:
+        return "cgroup" if self.has("cgroup") else "rlimit_as"
+
+    def spawner_message(self, key: str) -> dict[str, Any]:
+        """The registration the spawner keeps for this tenant's spawns."""
+        return {
+            "op": "profile",
+            "key": key,
+            "clone_flags": self.ns.clone_flags,
+            "mounts": [list(m) for m in self.ns.mounts],
+            "hostname": self.ns.hostname,
+            "loopback_up": self.ns.loopback_up,
+            "umask": self.umask,
+            "landlock_rules": [list(r) for r in self.landlock_mount_rules],
+            "seccomp": self.seccomp_filter,
+            "drop_caps": self.drop_caps,
+            "no_new_privs": self.no_new_privs,
+            "oom_score_adj": str(self.oom_score_adj).encode() if os.geteuid() == 0 else None,
+            "pdeathsig": int(signal.SIGKILL),
+        }
+
+    def new_ruleset(self) -> int:
+        """A landlock ruleset fd for one spawn (-1 without landlock)."""
+        return self.landlock.build() if self.landlock is not None else -1
+
+    def close(self) -> None:
+        if self.landlock is not None:
+            self.landlock.close()
+            self.landlock = None
+
+
+def _landlock_rules(tenant: Tenant, applied: set[str]) -> landlock.LandlockRules:
+    # The child's own /proc and /tmp get their rules from the child itself
+    # (landlock_mount_rules): a rule on the host directory does not reach a
+    # mount stacked over it. Roots kept beneath /tmp are bind mounts of the
+    # root itself, which the root's own rule does cover.
+    read_write = [r.path for r in tenant.roots if r.tier is Tier.READ_WRITE]
+    read_only = [r.path for r in tenant.roots if r.tier is Tier.READ_ONLY]
+    return landlock.LandlockRules(
+        read_write=tuple(read_write),
+        read_only=tuple(read_only),
+        read_exec=tuple(p for p in tenant.sandbox.system_dirs if p.exists()),
+        dev_files=DEV_FILES,
+        restrict_tcp=not tenant.sandbox.allow_host_network,
+        scope=True,
+    )
+
+
+def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
+    sandbox = tenant.sandbox
+    statuses: list[ProtectionStatus] = []
+    applied: set[str] = set()
+    for name in PROTECTION_NAMES:
+        level = sandbox.level(name)
+        required = level is Level.REQUIRED
+        if level is Level.OFF:
+            statuses.append(ProtectionStatus(name, False, "off in the tenant's profile", False))
+            continue
+        if name == "net_namespace" and sandbox.allow_host_network:
+            statuses.append(ProtectionStatus(name, False, "profile allows the host network", False))
+            continue
+        if name in sandbox.simulate_unavailable:
+            ok, reason = False, "unavailable (simulated by sandbox.simulate_unavailable)"
+        else:
+            ok, reason = host.offers(name)
+        if not ok and required:
+            raise ProtectionUnavailable(tenant.name, name, reason)
+        statuses.append(ProtectionStatus(name, ok, reason, required))
+        if ok:
+            applied.add(name)
+
+    template = None
+    mount_rules: tuple[tuple[bytes, int], ...] = ()
+    if "landlock" in applied:
+        template = landlock.RulesetTemplate(_landlock_rules(tenant, applied), host.landlock.abi)
+        private_tmp = "mount_namespace" in applied
+        mount_rules = landlock.mount_rules(
+            host.landlock.abi, proc=private_tmp and "pid_namespace" in applied, tmp=private_tmp
+        )
+    return TenantProfile(
+        tenant=tenant.name,
+        protections=tuple(statuses),
+        ns=namespaces.plan(
+            applied, sandbox.tmp_size_bytes, sandbox.hostname, tuple(r.path for r in tenant.roots)
+        ),
+        seccomp_filter=host.seccomp_filter if "seccomp" in applied else b"",
+        landlock=template,
+        landlock_mount_rules=mount_rules,
+        landlock_abi=host.landlock.abi if "landlock" in applied else 0,
+        no_new_privs="no_new_privs" in applied,
+        drop_caps="uid_drop" in applied,
+        oom_score_adj=sandbox.oom_score_adj,
+        umask=tenant.fs.umask,
+        applied=frozenset(applied),
+    )

@@ -1,0 +1,221 @@
+"""The front-end's side of the spawner channel (asyncio).
+
+The spawner is started with posix_spawn of a fresh interpreter
+(`python -m hostcapd.spawner`), never by forking the gRPC process: gRPC's
+threads make fork unsafe, and a fresh interpreter that never imports gRPC
+keeps the spawner's own clones cheap. If it dies it is started again; the
+spawns it owned end with SPAWN_FAILED (their trees died with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hostcapd.spawner import channel
+
+log = logging.getLogger("hostcapd.spawner")
+
+
+class SpawnerLost(Exception):
+    """The spawner died; what it was doing is lost (and its children killed)."""
+
+
+class SetupFailed(Exception):
+    """The child's set-up failed at `step` with `errno` (nothing was executed)."""
+
+    def __init__(self, step: str, errno: int, detail: str = "") -> None:
+        super().__init__(f"{step}: {os.strerror(errno) if errno else detail or 'failed'}")
+        self.step = step
+        self.errno = errno
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    pid: int
+    status: int
+    rusage: tuple[float, float, int, int, int, int, int]
+
+
+class SpawnerClient:
+    def __init__(self) -> None:
+        self._sock: socket.socket | None = None
+        self.pid = 0
+        self._started: dict[str, asyncio.Future[int]] = {}
+        self._exits: dict[str, asyncio.Future[ExitStatus]] = {}
+        self._profiles: dict[str, tuple[dict[str, Any], list[int]]] = {}
+        self._hello: asyncio.Future[int] | None = None
+        self._closing = False
+        self.restarts = 0
+        #: Called (with no arguments) after the spawner was lost and restarted.
+        self.on_restart: Callable[[], None] | None = None
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        ours, theirs = channel.socketpair()
+        ours.setblocking(False)
+        os.set_inheritable(theirs.fileno(), True)
+        self._hello = loop.create_future()
+        try:
+            self.pid = os.posix_spawn(
+                sys.executable,
+                [sys.executable, "-m", "hostcapd.spawner", str(theirs.fileno()), str(os.getpid())],
+                _spawner_env(),
+                setpgroup=0,  # out of the terminal's process group: Ctrl-C is ours to handle
+            )
+        finally:
+            theirs.close()
+        self._sock = ours
+        loop.add_reader(ours.fileno(), self._readable)
+        await asyncio.wait_for(self._hello, 30)
+        for key, (message, fds) in self._profiles.items():
+            channel.send(ours, message, fds)
+            log.debug("re-registered profile %s", key)
+
+    def register_profile(self, key: str, message: dict[str, Any], fds: list[int]) -> None:
+        """Register (or replace) a tenant's prepared profile; kept for restarts."""
+        self._profiles[key] = (message, fds)
+        channel.send(self._require(), message, fds)
+
+    def drop_profile(self, key: str) -> None:
+        self._profiles.pop(key, None)
+        channel.send(self._require(), {"op": "drop_profile", "key": key})
+
+    def _require(self) -> socket.socket:
+        if self._sock is None:
+            raise SpawnerLost("the spawner is not running")
+        return self._sock
+
+    def spawn(self, order: dict[str, Any], fds: list[int]) -> tuple[asyncio.Future[int], asyncio.Future[ExitStatus]]:
+        """Send a spawn order now (the fds are duplicated into the message, so
+        the caller may close its copies on return). The first future gives the
+        pid once the child has exec'd (or raises SetupFailed / SpawnerLost);
+        the second, its exit."""
+        loop = asyncio.get_running_loop()
+        spawn_id = order["id"]
+        started: asyncio.Future[int] = loop.create_future()
+        exited: asyncio.Future[ExitStatus] = loop.create_future()
+        channel.send(self._require(), order, fds)
+        self._started[spawn_id] = started
+        self._exits[spawn_id] = exited
+        return started, exited
+
+    def kill(self, spawn_id: str, pid: int, sig: int) -> None:
+        if self._sock is not None:
+            try:
+                channel.send(self._sock, {"op": "kill", "id": spawn_id, "pid": pid, "sig": int(sig)})
+            except OSError:
+                pass
+
+    def _readable(self) -> None:
+        assert self._sock is not None
+        while True:
+            try:
+                received = channel.receive(self._sock)
+            except BlockingIOError:
+                return
+            except (OSError, ValueError) as error:
+                log.error("spawner channel failed: %s", error)
+                received = None
+            if received is None:
+                self._lost()
+                return
+            message, fds = received
+            for fd in fds:
+                os.close(fd)
+            self._dispatch(message)
+
+    def _dispatch(self, m: dict[str, Any]) -> None:
+        op = m.get("op")
+        if op == "hello":
+            if self._hello and not self._hello.done():
+                self._hello.set_result(m["pid"])
+        elif op == "started":
+            fut = self._started.pop(m["id"], None)
+            if fut and not fut.done():
+                fut.set_result(m["pid"])
+        elif op == "failed":
+            self._exits.pop(m["id"], None)
+            fut = self._started.pop(m["id"], None)
+            if fut and not fut.done():
+                fut.set_exception(SetupFailed(m["step"], m["errno"], m.get("detail", "")))
+        elif op == "exited":
+            ex = self._exits.pop(m["id"], None)
+            if ex and not ex.done():
+                ex.set_result(ExitStatus(m["pid"], m["status"], tuple(m["rusage"])))  # type: ignore[arg-type]
+        else:
+            log.warning("unexpected spawner message %r", m)
+
+    def _lost(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()
+        error = SpawnerLost("the spawner died")
+        for futures in (self._started, self._exits):
+            for fut in futures.values():
+                if not fut.done():
+                    fut.set_exception(error)
+            futures.clear()
+        if self._closing:
+            return
+        log.error("spawner died; starting a new one")
+        self.restarts += 1
+        asyncio.get_running_loop().create_task(self._restart())
+
+    async def _restart(self) -> None:
+        await self._reap_process()
+        try:
+            await self.start()
+        except Exception:
+            log.exception("could not restart the spawner")
+            return
+        if self.on_restart:
+            self.on_restart()
+
+    async def _reap_process(self, grace: float = 2.0) -> None:
+        """Reap the (dying or told-to-stop) spawner, killing it after `grace`."""
+        pid, self.pid = self.pid, 0
+        if not pid:
+            return
+        for _ in range(int(grace / 0.01)):
+            try:
+                done, _status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if done:
+                return
+            await asyncio.sleep(0.01)
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+
+    async def close(self) -> None:
+        """Stop the spawner: it kills and reaps whatever is still running."""
+        self._closing = True
+        sock = self._sock
+        if sock is not None:
+            try:
+                channel.send(sock, {"op": "shutdown"})
+            except OSError:
+                pass
+        await self._reap_process()
+        if self._sock is not None:
+            asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+            self._sock = None
+
+
+def _spawner_env() -> dict[str, str]:
+    # The spawner needs only what the interpreter needs to find this package.
+    env = {"PATH": "/usr/bin:/bin"}
+    for name in ("PYTHONPATH", "VIRTUAL_ENV"):
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env

@@ -1,0 +1,242 @@
+"""The spawner process: receives spawn orders, clones children through the C
+set-up, reaps them with wait4 and reports their exits.
+
+Single-threaded by construction (this module never imports gRPC or starts a
+thread), so the vfork-style clone in `_childsetup` is safe. It is a child
+subreaper and dies with the front-end (PR_SET_PDEATHSIG); its children in
+turn die with it, and a child that is still in set-up when it dies sees the
+life pipe hang up and does not exec.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+from dataclasses import dataclass, field
+from typing import Any
+
+import prctl
+
+from hostcapd import _childsetup
+from hostcapd.spawner import channel
+
+
+@dataclass
+class Profile:
+    """A tenant's prepared sandbox values, registered once, used per spawn."""
+
+    clone_flags: int
+    mounts: list[tuple[int, bytes | None, bytes | None, bytes | None, int, bytes | None]]
+    hostname: bytes | None
+    loopback_up: bool
+    umask: int
+    landlock_rules: list[tuple[bytes, int]]
+    seccomp: bytes
+    drop_caps: bool
+    no_new_privs: bool
+    oom_score_adj: bytes | None
+    pdeathsig: int
+
+
+@dataclass
+class Spawner:
+    sock: socket.socket
+    life_read: int
+    profiles: dict[str, Profile] = field(default_factory=dict)
+    #: live main processes: pid -> spawn id
+    children: dict[int, str] = field(default_factory=dict)
+    running: bool = True
+
+    # --- orders from the front-end ---
+
+    def handle(self, message: dict[str, Any], fds: list[int]) -> None:
+        op = message.get("op")
+        try:
+            if op == "spawn":
+                self.spawn(message, fds)
+            elif op == "kill":
+                self.kill(message["id"], message["pid"], message["sig"])
+            elif op == "profile":
+                self.add_profile(message, fds)
+            elif op == "drop_profile":
+                self.profiles.pop(message["key"], None)
+            elif op == "shutdown":
+                self.running = False
+            else:
+                self.report({"op": "error", "message": f"unknown op {op!r}"})
+        finally:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def add_profile(self, m: dict[str, Any], fds: list[int]) -> None:
+        self.profiles[m["key"]] = Profile(
+            clone_flags=m["clone_flags"],
+            mounts=[tuple(x) for x in m["mounts"]],  # type: ignore[misc]
+            hostname=m["hostname"],
+            loopback_up=m["loopback_up"],
+            umask=m["umask"],
+            landlock_rules=[tuple(x) for x in m["landlock_rules"]],  # type: ignore[misc]
+            seccomp=m["seccomp"],
+            drop_caps=m["drop_caps"],
+            no_new_privs=m["no_new_privs"],
+            oom_score_adj=m["oom_score_adj"],
+            pdeathsig=m["pdeathsig"],
+        )
+
+    def spawn(self, m: dict[str, Any], fds: list[int]) -> None:
+        spawn_id = m["id"]
+        profile = self.profiles.get(m["profile"])
+        if profile is None or len(fds) < 5:
+            self.report({"op": "failed", "id": spawn_id, "step": "profile", "errno": 0})
+            return
+        exe_fd, stdin, stdout, stderr, cancel_fd, *rest = fds
+        landlock_fd = rest.pop(0) if m["landlock"] else -1
+        try:
+            pid = _childsetup.spawn(
+                exe_fd=exe_fd if m["by_fd"] else -1,
+                exe_path=m["exe_path"],
+                argv=m["argv"],
+                envp=m["envp"],
+                stdio=(stdin, stdout, stderr),
+                cwd=m["cwd"],
+                umask=profile.umask,
+                clone_flags=profile.clone_flags,
+                mounts=profile.mounts,
+                hostname=profile.hostname,
+                loopback_up=profile.loopback_up,
+                cgroup_fds=rest,
+                rlimits=m["rlimits"],
+                oom_score_adj=profile.oom_score_adj,
+                loginuid=m["loginuid"],
+                drop_caps=profile.drop_caps,
+                ids=m["ids"],
+                no_new_privs=profile.no_new_privs,
+                landlock_fd=landlock_fd,
+                landlock_rules=profile.landlock_rules if landlock_fd >= 0 else [],
+                seccomp_filter=profile.seccomp,
+                pdeathsig=profile.pdeathsig,
+                cancel_fd=cancel_fd,
+                life_fd=self.life_read,
+            )
+        except _childsetup.SetupError as error:
+            step, err = error.args
+            self.report({"op": "failed", "id": spawn_id, "step": step, "errno": err})
+            return
+        except (OSError, ValueError, TypeError) as error:
+            self.report(
+                {"op": "failed", "id": spawn_id, "step": "prepare",
+                 "errno": getattr(error, "errno", 0) or 0, "detail": str(error)}
+            )
+            return
+        self.children[pid] = spawn_id
+        self.report({"op": "started", "id": spawn_id, "pid": pid})
+
+    def kill(self, spawn_id: str, pid: int, sig: int) -> None:
+        # Only a child we have not reaped yet: its pid cannot have been reused.
+        if self.children.get(pid) != spawn_id:
+            return
+        for target in (pid, -pid):  # the main process (init of its pid ns) and its group
+            try:
+                os.kill(target, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    # --- children ---
+
+    def reap(self, block: bool = False) -> None:
+        """Reap every exited child (all of them, waiting, when block is set)."""
+        while not block or self.children:
+            try:
+                pid, status, usage = os.wait4(-1, 0 if block else os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            spawn_id = self.children.pop(pid, None)
+            if spawn_id is None:
+                continue  # an orphan reparented to us (no pid namespace): already gone
+            self.report(
+                {
+                    "op": "exited",
+                    "id": spawn_id,
+                    "pid": pid,
+                    "status": status,
+                    "rusage": (
+                        usage.ru_utime,
+                        usage.ru_stime,
+                        usage.ru_maxrss,
+                        usage.ru_nvcsw,
+                        usage.ru_nivcsw,
+                        usage.ru_inblock,
+                        usage.ru_oublock,
+                    ),
+                }
+            )
+
+    def report(self, message: dict[str, Any]) -> None:
+        try:
+            channel.send(self.sock, message)
+        except OSError:
+            self.running = False  # the front-end is gone; we are about to die too
+
+    def kill_all(self) -> None:
+        for pid in list(self.children):
+            for target in (pid, -pid):
+                try:
+                    os.kill(target, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+
+def main(argv: list[str]) -> int:
+    fd, parent = int(argv[0]), int(argv[1])
+    # Dies with the front-end; terminal signals are the front-end's to handle.
+    prctl.set_pdeathsig(signal.SIGKILL)
+    if os.getppid() != parent:
+        return 1
+    prctl.set_child_subreaper(True)
+    prctl.set_name("hostcapd-spawn")
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)
+    # The life pipe: we hold the write end for as long as we live; a child
+    # still in set-up when we die sees the read end hang up and does not exec.
+    life_read, life_write = os.pipe2(os.O_CLOEXEC)
+    wake_read, wake_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+    signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    spawner = Spawner(sock, life_read)
+    selector = selectors.DefaultSelector()
+    selector.register(sock, selectors.EVENT_READ, "sock")
+    selector.register(wake_read, selectors.EVENT_READ, "wake")
+    channel.send(sock, {"op": "hello", "pid": os.getpid()})
+    try:
+        while spawner.running:
+            for key, _ in selector.select():
+                if key.data == "wake":
+                    try:
+                        while os.read(wake_read, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    spawner.reap()
+                else:
+                    received = channel.receive(sock)
+                    if received is None:
+                        spawner.running = False
+                        break
+                    spawner.handle(*received)
+            spawner.reap()
+    finally:
+        spawner.kill_all()
+        spawner.reap(block=True)
+        os.close(life_write)
+    return 0

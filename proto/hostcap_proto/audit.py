@@ -454,36 +454,37 @@ def read_lines(path: Path) -> list[StoredLine]:
     return lines
 
 
-@dataclass(frozen=True)
-class ReadResult:
-    """Records read leniently (for query and tail): unreadable lines are
-    skipped and counted, a torn final line is ignored."""
+class RecordReader:
+    """The records of audit files in chain order (see `chain_order`), read
+    leniently and streamed line by line (for query and tail): unreadable lines
+    are skipped and listed in `skipped`, a torn final line sets `torn_tail`.
 
-    records: list[dict[str, Any]]
-    skipped_lines: list[tuple[Path, int]]
-    torn_tail: bool
+    Iterate it once; `skipped` and `torn_tail` are complete after that."""
 
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.paths = chain_order(paths)
+        self.skipped: list[tuple[Path, int]] = []
+        self.torn_tail = False
 
-def read_records(paths: Sequence[Path]) -> ReadResult:
-    """The records of `paths` in chain order (see `chain_order`), leniently."""
-    records: list[dict[str, Any]] = []
-    skipped: list[tuple[Path, int]] = []
-    torn = False
-    for path in chain_order(paths):
-        for line in read_lines(path):
-            if not line.complete:
-                torn = True
-                continue
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for path in self.paths:
             try:
-                records.append(parse_line(line.raw))
-            except AuditRecordError:
-                skipped.append((path, line.number))
-    return ReadResult(records, skipped, torn)
+                with path.open("rb") as f:
+                    for number, raw in enumerate(f, 1):
+                        if not raw.endswith(b"\n"):
+                            self.torn_tail = True
+                            break
+                        try:
+                            yield parse_line(raw[:-1])
+                        except AuditRecordError:
+                            self.skipped.append((path, number))
+            except OSError as error:
+                raise AuditFileError(f"{path}: {error.strerror}") from None
 
 
 def iter_records(paths: Sequence[Path]) -> Iterator[dict[str, Any]]:
     """The records of `paths` in chain order; unreadable lines are skipped."""
-    yield from read_records(paths).records
+    yield from RecordReader(paths)
 
 
 def tail_records(path: Path, count: int, *, block: int = 64 * 1024) -> list[dict[str, Any]]:

@@ -26,9 +26,9 @@ from typing import Any, TextIO
 
 from hostcap_proto.audit import (
     AuditFileError,
+    RecordReader,
     VerifyReport,
     encode_line,
-    read_records,
     tail_records,
     verify_files,
 )
@@ -254,27 +254,21 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_BROKEN
 
 
-def _read_files(paths: list[str]) -> list[dict[str, Any]] | int:
-    try:
-        result = read_records([Path(p) for p in paths])
-    except AuditFileError as error:
-        return _error(str(error))
-    if result.skipped_lines:
-        path, line = result.skipped_lines[0]
-        sys.stderr.write(
-            f"warning: {len(result.skipped_lines)} unreadable line(s) skipped (first {path}:{line}); "
-            "run `hostcapctl audit verify`\n"
-        )
-    return result.records
-
-
 def _cmd_query(args: argparse.Namespace) -> int:
     if not args.file:
         return _error("give the audit file(s) with --file")
-    records = _read_files(args.file)
-    if isinstance(records, int):
-        return records
-    return run_query(records, QueryFilter.from_args(args), sys.stdout, json_lines=args.json)
+    try:
+        reader = RecordReader([Path(p) for p in args.file])
+        code = run_query(reader, QueryFilter.from_args(args), sys.stdout, json_lines=args.json)
+    except AuditFileError as error:
+        return _error(str(error))
+    if reader.skipped:
+        path, line = reader.skipped[0]
+        sys.stderr.write(
+            f"warning: {len(reader.skipped)} unreadable line(s) skipped (first {path}:{line}); "
+            "run `hostcapctl audit verify`\n"
+        )
+    return code
 
 
 def _cmd_tail(args: argparse.Namespace) -> int:

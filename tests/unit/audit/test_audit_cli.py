@@ -191,3 +191,16 @@ async def test_runs_as_a_module(make_settings: SettingsFactory) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("OK")
+
+
+async def test_query_skips_unreadable_lines_and_says_so(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = await sample_log(make_settings)
+    content = path.read_bytes().splitlines(keepends=True)
+    content.insert(2, b"garbage\n")
+    path.write_bytes(b"".join(content))
+    code, out, err = run(["audit", "query", "--file", str(path), "--json"], capsys)
+    assert code == 0
+    assert len(out.splitlines()) == 6
+    assert f"1 unreadable line(s) skipped (first {path}:3)" in err

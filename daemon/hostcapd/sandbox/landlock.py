@@ -1,8 +1,11 @@
 """Landlock: a ruleset fd built in the spawner, applied by the child.
 
-    support = probe()                       # LandlockSupport(abi=7, reason="ABI 7: fs, tcp, scope")
-    fd = build_ruleset(rules, support.abi)  # O_CLOEXEC; the caller owns and closes it
-    # ... the C set-up calls landlock_restrict_self(fd, 0) after no_new_privs.
+    support = probe()                      # LandlockSupport(abi=7, reason="ABI 7: fs, tcp, scope")
+    template = RulesetTemplate(rules, support.abi)   # once per tenant: paths resolved
+    fd = template.build()                  # per spawn; O_CLOEXEC, the caller closes it
+    late = mount_rules(support.abi, proc=True, tmp=True)
+    # the C set-up adds `late` to fd after its mounts (spawn's landlock_rules),
+    # then landlock_restrict_self(fd, 0) after no_new_privs.
 
 The ruleset handles every access right the ABI knows, so anything a rule does
 not grant is denied: files and directories (`fs`), TCP bind and connect when
@@ -19,8 +22,8 @@ skipping that directory. So:
   the child mounts there after the ruleset is built (a rule on `/` would, and
   so would a tenant root's rule for mounts inside the root);
 - a rule added after the mount, on the new mount's root, does: `mount_rules()`
-  lists those and `add_path_rule()` adds one, for a set-up that adds them
-  between its mounts and landlock_restrict_self, to a ruleset of its own
+  lists those, which the C set-up adds between its mounts and
+  landlock_restrict_self, to a ruleset of that spawn's own
   (`RulesetTemplate.build()`: rules added to a ruleset stay in it);
 - a bind mount's root is its source directory, so a rule on that very
   directory covers it wherever the child binds it (one on its parent does not).

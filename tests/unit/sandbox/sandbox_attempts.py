@@ -233,3 +233,48 @@ def start_in_cgroup(fds: list[int], mode: str, *args: str) -> subprocess.Popen[s
     assert child.stdout is not None
     assert child.stdout.readline() == "placed\n"
     return child
+
+
+def run_through_setup(argv: list[bytes], **plan: Any) -> tuple[int, str]:
+    """Run `argv` through the C child set-up (hostcapd._childsetup.spawn) with
+    `plan` over a do-nothing default; returns (exit code, stdout + stderr)."""
+    from hostcapd import _childsetup  # type: ignore[attr-defined]
+
+    exe = os.open(argv[0], os.O_RDONLY | os.O_CLOEXEC)
+    out_r, out_w = os.pipe()
+    settings: dict[str, Any] = {
+        "exe_fd": exe,
+        "exe_path": None,
+        "argv": argv,
+        "envp": [b"PATH=/usr/bin:/bin"],
+        "stdio": (0, out_w, out_w),
+        "cwd": None,
+        "umask": -1,
+        "clone_flags": 0,
+        "mounts": [],
+        "hostname": None,
+        "loopback_up": False,
+        "cgroup_fds": [],
+        "rlimits": [],
+        "oom_score_adj": None,
+        "loginuid": None,
+        "drop_caps": False,
+        "ids": None,
+        "no_new_privs": True,
+        "landlock_fd": -1,
+        "landlock_rules": [],
+        "seccomp_filter": b"",
+        "pdeathsig": 0,
+        "cancel_fd": -1,
+        "life_fd": -1,
+    }
+    settings.update(plan)
+    try:
+        pid = _childsetup.spawn(**settings)
+    finally:
+        os.close(exe)
+        os.close(out_w)
+    with os.fdopen(out_r) as out:
+        text = out.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), text

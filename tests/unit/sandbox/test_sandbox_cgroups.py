@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from hostcapd.sandbox import cgroups
-from sandbox_attempts import start_in_cgroup
+from sandbox_attempts import run_through_setup, start_in_cgroup
 
 MiB = 1 << 20
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="cgroups need root")
@@ -247,46 +247,15 @@ def test_sweep_stale_kills_and_removes_what_a_crashed_daemon_left(
 
 def test_the_spawn_set_up_places_the_child_before_exec(host: cgroups.CgroupHost) -> None:
     """Through the C set-up: the child writes "0" into each fd before it execs."""
-    from hostcapd import _childsetup  # type: ignore[attr-defined]
-
     cg = host.create("childsetup", memory_bytes=64 * MiB, pids=16)
     fds = cg.procs_fds()
-    out_r, out_w = os.pipe()
+    script = b"print(open('/proc/self/cgroup').read(), flush=True); b'x' * (256 << 20)"
     try:
-        pid = _childsetup.spawn(
-            -1,
-            sys.executable.encode(),
-            [
-                b"python",
-                b"-c",
-                b"print(open('/proc/self/cgroup').read(), flush=True); b'x' * (256 << 20)",
-            ],
-            [],
-            (0, out_w, 2),
-            None,
-            0,
-            [],
-            None,
-            fds,
-            [],
-            None,
-            None,
-            False,
-            None,
-            False,
-            -1,
-            b"",
-            0,
-            -1,
-            -1,
-        )
+        code, text = run_through_setup([sys.executable.encode(), b"-c", script], cgroup_fds=fds)
     finally:
-        for fd in (*fds, out_w):
+        for fd in fds:
             os.close(fd)
-    with os.fdopen(out_r) as out:
-        text = out.read()
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    assert code == -signal.SIGKILL, text
     joined = {line.split(":", 2)[2] for line in text.splitlines() if line.count(":") >= 2}
     for h, directory in zip(host.hierarchies, cg.directories, strict=True):
         assert f"/{directory.relative_to(h.mount)}" in joined

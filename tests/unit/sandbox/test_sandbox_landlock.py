@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from hostcapd.sandbox import landlock
-from sandbox_attempts import require_root, run_child
+from sandbox_attempts import require_root, run_child, run_through_setup
 
 SUPPORT = landlock.probe()
 pytestmark = pytest.mark.skipif(SUPPORT.abi < 1, reason=f"no landlock: {SUPPORT.reason}")
@@ -321,72 +321,39 @@ def test_a_fresh_proc_needs_its_own_rule(tree: Tree) -> None:
     assert confined(rules, attempts, setup=[*proc, ["rule", path.decode(), access]]) == ["ok"]
 
 
-def _spawn_sh(script: bytes, ruleset_fd: int) -> tuple[int, str]:
-    """Run `sh -c script` through the C set-up with a mount and pid namespace, a
-    fresh /proc and a private tmpfs /tmp (as namespaces.plan makes them)."""
-    from hostcapd import _childsetup  # type: ignore[attr-defined]
-
-    mounts = [
-        (None, b"/", None, MS_REC | MS_PRIVATE, None),
-        (b"proc", b"/proc", b"proc", 2 | 4 | 8, None),
-        (b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, b"size=1m,mode=1777"),
-    ]
-    exe = os.open("/bin/sh", os.O_RDONLY | os.O_CLOEXEC)
-    out_r, out_w = os.pipe()
-    try:
-        pid = _childsetup.spawn(
-            exe,
-            None,
-            [b"sh", b"-c", script],
-            [b"PATH=/usr/bin:/bin"],
-            (0, out_w, out_w),
-            None,
-            CLONE_NEWNS | 0x20000000,
-            mounts,
-            None,
-            [],
-            [],
-            None,
-            None,
-            False,
-            None,
-            True,
-            ruleset_fd,
-            b"",
-            0,
-            -1,
-            -1,
-        )
-    finally:
-        os.close(exe)
-        os.close(out_w)
-    with os.fdopen(out_r) as out:
-        text = out.read()
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status), text
-
-
+#: What namespaces.plan gives a child: private propagation, a fresh /proc, a tmpfs /tmp.
+CHILD_MOUNTS = [
+    (0, None, b"/", None, MS_REC | MS_PRIVATE, None),
+    (0, b"proc", b"/proc", b"proc", 2 | 4 | 8, None),
+    (0, b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, b"size=1m,mode=1777"),
+]
+CLONE_NEWPID = 0x20000000
 SCRIPT = b"echo hi > /tmp/x && cat /tmp/x && ls /proc/self/fd"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the C set-up must add landlock.mount_rules() to the ruleset after its mounts",
-)
-def test_the_childs_own_tmp_and_proc_are_usable_under_landlock(tree: Tree) -> None:
+def test_the_childs_own_tmp_and_proc_are_usable_with_mount_rules(tree: Tree) -> None:
+    """Through the C set-up, which adds `mount_rules()` after its mounts."""
     require_root()
-    rules = tree.rules(read_write=(Path("/tmp"),))
-    rules = landlock.LandlockRules(
-        rules.read_write,
-        (*rules.read_only, Path("/proc")),
-        rules.read_exec,
-        rules.dev_files,
-        True,
-        True,
-    )
-    fd = landlock.build_ruleset(rules, ABI)
+    template = landlock.RulesetTemplate(tree.rules(), ABI)
+    rules = list(landlock.mount_rules(ABI, proc=True, tmp=True))
+    outcomes = []
     try:
-        code, text = _spawn_sh(SCRIPT, fd)
+        for late in ([], rules):
+            fd = template.build()
+            try:
+                outcomes.append(
+                    run_through_setup(
+                        [b"/bin/sh", b"-c", SCRIPT],
+                        clone_flags=CLONE_NEWNS | CLONE_NEWPID,
+                        mounts=CHILD_MOUNTS,
+                        landlock_fd=fd,
+                        landlock_rules=late,
+                    )
+                )
+            finally:
+                os.close(fd)
     finally:
-        os.close(fd)
-    assert (code, text.split()) == (0, ["hi", "0", "1", "2", "3"])
+        template.close()
+    without, with_rules = outcomes
+    assert without[0] != 0 and "Permission denied" in without[1]
+    assert (with_rules[0], with_rules[1].split()) == (0, ["hi", "0", "1", "2", "3"])

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from hostcapd.sandbox import seccomp
-from sandbox_attempts import require_root, run_seccomp_child
+from sandbox_attempts import require_root, run_seccomp_child, run_through_setup
 
 SUPPORT = seccomp.probe()
 pytestmark = pytest.mark.skipif(not SUPPORT.available, reason=f"no seccomp: {SUPPORT.reason}")
@@ -194,49 +194,20 @@ def test_a_32_bit_syscall_kills_the_process(tmp_path: Path) -> None:
     assert done.stdout == ""
 
 
-def test_the_spawn_set_up_after_the_filter_still_runs(tmp_path: Path) -> None:
+def test_the_spawn_set_up_after_the_filter_still_runs() -> None:
     """The C set-up loads the filter, then close_range, poll and execveat: a
     spawn through it with this filter must exec."""
     require_root()
-    from hostcapd import _childsetup  # type: ignore[attr-defined]
-
-    exe = os.open("/bin/sh", os.O_RDONLY | os.O_CLOEXEC)
-    out_r, out_w = os.pipe()
     cancel_r, cancel_w = os.pipe()
     try:
-        pid = _childsetup.spawn(
-            exe,
-            None,
-            [b"sh", b"-c", b"echo ran; ls /proc/self/fd"],
-            [],
-            (0, out_w, 2),
-            None,
-            0,
-            [],
-            None,
-            [],
-            [],
-            None,
-            None,
-            False,
-            None,
-            True,
-            -1,
-            FILTER,
-            0,
-            cancel_r,
-            -1,
+        code, text = run_through_setup(
+            [b"/bin/sh", b"-c", b"echo ran; ls /proc/self/fd"],
+            seccomp_filter=FILTER,
+            cancel_fd=cancel_r,
         )
-        os.close(out_w)
-        out_w = -1
-        with os.fdopen(out_r) as out:
-            out_r = -1
-            text = out.read()
-        _, status = os.waitpid(pid, 0)
     finally:
-        for fd in (exe, out_r, out_w, cancel_r, cancel_w):
-            if fd >= 0:
-                os.close(fd)
-    assert os.waitstatus_to_exitcode(status) == 0
+        os.close(cancel_r)
+        os.close(cancel_w)
+    assert code == 0, text
     # Only stdio is left (3 is the directory ls reads): the exe and cancel fds closed.
     assert text.split() == ["ran", "0", "1", "2", "3"]

@@ -1,0 +1,277 @@
+"""A tenant socket serving FsService, for the integration and security tests.
+
+Two kinds, same tests:
+
+- `daemon`: the real `hostcapd serve --dev --state-dir DIR` (dev tenant on
+  DIR/run/dev.sock). Skipped, saying why, while hostcapd does not serve
+  FsService (the front-end wires start_fs_service in); runs as soon as it does.
+- `in-process`: `start_fs_service` for the same --dev tenant behind a
+  grpc.aio server in the test's own loop: the real servicer, worker and
+  audit log, without the rest of the daemon.
+
+Both run the tenant as `nobody` when the tests run as root. State dirs live
+under /tmp with mode 0711 (pytest's temp dirs are 0700 root, which the
+tenant could not traverse to reach its workspace).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psutil
+import pytest
+from hostcap_proto.errors import WireError, from_rpc_error
+from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc, process_pb2, process_pb2_grpc
+from hostcapd.audit import AuditLog
+from hostcapd.config import AuditSettings, Tenant, dev_config, prepare_dev_state
+from hostcapd.fs import start_fs_service
+
+#: Big enough for a 64 MiB write plus its envelope (the dev ceiling).
+MAX_MESSAGE = 80 << 20
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE),
+    ("grpc.max_send_message_length", MAX_MESSAGE),
+]
+DAEMON_START_S = 60.0
+
+
+def make_state_dir() -> Path:
+    state = Path(tempfile.mkdtemp(prefix="hostcap-fs-it-"))
+    state.chmod(0o711)
+    return state
+
+
+@dataclass
+class FsEndpoint:
+    kind: str
+    socket: Path
+    state: Path
+    workspace: Path
+    reference: Path
+    audit_path: Path
+    uid: int
+    gid: int
+    max_read_bytes: int
+    max_write_bytes: int
+    worker_pid: Callable[[], int]
+    #: Directories outside every root made for a test (removed afterwards).
+    _outside: list[Path] = field(default_factory=list)
+
+    def channel(self) -> grpc.aio.Channel:
+        return grpc.aio.insecure_channel(f"unix:{self.socket}", options=CHANNEL_OPTIONS)
+
+    def scratch(self) -> str:
+        """A fresh tenant-owned directory in the workspace; its relative path."""
+        name = f"t-{uuid.uuid4().hex[:12]}"
+        path = self.workspace / name
+        path.mkdir()
+        os.chown(path, self.uid, self.gid)
+        return name
+
+    def outside_dir(self) -> Path:
+        """A directory beneath no root whose files the tenant's uid can read:
+        only the jail keeps them out of the file API."""
+        path = Path(tempfile.mkdtemp(prefix="hostcap-fs-outside-"))
+        path.chmod(0o755)
+        self._outside.append(path)
+        return path
+
+    def as_tenant(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        """Run a command as the tenant's uid (what its own spawns could do)."""
+        return subprocess.run(
+            argv, user=self.uid, group=self.gid, capture_output=True, text=True, check=True
+        )
+
+    async def plant_symlink(self, target: str, link: str) -> None:
+        """`link` (relative to the workspace) -> `target`, made by the tenant:
+        through a sandboxed spawn when the daemon serves, else as its uid."""
+        if self.kind == "daemon":
+            async with self.channel() as channel:
+                stub = process_pb2_grpc.ProcessServiceStub(channel)
+                result = await stub.Run(
+                    process_pb2.SpawnRequest(argv=["ln", "-s", target, link], cwd=".")
+                )
+            assert result.exited.exit_code == 0, result.stderr
+        else:
+            self.as_tenant(["ln", "-s", target, str(self.workspace / link)])
+
+    def cleanup(self) -> None:
+        for path in self._outside:
+            shutil.rmtree(path, ignore_errors=True)
+        self._outside.clear()
+
+
+async def failure(call: object) -> tuple[grpc.StatusCode, WireError]:
+    """The status code and hostcap refusal a call ends with."""
+    try:
+        await call  # type: ignore[misc]
+    except grpc.aio.AioRpcError as error:
+        found = from_rpc_error(error)  # type: ignore[arg-type]
+        assert found is not None, f"no hostcap reason in {error.code()}: {error.details()}"
+        return error.code(), found
+    raise AssertionError("the call succeeded")
+
+
+async def refusal(call: object) -> WireError:
+    """The hostcap refusal a call ends with; fails if it succeeds or carries none."""
+    return (await failure(call))[1]
+
+
+@contextlib.asynccontextmanager
+async def in_process(
+    audit_settings: Callable[[AuditSettings], AuditSettings] | None = None,
+    tenant_change: Callable[[Tenant], Tenant] | None = None,
+) -> AsyncIterator[FsEndpoint]:
+    state = make_state_dir()
+    config = dev_config(state)
+    prepare_dev_state(config)
+    tenant = config.tenants[0] if tenant_change is None else tenant_change(config.tenants[0])
+    settings = config.audit if audit_settings is None else audit_settings(config.audit)
+    audit = AuditLog.open(settings, boot_id=uuid.uuid4().hex)
+    runtime = await start_fs_service(tenant, audit)
+    server = grpc.aio.server(options=CHANNEL_OPTIONS)
+    fs_pb2_grpc.add_FsServiceServicer_to_server(runtime.servicer, server)
+    socket_path = state / "run" / "fs.sock"
+    server.add_insecure_port(f"unix:{socket_path}")
+    await server.start()
+
+    def worker_pid() -> int:
+        pid = runtime.worker.pid
+        assert pid is not None
+        return pid
+
+    endpoint = FsEndpoint(
+        kind="in-process",
+        socket=socket_path,
+        state=state,
+        workspace=tenant.roots[0].path,
+        reference=tenant.roots[1].path,
+        audit_path=settings.path,
+        uid=tenant.uid,
+        gid=tenant.gid,
+        max_read_bytes=tenant.fs.max_read_bytes,
+        max_write_bytes=tenant.fs.max_write_bytes,
+        worker_pid=worker_pid,
+    )
+    try:
+        yield endpoint
+    finally:
+        await server.stop(None)
+        await runtime.close()
+        await audit.close()
+        endpoint.cleanup()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def real_daemon() -> Iterator[FsEndpoint]:
+    state = make_state_dir()
+    log = (state / "daemon.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hostcapd", "serve", "--dev", "--state-dir", str(state)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    config = dev_config(state)
+    tenant = config.tenants[0]
+    try:
+        _wait_for_socket(proc, tenant.socket, state / "daemon.log")
+        _skip_unless_fs_served(tenant.socket)
+
+        def worker_pid() -> int:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if "hostcapd.fs.worker" in child.cmdline():
+                        return int(child.pid)
+            raise AssertionError("no fs worker under the daemon")
+
+        endpoint = FsEndpoint(
+            kind="daemon",
+            socket=tenant.socket,
+            state=state,
+            workspace=tenant.roots[0].path,
+            reference=tenant.roots[1].path,
+            audit_path=config.audit.path,
+            uid=tenant.uid,
+            gid=tenant.gid,
+            max_read_bytes=tenant.fs.max_read_bytes,
+            max_write_bytes=tenant.fs.max_write_bytes,
+            worker_pid=worker_pid,
+        )
+        try:
+            yield endpoint
+        finally:
+            endpoint.cleanup()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _wait_for_socket(proc: subprocess.Popen[bytes], socket_path: Path, log: Path) -> None:
+    end = time.monotonic() + DAEMON_START_S
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise AssertionError(
+                f"hostcapd exited with {proc.returncode}:\n{log.read_text(errors='replace')}"
+            )
+        if socket_path.exists():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"hostcapd did not serve {socket_path} within {DAEMON_START_S:g} s")
+
+
+def _skip_unless_fs_served(socket_path: Path) -> None:
+    with grpc.insecure_channel(f"unix:{socket_path}") as channel:
+        try:
+            fs_pb2_grpc.FsServiceStub(channel).Stat(fs_pb2.StatRequest(path="."), timeout=30)  # type: ignore[no-untyped-call]
+        except grpc.RpcError as error:
+            if error.code() == grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
+                pytest.skip(
+                    "hostcapd does not serve FsService yet (start_fs_service is not wired in)"
+                )
+            raise
+
+
+# --- the fixtures both suites use (imported by their conftest.py) ---
+
+
+@pytest.fixture(scope="module")
+def fs_daemon() -> Iterator[FsEndpoint]:
+    """The real daemon, one per test module (its start-up is the slow part)."""
+    with real_daemon() as endpoint:
+        yield endpoint
+
+
+@pytest.fixture(params=["in-process", "daemon"])
+async def endpoint(request: pytest.FixtureRequest) -> AsyncIterator[FsEndpoint]:
+    """Each test runs against both kinds of endpoint."""
+    if request.param == "daemon":
+        yield request.getfixturevalue("fs_daemon")
+        return
+    async with in_process() as served:
+        yield served
+
+
+@pytest.fixture
+async def stub(endpoint: FsEndpoint) -> AsyncIterator[Any]:
+    async with endpoint.channel() as channel:
+        yield fs_pb2_grpc.FsServiceStub(channel)  # type: ignore[no-untyped-call]

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import shlex
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar, cast
@@ -142,13 +143,13 @@ class DispatchContext:
     """
 
     node_id: str
-    granted_tool_ids: frozenset[str]
+    granted_tool_ids: AbstractSet[str]
     config: ToolNodeConfig | Mapping[str, Any]
     tool_policy: ToolPolicy
     fs_scope: FsScope
     gate_approved: bool
     approval: ToolApprovalContext | None = None
-    secret_arg_keys: frozenset[str] | None = None
+    secret_arg_keys: AbstractSet[str] | None = None
     limits: ToolResultLimits | None = None
     signal: asyncio.Event | None = None
     session_id: str | None = None

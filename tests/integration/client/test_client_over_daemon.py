@@ -92,12 +92,13 @@ async def test_a_wall_clock_limit_ends_the_command(registry: ToolRegistry) -> No
         make_ctx(),
     )
     result: Any = outcome.result.unwrap()
-    assert result.outcome == "timeout"
+    assert result.outcome == "timeout", result
 
 
 def _tree_of(daemon: Daemon) -> list[psutil.Process]:
     try:
-        return psutil.Process(daemon.process.pid).children(recursive=True)
+        children: list[psutil.Process] = psutil.Process(daemon.process.pid).children(recursive=True)
+        return children
     except psutil.NoSuchProcess:
         return []
 
@@ -246,7 +247,8 @@ async def test_a_binary_file_comes_back_as_a_handle(
     assert outcome.media is not None
     media = outcome.media.unwrap()
     assert media.byte_length == len(data)
-    assert await host.output_store.open(media.handle) == data  # type: ignore[union-attr]
+    assert host.output_store is not None
+    assert await host.output_store.open(media.handle) == data
 
 
 # ------------------------------------------------------------------ reachability

@@ -83,9 +83,8 @@ async def test_a_host_call_cancelled_from_the_host_side_is_a_cancellation(
 
     from hostcap import StaticToolHost
 
-    registry = create_tool_registry(
-        tools=BUILTIN_TOOLS, host=StaticToolHost(process=CancellingProcess())
-    )  # type: ignore[arg-type]
+    fake = StaticToolHost(process=CancellingProcess())  # type: ignore[arg-type]
+    registry = create_tool_registry(tools=BUILTIN_TOOLS, host=fake)
     with pytest.raises(ToolCancelledError):
         await registry.dispatch(ToolCall("c1", "run_command", {"command": "echo"}), make_ctx())
 

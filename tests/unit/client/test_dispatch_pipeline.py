@@ -432,9 +432,8 @@ async def test_a_failed_side_effecting_call_is_never_recoverable(make_ctx: MakeC
 
     from hostcap import StaticToolHost
 
-    registry = create_tool_registry(
-        tools=BUILTIN_TOOLS, host=StaticToolHost(process=FlakyProcess())
-    )  # type: ignore[arg-type]
+    fake = StaticToolHost(process=FlakyProcess())
+    registry = create_tool_registry(tools=BUILTIN_TOOLS, host=fake)
     with pytest.raises(ToolExecutionError) as caught:
         await registry.dispatch(ToolCall("c1", "run_command", {"command": "echo"}), make_ctx())
     assert not caught.value.recoverable

@@ -26,6 +26,13 @@ from hostcap.approval import ApprovalCard
 CLEANUP_DEADLINE_S = 30.0
 
 
+async def test_connect_gives_the_daemon_arms_and_no_others(host: hostcap.GrpcToolHost) -> None:
+    assert isinstance(host, hostcap.ToolHost)
+    assert host.process is not None and host.fs is not None and host.output_store is not None
+    assert host.egress is None and host.os is None and host.mcp is None
+    assert (await host.capabilities()).tenant == "dev"
+
+
 async def test_run_command_of_an_allowed_command(daemon: Daemon, registry: ToolRegistry) -> None:
     outcome = await registry.dispatch(
         ToolCall("it-echo-1", "run_command", {"command": "echo", "args": ["hello", "daemon"]}),

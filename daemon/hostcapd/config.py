@@ -9,6 +9,7 @@ embedded default that `hostcapd serve --dev` runs.
 from __future__ import annotations
 
 import grp
+import hashlib
 import math
 import os
 import pwd
@@ -412,7 +413,12 @@ def dev_config(state_dir: Path) -> Config:
     workspace = state / "workspace"
     return parse_config(
         {
-            "daemon": {"state_dir": str(state), "runtime_dir": str(state / "run")},
+            "daemon": {
+                "state_dir": str(state),
+                "runtime_dir": str(state / "run"),
+                # Per state dir: a dev daemon sweeps only its own stale cgroups.
+                "cgroup_parent": "hostcapd-dev-" + hashlib.sha256(str(state).encode()).hexdigest()[:12],
+            },
             "audit": {"path": str(state / "log" / "audit.jsonl"), "group": None},
             "admin": {"socket": str(state / "run" / "admin.sock"), "mode": 0o600},
             "tenants": {

@@ -159,9 +159,9 @@ PROBE = textwrap.dedent(
     NOBODY = (65534, 65534)
     FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000
     MOUNTS = [
-        (None, b"/", None, (1 << 14) | (1 << 18), None),
-        (b"proc", b"/proc", b"proc", 2 | 4 | 8, None),
-        (b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, b"size=1048576,mode=1777"),
+        (0, None, b"/", None, (1 << 14) | (1 << 18), None),
+        (0, b"proc", b"/proc", b"proc", 2 | 4 | 8, None),
+        (0, b"tmpfs", b"/tmp", b"tmpfs", 2 | 4, b"size=1048576,mode=1777"),
     ]
 
     def spawn(argv, sandboxed, cwd=b"/"):
@@ -169,11 +169,14 @@ PROBE = textwrap.dedent(
         r, w = os.pipe()
         try:
             pid = _childsetup.spawn(
-                exe, None, [a.encode() for a in argv], [b"PATH=/usr/bin:/bin"],
-                (0, w, w), cwd, FLAGS if sandboxed else 0,
-                MOUNTS if sandboxed else [], b"hostcap" if sandboxed else None,
-                [], [(7, 256, 256)], b"500", b"65534" if sandboxed else None,
-                True, NOBODY, True, -1, b"", signal.SIGKILL, -1, -1)
+                exe_fd=exe, exe_path=None, argv=[a.encode() for a in argv],
+                envp=[b"PATH=/usr/bin:/bin"], stdio=(0, w, w), cwd=cwd, umask=0o022,
+                clone_flags=FLAGS if sandboxed else 0, mounts=MOUNTS if sandboxed else [],
+                hostname=b"hostcap" if sandboxed else None, loopback_up=sandboxed,
+                cgroup_fds=[], rlimits=[(7, 256, 256)], oom_score_adj=b"500",
+                loginuid=b"65534" if sandboxed else None, drop_caps=True, ids=NOBODY,
+                no_new_privs=True, landlock_fd=-1, landlock_rules=[], seccomp_filter=b"",
+                pdeathsig=signal.SIGKILL, cancel_fd=-1, life_fd=-1)
         finally:
             os.close(w)
             os.close(exe)
@@ -331,11 +334,6 @@ def workspace() -> Iterator[Path]:
 
 
 @needs_root
-@pytest.mark.xfail(
-    strict=True,
-    reason="_childsetup.c changes directory before the uid switch, so without "
-    "CAP_DAC_READ_SEARCH root cannot enter a 0700 workspace; chdir must follow setresuid",
-)
 def test_a_child_starts_in_its_0700_workspace_without_dac_capabilities(
     workspace: Path, tmp_path: Path
 ) -> None:

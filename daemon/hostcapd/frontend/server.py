@@ -98,6 +98,10 @@ class Daemon:
     async def start(self) -> None:
         cfg = self.config
         self.audit = AuditLog.open(cfg.audit, boot_id())
+        # The job ledger: spawns a crashed daemon left without an exit record.
+        closed = self.audit.close_orphans("hostcapd restarted: the spawn ended with the previous daemon")
+        if closed:
+            log.warning("closed %d spawns left open by the previous daemon", closed)
         self.host = probe_host(cfg.daemon.cgroup_parent)
         profiles: dict[str, TenantProfile] = {}
         try:
@@ -193,6 +197,8 @@ class Daemon:
         await self.spawner.close()
         for runtime in self.runtimes.values():
             runtime.profile.close()
+        if self.host is not None:
+            self.host.cgroups.release()
         if self.audit is not None:
             with contextlib.suppress(AuditUnavailable):
                 self.audit.write("daemon.stop", version=__version__, pid=os.getpid())

@@ -578,6 +578,12 @@ class CgroupHost:
             with contextlib.suppress(ProcessLookupError):
                 _write(leaf / "cgroup.procs", str(pid))
 
+    def release(self) -> None:
+        """On a clean stop: remove the (now empty) subtree where possible."""
+        for h in self.hierarchies:
+            with contextlib.suppress(OSError):
+                h.subtree.rmdir()
+
     def sweep_stale(self) -> int:
         """Kill and remove spawn cgroups left in the subtree (by a crashed
         daemon); returns how many spawns were swept."""

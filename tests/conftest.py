@@ -1,0 +1,54 @@
+"""Shared fixtures: a real hostcapd on temporary sockets."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.daemon import Daemon, daemon_config, tenant_config
+
+
+@pytest.fixture
+def state_dir(tmp_path: Path) -> Path:
+    state = tmp_path / "state"
+    state.mkdir()
+    # The run-as identity must be able to reach the roots beneath it.
+    for p in (tmp_path, state):
+        p.chmod(0o711)
+    return state
+
+
+@pytest.fixture
+def start_daemon(state_dir: Path) -> Iterator[Callable[..., Daemon]]:
+    """Start a daemon: start_daemon(tenants={name: overrides}, **daemon_config_extra)."""
+    started: list[Daemon] = []
+
+    def start(tenants: dict[str, dict[str, Any]] | None = None, env: dict[str, str] | None = None,
+              **extra: Any) -> Daemon:
+        tenants = tenants or {"dev": {}}
+        config = daemon_config(
+            state_dir, {name: tenant_config(state_dir, name, **over) for name, over in tenants.items()},
+            **extra,
+        )
+        daemon = Daemon(state_dir, config, env=env or {})
+        started.append(daemon)
+        return daemon.start()
+
+    yield start
+    for daemon in started:
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.stop()
+
+
+@pytest.fixture
+def daemon(start_daemon: Callable[..., Daemon]) -> Daemon:
+    return start_daemon()
+
+
+@pytest.fixture
+def marker() -> str:
+    """A unique string to put in a sandboxed program's argv, to find survivors."""
+    return f"hostcap-test-{uuid.uuid4().hex[:12]}"

@@ -1,0 +1,1 @@
+"""Test support: a real hostcapd on temporary sockets, and /proc inspection."""

@@ -1,0 +1,266 @@
+"""Start a real hostcapd (a subprocess) on temporary sockets."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from support import toml
+
+REPO = Path(__file__).resolve().parents[2]
+NOBODY = 65534
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+def tenant_config(state: Path, name: str = "dev", **overrides: Any) -> dict[str, Any]:
+    """A tenant like --dev's, under `state`, with overrides merged on top."""
+    workspace = state / name / "workspace"
+    reference = state / name / "reference"
+    config: dict[str, Any] = {
+        "socket": str(state / "run" / f"{name}.sock"),
+        "socket_owner": 0,
+        "socket_group": 0,
+        "socket_mode": 0o660,
+        "run_as_user": NOBODY,
+        "run_as_group": NOBODY,
+        "roots": [
+            {"path": str(workspace), "tier": "read-write"},
+            {"path": str(reference), "tier": "read-only"},
+        ],
+        "env": {"HOME": str(workspace), "LANG": "C.UTF-8", "PATH": "/usr/local/bin:/usr/bin:/bin"},
+        "env_allowlist": ["LANG", "TZ", "GREETING", "TEST_MARKER"],
+        "limits": {
+            "default": {"output_bytes": MiB, "wall_seconds": 60},
+            "ceiling": {
+                "cpu_seconds": 600, "wall_seconds": 600, "memory_bytes": 4 * GiB, "pids": 1024,
+                "output_bytes": 64 * MiB, "total_output_bytes": 256 * MiB,
+                "file_size_bytes": GiB, "open_files": 4096,
+            },
+        },
+        "max_concurrent_spawns": 64,
+        "sandbox": {},
+    }
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(config.get(key), dict):
+            merged = dict(config[key])
+            for k, v in value.items():
+                if isinstance(v, dict) and isinstance(merged.get(k), dict):
+                    merged[k] = {**merged[k], **v}
+                else:
+                    merged[k] = v
+            config[key] = merged
+        else:
+            config[key] = value
+    return config
+
+
+def daemon_config(state: Path, tenants: dict[str, dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {
+        "daemon": {
+            "state_dir": str(state),
+            "runtime_dir": str(state / "run"),
+            "kill_grace_seconds": 0.2,
+            # Each test daemon sweeps only its own subtree at start-up.
+            "cgroup_parent": f"hostcapd-test/{state.parent.name}-{os.getpid()}",
+        },
+        "audit": {"path": str(state / "log" / "audit.jsonl"), "group": "root", "journal": "off"},
+        "admin": {"socket": str(state / "run" / "admin.sock"), "mode": 0o600},
+        "tenants": tenants,
+    }
+    config.update(extra)
+    return config
+
+
+def prepare_roots(config: dict[str, Any]) -> None:
+    state = Path(config["daemon"]["state_dir"])
+    state.mkdir(parents=True, exist_ok=True)
+    os.chmod(state, 0o711)
+    for tenant in config["tenants"].values():
+        for root in tenant["roots"]:
+            path = Path(root["path"])
+            path.mkdir(parents=True, exist_ok=True)
+            os.chmod(path.parent, 0o711)
+            if root["tier"] == "read-write":
+                os.chown(path, tenant["run_as_user"], tenant["run_as_group"])
+
+
+def connectable(path: Path) -> bool:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+@dataclass
+class Daemon:
+    state: Path
+    config: dict[str, Any]
+    proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def socket(self) -> Path:
+        return Path(next(iter(self.config["tenants"].values()))["socket"])
+
+    def socket_of(self, tenant: str) -> Path:
+        return Path(self.config["tenants"][tenant]["socket"])
+
+    @property
+    def admin_socket(self) -> Path:
+        return Path(self.config["admin"]["socket"])
+
+    @property
+    def audit_path(self) -> Path:
+        return Path(self.config["audit"]["path"])
+
+    def root(self, tenant: str | None = None, index: int = 0) -> Path:
+        t = self.config["tenants"][tenant] if tenant else next(iter(self.config["tenants"].values()))
+        return Path(t["roots"][index]["path"])
+
+    @property
+    def config_path(self) -> Path:
+        return self.state / "hostcapd.toml"
+
+    def write_config(self) -> None:
+        prepare_roots(self.config)
+        self.config_path.write_text(toml.dumps(self.config))
+
+    def start(self, timeout: float = 20.0) -> Daemon:
+        self.write_config()
+        env = {"PATH": "/usr/bin:/bin", "HOSTCAP_CANARY": "daemon-secret-canary", **self.env}
+        self.log = open(self.state / "daemon.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hostcapd", "serve", "--config", str(self.config_path)],
+            env=env, stdout=self.log, stderr=self.log, cwd=REPO,
+        )
+        deadline = time.monotonic() + timeout
+        sockets = [Path(t["socket"]) for t in self.config["tenants"].values()]
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"hostcapd exited with {self.proc.returncode}:\n{self.output()}")
+            if all(connectable(s) for s in sockets):
+                return self
+            time.sleep(0.05)
+        raise RuntimeError(f"hostcapd did not serve within {timeout} s:\n{self.output()}")
+
+    def output(self) -> str:
+        try:
+            return (self.state / "daemon.log").read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self.log.close()
+        return code
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def spawner_pid(self) -> int | None:
+        for child in children_of(self.pid):
+            if b"hostcapd.spawner" in cmdline(child):
+                return child
+        return None
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+def environ(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return b""
+
+
+def processes_with(marker: str) -> list[int]:
+    """Pids whose command line or environment contains `marker`. A test gives
+    its sandboxed programs TEST_MARKER=<marker>, which every descendant
+    inherits, so any survivor of a tree can be found."""
+    found = []
+    needle = marker.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        pid = int(entry.name)
+        if needle in environ(pid) or needle in cmdline(pid):
+            found.append(pid)
+    return found
+
+
+def wait_gone(marker: str, timeout: float) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = processes_with(marker)
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def open_fds(pid: int) -> set[str]:
+    base = Path(f"/proc/{pid}/fd")
+    out = set()
+    for fd in base.iterdir():
+        try:
+            out.add(f"{fd.name}:{os.readlink(fd)}")
+        except OSError:
+            pass
+    return out
+
+
+def zombies_under(pid: int) -> list[int]:
+    found = []
+    for child in children_of(pid):
+        try:
+            state = Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state == "Z":
+            found.append(child)
+        found += zombies_under(child)
+    return found
+
+
+def audit_records(path: Path) -> Iterator[dict[str, Any]]:
+    import json
+
+    for line in path.read_text().splitlines():
+        if line.strip():
+            yield json.loads(line)

@@ -1,7 +1,11 @@
-"""What a chunk of file content is: text or binary, and its media type.
+"""A read's content and what it is: text or binary, and its media type.
 
+    result = read_range(fd, offset=0, max_bytes=1 << 20, name="main.py")
     sniff(b"print('hi')\\n", "main.py", cut_start=False, cut_end=False)
     # -> Sniffed(is_binary=False, media_type="text/x-python")
+
+`read_range` runs in the front-end on a file the fs worker opened and
+checked as the tenant (it resolves nothing: the fd is the authority).
 
 Text means: no NUL byte and valid UTF-8, allowing one character split at
 either edge when the chunk was cut out of a larger file (an offset or a
@@ -15,7 +19,10 @@ application/octet-stream.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import mimetypes
+import os
+import stat
 from dataclasses import dataclass
 
 #: Magic bytes of common binary formats, checked in order.
@@ -107,3 +114,54 @@ def sniff(data: bytes | bytearray, name: str, cut_start: bool, cut_end: bool) ->
         if textual == (not binary):
             return Sniffed(binary, guessed)
     return Sniffed(binary, "application/octet-stream" if binary else "text/plain")
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """A range of a file, and the facts ReadFileResponse reports about it."""
+
+    data: bytes
+    #: Size of the whole file (at least what was read, if it grew meanwhile).
+    size: int
+    offset: int
+    #: The file continues past the range.
+    truncated: bool
+    is_binary: bool
+    media_type: str
+    sha256: str
+    #: sha256 of the whole file, "" unless the range was the whole file.
+    file_sha256: str
+
+
+class NotRegularFile(Exception):
+    """The fd is not a regular file (never read: a FIFO would block)."""
+
+
+def read_range(fd: int, offset: int, max_bytes: int, name: str) -> ReadResult:
+    """Up to `max_bytes` at `offset` of the regular file `fd`, with its hashes,
+    whether it continues (one byte more is probed, so a file that grew is
+    reported truncated) and what it is. Raises OSError from the kernel."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise NotRegularFile("not a regular file")
+    want = min(max_bytes, max(st.st_size - offset, 0))
+    data = os.pread(fd, want, offset) if want else b""
+    while len(data) < want:  # a short read before EOF: rare, finish it
+        more = os.pread(fd, want - len(data), offset + len(data))
+        if not more:
+            break
+        data += more
+    truncated = bool(os.pread(fd, 1, offset + len(data)))
+    size = max(os.fstat(fd).st_size, offset + len(data) + (1 if truncated else 0))
+    digest = hashlib.sha256(data).hexdigest()
+    sniffed = sniff(data, name, cut_start=offset > 0, cut_end=truncated)
+    return ReadResult(
+        data=data,
+        size=size,
+        offset=offset,
+        truncated=truncated,
+        is_binary=sniffed.is_binary,
+        media_type=sniffed.media_type,
+        sha256=digest,
+        file_sha256=digest if offset == 0 and not truncated else "",
+    )

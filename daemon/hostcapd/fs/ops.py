@@ -2,7 +2,7 @@
 
     ops = FsOperations(scope, root_fds, policy, follow_symlinks=True, file_mode=0o644,
                        dir_mode=0o755, umask=0o022)
-    header, data = ops.read("src/main.py", offset=0, max_bytes=1 << 20)
+    header, fd = ops.open_for_read("src/main.py")      # checked, opened as the tenant
     prepared = ops.prepare_write("notes.md", b"...", create_parents=False,
                                  exclusive=False, expected_sha256=None)
     ops.commit_write()          # or ops.abort_write()
@@ -17,7 +17,8 @@ the kernel actually reached, read back from /proc/self/fd: a symlink inside
 the root can lead to `.git/hooks`, and the real path is what counts.
 
 A file once opened is reopened through its own /proc/self/fd entry, never by
-name again, so what is read is the inode that was checked.
+name again, so what is read is the inode that was checked; for a read, that
+fd is what the worker hands to the front-end.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hostcapd.fs import content, syscalls
+from hostcapd.fs import syscalls
 from hostcapd.fs.errors import (
     ACCESS_DENIED,
     CONFLICT,
@@ -194,7 +195,9 @@ class FsOperations:
 
     # --- read -----------------------------------------------------------
 
-    def read(self, path: str, offset: int, max_bytes: int) -> tuple[dict[str, Any], bytearray]:
+    def open_for_read(self, path: str) -> tuple[dict[str, Any], int]:
+        """The checked file opened O_RDONLY, and its real path. The content
+        is read by the holder of the fd (see `content.read_range`)."""
         located = self._locate(path)
         self._check(located.root, located.parts, write=False)
         fd = self._open(located.root, located.parts, os.O_PATH, "read")
@@ -209,31 +212,12 @@ class FsOperations:
             file_fd = self._reopen(fd, _READ_FLAGS, "read")
         finally:
             os.close(fd)
-        try:
-            want = min(max_bytes, max(os.fstat(file_fd).st_size - offset, 0))
-            data = _read_at(file_fd, offset, want)
-            # one byte more tells whether the file continues (it may have grown)
-            truncated = bool(os.pread(file_fd, 1, offset + len(data)))
-            size = max(os.fstat(file_fd).st_size, offset + len(data))
-        except OSError as error:
-            raise self._refusal(error, "read") from None
-        finally:
-            os.close(file_fd)
-        digest = hashlib.sha256(data).hexdigest()
-        sniffed = content.sniff(
-            data, rel[-1] if rel else "", cut_start=offset > 0, cut_end=truncated
-        )
         header = {
             "path": _wire_name(self.scope.display(root, rel)),
-            "size": size,
-            "offset": offset,
-            "truncated": truncated,
-            "is_binary": sniffed.is_binary,
-            "media_type": sniffed.media_type,
-            "sha256": digest,
-            "file_sha256": digest if offset == 0 and not truncated else "",
+            "name": _wire_name(rel[-1]) if rel else "",
+            "size": os.fstat(file_fd).st_size,
         }
-        return header, data
+        return header, file_fd
 
     def _reopen(self, fd: int, flags: int, what: str) -> int:
         # The same inode as the O_PATH fd that was checked: no second lookup by name.
@@ -791,21 +775,6 @@ def _identity(dir_fd: int, name: str) -> tuple[int, int, int, int] | None:
 def _identity_fd(fd: int) -> tuple[int, int, int, int]:
     st = os.fstat(fd)
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-def _read_at(fd: int, offset: int, size: int) -> bytearray:
-    """Up to `size` bytes at `offset`, read straight into one buffer."""
-    buffer = bytearray(size)
-    with memoryview(buffer) as view:
-        got = 0
-        while got < size:
-            n = os.preadv(fd, [view[got:]], offset + got)
-            if n == 0:
-                break
-            got += n
-    if got < size:
-        del buffer[got:]
-    return buffer
 
 
 def _unlink_quietly(dir_fd: int, name: str) -> None:

@@ -3,7 +3,7 @@
     worker = FsWorker(settings)
     await worker.start()                       # FsWorkerUnavailable if it refuses to serve
     async with worker.session() as session:    # one request at a time
-        header, data = await session.exchange({"op": "stat", "path": "a.txt"})
+        reply = await session.exchange({"op": "stat", "path": "a.txt"})
     await worker.close()                       # the process is gone when this returns
 
 One worker per tenant, requests serialised by an asyncio lock: the worker is
@@ -22,20 +22,35 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from hostcapd.fs.errors import FsRefusal
-from hostcapd.fs.protocol import ProtocolError, read_frame_async, write_frame_async
+from hostcapd.fs.protocol import FrameLink, ProtocolError, make_link
 from hostcapd.fs.worker import Applied, WorkerSettings
 
 START_TIMEOUT_S = 30.0
 CLOSE_GRACE_S = 2.0
-_STREAM_LIMIT = 1 << 20
+
+
+@dataclass
+class Reply:
+    """A worker's answer: its header, any data, and any fd it passed (owned
+    by whoever holds the reply: close it)."""
+
+    header: dict[str, Any]
+    data: bytes
+    fd: int | None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 class FsWorkerUnavailable(Exception):
@@ -45,17 +60,12 @@ class FsWorkerUnavailable(Exception):
 class FsWorker:
     """Owns one worker process, its link, and the lock that serialises it."""
 
-    def __init__(
-        self, settings: WorkerSettings, *, max_read_bytes: int, op_timeout_s: float
-    ) -> None:
+    def __init__(self, settings: WorkerSettings, *, op_timeout_s: float) -> None:
         self.settings = settings
         self.op_timeout_s = op_timeout_s
-        #: Bound on content the worker may send back (a read's data).
-        self._max_reply_data = max_read_bytes
         self._lock = asyncio.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._link: FrameLink | None = None
         self._closed = False
         self.protections: tuple[Applied, ...] = ()
         #: How many times a worker was started (1 after start()).
@@ -71,7 +81,7 @@ class FsWorker:
             await self._spawn()
 
     async def _spawn(self) -> None:
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        front, child = make_link()
         try:
             # -I: no PYTHON* variables, no user site, no cwd on sys.path.
             proc = subprocess.Popen(
@@ -84,21 +94,21 @@ class FsWorker:
                 start_new_session=True,
             )
         except OSError as error:
-            parent.close()
+            front.close()
             raise FsWorkerUnavailable(f"cannot start the fs worker: {error.strerror}") from None
         finally:
             child.close()
         self._proc = proc
         self.starts += 1
-        self._reader, self._writer = await asyncio.open_unix_connection(
-            sock=parent, limit=_STREAM_LIMIT
-        )
+        self._link = FrameLink(front)
         try:
-            await write_frame_async(self._writer, self.settings.to_hello())
-            ready, _ = await asyncio.wait_for(read_frame_async(self._reader, 0), START_TIMEOUT_S)
-        except (OSError, EOFError, asyncio.IncompleteReadError, ProtocolError, TimeoutError):
+            await self._link.send(self.settings.to_hello())
+            ready, _, fd = await asyncio.wait_for(self._link.receive(0), START_TIMEOUT_S)
+        except (OSError, EOFError, ProtocolError, TimeoutError):
             await self._discard()
             raise FsWorkerUnavailable("the fs worker exited during start-up") from None
+        if fd is not None:
+            os.close(fd)
         if not ready.get("ok"):
             await self._discard()
             raise FsWorkerUnavailable(str(ready.get("message", "the fs worker refused to start")))
@@ -106,10 +116,10 @@ class FsWorker:
 
     async def _discard(self) -> None:
         """Kill and reap the worker; whatever it was doing is lost."""
-        proc, writer = self._proc, self._writer
-        self._proc = self._reader = self._writer = None
-        if writer is not None:
-            writer.close()
+        proc, link = self._proc, self._link
+        self._proc = self._link = None
+        if link is not None:
+            link.close()
         if proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGKILL)
@@ -127,42 +137,42 @@ class FsWorker:
                 await self._spawn()
             yield WorkerSession(self)
 
-    async def _exchange(self, header: dict[str, Any], data: bytes) -> tuple[dict[str, Any], bytes]:
-        reader, writer = self._reader, self._writer
-        if reader is None or writer is None:
+    async def _exchange(self, header: dict[str, Any], data: bytes) -> Reply:
+        link = self._link
+        if link is None:
             raise FsWorkerUnavailable("the fs worker is not running")
         try:
-            await write_frame_async(writer, header, data)
-            reply, content = await asyncio.wait_for(
-                read_frame_async(reader, self._max_reply_data), self.op_timeout_s
-            )
+            await link.send(header, data)
+            answer, content, fd = await asyncio.wait_for(link.receive(0), self.op_timeout_s)
         except TimeoutError:
             await self._discard()
             raise FsWorkerUnavailable(
-                f"the fs worker did not answer within {self.op_timeout_s:g} s and was restarted"
+                f"the fs worker did not answer within {self.op_timeout_s:g} s; it is restarted"
             ) from None
-        except (OSError, asyncio.IncompleteReadError, ProtocolError):
+        except (OSError, EOFError, ProtocolError):
             await self._discard()
             raise FsWorkerUnavailable(
-                "the fs worker died during the request and was restarted"
+                "the fs worker died during the request; it is restarted"
             ) from None
         except asyncio.CancelledError:
             # the reply would arrive for nobody and desynchronise the link
             await asyncio.shield(self._discard())
             raise
-        if not reply.get("ok"):
-            raise FsRefusal(str(reply.get("reason")), str(reply.get("message", "")))
-        return reply, content
+        reply = Reply(answer, content, fd)
+        if not answer.get("ok"):
+            reply.close()
+            raise FsRefusal(str(answer.get("reason")), str(answer.get("message", "")))
+        return reply
 
     async def close(self) -> None:
         """Stop the worker: EOF first (it aborts a pending write and exits),
         SIGKILL after a grace period. Waits for any session in progress."""
         self._closed = True
         async with self._lock:
-            proc, writer = self._proc, self._writer
-            self._proc = self._reader = self._writer = None
-            if writer is not None:
-                writer.close()
+            proc, link = self._proc, self._link
+            self._proc = self._link = None
+            if link is not None:
+                link.close()
             if proc is None:
                 return
             try:
@@ -179,9 +189,7 @@ class WorkerSession:
     def __init__(self, worker: FsWorker) -> None:
         self._worker = worker
 
-    async def exchange(
-        self, header: dict[str, Any], data: bytes = b""
-    ) -> tuple[dict[str, Any], bytes]:
+    async def exchange(self, header: dict[str, Any], data: bytes = b"") -> Reply:
         """Send one request, wait for its reply. Raises FsRefusal for an
         `ok: false` reply, FsWorkerUnavailable if the worker died or hung."""
         return await self._worker._exchange(header, data)

@@ -1,21 +1,24 @@
 """The frames between the front-end and its fs worker, over a socketpair.
 
-A frame is `>II` (header length, data length), a JSON object, raw bytes:
+A frame is `>II` (header length, data length), a JSON object, raw bytes;
+a reply may also carry one file descriptor (SCM_RIGHTS, on its first byte):
 
-    write_frame(sock, {"op": "read", "path": "a.txt", ...})
-    header, data = read_frame(sock, max_data=16 << 20)
+    write_frame(sock, {"ok": True, ...}, fd=file_fd)          # worker side
+    header, data, fd = await link.receive(max_data=0)          # front-end side
 
-JSON carries the small structured part and the raw bytes carry file content,
-so content is never base64'd or copied through a codec. Both ends bound what
-they accept; a frame over the bound is a protocol error, and the reader
-closes the link rather than buffering it.
+JSON carries the small structured part and the raw bytes carry write content,
+so content is never base64'd. A read's content does not travel here at all:
+the worker sends the file it opened and checked, as the tenant, and the
+front-end preads it (one copy, straight into the bytes gRPC sends). Both ends
+bound what they accept; a frame over the bound is a protocol error, and the
+reader drops the link rather than buffering it.
 
-Requests (`op`) and what they answer, each `{"ok": true, ...}` or
+Requests (`op`) and their replies, each `{"ok": true, ...}` or
 `{"ok": false, "reason", "message"}`:
 
 - `hello` (first frame, front-end to worker): the worker's settings;
   answered by `ready` with the protections applied;
-- `read` {path, offset, max_bytes} -> content in the data part;
+- `open_read` {path} -> the real path, its size and an fd open O_RDONLY;
 - `write_prepare` {path, create_parents, exclusive, expected_sha256} + data
   -> the prepared write (paths, hashes); then exactly one of
   `write_commit` / `write_abort`;
@@ -25,8 +28,10 @@ Requests (`op`) and what they answer, each `{"ok": true, ...}` or
 
 from __future__ import annotations
 
+import array
 import asyncio
 import json
+import os
 import socket
 import struct
 from typing import Any
@@ -34,15 +39,26 @@ from typing import Any
 _HEAD = struct.Struct(">II")
 #: Bound on the JSON part (a listing of 10 000 deep entries fits easily).
 MAX_HEADER = 64 << 20
+#: Socket buffers of the link: fewer wake-ups for a 64 MiB write.
+BUFFER_BYTES = 4 << 20
 
 
 class ProtocolError(Exception):
     """A malformed or oversized frame, or the link closed mid-frame."""
 
 
-def encode(header: dict[str, Any], data: bytes | bytearray = b"") -> list[bytes | bytearray]:
+def make_link() -> tuple[socket.socket, socket.socket]:
+    """A connected pair: (front-end end, worker end)."""
+    front, worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    for end in (front, worker):
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER_BYTES)
+        end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER_BYTES)
+    return front, worker
+
+
+def _encode(header: dict[str, Any], data_len: int) -> tuple[bytes, bytes]:
     body = json.dumps(header, separators=(",", ":")).encode()
-    return [_HEAD.pack(len(body), len(data)), body, data]
+    return _HEAD.pack(len(body), data_len), body
 
 
 def _decode_header(body: bytes | bytearray) -> dict[str, Any]:
@@ -65,13 +81,13 @@ def _check(header_len: int, data_len: int, max_data: int) -> None:
 
 def _recv_exactly(sock: socket.socket, size: int) -> bytearray:
     buffer = bytearray(size)
-    view = memoryview(buffer)
-    got = 0
-    while got < size:
-        n = sock.recv_into(view[got:], size - got)
-        if n == 0:
-            raise EOFError
-        got += n
+    with memoryview(buffer) as view:
+        got = 0
+        while got < size:
+            n = sock.recv_into(view[got:], size - got)
+            if n == 0:
+                raise EOFError
+            got += n
     return buffer
 
 
@@ -89,28 +105,112 @@ def read_frame(sock: socket.socket, max_data: int) -> tuple[dict[str, Any], byte
     return _decode_header(body), data
 
 
-def write_frame(sock: socket.socket, header: dict[str, Any], data: bytes | bytearray = b"") -> None:
-    for part in encode(header, data):
-        if part:
-            sock.sendall(part)
+def write_frame(
+    sock: socket.socket,
+    header: dict[str, Any],
+    data: bytes | bytearray = b"",
+    fd: int | None = None,
+) -> None:
+    head, body = _encode(header, len(data))
+    if fd is None:
+        sock.sendall(head + body)
+    else:
+        sent = sock.sendmsg(
+            [head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
+        )
+        sock.sendall(head[sent:] + body)
+    if data:
+        sock.sendall(data)
 
 
 # --- asyncio side (the front-end) ---
 
 
-async def read_frame_async(
-    reader: asyncio.StreamReader, max_data: int
-) -> tuple[dict[str, Any], bytes]:
-    """One frame; asyncio.IncompleteReadError when the link closed."""
-    header_len, data_len = _HEAD.unpack(await reader.readexactly(_HEAD.size))
-    _check(header_len, data_len, max_data)
-    body = await reader.readexactly(header_len)
-    data = await reader.readexactly(data_len) if data_len else b""
-    return _decode_header(body), data
+class FrameLink:
+    """The front-end's end of the link, on the running loop, without asyncio
+    streams (which would buffer, and copy, every byte of a 64 MiB write)."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self._loop = asyncio.get_running_loop()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    async def send(self, header: dict[str, Any], data: bytes = b"") -> None:
+        head, body = _encode(header, len(data))
+        await self._loop.sock_sendall(self.sock, head + body)
+        if data:
+            await self._loop.sock_sendall(self.sock, data)
+
+    async def receive(self, max_data: int) -> tuple[dict[str, Any], bytes, int | None]:
+        """One frame and the fd it carried (the caller owns it). Raises
+        EOFError when the link closed, ProtocolError for a bad frame."""
+        head, fd = await self._receive_head()
+        try:
+            header_len, data_len = _HEAD.unpack(head)
+            _check(header_len, data_len, max_data)
+            body = await self._receive_exactly(header_len)
+            data = bytes(await self._receive_exactly(data_len)) if data_len else b""
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+        return _decode_header(body), data, fd
+
+    async def _receive_head(self) -> tuple[bytes, int | None]:
+        # recvmsg for the head: an fd rides on a frame's first byte, and a
+        # plain recv of that byte would silently drop (close) it
+        got = b""
+        fds: list[int] = []
+        space = socket.CMSG_SPACE(array.array("i").itemsize)
+        while len(got) < _HEAD.size:
+            try:
+                chunk, ancillary, flags, _ = self.sock.recvmsg(_HEAD.size - len(got), space)
+            except BlockingIOError:
+                await self._readable()
+                continue
+            for level, kind, payload in ancillary:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    carried = array.array("i")
+                    carried.frombytes(payload[: len(payload) - len(payload) % carried.itemsize])
+                    fds.extend(carried)
+            if not chunk:
+                _close_all(fds)
+                raise EOFError if not got else ProtocolError("link closed mid-frame")
+            if flags & socket.MSG_CTRUNC or len(fds) > 1:
+                _close_all(fds)
+                raise ProtocolError("a frame carried more than one fd")
+            got += chunk
+        return got, (fds[0] if fds else None)
+
+    async def _receive_exactly(self, size: int) -> bytearray:
+        buffer = bytearray(size)
+        with memoryview(buffer) as view:
+            got = 0
+            while got < size:
+                n = await self._loop.sock_recv_into(self.sock, view[got:])
+                if n == 0:
+                    raise ProtocolError("link closed mid-frame")
+                got += n
+        return buffer
+
+    async def _readable(self) -> None:
+        ready: asyncio.Future[None] = self._loop.create_future()
+        fileno = self.sock.fileno()
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        self._loop.add_reader(fileno, wake)
+        try:
+            await ready
+        finally:
+            self._loop.remove_reader(fileno)
 
 
-async def write_frame_async(
-    writer: asyncio.StreamWriter, header: dict[str, Any], data: bytes = b""
-) -> None:
-    writer.writelines(encode(header, data))
-    await writer.drain()
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)

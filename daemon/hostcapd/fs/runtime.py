@@ -80,8 +80,6 @@ async def start_fs_service(
     tenant: Tenant, audit: AuditLog, *, op_timeout_s: float = OP_TIMEOUT_S
 ) -> FsRuntime:
     """Start `tenant`'s fs worker and the servicer bound to it."""
-    worker = FsWorker(
-        worker_settings(tenant), max_read_bytes=tenant.fs.max_read_bytes, op_timeout_s=op_timeout_s
-    )
+    worker = FsWorker(worker_settings(tenant), op_timeout_s=op_timeout_s)
     await worker.start()
     return FsRuntime(FsServicer(tenant, audit, worker), worker)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import re
 from collections.abc import Awaitable, Mapping
 from typing import Any, NoReturn, Protocol, TypeVar
@@ -33,7 +34,7 @@ from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc
 
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.config import Tenant
-from hostcapd.fs import errors
+from hostcapd.fs import content, errors
 from hostcapd.fs.errors import FsRefusal
 from hostcapd.fs.process import FsWorker, FsWorkerUnavailable
 
@@ -44,6 +45,8 @@ MAX_LABEL_KEY = 128
 MAX_LABEL_VALUE = 1024
 MAX_REQUEST_ID = 256
 MAX_OFFSET = (1 << 63) - 1
+#: Reads up to this size are read and hashed on the loop; larger ones in a thread.
+INLINE_READ_BYTES = 256 << 10
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 #: Refusals of reads, listings and stats that are worth an audit line (a
@@ -111,27 +114,42 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
                         f"max_bytes must be between 1 and the tenant's read ceiling of {max_bytes}",
                     )
                 max_bytes = request.max_bytes
-            header, data = await self._single(
-                {
-                    "op": "read",
-                    "path": request.path,
-                    "offset": request.offset,
-                    "max_bytes": max_bytes,
-                }
-            )
+            path, result = await _run_to_end(self._read(request.path, request.offset, max_bytes))
         except (FsRefusal, FsWorkerUnavailable) as failure:
             await self._refuse(context, "ReadFile", request.path, failure)
         return fs_pb2.ReadFileResponse(
-            path=header["path"],
-            data=data,
-            size=header["size"],
-            offset=header["offset"],
-            truncated=header["truncated"],
-            is_binary=header["is_binary"],
-            media_type=header["media_type"],
-            sha256=header["sha256"],
-            file_sha256=header["file_sha256"],
+            path=path,
+            data=result.data,
+            size=result.size,
+            offset=result.offset,
+            truncated=result.truncated,
+            is_binary=result.is_binary,
+            media_type=result.media_type,
+            sha256=result.sha256,
+            file_sha256=result.file_sha256,
         )
+
+    async def _read(self, path: str, offset: int, max_bytes: int) -> tuple[str, content.ReadResult]:
+        """The worker resolves, checks and opens as the tenant; the content is
+        read here from the fd it passed, after the worker is free again."""
+        async with self._worker.session() as session:
+            reply = await session.exchange({"op": "open_read", "path": path})
+        if reply.fd is None:
+            raise FsWorkerUnavailable("the fs worker answered a read without its file")
+        try:
+            wanted = min(max_bytes, max(int(reply.header["size"]) - offset, 0))
+            read = functools.partial(
+                content.read_range, reply.fd, offset, max_bytes, reply.header["name"]
+            )
+            # hashing megabytes would stall every other call on the loop
+            result = await asyncio.to_thread(read) if wanted > INLINE_READ_BYTES else read()
+        except content.NotRegularFile:
+            raise FsRefusal(errors.INVALID_ARGUMENT, "read: not a regular file") from None
+        except OSError as error:
+            raise errors.refusal_from_errno(error, "read") from None
+        finally:
+            reply.close()
+        return str(reply.header["path"]), result
 
     async def WriteFile(
         self, request: fs_pb2.WriteFileRequest, context: ServicerContext
@@ -170,7 +188,7 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
                 request, "max_entries", self._fs.max_list_entries, self._fs.max_list_entries
             )
             depth = self._bounded(request, "depth", self._fs.max_list_depth, 1)
-            header, _ = await self._single(
+            header = await self._single(
                 {
                     "op": "list",
                     "path": request.path,
@@ -200,7 +218,7 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
         self, request: fs_pb2.StatRequest, context: ServicerContext
     ) -> fs_pb2.StatResponse:
         try:
-            header, _ = await self._single({"op": "stat", "path": request.path})
+            header = await self._single({"op": "stat", "path": request.path})
         except (FsRefusal, FsWorkerUnavailable) as failure:
             await self._refuse(context, "Stat", request.path, failure)
         return fs_pb2.StatResponse(
@@ -214,10 +232,12 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
 
     # --- helpers -----------------------------------------------------------
 
-    async def _single(self, header: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
-        async def one() -> tuple[dict[str, Any], bytes]:
+    async def _single(self, header: dict[str, Any]) -> dict[str, Any]:
+        async def one() -> dict[str, Any]:
             async with self._worker.session() as session:
-                return await session.exchange(header)
+                reply = await session.exchange(header)
+            reply.close()
+            return reply.header
 
         return await _run_to_end(one())
 
@@ -225,7 +245,7 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
         self, prepare: dict[str, Any], data: bytes, labels: dict[str, str], request_id: str
     ) -> dict[str, Any]:
         async with self._worker.session() as session:
-            prepared, _ = await session.exchange(prepare, data)
+            prepared = (await session.exchange(prepare, data)).header
             try:
                 await self._audit.write_durable(
                     "file.write",

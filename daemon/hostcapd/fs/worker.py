@@ -217,19 +217,19 @@ def confine(settings: WorkerSettings) -> tuple[list[Applied], FsOperations]:
     return applied, operations
 
 
-def handle(
-    operations: FsOperations, header: dict[str, Any], data: bytearray
-) -> tuple[dict[str, Any], bytes | bytearray]:
-    """One request to its reply; refusals become `ok: false` replies."""
+Reply = tuple[dict[str, Any], bytes | bytearray, int | None]
+
+
+def handle(operations: FsOperations, header: dict[str, Any], data: bytearray) -> Reply:
+    """One request to its reply (header, data, fd to pass); refusals become
+    `ok: false` replies."""
     op = header.get("op")
     if operations.pending is not None and op not in ("write_commit", "write_abort"):
         operations.abort_write()  # a front-end that moved on: drop, never keep, the write
     try:
-        if op == "read":
-            reply, content = operations.read(
-                str(header["path"]), int(header["offset"]), int(header["max_bytes"])
-            )
-            return {"ok": True, **reply}, content
+        if op == "open_read":
+            reply, fd = operations.open_for_read(str(header["path"]))
+            return {"ok": True, **reply}, b"", fd
         if op == "write_prepare":
             expected = header.get("expected_sha256")
             reply = operations.prepare_write(
@@ -239,13 +239,13 @@ def handle(
                 exclusive=bool(header["exclusive"]),
                 expected_sha256=None if expected is None else str(expected),
             )
-            return {"ok": True, **reply}, b""
+            return {"ok": True, **reply}, b"", None
         if op == "write_commit":
             operations.commit_write()
-            return {"ok": True}, b""
+            return {"ok": True}, b"", None
         if op == "write_abort":
             operations.abort_write()
-            return {"ok": True}, b""
+            return {"ok": True}, b"", None
         if op == "list":
             reply = operations.list_directory(
                 str(header["path"]),
@@ -253,22 +253,26 @@ def handle(
                 int(header["depth"]),
                 bool(header["include_hidden"]),
             )
-            return {"ok": True, **reply}, b""
+            return {"ok": True, **reply}, b"", None
         if op == "stat":
-            return {"ok": True, **operations.stat(str(header["path"]))}, b""
+            return {"ok": True, **operations.stat(str(header["path"]))}, b"", None
         raise FsRefusal(INTERNAL, f"unknown operation {op!r}")
     except FsRefusal as refusal:
-        return {"ok": False, "reason": refusal.reason, "message": refusal.message}, b""
+        return {"ok": False, "reason": refusal.reason, "message": refusal.message}, b"", None
     except OSError as error:
         # an errno nobody mapped: name it, never the path Python attaches
         name = errno.errorcode.get(error.errno or 0, "unknown")
-        return {"ok": False, "reason": INTERNAL, "message": f"{op}: unexpected {name}"}, b""
+        return {"ok": False, "reason": INTERNAL, "message": f"{op}: unexpected {name}"}, b"", None
     except (KeyError, TypeError, ValueError) as error:
-        return {
-            "ok": False,
-            "reason": INTERNAL,
-            "message": f"{op}: malformed request ({type(error).__name__})",
-        }, b""
+        return (
+            {
+                "ok": False,
+                "reason": INTERNAL,
+                "message": f"{op}: malformed request ({type(error).__name__})",
+            },
+            b"",
+            None,
+        )
 
 
 def serve(sock: socket.socket, operations: FsOperations, max_data: int) -> None:
@@ -277,9 +281,13 @@ def serve(sock: socket.socket, operations: FsOperations, max_data: int) -> None:
             header, data = read_frame(sock, max_data)
         except EOFError:
             break
-        reply, content = handle(operations, header, data)
+        reply, content, fd = handle(operations, header, data)
         del data
-        write_frame(sock, reply, content)
+        try:
+            write_frame(sock, reply, content, fd)
+        finally:
+            if fd is not None:
+                os.close(fd)
     operations.abort_write()
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hostcapd.fs.content import read_range
 from hostcapd.fs.errors import FsRefusal
 from hostcapd.fs.process import FsWorker
 from hostcapd.fs.scope import RootSpec
@@ -71,16 +72,26 @@ class WorkerClient:
     def __init__(self, worker: FsWorker) -> None:
         self.worker = worker
 
-    async def call(self, header: dict[str, Any], data: bytes = b"") -> tuple[dict[str, Any], bytes]:
+    async def call(self, header: dict[str, Any], data: bytes = b"") -> dict[str, Any]:
         async with self.worker.session() as session:
-            return await session.exchange(header, data)
+            reply = await session.exchange(header, data)
+        reply.close()
+        return reply.header
 
     async def read(
         self, path: str, offset: int = 0, max_bytes: int = 1 << 20
     ) -> tuple[dict[str, Any], bytes]:
-        return await self.call(
-            {"op": "read", "path": path, "offset": offset, "max_bytes": max_bytes}
-        )
+        """The worker opens and checks; the content is read from the fd it
+        passed, as the servicer does."""
+        async with self.worker.session() as session:
+            reply = await session.exchange({"op": "open_read", "path": path})
+        assert reply.fd is not None
+        try:
+            result = read_range(reply.fd, offset, max_bytes, reply.header["name"])
+        finally:
+            reply.close()
+        header = {key: value for key, value in vars(result).items() if key != "data"}
+        return {**header, "path": reply.header["path"]}, result.data
 
     async def write(
         self,
@@ -93,7 +104,7 @@ class WorkerClient:
         commit: bool = True,
     ) -> dict[str, Any]:
         async with self.worker.session() as session:
-            prepared, _ = await session.exchange(
+            prepared = await session.exchange(
                 {
                     "op": "write_prepare",
                     "path": path,
@@ -104,12 +115,12 @@ class WorkerClient:
                 data,
             )
             await session.exchange({"op": "write_commit" if commit else "write_abort"})
-        return prepared
+        return prepared.header
 
     async def list(
         self, path: str, max_entries: int = 1000, depth: int = 1, include_hidden: bool = False
     ) -> dict[str, Any]:
-        header, _ = await self.call(
+        return await self.call(
             {
                 "op": "list",
                 "path": path,
@@ -118,11 +129,9 @@ class WorkerClient:
                 "include_hidden": include_hidden,
             }
         )
-        return header
 
     async def stat(self, path: str) -> dict[str, Any]:
-        header, _ = await self.call({"op": "stat", "path": path})
-        return header
+        return await self.call({"op": "stat", "path": path})
 
     async def refusal(self, coroutine: Any) -> FsRefusal:
         """The refusal `coroutine` ends with (fails the test if it succeeds)."""
@@ -132,6 +141,6 @@ class WorkerClient:
 
 
 async def start_worker(settings: WorkerSettings, op_timeout_s: float = 30.0) -> FsWorker:
-    worker = FsWorker(settings, max_read_bytes=16 << 20, op_timeout_s=op_timeout_s)
+    worker = FsWorker(settings, op_timeout_s=op_timeout_s)
     await worker.start()
     return worker

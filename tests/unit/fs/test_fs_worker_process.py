@@ -228,7 +228,7 @@ def test_the_worker_dies_with_its_front_end(roots: Roots) -> None:
         async def main():
             settings = WorkerSettings.from_hello(json.loads(sys.argv[1]))
             settings = settings.__class__(**{**settings.__dict__, "parent_pid": os.getpid()})
-            worker = FsWorker(settings, max_read_bytes=1 << 20, op_timeout_s=30)
+            worker = FsWorker(settings, op_timeout_s=30)
             await worker.start()
             print(worker.pid, flush=True)
             await asyncio.sleep(3600)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,9 +16,12 @@ from support.daemon import Daemon, daemon_config, tenant_config
 def state_dir(tmp_path: Path) -> Path:
     state = tmp_path / "state"
     state.mkdir()
-    # The run-as identity must be able to reach the roots beneath it.
-    for p in (tmp_path, state):
-        p.chmod(0o711)
+    # The run-as identity (the fs worker runs as it on the host) must be able
+    # to reach the roots: make pytest's private temp dirs traversable.
+    for p in (state, *state.parents):
+        if p == Path(tempfile.gettempdir()) or p == Path("/"):
+            break
+        p.chmod(p.stat().st_mode | 0o711)
     return state
 
 
@@ -26,11 +30,15 @@ def start_daemon(state_dir: Path) -> Iterator[Callable[..., Daemon]]:
     """Start a daemon: start_daemon(tenants={name: overrides}, **daemon_config_extra)."""
     started: list[Daemon] = []
 
-    def start(tenants: dict[str, dict[str, Any]] | None = None, env: dict[str, str] | None = None,
-              **extra: Any) -> Daemon:
+    def start(
+        tenants: dict[str, dict[str, Any]] | None = None,
+        env: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> Daemon:
         tenants = tenants or {"dev": {}}
         config = daemon_config(
-            state_dir, {name: tenant_config(state_dir, name, **over) for name, over in tenants.items()},
+            state_dir,
+            {name: tenant_config(state_dir, name, **over) for name, over in tenants.items()},
             **extra,
         )
         daemon = Daemon(state_dir, config, env=env or {})

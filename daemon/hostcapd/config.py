@@ -184,7 +184,9 @@ PROTECTION_NAMES: tuple[str, ...] = (
 def minimal_sandbox() -> Sandbox:
     """rlimits and the uid drop only (the bench's "minimal profile")."""
     keep = {"rlimits", "uid_drop", "exec_by_fd"}
-    return Sandbox(**{name: (Level.REQUIRED if name in keep else Level.OFF) for name in PROTECTION_NAMES})
+    return Sandbox.model_validate(
+        {name: (Level.REQUIRED if name in keep else Level.OFF) for name in PROTECTION_NAMES}
+    )
 
 
 DEFAULT_PROTECTED_PATHS = (".git/hooks/**", ".git/config")
@@ -206,7 +208,9 @@ class FsSettings(_Model):
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 #: Names that never reach a child, whatever a config or request says.
-FORBIDDEN_ENV = re.compile(r"^(LD_.*|NOTIFY_SOCKET|LISTEN_.*|BASH_ENV|ENV|PYTHONSTARTUP|PYTHONPATH|PERL5OPT|PERL5LIB|RUBYOPT|NODE_OPTIONS|GCONV_PATH|MALLOC_.*|GLIBC_TUNABLES|HOSTALIASES|RES_OPTIONS|LOCALDOMAIN)$")
+FORBIDDEN_ENV = re.compile(
+    r"^(LD_.*|NOTIFY_SOCKET|LISTEN_.*|BASH_ENV|ENV|PYTHONSTARTUP|PYTHONPATH|PERL5OPT|PERL5LIB|RUBYOPT|NODE_OPTIONS|GCONV_PATH|MALLOC_.*|GLIBC_TUNABLES|HOSTALIASES|RES_OPTIONS|LOCALDOMAIN)$"
+)
 
 
 def _identity(value: int | str, lookup: str) -> int:
@@ -417,7 +421,8 @@ def dev_config(state_dir: Path) -> Config:
                 "state_dir": str(state),
                 "runtime_dir": str(state / "run"),
                 # Per state dir: a dev daemon sweeps only its own stale cgroups.
-                "cgroup_parent": "hostcapd-dev-" + hashlib.sha256(str(state).encode()).hexdigest()[:12],
+                "cgroup_parent": "hostcapd-dev-"
+                + hashlib.sha256(str(state).encode()).hexdigest()[:12],
             },
             "audit": {"path": str(state / "log" / "audit.jsonl"), "group": None},
             "admin": {"socket": str(state / "run" / "admin.sock"), "mode": 0o600},
@@ -439,9 +444,18 @@ def dev_config(state_dir: Path) -> Config:
                         "PATH": "/usr/local/bin:/usr/bin:/bin",
                         "TMPDIR": "/tmp",
                     },
-                    "env_allowlist": ["TERM", "LANG", "LC_ALL", "TZ", "GIT_AUTHOR_NAME",
-                                      "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME",
-                                      "GIT_COMMITTER_EMAIL", "NO_COLOR", "CI"],
+                    "env_allowlist": [
+                        "TERM",
+                        "LANG",
+                        "LC_ALL",
+                        "TZ",
+                        "GIT_AUTHOR_NAME",
+                        "GIT_AUTHOR_EMAIL",
+                        "GIT_COMMITTER_NAME",
+                        "GIT_COMMITTER_EMAIL",
+                        "NO_COLOR",
+                        "CI",
+                    ],
                     "limits": {
                         "default": {"output_bytes": 1 * MiB, "wall_seconds": 600},
                         "ceiling": {
@@ -482,4 +496,3 @@ def prepare_dev_state(config: Config) -> None:
     # The state dir must be traversable by the run-as identity to reach the roots.
     state = config.daemon.state_dir
     state.chmod(state.stat().st_mode | 0o711)
-

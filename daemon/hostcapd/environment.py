@@ -18,7 +18,9 @@ def build(tenant: Tenant, declared: Mapping[str, str]) -> dict[str, str]:
     size = 0
     for name, value in declared.items():
         if not _ENV_NAME.match(name) or FORBIDDEN_ENV.match(name) or name not in allowed:
-            raise Refusal("ENV_NOT_ALLOWED", f"environment variable {name!r} is not allowed for this tenant")
+            raise Refusal(
+                "ENV_NOT_ALLOWED", f"environment variable {name!r} is not allowed for this tenant"
+            )
         if "\0" in value:
             raise Refusal("INVALID_ARGUMENT", f"environment variable {name!r} contains a NUL byte")
         size += len(name) + len(value) + 2

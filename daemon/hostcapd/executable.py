@@ -93,7 +93,9 @@ def resolve(
             raise Refusal("EXECUTABLE_NOT_ALLOWED", "argv[0] with a slash must be an absolute path")
         real = os.path.realpath(name)
         if allowed_dirs and not _inside(real, allowed_dirs):
-            raise Refusal("EXECUTABLE_NOT_ALLOWED", f"{name} is not inside an allowed executable directory")
+            raise Refusal(
+                "EXECUTABLE_NOT_ALLOWED", f"{name} is not inside an allowed executable directory"
+            )
         opened = _open_executable(real)
         if opened is None:
             raise Refusal("EXECUTABLE_NOT_ALLOWED", f"{name} is not an executable file")

@@ -25,7 +25,8 @@ def apply(requested: dict[str, float | int], tenant: TenantLimits) -> Limits:
                 raise Refusal("LIMIT_INVALID", f"limit {name} must be positive, got {value}")
             if value > ceiling:
                 raise Refusal(
-                    "LIMIT_INVALID", f"limit {name}={value} is above the tenant's ceiling of {ceiling}"
+                    "LIMIT_INVALID",
+                    f"limit {name}={value} is above the tenant's ceiling of {ceiling}",
                 )
             values[name] = value
         else:

@@ -30,7 +30,7 @@ class StreamBuffer:
         head_part = data[:room] if room > 0 else b""
         if head_part:
             self.head += head_part
-        rest = data[len(head_part):]
+        rest = data[len(head_part) :]
         if rest:
             if self.tail_limit == 0:
                 self.dropped += len(rest)

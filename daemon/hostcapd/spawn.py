@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hostcapd import environment, executable
-from hostcapd.audit import AuditUnavailable
 from hostcapd import limits as limits_mod
+from hostcapd.audit import AuditUnavailable
 from hostcapd.config import Limits, Tenant
 from hostcapd.errors import Refusal
 from hostcapd.output import StreamBuffer
@@ -150,7 +150,9 @@ def prepare(request: SpawnRequest, runtime: TenantRuntime) -> Prepared:
 
 
 class Spawn:
-    def __init__(self, runtime: TenantRuntime, request: SpawnRequest, prepared: Prepared, streaming: bool) -> None:
+    def __init__(
+        self, runtime: TenantRuntime, request: SpawnRequest, prepared: Prepared, streaming: bool
+    ) -> None:
         self.runtime = runtime
         self.request = request
         self.prepared = prepared
@@ -183,7 +185,9 @@ class Spawn:
 
     def cancel(self, reason: Outcome = Outcome.CANCELLED, message: str = "") -> None:
         """Kill the tree (once) for `reason`; safe to call at any time."""
-        self._terminate(reason, message or ("cancelled by the client" if reason is Outcome.CANCELLED else ""))
+        self._terminate(
+            reason, message or ("cancelled by the client" if reason is Outcome.CANCELLED else "")
+        )
 
     def signal(self, sig: int) -> None:
         if self.pid:
@@ -211,9 +215,13 @@ class Spawn:
         try:
             if profile.has("cgroup"):
                 try:
-                    self._cgroup = self.runtime.cgroups.create(self.id, p.limits.memory_bytes, p.limits.pids)
+                    self._cgroup = self.runtime.cgroups.create(
+                        self.id, p.limits.memory_bytes, p.limits.pids
+                    )
                 except CgroupError as error:
-                    raise _Refused(Refusal("PROTECTION_UNAVAILABLE", f"cgroup placement failed: {error}")) from None
+                    raise _Refused(
+                        Refusal("PROTECTION_UNAVAILABLE", f"cgroup placement failed: {error}")
+                    ) from None
             # Pipes: the child's ends go to the spawner and are closed here at once.
             out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -241,13 +249,18 @@ class Spawn:
                 await self.runtime.audit.write_durable("process.exec", **self._exec_record())
             except AuditUnavailable as error:
                 raise _Refused(
-                    Refusal("AUDIT_UNAVAILABLE", f"the audit log cannot be written, nothing was run: {error}")
+                    Refusal(
+                        "AUDIT_UNAVAILABLE",
+                        f"the audit log cannot be written, nothing was run: {error}",
+                    )
                 ) from None
             self._exec_audited = True
             if self._kill_reason is not None:
                 raise _Cancelled()
 
-            ident = identity.plan(tenant.uid, tenant.gid, set(profile.applied), profile.oom_score_adj)
+            ident = identity.plan(
+                tenant.uid, tenant.gid, set(profile.applied), profile.oom_score_adj
+            )
             by_fd = profile.has("exec_by_fd") and not p.exe.is_script
             order = {
                 "op": "spawn",
@@ -268,8 +281,15 @@ class Spawn:
             # Step 3: the spawner clones; the C set-up runs and execs.
             started, self._exit = self.runtime.spawner.spawn(
                 order,
-                [p.exe.fd, in_r, out_w, err_w, self._cancel_fd,
-                 *([ruleset_fd] if ruleset_fd >= 0 else []), *cgroup_fds],
+                [
+                    p.exe.fd,
+                    in_r,
+                    out_w,
+                    err_w,
+                    self._cancel_fd,
+                    *([ruleset_fd] if ruleset_fd >= 0 else []),
+                    *cgroup_fds,
+                ],
             )
             for fd in fds_to_close:
                 os.close(fd)
@@ -286,7 +306,9 @@ class Spawn:
             read_ends.clear()
             stdin_task = None
             if stdin_w >= 0:
-                stdin_task = asyncio.ensure_future(self._feed_stdin(stdin_w, self.request.stdin or b""))
+                stdin_task = asyncio.ensure_future(
+                    self._feed_stdin(stdin_w, self.request.stdin or b"")
+                )
             if p.limits.wall_seconds is not None:
                 self._timer = loop.call_later(
                     p.limits.wall_seconds,
@@ -322,22 +344,31 @@ class Spawn:
             if self._kill_reason is not None:  # cancel wins over a simultaneous error
                 return self._finish_unstarted(self._kill_reason, "", 0, self._kill_message)
             return self._finish_unstarted(
-                Outcome.SPAWN_FAILED, error.step, error.errno,
+                Outcome.SPAWN_FAILED,
+                error.step,
+                error.errno,
                 f"set-up step {error.step} failed: {os.strerror(error.errno) if error.errno else error.detail}",
             )
         except SpawnerLost:
-            return self._finish_unstarted(Outcome.SPAWN_FAILED, "spawner", 0, "the spawner died during set-up")
+            return self._finish_unstarted(
+                Outcome.SPAWN_FAILED, "spawner", 0, "the spawner died during set-up"
+            )
         except Exception as error:
             # A daemon bug must still end the call and leave nothing behind.
             log.exception("spawn %s failed inside the daemon", self.id)
             if not self._exec_audited:
-                refusal = Refusal("INVALID_ARGUMENT", f"the daemon could not start the spawn: {type(error).__name__}")
+                refusal = Refusal(
+                    "INVALID_ARGUMENT",
+                    f"the daemon could not start the spawn: {type(error).__name__}",
+                )
                 self.events.put_nowait(("refused", refusal))
                 self.done.set_exception(refusal)
                 self.done.add_done_callback(lambda f: f.exception())
                 return None
             self._kill_tree(signal.SIGKILL)
-            return self._finish_unstarted(Outcome.SPAWN_FAILED, "daemon", 0, f"internal error: {type(error).__name__}")
+            return self._finish_unstarted(
+                Outcome.SPAWN_FAILED, "daemon", 0, f"internal error: {type(error).__name__}"
+            )
         finally:
             for fd in fds_to_close + read_ends:
                 with contextlib.suppress(OSError):
@@ -385,7 +416,9 @@ class Spawn:
         total = self.stdout.total + self.stderr.total
         ceiling = self.prepared.limits.total_output_bytes
         if ceiling is not None and total > ceiling and self._kill_reason is None:
-            self._terminate(Outcome.OUTPUT_LIMIT, f"total output passed the limit of {ceiling} bytes")
+            self._terminate(
+                Outcome.OUTPUT_LIMIT, f"total output passed the limit of {ceiling} bytes"
+            )
 
     def _close_readers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -455,8 +488,12 @@ class Spawn:
         duration = time.monotonic() - (self._exec_time or self.started_at)
         limits = self.prepared.limits
         if status is None:
-            report = Report(Outcome.SPAWN_FAILED, message="the spawner died while the spawn ran",
-                            failed_step="spawner", duration=duration)
+            report = Report(
+                Outcome.SPAWN_FAILED,
+                message="the spawner died while the spawn ran",
+                failed_step="spawner",
+                duration=duration,
+            )
         else:
             code = os.waitstatus_to_exitcode(status.status)
             sig = -code if code < 0 else 0
@@ -468,9 +505,14 @@ class Spawn:
                 outcome = Outcome.MEMORY_LIMIT
                 message = f"memory limit of {limits.memory_bytes} bytes exceeded (OOM kill)"
             elif sig == signal.SIGXCPU or (
-                sig == signal.SIGKILL and limits.cpu_seconds is not None and cpu >= limits.cpu_seconds - 0.05
+                sig == signal.SIGKILL
+                and limits.cpu_seconds is not None
+                and cpu >= limits.cpu_seconds - 0.05
             ):
-                outcome, message = Outcome.CPU_LIMIT, f"CPU limit of {limits.cpu_seconds:g} s exceeded"
+                outcome, message = (
+                    Outcome.CPU_LIMIT,
+                    f"CPU limit of {limits.cpu_seconds:g} s exceeded",
+                )
             elif stats.pids_refused > 0 and (sig or exit_code):
                 outcome, message = Outcome.PIDS_LIMIT, f"pids limit of {limits.pids} refused a fork"
             elif sig:
@@ -478,8 +520,14 @@ class Spawn:
             else:
                 outcome, message = Outcome.EXITED, f"exited with status {exit_code}"
             report = Report(
-                outcome, exit_code=exit_code, signal=sig, message=message, rusage=status.rusage,
-                peak_memory_bytes=stats.peak_memory_bytes, oom_kills=stats.oom_kills, duration=duration,
+                outcome,
+                exit_code=exit_code,
+                signal=sig,
+                message=message,
+                rusage=status.rusage,
+                peak_memory_bytes=stats.peak_memory_bytes,
+                oom_kills=stats.oom_kills,
+                duration=duration,
             )
         return self._complete(report)
 
@@ -512,8 +560,12 @@ class Spawn:
             "labels": dict(self.request.labels),
             "argv": list(p.argv),
             "env_names": sorted(p.env),
-            "executable": {"path": p.exe.path, "sha256": p.exe.sha256, "device": p.exe.device,
-                           "inode": p.exe.inode},
+            "executable": {
+                "path": p.exe.path,
+                "sha256": p.exe.sha256,
+                "device": p.exe.device,
+                "inode": p.exe.inode,
+            },
             "cwd": p.cwd,
             "uid": self.runtime.tenant.uid,
             "gid": self.runtime.tenant.gid,
@@ -536,4 +588,3 @@ class _Refused(Exception):
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(refusal.message)
         self.refusal = refusal
-

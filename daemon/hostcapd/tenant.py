@@ -125,8 +125,16 @@ class TenantRuntime:
             "peak_memory_bytes": report.peak_memory_bytes,
             "oom_kills": report.oom_kills,
             "duration_s": round(report.duration, 6),
-            "stdout": {"total": spawn.stdout.total, "kept": spawn.stdout.kept, "dropped": spawn.stdout.dropped},
-            "stderr": {"total": spawn.stderr.total, "kept": spawn.stderr.kept, "dropped": spawn.stderr.dropped},
+            "stdout": {
+                "total": spawn.stdout.total,
+                "kept": spawn.stdout.kept,
+                "dropped": spawn.stdout.dropped,
+            },
+            "stderr": {
+                "total": spawn.stderr.total,
+                "kept": spawn.stderr.kept,
+                "dropped": spawn.stderr.dropped,
+            },
         }
         if report.failed_step:
             record["failed_step"] = report.failed_step

@@ -41,9 +41,14 @@ def tenant_config(state: Path, name: str = "dev", **overrides: Any) -> dict[str,
         "limits": {
             "default": {"output_bytes": MiB, "wall_seconds": 60},
             "ceiling": {
-                "cpu_seconds": 600, "wall_seconds": 600, "memory_bytes": 4 * GiB, "pids": 1024,
-                "output_bytes": 64 * MiB, "total_output_bytes": 256 * MiB,
-                "file_size_bytes": GiB, "open_files": 4096,
+                "cpu_seconds": 600,
+                "wall_seconds": 600,
+                "memory_bytes": 4 * GiB,
+                "pids": 1024,
+                "output_bytes": 64 * MiB,
+                "total_output_bytes": 256 * MiB,
+                "file_size_bytes": GiB,
+                "open_files": 4096,
             },
         },
         "max_concurrent_spawns": 64,
@@ -127,7 +132,11 @@ class Daemon:
         return Path(self.config["audit"]["path"])
 
     def root(self, tenant: str | None = None, index: int = 0) -> Path:
-        t = self.config["tenants"][tenant] if tenant else next(iter(self.config["tenants"].values()))
+        t = (
+            self.config["tenants"][tenant]
+            if tenant
+            else next(iter(self.config["tenants"].values()))
+        )
         return Path(t["roots"][index]["path"])
 
     @property
@@ -144,7 +153,10 @@ class Daemon:
         self.log = open(self.state / "daemon.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hostcapd", "serve", "--config", str(self.config_path)],
-            env=env, stdout=self.log, stderr=self.log, cwd=REPO,
+            env=env,
+            stdout=self.log,
+            stderr=self.log,
+            cwd=REPO,
         )
         deadline = time.monotonic() + timeout
         sockets = [Path(t["socket"]) for t in self.config["tenants"].values()]

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import grpc
-
 from hostcap_proto.errors import from_rpc_error
 from hostcap_proto.v1 import common_pb2, process_pb2, process_pb2_grpc
 
@@ -34,7 +32,9 @@ class Client:
         await self.channel.close()
 
 
-def request(argv: list[str], limits: dict[str, Any] | None = None, **kwargs: Any) -> process_pb2.SpawnRequest:
+def request(
+    argv: list[str], limits: dict[str, Any] | None = None, **kwargs: Any
+) -> process_pb2.SpawnRequest:
     return process_pb2.SpawnRequest(argv=argv, limits=common_pb2.Limits(**(limits or {})), **kwargs)
 
 

@@ -28,9 +28,7 @@ def dumps(data: dict[str, Any], prefix: str = "") -> str:
     lines: list[str] = []
     tables: list[tuple[str, Any]] = []
     for key, value in data.items():
-        if isinstance(value, dict) and not (prefix and key == "env"):
-            tables.append((key, value))
-        elif _is_table_list(value):
+        if (isinstance(value, dict) and not (prefix and key == "env")) or _is_table_list(value):
             tables.append((key, value))
         else:
             lines.append(f"{json.dumps(key)} = {_scalar(value)}")

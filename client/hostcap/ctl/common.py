@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-
 from hostcap_proto.errors import WireError, from_rpc_error
 
 #: Exit status of hostcapctl for a refusal or daemon error.
@@ -22,15 +21,19 @@ def socket_of(args: argparse.Namespace, admin: bool = False) -> Path:
     path = args.admin_socket if admin else args.socket
     if path is None:
         flag = "--admin-socket" if admin else "--socket"
-        raise SystemExit(f"hostcapctl: {flag} is required (or set HOSTCAP_{'ADMIN_' if admin else ''}SOCKET)")
+        raise SystemExit(
+            f"hostcapctl: {flag} is required (or set HOSTCAP_{'ADMIN_' if admin else ''}SOCKET)"
+        )
     return Path(path)
 
 
 def channel(path: Path) -> grpc.Channel:
     return grpc.insecure_channel(
         f"unix:{path}",
-        options=[("grpc.max_receive_message_length", 256 * 1024 * 1024),
-                 ("grpc.max_send_message_length", 80 * 1024 * 1024)],
+        options=[
+            ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+            ("grpc.max_send_message_length", 80 * 1024 * 1024),
+        ],
     )
 
 

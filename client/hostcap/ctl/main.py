@@ -20,11 +20,15 @@ COMMAND_MODULES = (
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hostcapctl", description="talk to hostcapd")
     parser.add_argument(
-        "--socket", type=Path, default=os.environ.get("HOSTCAP_SOCKET"),
+        "--socket",
+        type=Path,
+        default=os.environ.get("HOSTCAP_SOCKET"),
         help="a tenant socket (default $HOSTCAP_SOCKET)",
     )
     parser.add_argument(
-        "--admin-socket", type=Path, default=os.environ.get("HOSTCAP_ADMIN_SOCKET"),
+        "--admin-socket",
+        type=Path,
+        default=os.environ.get("HOSTCAP_ADMIN_SOCKET"),
         help="the admin socket (default $HOSTCAP_ADMIN_SOCKET)",
     )
     sub = parser.add_subparsers(dest="command", required=True)

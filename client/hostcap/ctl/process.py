@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 from google.protobuf import json_format
+from hostcap_proto.v1 import common_pb2, host_pb2, host_pb2_grpc, process_pb2, process_pb2_grpc
 
 from hostcap.ctl.common import (
     EXIT_NOT_FOUND,
@@ -20,7 +21,6 @@ from hostcap.ctl.common import (
     socket_of,
     wire_error,
 )
-from hostcap_proto.v1 import common_pb2, host_pb2, host_pb2_grpc, process_pb2, process_pb2_grpc
 
 
 def register(sub: Any) -> None:
@@ -63,14 +63,22 @@ def build_request(args: argparse.Namespace) -> process_pb2.SpawnRequest:
         raise SystemExit("hostcapctl run: a command is required after --")
     limits = common_pb2.Limits()
     for field, value in (
-        ("wall_seconds", args.timeout), ("cpu_seconds", args.cpu), ("memory_bytes", args.memory),
-        ("pids", args.pids), ("output_bytes", args.output_bytes),
+        ("wall_seconds", args.timeout),
+        ("cpu_seconds", args.cpu),
+        ("memory_bytes", args.memory),
+        ("pids", args.pids),
+        ("output_bytes", args.output_bytes),
     ):
         if value is not None:
             setattr(limits, field, value)
     request = process_pb2.SpawnRequest(
-        argv=argv, cwd=args.cwd, env=_pairs(args.env, "--env"), limits=limits,
-        request_id=args.request_id, dry_run=args.dry_run, labels=_pairs(args.label, "--label"),
+        argv=argv,
+        cwd=args.cwd,
+        env=_pairs(args.env, "--env"),
+        limits=limits,
+        request_id=args.request_id,
+        dry_run=args.dry_run,
+        labels=_pairs(args.label, "--label"),
     )
     if args.stdin_file is not None:
         request.stdin = args.stdin_file.read_bytes()
@@ -128,7 +136,7 @@ def run_json(result: process_pb2.RunResult) -> dict[str, Any]:
 def cmd_run(args: argparse.Namespace) -> int:
     request = build_request(args)
     with channel(socket_of(args)) as ch:
-        stub = process_pb2_grpc.ProcessServiceStub(ch)
+        stub = process_pb2_grpc.ProcessServiceStub(ch)  # type: ignore[no-untyped-call]
         if args.json or args.dry_run:
             try:
                 result = stub.Run(request)
@@ -153,7 +161,10 @@ def _stream(stub: process_pb2_grpc.ProcessServiceStub, request: process_pb2.Spaw
                 target.flush()
             elif kind == "exited":
                 e = event.exited
-                print(f"hostcapctl: {common_pb2.Outcome.Name(e.outcome)}: {e.message}", file=sys.stderr)
+                print(
+                    f"hostcapctl: {common_pb2.Outcome.Name(e.outcome)}: {e.message}",
+                    file=sys.stderr,
+                )
                 return exit_status(e)
     except grpc.RpcError as error:
         wire = wire_error(error)
@@ -169,11 +180,15 @@ def _stream(stub: process_pb2_grpc.ProcessServiceStub, request: process_pb2.Spaw
 def cmd_capabilities(args: argparse.Namespace) -> int:
     with channel(socket_of(args)) as ch:
         try:
-            caps = host_pb2_grpc.HostServiceStub(ch).Capabilities(host_pb2.CapabilitiesRequest())
+            caps = host_pb2_grpc.HostServiceStub(ch).Capabilities(  # type: ignore[no-untyped-call]
+                host_pb2.CapabilitiesRequest()
+            )
         except grpc.RpcError as error:
             report_error(wire_error(error), as_json=args.json)
             return EXIT_REFUSED
-    data = json_format.MessageToDict(caps, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    data = json_format.MessageToDict(
+        caps, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
     data["protections"] = [
         {"name": p.name, "applied": p.applied, "reason": p.reason, "required": p.required}
         for p in caps.protections
@@ -181,11 +196,15 @@ def cmd_capabilities(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(data))
         return 0
-    print(f"tenant {caps.tenant} (hostcapd {caps.daemon_version}), children as uid {caps.run_as_uid} gid {caps.run_as_gid}")
+    print(
+        f"tenant {caps.tenant} (hostcapd {caps.daemon_version}), children as uid {caps.run_as_uid} gid {caps.run_as_gid}"
+    )
     for root in caps.roots:
         print(f"  root {root.path} ({host_pb2.Tier.Name(root.tier).lower().replace('_', '-')})")
-    print(f"  memory limit by {caps.memory_limit_mechanism}; landlock ABI {caps.landlock_abi or 'none'};"
-          f" cgroup {caps.cgroup_version or 'none'}")
+    print(
+        f"  memory limit by {caps.memory_limit_mechanism}; landlock ABI {caps.landlock_abi or 'none'};"
+        f" cgroup {caps.cgroup_version or 'none'}"
+    )
     for p in caps.protections:
         mark = "yes" if p.applied else "NO "
         print(f"  [{mark}] {p.name:16} {p.reason}")

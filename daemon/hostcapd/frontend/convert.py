@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hostcap_proto.v1 import common_pb2, process_pb2
+
 from hostcapd.config import LIMIT_NAMES, Limits
 from hostcapd.sandbox.profile import ProtectionStatus
 from hostcapd.spawn import Prepared, Report, Spawn, SpawnRequest, signal_name
@@ -14,7 +15,11 @@ def limits_from_wire(message: common_pb2.Limits) -> dict[str, float | int]:
 
 
 def limits_to_wire(limits: Limits) -> common_pb2.Limits:
-    return common_pb2.Limits(**{k: v for k, v in limits.model_dump().items() if v is not None})
+    message = common_pb2.Limits()
+    for name, value in limits:
+        if value is not None:
+            setattr(message, name, value)
+    return message
 
 
 def request_from_wire(message: process_pb2.SpawnRequest) -> SpawnRequest:
@@ -71,7 +76,7 @@ def started_of(spawn: Spawn, attached: bool = False) -> process_pb2.Started:
 def exited_to_wire(spawn: Spawn, report: Report) -> process_pb2.Exited:
     r = report.rusage
     exited = process_pb2.Exited(
-        outcome=common_pb2.Outcome.Value(report.outcome.value),
+        outcome=report.outcome.value,
         exit_code=report.exit_code,
         signal=report.signal,
         signal_name=signal_name(report.signal) if report.signal else "",
@@ -89,10 +94,14 @@ def exited_to_wire(spawn: Spawn, report: Report) -> process_pb2.Exited:
         ),
         duration_seconds=report.duration,
         stdout=process_pb2.StreamStats(
-            total_bytes=spawn.stdout.total, kept_bytes=spawn.stdout.kept, dropped_bytes=spawn.stdout.dropped
+            total_bytes=spawn.stdout.total,
+            kept_bytes=spawn.stdout.kept,
+            dropped_bytes=spawn.stdout.dropped,
         ),
         stderr=process_pb2.StreamStats(
-            total_bytes=spawn.stderr.total, kept_bytes=spawn.stderr.kept, dropped_bytes=spawn.stderr.dropped
+            total_bytes=spawn.stderr.total,
+            kept_bytes=spawn.stderr.kept,
+            dropped_bytes=spawn.stderr.dropped,
         ),
         oom_kills=report.oom_kills,
     )

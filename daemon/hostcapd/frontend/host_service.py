@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import grpc
-
 from hostcap_proto.v1 import host_pb2, host_pb2_grpc
+
 from hostcapd import __version__
-from hostcapd.config import Tier
+from hostcapd.config import LIMIT_NAMES, Limits, Tier
 from hostcapd.frontend import convert
+from hostcapd.frontend.context import Context
 from hostcapd.tenant import TenantRuntime
 
 
@@ -15,8 +16,8 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
     def __init__(self, runtime: TenantRuntime) -> None:
         self.runtime = runtime
 
-    async def Capabilities(  # noqa: N802
-        self, request: host_pb2.CapabilitiesRequest, context: grpc.aio.ServicerContext
+    async def Capabilities(
+        self, request: host_pb2.CapabilitiesRequest, context: Context
     ) -> host_pb2.CapabilitiesResponse:
         rt = self.runtime
         tenant, profile = rt.tenant, rt.profile
@@ -37,9 +38,7 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
             path=[str(p) for p in tenant.path],
             allowed_executable_dirs=[str(p) for p in tenant.allowed_executable_dirs],
             default_limits=convert.limits_to_wire(
-                type(tenant.limits.ceiling)(
-                    **{n: tenant.limits.effective_default(n) for n in type(tenant.limits.ceiling).model_fields}
-                )
+                Limits.model_validate({n: tenant.limits.effective_default(n) for n in LIMIT_NAMES})
             ),
             ceilings=convert.limits_to_wire(tenant.limits.ceiling),
             protections=convert.protections_to_wire(profile.protections),

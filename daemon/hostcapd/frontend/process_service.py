@@ -7,9 +7,10 @@ import signal as signal_mod
 from collections.abc import AsyncIterator
 
 import grpc
-
 from hostcap_proto.v1 import process_pb2, process_pb2_grpc
+
 from hostcapd.errors import Refusal
+from hostcapd.frontend.context import Context
 from hostcapd.frontend import convert
 from hostcapd.frontend.refusals import refuse
 from hostcapd.spawn import Spawn, SpawnRequest, prepare
@@ -23,7 +24,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
         self.runtime = runtime
 
     async def _begin(
-        self, request: SpawnRequest, context: grpc.aio.ServicerContext, method: str, streaming: bool
+        self, request: SpawnRequest, context: Context, method: str, streaming: bool
     ) -> tuple[Spawn | None, process_pb2.Started | None, bool]:
         """Start (or find) the spawn; a dry run returns only its Started."""
         try:
@@ -34,14 +35,18 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
             if request.dry_run:
                 prepared = prepare(request, self.runtime)
                 prepared.exe.close()
-                return None, convert.started_to_wire(self.runtime, request, prepared, dry_run=True), False
+                return (
+                    None,
+                    convert.started_to_wire(self.runtime, request, prepared, dry_run=True),
+                    False,
+                )
             return self.runtime.start(request, streaming=streaming), None, False
         except Refusal as refusal:
             await refuse(context, self.runtime, method, refusal, request.labels, request.request_id)
             raise AssertionError("unreachable") from None
 
-    async def Spawn(  # noqa: N802 (gRPC method name)
-        self, request: process_pb2.SpawnRequest, context: grpc.aio.ServicerContext
+    async def Spawn(
+        self, request: process_pb2.SpawnRequest, context: Context
     ) -> AsyncIterator[process_pb2.SpawnEvent]:
         req = convert.request_from_wire(request)
         spawn, started, attached = await self._begin(req, context, "Spawn", streaming=True)
@@ -61,15 +66,21 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
                     yield process_pb2.SpawnEvent(started=convert.started_of(spawn))
                 elif kind == "output":
                     stream, data = payload
-                    yield process_pb2.SpawnEvent(output=process_pb2.Output(stream=stream, data=data))
+                    yield process_pb2.SpawnEvent(
+                        output=process_pb2.Output(stream=stream, data=data)
+                    )
                     spawn.consumed(len(data))
                 elif kind == "refused":
-                    await refuse(context, self.runtime, "Spawn", payload, req.labels, req.request_id)
+                    await refuse(
+                        context, self.runtime, "Spawn", payload, req.labels, req.request_id
+                    )
                 else:
                     for stream, buf in ((1, spawn.stdout), (2, spawn.stderr)):
                         tail = buf.tail()
                         if tail:
-                            yield process_pb2.SpawnEvent(output=process_pb2.Output(stream=stream, data=tail))
+                            yield process_pb2.SpawnEvent(
+                                output=process_pb2.Output(stream=stream, data=tail)
+                            )
                     yield process_pb2.SpawnEvent(exited=convert.exited_to_wire(spawn, payload))
                     return
         finally:
@@ -77,8 +88,8 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
             if not spawn.done.done():
                 spawn.cancel()
 
-    async def Run(  # noqa: N802
-        self, request: process_pb2.SpawnRequest, context: grpc.aio.ServicerContext
+    async def Run(
+        self, request: process_pb2.SpawnRequest, context: Context
     ) -> process_pb2.RunResult:
         req = convert.request_from_wire(request)
         spawn, started, attached = await self._begin(req, context, "Run", streaming=False)
@@ -99,8 +110,8 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
             exited=convert.exited_to_wire(spawn, report),
         )
 
-    async def Signal(  # noqa: N802
-        self, request: process_pb2.SignalRequest, context: grpc.aio.ServicerContext
+    async def Signal(
+        self, request: process_pb2.SignalRequest, context: Context
     ) -> process_pb2.SignalResponse:
         try:
             if request.signal not in _VALID_SIGNALS:
@@ -118,8 +129,8 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
         spawn.signal(request.signal)
         return process_pb2.SignalResponse(spawn_id=spawn.id)
 
-    async def List(  # noqa: N802
-        self, request: process_pb2.ListRequest, context: grpc.aio.ServicerContext
+    async def List(
+        self, request: process_pb2.ListRequest, context: Context
     ) -> process_pb2.ListResponse:
         return process_pb2.ListResponse(
             spawns=[convert.spawn_info(s) for s in self.runtime.spawns.values() if s.pid]

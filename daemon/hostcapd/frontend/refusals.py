@@ -10,13 +10,14 @@ import grpc
 
 from hostcapd.audit import AuditUnavailable
 from hostcapd.errors import Refusal
+from hostcapd.frontend.context import Context
 from hostcapd.tenant import TenantRuntime
 
 log = logging.getLogger("hostcapd.frontend")
 
 
 async def refuse(
-    context: grpc.aio.ServicerContext,
+    context: Context,
     runtime: TenantRuntime,
     method: str,
     refusal: Refusal,
@@ -35,5 +36,5 @@ async def refuse(
         )
     except AuditUnavailable as error:
         log.error("could not audit a refusal: %s", error)
-    await context.abort_with_status(refusal.wire().to_status())
+    await context.abort_with_status(refusal.wire().to_status())  # type: ignore[attr-defined]
     raise AssertionError("abort_with_status returned")

@@ -82,11 +82,19 @@ def plan(
             mounts.append((MOUNT_KEEP, bytes(root), None, None, slot, None))
         if "pid_namespace" in applied:
             # A /proc that shows only the sandbox's own processes.
-            mounts.append((MOUNT_CALL, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None))
+            mounts.append(
+                (MOUNT_CALL, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+            )
         # A private /tmp per spawn; it disappears with the namespace.
         mounts.append(
-            (MOUNT_CALL, b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV,
-             f"size={tmp_size_bytes},mode=1777".encode())
+            (
+                MOUNT_CALL,
+                b"tmpfs",
+                b"/tmp",
+                b"tmpfs",
+                MS_NOSUID | MS_NODEV,
+                f"size={tmp_size_bytes},mode=1777".encode(),
+            )
         )
         for slot, root in enumerate(kept):
             mounts.append((MOUNT_RESTORE, None, bytes(root), None, slot, None))

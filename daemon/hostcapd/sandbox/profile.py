@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
-from hostcapd.sandbox import cgroups, identity, landlock, namespaces, seccomp
+from hostcapd.sandbox import cgroups, landlock, namespaces, seccomp
 
 DEV_FILES = tuple(
     Path(p) for p in ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")

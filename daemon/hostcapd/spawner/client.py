@@ -93,7 +93,9 @@ class SpawnerClient:
             raise SpawnerLost("the spawner is not running")
         return self._sock
 
-    def spawn(self, order: dict[str, Any], fds: list[int]) -> tuple[asyncio.Future[int], asyncio.Future[ExitStatus]]:
+    def spawn(
+        self, order: dict[str, Any], fds: list[int]
+    ) -> tuple[asyncio.Future[int], asyncio.Future[ExitStatus]]:
         """Send a spawn order now (the fds are duplicated into the message, so
         the caller may close its copies on return). The first future gives the
         pid once the child has exec'd (or raises SetupFailed / SpawnerLost);
@@ -110,7 +112,9 @@ class SpawnerClient:
     def kill(self, spawn_id: str, pid: int, sig: int) -> None:
         if self._sock is not None:
             try:
-                channel.send(self._sock, {"op": "kill", "id": spawn_id, "pid": pid, "sig": int(sig)})
+                channel.send(
+                    self._sock, {"op": "kill", "id": spawn_id, "pid": pid, "sig": int(sig)}
+                )
             except OSError:
                 pass
 
@@ -149,7 +153,7 @@ class SpawnerClient:
         elif op == "exited":
             ex = self._exits.pop(m["id"], None)
             if ex and not ex.done():
-                ex.set_result(ExitStatus(m["pid"], m["status"], tuple(m["rusage"])))  # type: ignore[arg-type]
+                ex.set_result(ExitStatus(m["pid"], m["status"], tuple(m["rusage"])))
         else:
             log.warning("unexpected spawner message %r", m)
 

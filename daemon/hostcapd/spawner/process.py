@@ -19,7 +19,7 @@ from typing import Any
 
 import prctl
 
-from hostcapd import _childsetup
+from hostcapd import _childsetup  # type: ignore[attr-defined]
 from hostcapd.spawner import channel
 
 
@@ -76,11 +76,11 @@ class Spawner:
     def add_profile(self, m: dict[str, Any], fds: list[int]) -> None:
         self.profiles[m["key"]] = Profile(
             clone_flags=m["clone_flags"],
-            mounts=[tuple(x) for x in m["mounts"]],  # type: ignore[misc]
+            mounts=[tuple(x) for x in m["mounts"]],
             hostname=m["hostname"],
             loopback_up=m["loopback_up"],
             umask=m["umask"],
-            landlock_rules=[tuple(x) for x in m["landlock_rules"]],  # type: ignore[misc]
+            landlock_rules=[tuple(x) for x in m["landlock_rules"]],
             seccomp=m["seccomp"],
             drop_caps=m["drop_caps"],
             no_new_privs=m["no_new_privs"],
@@ -129,8 +129,13 @@ class Spawner:
             return
         except (OSError, ValueError, TypeError) as error:
             self.report(
-                {"op": "failed", "id": spawn_id, "step": "prepare",
-                 "errno": getattr(error, "errno", 0) or 0, "detail": str(error)}
+                {
+                    "op": "failed",
+                    "id": spawn_id,
+                    "step": "prepare",
+                    "errno": getattr(error, "errno", 0) or 0,
+                    "detail": str(error),
+                }
             )
             return
         self.children[pid] = spawn_id

@@ -6,10 +6,10 @@ import asyncio
 import os
 import signal
 import time
-from pathlib import Path
 
 import grpc
 import pytest
+from hostcap_proto.v1 import common_pb2, process_pb2
 from support.daemon import (
     audit_records,
     open_fds,
@@ -18,9 +18,6 @@ from support.daemon import (
     zombies_under,
 )
 from support.process import Client, outcome, request
-
-from hostcap_proto.v1 import common_pb2, process_pb2
-
 
 
 async def test_echo_round_trip(client: Client) -> None:
@@ -43,8 +40,16 @@ async def test_streaming_spawn_sends_started_output_exited(client: Client) -> No
     kinds = [e.WhichOneof("event") for e in events]
     assert kinds[0] == "started" and kinds[-1] == "exited"
     assert events[0].started.pid > 0
-    out = b"".join(e.output.data for e in events if e.WhichOneof("event") == "output" and e.output.stream == common_pb2.STDOUT)
-    err = b"".join(e.output.data for e in events if e.WhichOneof("event") == "output" and e.output.stream == common_pb2.STDERR)
+    out = b"".join(
+        e.output.data
+        for e in events
+        if e.WhichOneof("event") == "output" and e.output.stream == common_pb2.STDOUT
+    )
+    err = b"".join(
+        e.output.data
+        for e in events
+        if e.WhichOneof("event") == "output" and e.output.stream == common_pb2.STDERR
+    )
     assert (out, err) == (b"a\n", b"b\n")
 
 
@@ -68,10 +73,14 @@ async def test_declared_env_allowed_and_refused(client: Client) -> None:
     assert await client.refusal("true", env={"NOT_LISTED": "1"}) == "ENV_NOT_ALLOWED"
 
 
-async def test_timeout_kills_the_tree_including_a_setsid_grandchild(client: Client, marker: str) -> None:
+async def test_timeout_kills_the_tree_including_a_setsid_grandchild(
+    client: Client, marker: str
+) -> None:
     script = "setsid sh -c 'sleep 1000' & (sleep 1000) & sleep 1000"
     started = time.monotonic()
-    result = await client.run("sh", "-c", script, limits={"wall_seconds": 1}, env={"TEST_MARKER": marker})
+    result = await client.run(
+        "sh", "-c", script, limits={"wall_seconds": 1}, env={"TEST_MARKER": marker}
+    )
     assert outcome(result) == "TIMEOUT"
     assert "wall-clock limit of 1 s" in result.exited.message
     assert time.monotonic() - started < 10
@@ -80,7 +89,10 @@ async def test_timeout_kills_the_tree_including_a_setsid_grandchild(client: Clie
 
 async def test_main_exit_kills_what_it_left_behind(client: Client, marker: str) -> None:
     result = await client.run(
-        "sh", "-c", "setsid sh -c 'sleep 1000' > /dev/null 2>&1 & echo started", env={"TEST_MARKER": marker}
+        "sh",
+        "-c",
+        "setsid sh -c 'sleep 1000' > /dev/null 2>&1 & echo started",
+        env={"TEST_MARKER": marker},
     )
     assert outcome(result) == "EXITED"
     assert wait_gone(marker, 1.0) == []
@@ -105,14 +117,21 @@ async def test_output_cap_keeps_head_and_tail_and_counts_the_rest(client: Client
 
 
 async def test_streaming_output_cap_keeps_head_and_tail(client: Client) -> None:
-    events = [e async for e in client.stub.Spawn(request(["seq", "1", "100000"], limits={"output_bytes": 600}))]
+    events = [
+        e
+        async for e in client.stub.Spawn(
+            request(["seq", "1", "100000"], limits={"output_bytes": 600})
+        )
+    ]
     data = b"".join(e.output.data for e in events if e.WhichOneof("event") == "output")
     assert data.startswith(b"1\n2\n") and data.endswith(b"99999\n100000\n")
     assert events[-1].exited.stdout.kept_bytes == 600
 
 
 async def test_runaway_writer_hits_output_limit(client: Client, marker: str) -> None:
-    result = await client.run("yes", limits={"total_output_bytes": 2_000_000}, env={"TEST_MARKER": marker})
+    result = await client.run(
+        "yes", limits={"total_output_bytes": 2_000_000}, env={"TEST_MARKER": marker}
+    )
     assert outcome(result) == "OUTPUT_LIMIT"
     assert result.exited.stdout.total_bytes >= 2_000_000
     assert wait_gone(marker, 1.0) == []
@@ -157,7 +176,9 @@ async def test_cwd_inside_roots(client: Client, daemon) -> None:  # type: ignore
         {"wall_seconds": float("nan")},
     ],
 )
-async def test_limit_outside_the_ceiling_is_refused(client: Client, limits: dict[str, float]) -> None:
+async def test_limit_outside_the_ceiling_is_refused(
+    client: Client, limits: dict[str, float]
+) -> None:
     assert await client.refusal("true", limits=limits) == "LIMIT_INVALID"
 
 
@@ -203,7 +224,11 @@ async def test_request_id_makes_a_spawn_idempotent(client: Client, daemon) -> No
     assert again.started.spawn_id == first.started.spawn_id
     assert again.started.attached
     assert again.stdout == first.stdout
-    execs = [r for r in audit_records(daemon.audit_path) if r["event"] == "process.exec" and r.get("request_id") == "req-1"]
+    execs = [
+        r
+        for r in audit_records(daemon.audit_path)
+        if r["event"] == "process.exec" and r.get("request_id") == "req-1"
+    ]
     assert len(execs) == 1
 
 
@@ -224,7 +249,9 @@ async def test_signal_and_list(client: Client, marker: str) -> None:
     assert started is not None
     listed = await client.stub.List(process_pb2.ListRequest())
     assert [s.spawn_id for s in listed.spawns] == [started.spawn_id]
-    await client.stub.Signal(process_pb2.SignalRequest(spawn_id=started.spawn_id, signal=signal.SIGKILL))
+    await client.stub.Signal(
+        process_pb2.SignalRequest(spawn_id=started.spawn_id, signal=signal.SIGKILL)
+    )
     async for event in call:
         if event.WhichOneof("event") == "exited":
             assert common_pb2.Outcome.Name(event.exited.outcome) == "SIGNALED"
@@ -256,7 +283,9 @@ async def test_fifty_concurrent_spawns_from_eight_clients_leak_nothing(daemon) -
 async def test_quota_refuses_the_excess(start_daemon, marker: str) -> None:  # type: ignore[no-untyped-def]
     daemon = start_daemon({"dev": {"max_concurrent_spawns": 2}})
     client = Client(daemon.socket)
-    calls = [client.stub.Spawn(request(["sleep", "1000"], env={"TEST_MARKER": marker})) for _ in range(2)]
+    calls = [
+        client.stub.Spawn(request(["sleep", "1000"], env={"TEST_MARKER": marker})) for _ in range(2)
+    ]
     for call in calls:
         async for event in call:
             break
@@ -270,7 +299,9 @@ async def test_quota_refuses_the_excess(start_daemon, marker: str) -> None:  # t
 
 async def test_sigterm_ends_running_spawns_as_daemon_shutdown(daemon, marker: str) -> None:  # type: ignore[no-untyped-def]
     client = Client(daemon.socket)
-    call = client.stub.Spawn(request(["sh", "-c", "trap '' TERM; sleep 1000"], env={"TEST_MARKER": marker}))
+    call = client.stub.Spawn(
+        request(["sh", "-c", "trap '' TERM; sleep 1000"], env={"TEST_MARKER": marker})
+    )
     async for event in call:
         break
     daemon.proc.send_signal(signal.SIGTERM)
@@ -288,7 +319,11 @@ async def test_sigterm_ends_running_spawns_as_daemon_shutdown(daemon, marker: st
 async def test_audit_has_exec_then_exit_for_every_spawn(client: Client, daemon) -> None:  # type: ignore[no-untyped-def]
     ids = set()
     for argv in (["true"], ["false"], ["sh", "-c", "exit 3"]):
-        ids.add((await client.run(*argv, labels={"session": "s1", "tool_call_id": "t1"})).started.spawn_id)
+        ids.add(
+            (
+                await client.run(*argv, labels={"session": "s1", "tool_call_id": "t1"})
+            ).started.spawn_id
+        )
     records = list(audit_records(daemon.audit_path))
     for spawn_id in ids:
         events = [r["event"] for r in records if r.get("spawn_id") == spawn_id]
@@ -304,8 +339,12 @@ def test_hostcapctl_run_json_and_exit_codes(daemon) -> None:  # type: ignore[no-
     import sys
 
     def ctl(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "hostcap.ctl.main", "--socket", str(daemon.socket), *args],
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "hostcap.ctl.main", "--socket", str(daemon.socket), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
 
     done = ctl("run", "--json", "--", "sh", "-c", "echo hi; exit 4")
     assert done.returncode == 4

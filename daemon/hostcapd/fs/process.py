@@ -32,7 +32,7 @@ from typing import Any
 
 from hostcapd.fs.errors import FsRefusal
 from hostcapd.fs.protocol import FrameLink, ProtocolError, make_link
-from hostcapd.fs.worker import Applied, WorkerSettings
+from hostcapd.fs.worker import Applied, Unavailable, WorkerSettings, prepare_handover
 
 START_TIMEOUT_S = 30.0
 CLOSE_GRACE_S = 2.0
@@ -81,12 +81,16 @@ class FsWorker:
             await self._spawn()
 
     async def _spawn(self) -> None:
+        try:
+            handover = prepare_handover(self.settings)
+        except Unavailable as error:
+            raise FsWorkerUnavailable(str(error)) from None
         front, child = make_link()
         try:
             # -I: no PYTHON* variables, no user site, no cwd on sys.path.
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-m", "hostcapd.fs.worker", str(child.fileno())],
-                pass_fds=(child.fileno(),),
+                pass_fds=(child.fileno(), *handover.fds()),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 cwd="/",
@@ -98,11 +102,13 @@ class FsWorker:
             raise FsWorkerUnavailable(f"cannot start the fs worker: {error.strerror}") from None
         finally:
             child.close()
+            hello = {**self.settings.to_hello(), "handover": handover.to_hello()}
+            handover.close()  # the worker has its own copies now
         self._proc = proc
         self.starts += 1
         self._link = FrameLink(front)
         try:
-            await self._link.send(self.settings.to_hello())
+            await self._link.send(hello)
             ready, _, fd = await asyncio.wait_for(self._link.receive(0), START_TIMEOUT_S)
         except (OSError, EOFError, ProtocolError, TimeoutError):
             await self._discard()

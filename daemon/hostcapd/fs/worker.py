@@ -4,19 +4,25 @@
 
 started by the front-end (`hostcapd.fs.process.FsWorker`) as a fresh
 interpreter (never a fork of the gRPC process), with one end of a
-socketpair as FD. It reads the `hello` frame (its `WorkerSettings`), then
-confines itself, in this order:
+socketpair as FD. The front-end has already opened, as root, what the
+worker inherits (`Handover`): a directory fd per root and the landlock
+ruleset, as the spawner prepares a child. The worker reads the `hello`
+frame (its `WorkerSettings` and those fd numbers), then confines itself,
+in this order:
 
 1. umask from the tenant config;
 2. the run-as identity: setgroups([]), setresgid, setresuid (never root);
 3. parent-death signal again (the uid change cleared it) and a check that
    the parent is still there; not dumpable, no core files;
 4. no_new_privs;
-5. landlock: read-write roots get every file right, read-only roots read
-   rights only, nothing else (every module it needs is already imported);
-6. opens the roots' directory fds, as the tenant, after all of the above;
+5. landlock_restrict_self with the ruleset: read-write roots get every file
+   right, read-only roots read rights only, nothing else (every module the
+   worker needs is imported by then);
+6. a check that the run-as identity may read and search each root.
 
-answers `ready` with what it applied, and serves one request at a time
+From then on every lookup beneath a root fd is the tenant's, under the
+kernel's permission checks and landlock; nothing above the roots needs to
+be reachable by the tenant. It answers `ready` with what it applied, and serves one request at a time
 until the link closes. Single-threaded by design: landlock_restrict_self
 confines the calling thread, and the frames are strictly request / reply.
 """
@@ -76,7 +82,7 @@ class WorkerSettings:
 
     @classmethod
     def from_hello(cls, hello: dict[str, Any]) -> WorkerSettings:
-        body = {key: value for key, value in hello.items() if key != "op"}
+        body = {key: value for key, value in hello.items() if key not in ("op", "handover")}
         body["roots"] = tuple(RootSpec(str(r["path"]), bool(r["read_only"])) for r in body["roots"])
         body["protected_paths"] = tuple(body["protected_paths"])
         body["secret_paths"] = tuple(body["secret_paths"])
@@ -143,17 +149,74 @@ def _drop_identity(settings: WorkerSettings) -> Applied:
     )
 
 
-def _apply_landlock(settings: WorkerSettings) -> Applied:
+@dataclass
+class Handover:
+    """What the front-end opens for the worker, as root, before it starts:
+    the roots' directory fds and the landlock ruleset (the way the spawner
+    prepares a child). The roots then need no path the tenant could
+    traverse above them; everything beneath is looked up as the tenant."""
+
+    root_fds: list[int]
+    ruleset_fd: int | None
+    #: The landlock decision: applied (pending restrict_self) or why not.
+    landlock: Applied
+
+    def fds(self) -> list[int]:
+        return [*self.root_fds, *([] if self.ruleset_fd is None else [self.ruleset_fd])]
+
+    def to_hello(self) -> dict[str, Any]:
+        return {
+            "root_fds": self.root_fds,
+            "ruleset_fd": self.ruleset_fd,
+            "landlock": asdict(self.landlock),
+        }
+
+    @classmethod
+    def from_hello(cls, hello: dict[str, Any]) -> Handover:
+        ruleset = hello["ruleset_fd"]
+        return cls(
+            [int(fd) for fd in hello["root_fds"]],
+            None if ruleset is None else int(ruleset),
+            Applied(**hello["landlock"]),
+        )
+
+    def close(self) -> None:
+        for fd in self.fds():
+            os.close(fd)
+
+
+def prepare_handover(settings: WorkerSettings) -> Handover:
+    """Open the roots and build the landlock ruleset (in the front-end).
+    Raises Unavailable naming a root that cannot be opened, or a required
+    landlock the host cannot provide."""
+    root_fds: list[int] = []
+    try:
+        for root in settings.roots:
+            try:
+                root_fds.append(os.open(root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+            except OSError as error:
+                raise Unavailable(
+                    f"root {root.path} cannot be opened: {os.strerror(error.errno or 0)}"
+                ) from None
+        ruleset_fd, decision = _landlock_ruleset(settings)
+    except BaseException:
+        for fd in root_fds:
+            os.close(fd)
+        raise
+    return Handover(root_fds, ruleset_fd, decision)
+
+
+def _landlock_ruleset(settings: WorkerSettings) -> tuple[int | None, Applied]:
     required = settings.landlock == REQUIRED
     if settings.landlock == OFF:
-        return Applied("landlock", False, "off in the tenant's profile", False)
+        return None, Applied("landlock", False, "off in the tenant's profile", False)
     support = landlock.probe()
     if "landlock" in settings.simulate_unavailable:
         support = landlock.LandlockSupport(0, "unavailable (simulated by the profile)")
     if support.abi <= 0:
         if required:
             raise Unavailable(f"landlock is required but unavailable: {support.reason}")
-        return Applied("landlock", False, support.reason, required)
+        return None, Applied("landlock", False, support.reason, required)
     rules = landlock.LandlockRules(
         read_write=tuple(_paths(settings.roots, read_only=False)),
         read_only=tuple(_paths(settings.roots, read_only=True)),
@@ -164,22 +227,36 @@ def _apply_landlock(settings: WorkerSettings) -> Applied:
     )
     try:
         ruleset = landlock.build_ruleset(rules, support.abi)
-        try:
-            syscalls.landlock_restrict_self(ruleset)
-        finally:
-            os.close(ruleset)
-    except (OSError, landlock.LandlockError, NotImplementedError) as error:
+    except (OSError, landlock.LandlockError) as error:
         if required:
+            raise Unavailable(f"landlock is required but could not be built: {error}") from None
+        return None, Applied("landlock", False, f"could not be built: {error}", required)
+    return ruleset, Applied(
+        "landlock", True, f"ABI {support.abi}, confined to the tenant's roots", required
+    )
+
+
+def _restrict(handover: Handover) -> Applied:
+    decision = handover.landlock
+    if handover.ruleset_fd is None:
+        return decision
+    try:
+        syscalls.landlock_restrict_self(handover.ruleset_fd)
+    except OSError as error:
+        if decision.required:
             raise Unavailable(f"landlock is required but could not be applied: {error}") from None
-        return Applied("landlock", False, f"could not be applied: {error}", required)
-    return Applied("landlock", True, f"ABI {support.abi}, confined to the tenant's roots", required)
+        return Applied("landlock", False, f"could not be applied: {error}", False)
+    finally:
+        os.close(handover.ruleset_fd)
+        handover.ruleset_fd = None
+    return decision
 
 
 def _paths(roots: Sequence[RootSpec], read_only: bool) -> list[Path]:
     return [Path(root.path) for root in roots if root.read_only == read_only]
 
 
-def confine(settings: WorkerSettings) -> tuple[list[Applied], FsOperations]:
+def confine(settings: WorkerSettings, handover: Handover) -> tuple[list[Applied], FsOperations]:
     """The confinement sequence of the module docstring; raises Unavailable."""
     os.umask(settings.umask)
     applied = [_drop_identity(settings)]
@@ -190,21 +267,14 @@ def confine(settings: WorkerSettings) -> tuple[list[Applied], FsOperations]:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     syscalls.set_no_new_privs()
     applied.append(Applied("no_new_privs", True, "set on the fs worker", False))
-    applied.append(_apply_landlock(settings))
-    root_fds = []
-    for root in settings.roots:
-        try:
-            fd = os.open(root.path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as error:
-            raise Unavailable(
-                f"root {root.path} cannot be opened as uid {os.getuid()}: {os.strerror(error.errno or 0)}"
-            ) from None
-        # O_PATH needs no permission on the root itself; every lookup does
+    applied.append(_restrict(handover))
+    for root, fd in zip(settings.roots, handover.root_fds, strict=True):
+        # O_PATH needed no permission; every lookup beneath will, as the tenant
         if not os.access(f"/proc/self/fd/{fd}", os.R_OK | os.X_OK):
             raise Unavailable(
                 f"root {root.path} is not readable and searchable by uid {os.getuid()}"
             )
-        root_fds.append(fd)
+    root_fds = handover.root_fds
     operations = FsOperations(
         FsScope(settings.roots),
         root_fds,
@@ -301,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         hello, _ = read_frame(sock, max_data=0)
         settings = WorkerSettings.from_hello(hello)
-        applied, operations = confine(settings)
+        applied, operations = confine(settings, Handover.from_hello(hello["handover"]))
     except EOFError:
         return 0
     except Unavailable as error:

@@ -2,16 +2,17 @@
 
 Two kinds, same tests:
 
-- `daemon`: the real `hostcapd serve --dev --state-dir DIR` (dev tenant on
-  DIR/run/dev.sock). Skipped, saying why, while hostcapd does not serve
-  FsService (the front-end wires start_fs_service in); runs as soon as it does.
+- `daemon`: the real hostcapd, started by the shared test support
+  (tests/support/daemon.py) with one tenant like --dev's. Skipped, saying
+  why, while hostcapd does not serve FsService (until the front-end wires
+  start_fs_service in); runs as soon as it does.
 - `in-process`: `start_fs_service` for the same --dev tenant behind a
   grpc.aio server in the test's own loop: the real servicer, worker and
   audit log, without the rest of the daemon.
 
-Both run the tenant as `nobody` when the tests run as root. State dirs live
-under /tmp with mode 0711 (pytest's temp dirs are 0700 root, which the
-tenant could not traverse to reach its workspace).
+Both run the tenant as `nobody`. State dirs live under /tmp with mode 0711,
+so the tenant's own processes (a planted symlink, the race's swapper) can
+reach the workspace by path; the service itself does not need that.
 """
 
 from __future__ import annotations
@@ -19,11 +20,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,13 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import psutil
 import pytest
 from hostcap_proto.errors import WireError, from_rpc_error
 from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc, process_pb2, process_pb2_grpc
 from hostcapd.audit import AuditLog
-from hostcapd.config import AuditSettings, Tenant, dev_config, prepare_dev_state
+from hostcapd.config import AuditSettings, FsSettings, Tenant, dev_config, prepare_dev_state
 from hostcapd.fs import start_fs_service
+from support.daemon import NOBODY, Daemon, children_of, cmdline, daemon_config, tenant_config
 
 #: Big enough for a 64 MiB write plus its envelope (the dev ceiling).
 MAX_MESSAGE = 80 << 20
@@ -178,37 +176,31 @@ async def in_process(
 
 @contextlib.contextmanager
 def real_daemon() -> Iterator[FsEndpoint]:
+    """hostcapd as the shared test support starts it (tests/support/daemon.py)."""
     state = make_state_dir()
-    log = (state / "daemon.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "hostcapd", "serve", "--dev", "--state-dir", str(state)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    config = dev_config(state)
-    tenant = config.tenants[0]
+    daemon = Daemon(state, daemon_config(state, {"dev": tenant_config(state, "dev")}))
     try:
-        _wait_for_socket(proc, tenant.socket, state / "daemon.log")
-        _skip_unless_fs_served(tenant.socket)
+        daemon.start(timeout=DAEMON_START_S)
+        _skip_unless_fs_served(daemon.socket)
 
         def worker_pid() -> int:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    if "hostcapd.fs.worker" in child.cmdline():
-                        return int(child.pid)
+            for pid in children_of(daemon.pid):
+                if b"hostcapd.fs.worker" in cmdline(pid):
+                    return pid
             raise AssertionError("no fs worker under the daemon")
 
+        defaults = FsSettings()
         endpoint = FsEndpoint(
             kind="daemon",
-            socket=tenant.socket,
+            socket=daemon.socket,
             state=state,
-            workspace=tenant.roots[0].path,
-            reference=tenant.roots[1].path,
-            audit_path=config.audit.path,
-            uid=tenant.uid,
-            gid=tenant.gid,
-            max_read_bytes=tenant.fs.max_read_bytes,
-            max_write_bytes=tenant.fs.max_write_bytes,
+            workspace=daemon.root(index=0),
+            reference=daemon.root(index=1),
+            audit_path=daemon.audit_path,
+            uid=NOBODY,
+            gid=NOBODY,
+            max_read_bytes=defaults.max_read_bytes,
+            max_write_bytes=defaults.max_write_bytes,
             worker_pid=worker_pid,
         )
         try:
@@ -216,27 +208,9 @@ def real_daemon() -> Iterator[FsEndpoint]:
         finally:
             endpoint.cleanup()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.stop()
         shutil.rmtree(state, ignore_errors=True)
-
-
-def _wait_for_socket(proc: subprocess.Popen[bytes], socket_path: Path, log: Path) -> None:
-    end = time.monotonic() + DAEMON_START_S
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise AssertionError(
-                f"hostcapd exited with {proc.returncode}:\n{log.read_text(errors='replace')}"
-            )
-        if socket_path.exists():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"hostcapd did not serve {socket_path} within {DAEMON_START_S:g} s")
 
 
 def _skip_unless_fs_served(socket_path: Path) -> None:

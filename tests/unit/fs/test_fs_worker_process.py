@@ -93,10 +93,10 @@ def test_landlock_confines_the_worker_to_its_roots(roots: Roots) -> None:
     script = textwrap.dedent(
         f"""
         import json, os, sys
-        from hostcapd.fs.worker import WorkerSettings, confine
+        from hostcapd.fs.worker import WorkerSettings, confine, prepare_handover
         settings = WorkerSettings.from_hello(json.loads(sys.argv[1]))
         settings = settings.__class__(**{{**settings.__dict__, "parent_pid": os.getppid()}})
-        applied, _ = confine(settings)
+        applied, _ = confine(settings, prepare_handover(settings))
         results = {{}}
         def attempt(name, path, flags):
             try:
@@ -160,6 +160,25 @@ async def test_a_root_the_tenant_cannot_open_refuses_start_up_naming_it(roots: R
     roots.ws.chmod(0o700)
     with pytest.raises(FsWorkerUnavailable, match=str(roots.ws)):
         await start_worker(settings_for(roots))
+
+
+@needs_root
+async def test_roots_beneath_a_directory_the_tenant_cannot_traverse_are_served(
+    roots: Roots,
+) -> None:
+    # the front-end opens the roots: only what is beneath them is the tenant's to reach
+    roots.base.chmod(0o700)
+    worker = await start_worker(settings_for(roots))
+    try:
+        (roots.ws / "a.txt").write_text("reachable\n")
+        _, data = await WorkerClient(worker).read("a.txt")
+        assert data == b"reachable\n"
+        outside = await WorkerClient(worker).refusal(
+            WorkerClient(worker).read(str(roots.outside / "secret.txt"))
+        )
+        assert outside.reason == errors.PATH_ESCAPES_ROOT
+    finally:
+        await worker.close()
 
 
 def test_the_hello_frame_round_trips(roots: Roots) -> None:

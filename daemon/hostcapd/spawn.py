@@ -29,6 +29,7 @@ from hostcapd.errors import Refusal
 from hostcapd.output import StreamBuffer
 from hostcapd.sandbox import identity, rlimits
 from hostcapd.sandbox.cgroups import CgroupError, CgroupStats, SpawnCgroup
+from hostcapd.sandbox.profile import ProtectionStatus
 from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost
 
 if TYPE_CHECKING:
@@ -81,6 +82,12 @@ class Prepared:
     cwd: str
     env: dict[str, str]
     limits: Limits
+    #: The protections as applied to this spawn (the profile's, adjusted).
+    protections: tuple[ProtectionStatus, ...]
+
+    @property
+    def by_fd(self) -> bool:
+        return any(s.name == "exec_by_fd" and s.applied for s in self.protections)
 
 
 @dataclass
@@ -146,7 +153,18 @@ def prepare(request: SpawnRequest, runtime: TenantRuntime) -> Prepared:
     exe = executable.resolve(
         request.argv[0], tenant.path, tenant.allowed_executable_dirs, runtime.hash_cache
     )
-    return Prepared(exe=exe, argv=request.argv, cwd=cwd, env=env, limits=applied)
+    protections = runtime.profile.protections
+    if exe.is_script:
+        # The kernel cannot hand a close-on-exec fd to a script's interpreter.
+        protections = tuple(
+            ProtectionStatus(s.name, False, "a #! script is exec'd by its resolved path", s.required)
+            if s.name == "exec_by_fd" and s.applied
+            else s
+            for s in protections
+        )
+    return Prepared(
+        exe=exe, argv=request.argv, cwd=cwd, env=env, limits=applied, protections=protections
+    )
 
 
 class Spawn:
@@ -261,12 +279,11 @@ class Spawn:
             ident = identity.plan(
                 tenant.uid, tenant.gid, set(profile.applied), profile.oom_score_adj
             )
-            by_fd = profile.has("exec_by_fd") and not p.exe.is_script
             order = {
                 "op": "spawn",
                 "id": self.id,
                 "profile": tenant.name,
-                "by_fd": by_fd,
+                "by_fd": p.by_fd,
                 "exe_path": p.exe.path.encode(),
                 "argv": [a.encode() for a in p.argv],
                 "envp": environment.encode(p.env),
@@ -326,10 +343,9 @@ class Spawn:
                 status = None
             # Whatever the main process left behind dies with it.
             self._kill_tree(signal.SIGKILL)
-            try:
+            with contextlib.suppress(TimeoutError):
+                # After the grace an escaped holder of the pipe is ignored.
                 await asyncio.wait_for(self._eof.wait(), EOF_GRACE)
-            except TimeoutError:
-                pass  # an escaped holder of the pipe; we stop listening
             if stdin_task:
                 stdin_task.cancel()
             return self._finish(status)
@@ -572,7 +588,7 @@ class Spawn:
             "limits": p.limits.model_dump(exclude_none=True),
             "protections": [
                 {"name": s.name, "applied": s.applied, "reason": s.reason}
-                for s in self.runtime.profile.protections
+                for s in p.protections
             ],
         }
 

@@ -58,7 +58,7 @@ def started_to_wire(
             path=p.exe.path, device=p.exe.device, inode=p.exe.inode, sha256=p.exe.sha256
         ),
         limits=limits_to_wire(p.limits),
-        protections=protections_to_wire(runtime.profile.protections),
+        protections=protections_to_wire(p.protections),
         cwd=p.cwd,
         env_names=sorted(p.env),
         dry_run=dry_run,

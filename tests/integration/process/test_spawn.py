@@ -362,3 +362,15 @@ def test_hostcapctl_run_json_and_exit_codes(daemon) -> None:  # type: ignore[no-
     assert ctl("run", "--", "python3", "-c", "import ctypes; ctypes.string_at(0)").returncode == 139
     streamed = ctl("run", "--", "sh", "-c", "echo live")
     assert streamed.stdout == "live\n" and "EXITED" in streamed.stderr
+
+
+async def test_a_script_runs_by_path_and_says_exec_by_fd_was_not_applied(client: Client, daemon) -> None:  # type: ignore[no-untyped-def]
+    script = daemon.root() / "hello.sh"
+    script.write_text("#!/bin/sh\necho from-script \"$@\"\n")
+    script.chmod(0o755)
+    result = await client.run(str(script), "x")
+    assert (outcome(result), result.stdout) == ("EXITED", b"from-script x\n")
+    by_fd = {p.name: p for p in result.started.protections}["exec_by_fd"]
+    assert not by_fd.applied and "script" in by_fd.reason
+    binary = await client.run("true")
+    assert {p.name: p.applied for p in binary.started.protections}["exec_by_fd"]

@@ -456,21 +456,19 @@ class FsOperations:
                 located, create_parents, expected_sha256, created, fds
             )
             root, rel = self._check(anchor, (*dir_real, name), write=True)
+            if replaces is not None and exclusive:
+                raise FsRefusal(CONFLICT, "write: the file already exists (exclusive)")
+            if replaces is not None and expected_sha256 == "":
+                raise FsRefusal(CONFLICT, "write: the file exists but was expected not to")
             previous = ""
             mode = self.file_mode
             if replaces is not None:
                 previous, mode = self._inspect_replaced(dir_fd, name, replaces)
-            if exclusive and replaces is not None:
-                raise FsRefusal(CONFLICT, "write: the file already exists (exclusive)")
-            if expected_sha256 is not None:
-                if expected_sha256 == "" and replaces is not None:
-                    raise FsRefusal(CONFLICT, "write: the file exists but was expected not to")
-                if expected_sha256 != "" and replaces is None:
-                    raise FsRefusal(CONFLICT, "write: the file does not exist")
-                if expected_sha256 != "" and previous != expected_sha256:
-                    raise FsRefusal(
-                        CONFLICT, "write: the current content does not match expected_sha256"
-                    )
+            if expected_sha256 and previous != expected_sha256:
+                # (a missing file with an expected hash was refused when found missing)
+                raise FsRefusal(
+                    CONFLICT, "write: the current content does not match expected_sha256"
+                )
             tmp_fd, tmp_name = self._write_temp(dir_fd, data, mode)
             fds.remove(dir_fd)
             self.pending = PendingWrite(
@@ -628,10 +626,7 @@ class FsOperations:
         self, dir_fd: int, name: str, replaces: tuple[int, int, int, int]
     ) -> tuple[str, int]:
         """sha256 and permission bits of the file a write replaces, after the
-        checks a replacement must pass."""
-        st_ident = _identity(dir_fd, name)
-        if st_ident != replaces:
-            raise FsRefusal(CONFLICT, "write: the file changed while it was being opened; retry")
+        checks a replacement must pass (the hashed fd must still be it)."""
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if st.st_nlink > 1:
             # the other name may live anywhere, outside the roots included

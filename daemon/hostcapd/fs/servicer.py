@@ -359,4 +359,12 @@ async def _run_to_end(operation: Awaitable[T]) -> T:
     """Await `operation` in its own task, shielded: if the RPC is cancelled,
     the operation still finishes (and releases the worker) on its own."""
     task: asyncio.Task[T] = asyncio.ensure_future(operation)
+    task.add_done_callback(_retrieve)
     return await asyncio.shield(task)
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    # the caller of a shielded task may be gone: its failure is already
+    # answered (or nobody is left to answer), not an "exception never retrieved"
+    if not task.cancelled():
+        task.exception()

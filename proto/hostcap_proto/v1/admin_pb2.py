@@ -22,32 +22,35 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from hostcap_proto.v1 import process_pb2 as hostcap__proto_dot_v1_dot_process__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1chostcap_proto/v1/admin.proto\x12\nhostcap.v1\x1a\x1ehostcap_proto/v1/process.proto\"#\n\x11ListSpawnsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\";\n\x12ListSpawnsResponse\x12%\n\x06spawns\x18\x01 \x03(\x0b\x32\x15.hostcap.v1.SpawnInfo\"\x1f\n\x0bKillRequest\x12\x10\n\x08spawn_id\x18\x01 \x01(\t\"0\n\x0cKillResponse\x12\x10\n\x08spawn_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\"1\n\x10TailAuditRequest\x12\r\n\x05lines\x18\x01 \x01(\r\x12\x0e\n\x06\x66ollow\x18\x02 \x01(\x08\"\x19\n\tAuditLine\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x0f\n\rReloadRequest\"A\n\x0eReloadResponse\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x01 \x03(\t\x12\x0f\n\x07removed\x18\x02 \x03(\t\x12\x0f\n\x07\x63hanged\x18\x03 \x03(\t2\x9b\x02\n\x0c\x41\x64minService\x12K\n\nListSpawns\x12\x1d.hostcap.v1.ListSpawnsRequest\x1a\x1e.hostcap.v1.ListSpawnsResponse\x12\x39\n\x04Kill\x12\x17.hostcap.v1.KillRequest\x1a\x18.hostcap.v1.KillResponse\x12\x42\n\tTailAudit\x12\x1c.hostcap.v1.TailAuditRequest\x1a\x15.hostcap.v1.AuditLine0\x01\x12?\n\x06Reload\x12\x19.hostcap.v1.ReloadRequest\x1a\x1a.hostcap.v1.ReloadResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1chostcap_proto/v1/admin.proto\x12\nhostcap.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ehostcap_proto/v1/process.proto\"#\n\x11ListSpawnsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\";\n\x12ListSpawnsResponse\x12%\n\x06spawns\x18\x01 \x03(\x0b\x32\x15.hostcap.v1.SpawnInfo\"\x1f\n\x0bKillRequest\x12\x10\n\x08spawn_id\x18\x01 \x01(\t\"T\n\x0cKillResponse\x12\x10\n\x08spawn_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\"\n\x06\x65xited\x18\x03 \x01(\x0b\x32\x12.hostcap.v1.Exited\"1\n\x10TailAuditRequest\x12\r\n\x05lines\x18\x01 \x01(\r\x12\x0e\n\x06\x66ollow\x18\x02 \x01(\x08\"\xab\x01\n\x11QueryAuditRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12)\n\x05since\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65vent\x18\x04 \x01(\t\x12\x0f\n\x07outcome\x18\x05 \x01(\t\x12\x10\n\x08spawn_id\x18\x06 \x01(\t\"\x19\n\tAuditLine\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x0f\n\rReloadRequest\"A\n\x0eReloadResponse\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x01 \x03(\t\x12\x0f\n\x07removed\x18\x02 \x03(\t\x12\x0f\n\x07\x63hanged\x18\x03 \x03(\t2\xe1\x02\n\x0c\x41\x64minService\x12K\n\nListSpawns\x12\x1d.hostcap.v1.ListSpawnsRequest\x1a\x1e.hostcap.v1.ListSpawnsResponse\x12\x39\n\x04Kill\x12\x17.hostcap.v1.KillRequest\x1a\x18.hostcap.v1.KillResponse\x12\x42\n\tTailAudit\x12\x1c.hostcap.v1.TailAuditRequest\x1a\x15.hostcap.v1.AuditLine0\x01\x12\x44\n\nQueryAudit\x12\x1d.hostcap.v1.QueryAuditRequest\x1a\x15.hostcap.v1.AuditLine0\x01\x12?\n\x06Reload\x12\x19.hostcap.v1.ReloadRequest\x1a\x1a.hostcap.v1.ReloadResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hostcap_proto.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LISTSPAWNSREQUEST']._serialized_start=76
-  _globals['_LISTSPAWNSREQUEST']._serialized_end=111
-  _globals['_LISTSPAWNSRESPONSE']._serialized_start=113
-  _globals['_LISTSPAWNSRESPONSE']._serialized_end=172
-  _globals['_KILLREQUEST']._serialized_start=174
-  _globals['_KILLREQUEST']._serialized_end=205
-  _globals['_KILLRESPONSE']._serialized_start=207
-  _globals['_KILLRESPONSE']._serialized_end=255
-  _globals['_TAILAUDITREQUEST']._serialized_start=257
-  _globals['_TAILAUDITREQUEST']._serialized_end=306
-  _globals['_AUDITLINE']._serialized_start=308
-  _globals['_AUDITLINE']._serialized_end=333
-  _globals['_RELOADREQUEST']._serialized_start=335
-  _globals['_RELOADREQUEST']._serialized_end=350
-  _globals['_RELOADRESPONSE']._serialized_start=352
-  _globals['_RELOADRESPONSE']._serialized_end=417
-  _globals['_ADMINSERVICE']._serialized_start=420
-  _globals['_ADMINSERVICE']._serialized_end=703
+  _globals['_LISTSPAWNSREQUEST']._serialized_start=109
+  _globals['_LISTSPAWNSREQUEST']._serialized_end=144
+  _globals['_LISTSPAWNSRESPONSE']._serialized_start=146
+  _globals['_LISTSPAWNSRESPONSE']._serialized_end=205
+  _globals['_KILLREQUEST']._serialized_start=207
+  _globals['_KILLREQUEST']._serialized_end=238
+  _globals['_KILLRESPONSE']._serialized_start=240
+  _globals['_KILLRESPONSE']._serialized_end=324
+  _globals['_TAILAUDITREQUEST']._serialized_start=326
+  _globals['_TAILAUDITREQUEST']._serialized_end=375
+  _globals['_QUERYAUDITREQUEST']._serialized_start=378
+  _globals['_QUERYAUDITREQUEST']._serialized_end=549
+  _globals['_AUDITLINE']._serialized_start=551
+  _globals['_AUDITLINE']._serialized_end=576
+  _globals['_RELOADREQUEST']._serialized_start=578
+  _globals['_RELOADREQUEST']._serialized_end=593
+  _globals['_RELOADRESPONSE']._serialized_start=595
+  _globals['_RELOADRESPONSE']._serialized_end=660
+  _globals['_ADMINSERVICE']._serialized_start=663
+  _globals['_ADMINSERVICE']._serialized_end=1016
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from hostcap_proto.v1 import process_pb2 as _process_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -26,12 +29,14 @@ class KillRequest(_message.Message):
     def __init__(self, spawn_id: _Optional[str] = ...) -> None: ...
 
 class KillResponse(_message.Message):
-    __slots__ = ("spawn_id", "tenant")
+    __slots__ = ("spawn_id", "tenant", "exited")
     SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
     spawn_id: str
     tenant: str
-    def __init__(self, spawn_id: _Optional[str] = ..., tenant: _Optional[str] = ...) -> None: ...
+    exited: _process_pb2.Exited
+    def __init__(self, spawn_id: _Optional[str] = ..., tenant: _Optional[str] = ..., exited: _Optional[_Union[_process_pb2.Exited, _Mapping]] = ...) -> None: ...
 
 class TailAuditRequest(_message.Message):
     __slots__ = ("lines", "follow")
@@ -40,6 +45,22 @@ class TailAuditRequest(_message.Message):
     lines: int
     follow: bool
     def __init__(self, lines: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class QueryAuditRequest(_message.Message):
+    __slots__ = ("tenant", "since", "until", "event", "outcome", "spawn_id")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_FIELD_NUMBER: _ClassVar[int]
+    EVENT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    since: _timestamp_pb2.Timestamp
+    until: _timestamp_pb2.Timestamp
+    event: str
+    outcome: str
+    spawn_id: str
+    def __init__(self, tenant: _Optional[str] = ..., since: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., until: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., event: _Optional[str] = ..., outcome: _Optional[str] = ..., spawn_id: _Optional[str] = ...) -> None: ...
 
 class AuditLine(_message.Message):
     __slots__ = ("json",)

@@ -50,6 +50,11 @@ class AdminServiceStub:
                 request_serializer=hostcap__proto_dot_v1_dot_admin__pb2.TailAuditRequest.SerializeToString,
                 response_deserializer=hostcap__proto_dot_v1_dot_admin__pb2.AuditLine.FromString,
                 _registered_method=True)
+        self.QueryAudit = channel.unary_stream(
+                '/hostcap.v1.AdminService/QueryAudit',
+                request_serializer=hostcap__proto_dot_v1_dot_admin__pb2.QueryAuditRequest.SerializeToString,
+                response_deserializer=hostcap__proto_dot_v1_dot_admin__pb2.AuditLine.FromString,
+                _registered_method=True)
         self.Reload = channel.unary_unary(
                 '/hostcap.v1.AdminService/Reload',
                 request_serializer=hostcap__proto_dot_v1_dot_admin__pb2.ReloadRequest.SerializeToString,
@@ -69,7 +74,9 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Kill(self, request, context):
-        """Kill a spawn's whole tree (outcome CANCELLED).
+        """Kill a spawn's whole tree (outcome CANCELLED, the message saying an
+        administrator killed it); returns once the tree is gone and the spawn
+        has ended. NOT_FOUND when no live spawn has that id.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -83,9 +90,19 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def QueryAudit(self, request, context):
+        """The stored audit records (rotated files and the current one, in chain
+        order) that match every filter set, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Reload(self, request, context):
-        """Re-read and validate the config; a bad config is refused and the old
-        one keeps serving.
+        """Re-read and validate the config (the same as SIGHUP); a bad config is
+        refused with the reason (INVALID_ARGUMENT; PROTECTION_UNAVAILABLE when a
+        tenant requires a protection this host cannot apply) and the old one
+        keeps serving.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -107,6 +124,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
             'TailAudit': grpc.unary_stream_rpc_method_handler(
                     servicer.TailAudit,
                     request_deserializer=hostcap__proto_dot_v1_dot_admin__pb2.TailAuditRequest.FromString,
+                    response_serializer=hostcap__proto_dot_v1_dot_admin__pb2.AuditLine.SerializeToString,
+            ),
+            'QueryAudit': grpc.unary_stream_rpc_method_handler(
+                    servicer.QueryAudit,
+                    request_deserializer=hostcap__proto_dot_v1_dot_admin__pb2.QueryAuditRequest.FromString,
                     response_serializer=hostcap__proto_dot_v1_dot_admin__pb2.AuditLine.SerializeToString,
             ),
             'Reload': grpc.unary_unary_rpc_method_handler(
@@ -196,6 +218,33 @@ class AdminService:
             target,
             '/hostcap.v1.AdminService/TailAudit',
             hostcap__proto_dot_v1_dot_admin__pb2.TailAuditRequest.SerializeToString,
+            hostcap__proto_dot_v1_dot_admin__pb2.AuditLine.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def QueryAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/hostcap.v1.AdminService/QueryAudit',
+            hostcap__proto_dot_v1_dot_admin__pb2.QueryAuditRequest.SerializeToString,
             hostcap__proto_dot_v1_dot_admin__pb2.AuditLine.FromString,
             options,
             channel_credentials,

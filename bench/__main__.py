@@ -1,0 +1,164 @@
+"""python -m bench [--quick] [--only ROWS] [--keep-state]
+
+Runs every row of issue 7 against real daemons, prints one table in which
+every figure is a ratio to a baseline measured in the same run (interleaved),
+and writes the JSON to bench/results/<timestamp>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import prctl
+
+from bench import file_io, kill, memory, procfs, spawn_latency, stream, throughput
+from bench.baselines import Baselines
+from bench.client import TenantClient
+from bench.daemon import REPO, BenchDaemon, state_parent
+from bench.native import BenchError
+from bench.report import Row, document, table, write
+
+RESULTS = REPO / "bench" / "results"
+#: Seconds a server is left alone after start before its idle RSS is read.
+SETTLE = 1.0
+ROWS = ("1", "2", "3", "4", "5", "6")
+
+
+def _progress(message: str, started: float) -> None:
+    print(f"[{time.monotonic() - started:6.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+def _meta(quick: bool) -> dict[str, Any]:
+    def run(*argv: str) -> str:
+        try:
+            return subprocess.run(
+                argv, capture_output=True, text=True, check=False, cwd=REPO
+            ).stdout.strip()
+        except OSError:
+            return ""
+
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "quick": quick,
+        "kernel": platform.release(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "commit": run("git", "rev-parse", "--short", "HEAD"),
+        "dirty": bool(run("git", "status", "--porcelain", "--untracked-files=no")),
+        "bwrap": run("bwrap", "--version"),
+        "loadavg_start": os.getloadavg()[0],
+    }
+
+
+def _reap_orphans() -> None:
+    # The bench is a subreaper: whatever a stopped daemon left comes back here.
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+async def run(quick: bool, only: set[str], keep_state: bool) -> int:
+    started = time.monotonic()
+    meta = _meta(quick)
+    state = Path(tempfile.mkdtemp(prefix="state-", dir=state_parent()))
+    main = BenchDaemon(state / "main", ("full", "nocg", "minimal", "stream"))
+    mem = BenchDaemon(state / "mem", ("full",))
+    base: Baselines | None = None
+    clients: dict[str, TenantClient] = {}
+    rows: list[Row] = []
+    try:
+        _progress("starting daemons, floor servers, compiling the C baselines", started)
+        main.start()
+        mem.start()
+        bin_dir = main.workspace("full") / "bench-bin"
+        bin_dir.mkdir(mode=0o755)
+        base = await Baselines.start(state, bin_dir, SETTLE)
+        idle_rss = procfs.rss_bytes(mem.pid)  # started before the floor server: settled as long
+        clients = {name: TenantClient(main.socket(name)) for name in main.tenants}
+        if "1" in only:
+            _progress("row 1: spawn latency (and the RPC floor)", started)
+            rows += await spawn_latency.measure(base, clients, quick)
+        if "2" in only:
+            _progress("row 2: throughput with 8 clients", started)
+            rows.append(
+                await throughput.measure(base, {t: main.socket(t) for t in main.tenants}, quick)
+            )
+        if "3" in only:
+            _progress("row 3: 1 GiB stdout stream", started)
+            rows.append(await stream.measure(base, main, quick))
+        if "4" in only:
+            _progress("row 4: kill of a 50-process tree", started)
+            rows.append(await kill.measure(base, clients["full"], quick))
+        if "5" in only:
+            _progress("row 5: ReadFile / WriteFile", started)
+            rows.append(await file_io.measure(main.socket("full"), quick))
+        if "6" in only:
+            _progress("row 6: memory", started)
+            rows.append(await memory.measure(mem, idle_rss, base.grpc_idle_rss, quick))
+    except BenchError as error:
+        print(f"bench: {error}", file=sys.stderr)
+        return 1
+    finally:
+        for client in clients.values():
+            await client.close()
+        if base is not None:
+            await base.close()
+        main.stop()
+        mem.stop()
+        _reap_orphans()
+        if keep_state:
+            print(f"bench: state kept in {state}", file=sys.stderr)
+        else:
+            shutil.rmtree(state, ignore_errors=True)
+    meta["loadavg_end"] = os.getloadavg()[0]
+    meta["seconds"] = round(time.monotonic() - started, 1)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = write(document(rows, meta), RESULTS, stamp)
+    print(table(rows))
+    print(
+        f"\n{'quick' if quick else 'full'} run, {meta['seconds']} s, load {meta['loadavg_start']:.1f}"
+        f" -> {meta['loadavg_end']:.1f}; JSON: {path.relative_to(REPO)}"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    parser.add_argument("--quick", action="store_true", help="a reduced run (under a minute)")
+    parser.add_argument(
+        "--only", default=",".join(ROWS), help="rows to run, e.g. 1,3 (default: all)"
+    )
+    parser.add_argument(
+        "--keep-state", action="store_true", help="keep the daemons' state and logs"
+    )
+    args = parser.parse_args(argv)
+    only = set(args.only.split(","))
+    if not only <= set(ROWS):
+        parser.error(f"--only takes rows among {','.join(ROWS)}")
+    if os.geteuid() != 0:
+        print(
+            "bench: the daemon's full profile needs root (namespaces, cgroups, uid drop)",
+            file=sys.stderr,
+        )
+        return 2
+    # The bench reaps what it kills: the killpg baseline's orphans come back here.
+    prctl.set_child_subreaper(True)
+    return asyncio.run(run(args.quick, only, args.keep_state))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The bench's client of a tenant socket: the generated stubs over grpc.aio."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hostcap_proto.v1 import common_pb2, process_pb2, process_pb2_grpc
+
+from bench.native import BenchError
+
+OPTIONS = [
+    ("grpc.max_receive_message_length", 80 << 20),
+    ("grpc.max_send_message_length", 80 << 20),
+]
+TRUE = process_pb2.SpawnRequest(argv=["/bin/true"])
+
+
+def outcome(exited: process_pb2.Exited) -> str:
+    return str(common_pb2.Outcome.Name(exited.outcome))
+
+
+def check_exited(exited: process_pb2.Exited, what: str) -> None:
+    if exited.outcome != common_pb2.EXITED or exited.exit_code != 0:
+        raise BenchError(f"{what}: {outcome(exited)} ({exited.message})")
+
+
+class TenantClient:
+    """One channel to one tenant socket."""
+
+    def __init__(self, socket: Path) -> None:
+        self.channel = grpc.aio.insecure_channel(f"unix:{socket}", options=OPTIONS)
+        self.process = process_pb2_grpc.ProcessServiceStub(self.channel)  # type: ignore[no-untyped-call]
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+
+    async def true(self) -> float:
+        """Seconds of one Run of /bin/true, until its result arrived."""
+        start = time.perf_counter()
+        result = await self.process.Run(TRUE)
+        seconds = time.perf_counter() - start
+        check_exited(result.exited, "Run /bin/true")
+        return seconds
+
+    async def health_rtt(self) -> float:
+        """Seconds of one Health.Check: the daemon's gRPC overhead alone."""
+        start = time.perf_counter()
+        await self.health.Check(health_pb2.HealthCheckRequest(service=""))
+        return time.perf_counter() - start
+
+    async def close(self) -> None:
+        await self.channel.close(None)

@@ -1,0 +1,128 @@
+"""The printed table and the JSON written to bench/results/."""
+
+from __future__ import annotations
+
+import json
+import operator
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    "<=": operator.le,
+    ">=": operator.ge,
+    "<": operator.lt,
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    op: str
+    value: float
+
+    def holds(self, ratio: float) -> bool:
+        return _OPS[self.op](ratio, self.value)
+
+    def __str__(self) -> str:
+        return f"{self.op} {self.value:g}"
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of the table: a ratio, what it divides, and its target."""
+
+    row: str
+    what: str
+    ratio: float
+    measured: str
+    baseline: str
+    #: The top-level JSON key this ratio is written under (headline figures).
+    key: str = ""
+    target: Target | None = None
+    #: How the ratio column shows the figure: "x" for a ratio; the few
+    #: figures the issue defines as absolute ("MiB", "%") say so.
+    unit: str = "x"
+
+    @property
+    def holds(self) -> bool | None:
+        return None if self.target is None else self.target.holds(self.ratio)
+
+
+@dataclass
+class Row:
+    """A row's lines and every raw figure it measured (for the JSON)."""
+
+    name: str
+    lines: list[Line] = field(default_factory=list)
+    figures: dict[str, float] = field(default_factory=dict)
+
+
+def table(rows: list[Row]) -> str:
+    header = ("row", "figure", "ratio", "target", "", "measured", "baseline")
+    body: list[tuple[str, ...]] = []
+    for row in rows:
+        for line in row.lines:
+            mark = {True: "ok", False: "MISS", None: ""}[line.holds]
+            body.append(
+                (
+                    line.row,
+                    line.what,
+                    f"{line.ratio:.2f}{line.unit if line.unit == 'x' else ' ' + line.unit}",
+                    str(line.target or ""),
+                    mark,
+                    line.measured,
+                    line.baseline,
+                )
+            )
+    widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
+    out = []
+    for index, r in enumerate([header, *body]):
+        out.append(
+            "  ".join(
+                cell.ljust(widths[i]) if i != 2 else cell.rjust(widths[i])
+                for i, cell in enumerate(r)
+            ).rstrip()
+        )
+        if index == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def document(rows: list[Row], meta: dict[str, Any]) -> dict[str, Any]:
+    """The JSON: headline ratios as top-level keys, then every line and figure."""
+    doc: dict[str, Any] = {}
+    for row in rows:
+        for line in row.lines:
+            if line.key:
+                doc[line.key] = round(line.ratio, 4)
+    doc["targets"] = {
+        line.key: {"target": str(line.target), "holds": line.holds}
+        for row in rows
+        for line in row.lines
+        if line.key and line.target is not None
+    }
+    doc["meta"] = meta
+    doc["rows"] = {
+        row.name: {
+            "lines": [
+                {**asdict(line), "target": str(line.target or ""), "holds": line.holds}
+                for line in row.lines
+            ],
+            "figures": {k: round(v, 6) for k, v in row.figures.items()},
+        }
+        for row in rows
+    }
+    return doc
+
+
+def write(doc: dict[str, Any], directory: Path, stamp: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{stamp}.json"
+    path.write_text(json.dumps(doc, indent=2, sort_keys=False) + "\n")
+    return path
+
+
+def ms(seconds_or_us: float, unit: str = "us") -> str:
+    us = seconds_or_us if unit == "us" else seconds_or_us * 1e6
+    return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"

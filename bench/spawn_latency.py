@@ -1,0 +1,191 @@
+"""Row 1: spawn latency of /bin/true through the client, p50 / p95.
+
+Back-to-back rounds interleave, in rotating order: the C posix_spawn floor,
+Python subprocess.run, bwrap (until its tree is reaped), and a Run of
+/bin/true on the `full` (default profile), `nocg` (default without cgroups)
+and `minimal` tenants. Spaced rounds put 50 ms of idle before each spawn of
+`full`, `nocg` and bwrap: on cgroup v1 joining a cgroup after an idle gap
+waits in synchronize_rcu, which back-to-back spawns never see. Also the RPC
+floor: a Health.Check on the daemon against a bare grpc.aio unary call and a
+plain asyncio Unix-socket echo.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from bench.baselines import Baselines
+from bench.client import TenantClient
+from bench.report import Line, Row, Target, ms
+from bench.stats import Summary, rotation
+
+SPACING = 0.05
+
+
+async def _sync(fn: Callable[[], float]) -> float:
+    return fn()
+
+
+async def measure(
+    base: Baselines, clients: dict[str, TenantClient], quick: bool
+) -> tuple[Row, Row]:
+    rounds = 60 if quick else 400
+    spaced_rounds = 12 if quick else 60
+    contenders: dict[str, Callable[[], Awaitable[float]]] = {
+        "floor": lambda: _sync(base.floor_true),
+        "subprocess": lambda: _sync(base.subprocess_run),
+        "bwrap": lambda: _sync(base.bwrap),
+        "full": clients["full"].true,
+        "nocg": clients["nocg"].true,
+        "minimal": clients["minimal"].true,
+    }
+    for fn in contenders.values():  # warm-up: connections, caches, the hash cache
+        for _ in range(3):
+            await fn()
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for index in range(rounds):
+        for name in rotation(names, index):
+            samples[name].append(await contenders[name]())
+
+    spaced_names = ["full", "bwrap", "nocg"]
+    spaced: dict[str, list[float]] = {name: [] for name in spaced_names}
+    for index in range(spaced_rounds):
+        for name in rotation(spaced_names, index):
+            await asyncio.sleep(SPACING)
+            spaced[name].append(await contenders[name]())
+
+    rpc_names = ["echo", "grpc", "daemon"]
+    rpc_fns: dict[str, Callable[[], Awaitable[float]]] = {
+        "echo": base.echo_rtt,
+        "grpc": base.grpc_rtt,
+        "daemon": clients["full"].health_rtt,
+    }
+    rpc: dict[str, list[float]] = {name: [] for name in rpc_names}
+    for index in range(rounds * 2):
+        for name in rotation(rpc_names, index):
+            rpc[name].append(await rpc_fns[name]())
+
+    s = {name: Summary.of(v) for name, v in samples.items()}
+    sp = {name: Summary.of(v) for name, v in spaced.items()}
+    r = {name: Summary.of(v) for name, v in rpc.items()}
+    row = Row("1 spawn latency")
+    for name, summary in [*s.items(), *((f"spaced_{k}", v) for k, v in sp.items())]:
+        row.figures[f"{name}.p50_us"] = summary.p50_us
+        row.figures[f"{name}.p95_us"] = summary.p95_us
+        row.figures[f"{name}.n"] = summary.n
+    bw, fl = s["bwrap"], s["floor"]
+
+    def vs(
+        name: str,
+        summary: Summary,
+        base_name: str,
+        base_s: Summary,
+        what: str,
+        key: str = "",
+        target: Target | None = None,
+    ) -> None:
+        row.lines.append(
+            Line(
+                "1",
+                f"{what} p50",
+                summary.p50_us / base_s.p50_us,
+                ms(summary.p50_us),
+                f"{base_name} {ms(base_s.p50_us)}",
+                key,
+                target,
+            )
+        )
+        row.lines.append(
+            Line(
+                "1",
+                f"{what} p95",
+                summary.p95_us / base_s.p95_us,
+                ms(summary.p95_us),
+                f"{base_name} {ms(base_s.p95_us)}",
+            )
+        )
+
+    vs(
+        "nocg",
+        s["nocg"],
+        "bwrap",
+        bw,
+        "default, no cgroup / bwrap",
+        "default_over_bwrap",
+        Target("<=", 0.6),
+    )
+    vs(
+        "full",
+        s["full"],
+        "bwrap",
+        bw,
+        "default + cgroup / bwrap",
+        "default_cgroup_over_bwrap",
+        Target("<=", 1.0),
+    )
+    vs(
+        "spaced_full",
+        sp["full"],
+        "bwrap spaced",
+        sp["bwrap"],
+        "default + cgroup, spaced 50 ms / bwrap",
+        "default_cgroup_spaced_over_bwrap",
+        Target("<=", 1.0),
+    )
+    vs("spaced_nocg", sp["nocg"], "bwrap spaced", sp["bwrap"], "default, no cgroup, spaced / bwrap")
+    vs(
+        "minimal",
+        s["minimal"],
+        "floor",
+        fl,
+        "minimal / C posix_spawn floor",
+        "minimal_over_floor",
+        Target("<=", 2.5),
+    )
+    vs("bwrap", bw, "floor", fl, "bwrap / C posix_spawn floor")
+    vs("subprocess", s["subprocess"], "floor", fl, "subprocess.run / C posix_spawn floor")
+    row.lines.append(
+        Line(
+            "1",
+            "full / C posix_spawn floor p50",
+            s["full"].p50_us / fl.p50_us,
+            ms(s["full"].p50_us),
+            f"floor {ms(fl.p50_us)}",
+        )
+    )
+
+    rpc_row = Row("0 rpc overhead")
+    for name, summary in r.items():
+        rpc_row.figures[f"{name}.p50_us"] = summary.p50_us
+        rpc_row.figures[f"{name}.p95_us"] = summary.p95_us
+    rpc_row.lines.append(
+        Line(
+            "0",
+            "daemon Health.Check / asyncio echo p50",
+            r["daemon"].p50_us / r["echo"].p50_us,
+            ms(r["daemon"].p50_us),
+            f"echo {ms(r['echo'].p50_us)}",
+            "rpc_over_echo",
+        )
+    )
+    rpc_row.lines.append(
+        Line(
+            "0",
+            "bare grpc.aio unary / asyncio echo p50",
+            r["grpc"].p50_us / r["echo"].p50_us,
+            ms(r["grpc"].p50_us),
+            f"echo {ms(r['echo'].p50_us)}",
+        )
+    )
+    rpc_row.lines.append(
+        Line(
+            "0",
+            "daemon Health.Check / bare grpc.aio p50",
+            r["daemon"].p50_us / r["grpc"].p50_us,
+            ms(r["daemon"].p50_us),
+            f"grpc {ms(r['grpc'].p50_us)}",
+        )
+    )
+    return rpc_row, row

@@ -31,7 +31,7 @@ from typing import Any
 import grpc
 import pytest
 from hostcap_proto.errors import WireError, from_rpc_error
-from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc, process_pb2, process_pb2_grpc
+from hostcap_proto.v1 import common_pb2, fs_pb2, fs_pb2_grpc, process_pb2, process_pb2_grpc
 from hostcapd.audit import AuditLog
 from hostcapd.config import AuditSettings, FsSettings, Tenant, dev_config, prepare_dev_state
 from hostcapd.fs import start_fs_service
@@ -102,9 +102,13 @@ class FsEndpoint:
                 result = await stub.Run(
                     process_pb2.SpawnRequest(argv=["ln", "-s", target, link], cwd=".")
                 )
-            assert result.exited.exit_code == 0, result.stderr
+            exited = result.exited
+            assert (exited.outcome, exited.exit_code) == (common_pb2.EXITED, 0), (
+                f"{common_pb2.Outcome.Name(exited.outcome)}: {exited.message} {result.stderr!r}"
+            )
         else:
             self.as_tenant(["ln", "-s", target, str(self.workspace / link)])
+        assert (self.workspace / link).is_symlink()
 
     def cleanup(self) -> None:
         for path in self._outside:

@@ -57,6 +57,9 @@
 #ifndef SYS_move_mount
 #define SYS_move_mount 429
 #endif
+#ifndef SYS_openat2
+#define SYS_openat2 437
+#endif
 #ifndef SYS_landlock_add_rule
 #define SYS_landlock_add_rule 445
 #endif
@@ -121,6 +124,12 @@ struct mount_op {
     unsigned long flags;
 };
 
+struct open_how_ {
+    uint64_t flags, mode, resolve;
+};
+#define RESOLVE_NO_MAGICLINKS_ 0x02
+#define RESOLVE_BENEATH_ 0x08
+
 struct landlock_path_beneath {
     uint64_t allowed_access;
     int32_t parent_fd;
@@ -133,7 +142,11 @@ struct plan {
     char **argv, **envp;
     /* stdio: fds to become 0, 1, 2 */
     int stdio[3];
+    /* cwd: opened as `cwd` beneath `cwd_root` (openat2 RESOLVE_BENEATH) in the
+     * child's own mount namespace, entered with fchdir after the uid switch */
+    const char *cwd_root;
     const char *cwd;
+    int cwd_fd;
     /* namespaces and mounts */
     int clone_flags;
     struct mount_op mounts[MAX_MOUNTS];
@@ -316,6 +329,13 @@ static int child_main(void *arg)
         FAIL(STEP_HOSTNAME);
     if (p->loopback_up && loopback_up() != 0)
         FAIL(STEP_LOOPBACK);
+    /* The cwd's root, opened as root in this namespace's view (O_PATH needs
+     * no permission on the root itself, only on its ancestors). */
+    if (p->cwd_root) {
+        p->cwd_fd = open(p->cwd_root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (p->cwd_fd < 0)
+            FAIL(STEP_CHDIR);
+    }
 
     /* stdio. dup2 onto itself would keep O_CLOEXEC, so clear it explicitly. */
     for (i = 0; i < 3; i++) {
@@ -364,9 +384,18 @@ static int child_main(void *arg)
     /* The credential change cleared the parent-death signal: set it again. */
     if (p->pdeathsig && prctl(PR_SET_PDEATHSIG, p->pdeathsig, 0, 0, 0) != 0)
         FAIL(STEP_PDEATHSIG);
-    /* As the run-as identity: the kernel checks the tenant may enter it. */
-    if (p->cwd && chdir(p->cwd) != 0)
-        FAIL(STEP_CHDIR);
+    /* As the run-as identity, the cwd beneath its root (openat2 RESOLVE_BENEATH):
+     * the kernel checks the tenant may search every directory below the root
+     * and enter the cwd; no ancestor of the root needs to be searchable. */
+    if (p->cwd_fd >= 0) {
+        struct open_how_ how = {O_PATH | O_DIRECTORY | O_CLOEXEC, 0,
+                                RESOLVE_BENEATH_ | RESOLVE_NO_MAGICLINKS_};
+        int dir = (int)syscall(SYS_openat2, p->cwd_fd, p->cwd ? p->cwd : ".", &how, sizeof how);
+        if (dir < 0 || fchdir(dir) != 0)
+            FAIL(STEP_CHDIR);
+        close(dir);
+        close(p->cwd_fd);
+    }
     if (p->umask >= 0)
         umask((mode_t)p->umask);
 
@@ -490,13 +519,15 @@ static int opt_cstring(PyObject *obj, PyObject *keep, const char **out)
 }
 
 PyDoc_STRVAR(spawn_doc,
-"spawn(*, exe_fd, exe_path, argv, envp, stdio, cwd, umask, clone_flags, mounts,\n"
+"spawn(*, exe_fd, exe_path, argv, envp, stdio, cwd_root, cwd, umask, clone_flags, mounts,\n"
 "      hostname, loopback_up, cgroup_fds, rlimits, oom_score_adj, loginuid,\n"
 "      drop_caps, ids, no_new_privs, landlock_fd, landlock_rules,\n"
 "      seccomp_filter, pdeathsig, cancel_fd, life_fd) -> pid\n\n"
 "Clone a child that applies the prepared set-up in order and execs.\n"
 "exe_fd >= 0 execs that fd (execveat AT_EMPTY_PATH), else exe_path.\n"
-"argv, envp: lists of bytes. stdio: (in, out, err) fds. cwd: bytes or None.\n"
+"argv, envp: lists of bytes. stdio: (in, out, err) fds.\n"
+"cwd_root, cwd: bytes or None: the child opens cwd beneath cwd_root (openat2\n"
+"  RESOLVE_BENEATH) after its mounts and fchdir()s there after the uid switch.\n"
 "umask: int, or -1 to inherit.\n"
 "mounts: [(kind, source, target, fstype, flags, data)]: kind 0 mount(2);\n"
 "  1 keep: clone the tree at source into slot `flags`; 2 restore: mkdir -p\n"
@@ -511,19 +542,19 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
 {
     (void)self;
     static char *kwlist[] = {
-        "exe_fd", "exe_path", "argv", "envp", "stdio", "cwd", "umask", "clone_flags",
+        "exe_fd", "exe_path", "argv", "envp", "stdio", "cwd_root", "cwd", "umask", "clone_flags",
         "mounts", "hostname", "loopback_up", "cgroup_fds", "rlimits", "oom_score_adj",
         "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
         "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", NULL,
     };
     int exe_fd, umask_value, clone_flags, loopback, drop_caps, no_new_privs, landlock_fd;
     int pdeathsig, cancel_fd, life_fd;
-    PyObject *exe_path, *argv, *envp, *stdio, *cwd, *mounts, *hostname, *cgroup_fds;
+    PyObject *exe_path, *argv, *envp, *stdio, *cwd_root, *cwd, *mounts, *hostname, *cgroup_fds;
     PyObject *rlimits, *oom, *loginuid, *ids, *landlock_rules;
     Py_buffer filter;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$iOOOOOiiOOpOOOOpOpiOy*iii:spawn", kwlist,
-                                     &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd,
-                                     &umask_value, &clone_flags, &mounts, &hostname, &loopback,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$iOOOOOOiiOOpOOOOpOpiOy*iii:spawn", kwlist,
+                                     &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
+                                     &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
                                      &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
                                      &no_new_privs, &landlock_fd, &landlock_rules, &filter,
                                      &pdeathsig, &cancel_fd, &life_fd))
@@ -544,6 +575,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     }
     memset(p, 0, sizeof *p);
     p->exe_fd = exe_fd;
+    p->cwd_fd = -1;
     p->umask = umask_value;
     p->loopback_up = loopback;
     for (int i = 0; i < MAX_TREES; i++)
@@ -557,6 +589,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->life_fd = life_fd;
 
     if (opt_cstring(exe_path, keep, &p->exe_path) < 0 || opt_cstring(cwd, keep, &p->cwd) < 0 ||
+        opt_cstring(cwd_root, keep, &p->cwd_root) < 0 ||
         opt_cstring(hostname, keep, &p->hostname) < 0 || opt_cstring(oom, keep, &p->oom_score_adj) < 0 ||
         opt_cstring(loginuid, keep, &p->loginuid) < 0)
         goto done;

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import errno
 import logging
 import os
 import signal
@@ -26,6 +27,7 @@ from hostcapd import limits as limits_mod
 from hostcapd.audit import AuditUnavailable
 from hostcapd.config import Limits, Tenant
 from hostcapd.errors import Refusal
+from hostcapd.fs.syscalls import RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, openat2
 from hostcapd.output import StreamBuffer
 from hostcapd.sandbox import identity, rlimits
 from hostcapd.sandbox.cgroups import CgroupError, CgroupStats, SpawnCgroup
@@ -79,11 +81,14 @@ class Prepared:
 
     exe: executable.ResolvedExecutable
     argv: tuple[str, ...]
-    cwd: str
+    cwd: Cwd
     env: dict[str, str]
     limits: Limits
     #: The protections as applied to this spawn (the profile's, adjusted).
     protections: tuple[ProtectionStatus, ...]
+
+    def close(self) -> None:
+        self.exe.close()
 
     @property
     def by_fd(self) -> bool:
@@ -113,19 +118,53 @@ def signal_name(sig: int) -> str:
         return f"SIG{sig}"
 
 
-def resolve_cwd(cwd: str, tenant: Tenant) -> str:
+@dataclass(frozen=True)
+class Cwd:
+    """A validated cwd: the root it lies beneath and the path relative to it.
+    The child opens it again beneath the root in its own mount namespace."""
+
+    path: str
+    root: str
+    relative: str
+
+
+def resolve_cwd(cwd: str, tenant: Tenant) -> Cwd:
+    """Check the cwd resolves beneath a root, with openat2(RESOLVE_BENEATH):
+    no `..`, symlink or magic link may leave it."""
     if "\0" in cwd:
         raise Refusal("INVALID_ARGUMENT", "cwd contains a NUL byte")
-    primary = str(tenant.primary_root.path)
-    candidate = os.path.join(primary, cwd) if cwd else primary
-    real = os.path.realpath(candidate)
-    for root in tenant.roots:
-        r = str(root.path)
-        if real == r or real.startswith(r + "/"):
-            if not os.path.isdir(real):
-                raise Refusal("NOT_FOUND", f"cwd {cwd!r} is not a directory in the tenant's roots")
-            return real
-    raise Refusal("PATH_ESCAPES_ROOT", f"cwd {cwd!r} resolves outside the tenant's roots")
+    if os.path.isabs(cwd):
+        lexical = os.path.normpath(cwd)
+        for root in tenant.roots:
+            r = str(root.path)
+            if lexical == r or lexical.startswith(r + "/"):
+                base, rel = r, os.path.relpath(lexical, r)
+                break
+        else:
+            raise Refusal("PATH_ESCAPES_ROOT", f"cwd {cwd!r} is outside the tenant's roots")
+    else:
+        base, rel = str(tenant.primary_root.path), cwd or "."
+    try:
+        root_fd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise Refusal("NOT_FOUND", "the tenant root does not exist") from None
+    try:
+        fd = openat2(
+            root_fd, rel, os.O_PATH | os.O_DIRECTORY, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+        )
+    except OSError as error:
+        if error.errno in (errno.EXDEV, errno.ELOOP):
+            raise Refusal(
+                "PATH_ESCAPES_ROOT", f"cwd {cwd!r} resolves outside the tenant's roots"
+            ) from None
+        raise Refusal("NOT_FOUND", f"cwd {cwd!r} is not a directory in the tenant's roots") from None
+    finally:
+        os.close(root_fd)
+    try:
+        resolved = os.readlink(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+    return Cwd(resolved, base, rel)
 
 
 def validate_argv(argv: tuple[str, ...]) -> None:
@@ -163,7 +202,8 @@ def prepare(request: SpawnRequest, runtime: TenantRuntime) -> Prepared:
             for s in protections
         )
     return Prepared(
-        exe=exe, argv=request.argv, cwd=cwd, env=env, limits=applied, protections=protections
+        exe=exe, argv=request.argv, cwd=cwd, env=env, limits=applied,
+        protections=protections,
     )
 
 
@@ -287,7 +327,8 @@ class Spawn:
                 "exe_path": p.exe.path.encode(),
                 "argv": [a.encode() for a in p.argv],
                 "envp": environment.encode(p.env),
-                "cwd": p.cwd.encode(),
+                "cwd_root": p.cwd.root.encode(),
+                "cwd": p.cwd.relative.encode(),
                 "rlimits": rlimits.plan(p.limits, profile.has("cgroup"), profile.has("cgroup"))
                 if profile.has("rlimits")
                 else [],
@@ -397,7 +438,7 @@ class Spawn:
                 self._timer.cancel()
             if self._kill_task and not self._kill_task.done():
                 self._kill_task.cancel()
-            self.prepared.exe.close()
+            self.prepared.close()
             if self._cgroup is not None:
                 self._cgroup.kill()
                 self._cgroup.remove()
@@ -582,7 +623,7 @@ class Spawn:
                 "device": p.exe.device,
                 "inode": p.exe.inode,
             },
-            "cwd": p.cwd,
+            "cwd": p.cwd.path,
             "uid": self.runtime.tenant.uid,
             "gid": self.runtime.tenant.gid,
             "limits": p.limits.model_dump(exclude_none=True),

@@ -170,7 +170,7 @@ PROBE = textwrap.dedent(
         try:
             pid = _childsetup.spawn(
                 exe_fd=exe, exe_path=None, argv=[a.encode() for a in argv],
-                envp=[b"PATH=/usr/bin:/bin"], stdio=(0, w, w), cwd=cwd, umask=0o022,
+                envp=[b"PATH=/usr/bin:/bin"], stdio=(0, w, w), cwd_root=cwd, cwd=None, umask=0o022,
                 clone_flags=FLAGS if sandboxed else 0, mounts=MOUNTS if sandboxed else [],
                 hostname=b"hostcap" if sandboxed else None, loopback_up=sandboxed,
                 cgroup_fds=[], rlimits=[(7, 256, 256)], oom_score_adj=b"500",

@@ -59,7 +59,7 @@ def started_to_wire(
         ),
         limits=limits_to_wire(p.limits),
         protections=protections_to_wire(p.protections),
-        cwd=p.cwd,
+        cwd=p.cwd.path,
         env_names=sorted(p.env),
         dry_run=dry_run,
         attached=attached,

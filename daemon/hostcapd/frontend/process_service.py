@@ -34,7 +34,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
                 return existing, convert.started_of(existing, attached=True), True
             if request.dry_run:
                 prepared = prepare(request, self.runtime)
-                prepared.exe.close()
+                prepared.close()
                 return (
                     None,
                     convert.started_to_wire(self.runtime, request, prepared, dry_run=True),

@@ -103,6 +103,7 @@ class Spawner:
                 argv=m["argv"],
                 envp=m["envp"],
                 stdio=(stdin, stdout, stderr),
+                cwd_root=m["cwd_root"],
                 cwd=m["cwd"],
                 umask=profile.umask,
                 clone_flags=profile.clone_flags,

@@ -248,6 +248,7 @@ def run_through_setup(argv: list[bytes], **plan: Any) -> tuple[int, str]:
         "argv": argv,
         "envp": [b"PATH=/usr/bin:/bin"],
         "stdio": (0, out_w, out_w),
+        "cwd_root": None,
         "cwd": None,
         "umask": -1,
         "clone_flags": 0,

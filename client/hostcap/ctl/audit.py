@@ -1,13 +1,20 @@
-"""``hostcapctl audit``: verify, query and tail the audit log from its files.
+"""``hostcapctl audit``: verify, query and tail the audit log.
 
     hostcapctl audit verify /var/log/hostcap/audit.jsonl*
     hostcapctl audit query --file audit.jsonl --tenant dev --since 1h --event 'process.*'
     hostcapctl audit tail --file audit.jsonl -n 20
 
-These read files directly: no socket, no daemon. The record contract lives in
-`hostcap_proto.audit`; the functions here that print records take any
-iterable of records (`run_query`, `print_records`), so the admin-socket
-variants can feed them records from the daemon instead of a file.
+With ``--file`` (and always for ``verify``) these read the files directly: no
+socket, no daemon. Without ``--file`` and with ``--admin-socket``, ``query``
+and ``tail`` ask the daemon instead, and ``tail -f`` follows new records as
+they are written:
+
+    hostcapctl --admin-socket /run/hostcap/admin.sock audit tail -f
+    hostcapctl --admin-socket /run/hostcap/admin.sock audit query --outcome TIMEOUT --since 2h
+
+The record contract lives in `hostcap_proto.audit`; the functions here that
+print records take any iterable of records (`run_query`, `print_records`),
+from a file or from the daemon alike.
 """
 
 from __future__ import annotations
@@ -24,14 +31,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import grpc
+from google.protobuf import timestamp_pb2
 from hostcap_proto.audit import (
     AuditFileError,
+    AuditRecordError,
     RecordReader,
     VerifyReport,
     encode_line,
+    parse_line,
     tail_records,
     verify_files,
 )
+from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc
+
+from hostcap.ctl.common import channel, wire_error
 
 EXIT_OK = 0
 #: The chain is broken (verify), or a record could not be read.
@@ -178,9 +192,11 @@ def format_row(record: Mapping[str, Any]) -> str:
     return " ".join(cells).rstrip()
 
 
-def print_records(records: Iterable[Mapping[str, Any]], out: TextIO, *, json_lines: bool) -> int:
+def print_records(
+    records: Iterable[Mapping[str, Any]], out: TextIO, *, json_lines: bool, live: bool = False
+) -> int:
     """Print records as a table or as JSON lines (exactly as stored); returns
-    how many were printed."""
+    how many were printed. `live` flushes after every record (a follower)."""
     count = 0
     for record in records:
         if json_lines:
@@ -190,6 +206,8 @@ def print_records(records: Iterable[Mapping[str, Any]], out: TextIO, *, json_lin
                 out.write(_HEADER + "\n")
             out.write(format_row(record) + "\n")
         count += 1
+        if live:
+            out.flush()
     out.flush()
     return count
 
@@ -254,9 +272,88 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_BROKEN
 
 
+# --- over the admin socket -------------------------------------------------------
+
+
+class DaemonStreamError(Exception):
+    """The daemon refused or broke off an audit stream; the message says why."""
+
+
+def _admin_socket(args: argparse.Namespace) -> Any:
+    # None when run as `python -m hostcap.ctl.audit` (no global options).
+    return getattr(args, "admin_socket", None)
+
+
+def _timestamp(value: dt.datetime | None) -> timestamp_pb2.Timestamp | None:
+    if value is None:
+        return None
+    stamp = timestamp_pb2.Timestamp()
+    stamp.FromDatetime(value.astimezone(dt.UTC))
+    return stamp
+
+
+def daemon_records(lines: Iterable[admin_pb2.AuditLine]) -> Iterator[dict[str, Any]]:
+    """The records of a TailAudit/QueryAudit stream. Raises DaemonStreamError
+    when the daemon refuses or ends the stream with an error, or sends a line
+    that is not a record."""
+    try:
+        for line in lines:
+            try:
+                yield parse_line(line.json.encode("utf-8"))
+            except AuditRecordError as error:
+                raise DaemonStreamError(f"the daemon sent an unreadable record: {error}") from None
+    except grpc.RpcError as error:
+        wire = wire_error(error)
+        raise DaemonStreamError(f"{wire.reason}: {wire.message}") from None
+
+
+def _stub(ch: grpc.Channel) -> admin_pb2_grpc.AdminServiceStub:
+    return admin_pb2_grpc.AdminServiceStub(ch)  # type: ignore[no-untyped-call]
+
+
+def _query_daemon(args: argparse.Namespace, socket: Any) -> int:
+    query = QueryFilter.from_args(args)
+    request = admin_pb2.QueryAuditRequest(
+        tenant=query.tenant or "",
+        since=_timestamp(query.since),
+        until=_timestamp(query.until),
+        event=query.event or "",
+        outcome=query.outcome or "",
+        spawn_id=query.spawn_id or "",
+    )
+    with channel(Path(socket)) as ch:
+        try:
+            # The daemon filters; the same filter here keeps one meaning of each flag.
+            return run_query(
+                daemon_records(_stub(ch).QueryAudit(request)),
+                query,
+                sys.stdout,
+                json_lines=args.json,
+            )
+        except DaemonStreamError as error:
+            return _error(str(error))
+
+
+def _tail_daemon(args: argparse.Namespace, socket: Any) -> int:
+    request = admin_pb2.TailAuditRequest(lines=args.lines, follow=args.follow)
+    with channel(Path(socket)) as ch:
+        call = _stub(ch).TailAudit(request)
+        try:
+            print_records(daemon_records(call), sys.stdout, json_lines=args.json, live=True)
+        except DaemonStreamError as error:
+            return _error(str(error))
+        except KeyboardInterrupt:
+            call.cancel()
+            raise
+    return EXIT_OK
+
+
 def _cmd_query(args: argparse.Namespace) -> int:
     if not args.file:
-        return _error("give the audit file(s) with --file")
+        socket = _admin_socket(args)
+        if socket is not None:
+            return _query_daemon(args, socket)
+        return _error("give the audit file(s) with --file, or the daemon's --admin-socket")
     try:
         reader = RecordReader([Path(p) for p in args.file])
         code = run_query(reader, QueryFilter.from_args(args), sys.stdout, json_lines=args.json)
@@ -274,6 +371,13 @@ def _cmd_query(args: argparse.Namespace) -> int:
 def _cmd_tail(args: argparse.Namespace) -> int:
     if args.lines < 0:
         return _error("-n must be 0 or more")
+    if args.file is None:
+        socket = _admin_socket(args)
+        if socket is None:
+            return _error("give the audit file with --file, or the daemon's --admin-socket")
+        return _tail_daemon(args, socket)
+    if args.follow:
+        return _error("-f follows through the daemon: give --admin-socket instead of --file")
     try:
         records = tail_records(Path(args.file), args.lines)
     except AuditFileError as error:
@@ -288,7 +392,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     audit = subparsers.add_parser(
         "audit",
         help="verify, query and tail the audit log",
-        description="Verify, query and tail the audit log from its files (no daemon needed).",
+        description="Verify, query and tail the audit log: from its files (no daemon needed), "
+        "or query and tail through the daemon's --admin-socket.",
     )
     commands = audit.add_subparsers(dest="audit_command", metavar="COMMAND", required=True)
 
@@ -308,10 +413,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query = commands.add_parser(
         "query",
         help="print the records that match (a table, or JSON lines with --json)",
-        description="Print audit records matching every filter given. Times are UTC.",
+        description="Print audit records matching every filter given, from the files (--file) "
+        "or from the daemon (--admin-socket: every kept file, in chain order). Times are UTC.",
     )
     query.add_argument(
-        "--file", action="append", metavar="FILE", help="audit file (repeat for rotated files)"
+        "--file",
+        action="append",
+        metavar="FILE",
+        help="audit file (repeat for rotated files); without it, ask the daemon (--admin-socket)",
     )
     query.add_argument("--tenant", metavar="T")
     query.add_argument("--since", type=parse_time, metavar="TIME", help="ISO time or age (2h)")
@@ -323,10 +432,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.set_defaults(func=_cmd_query)
 
     tail = commands.add_parser(
-        "tail", help="print the last records", description="Print the last records of a file."
+        "tail",
+        help="print the last records (-f: then follow, over the admin socket)",
+        description="Print the last records of a file (--file), or ask the daemon over "
+        "--admin-socket; with -f keep printing new records as they are written.",
     )
-    tail.add_argument("--file", required=True, metavar="FILE", help="audit file")
+    tail.add_argument("--file", metavar="FILE", help="audit file (no daemon needed)")
     tail.add_argument("-n", "--lines", type=int, default=10, metavar="N", help="how many (10)")
+    tail.add_argument(
+        "-f", "--follow", action="store_true", help="then follow new records (admin socket)"
+    )
     tail.add_argument("--json", action="store_true", help="JSON lines, exactly as stored")
     tail.set_defaults(func=_cmd_tail)
 

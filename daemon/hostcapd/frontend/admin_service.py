@@ -1,0 +1,286 @@
+"""AdminService: the ops side of the daemon, on the admin socket only.
+
+Who may call is decided by the kernel, not here: the admin socket file is
+owned by root, group `admin.group`, mode 0660 (0600 without a group), so a
+process of any other user cannot even connect (`Daemon.serve_admin`). The
+servicer sees every tenant through `Administered`, the narrow view of the
+daemon it is constructed with:
+
+    servicer = AdminServicer(daemon)       # daemon: Administered
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(servicer, server)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import fnmatch
+import itertools
+import logging
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, Protocol
+
+import grpc
+from hostcap_proto.audit import AuditFileError, RecordReader, chain_order, encode_line, tail_records
+from hostcap_proto.errors import WireError
+from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc
+
+from hostcapd.audit import AuditLog, AuditSubscriptionLagged
+from hostcapd.audit.log import rotated_files
+from hostcapd.errors import Refusal
+from hostcapd.frontend import convert
+from hostcapd.frontend.context import Context
+from hostcapd.spawn import Outcome, Report, Spawn
+from hostcapd.tenant import TenantRuntime
+
+log = logging.getLogger("hostcapd.admin")
+
+#: The most records TailAudit sends before following (it reads them into memory).
+MAX_TAIL_LINES = 100_000
+#: Records a follower may fall behind before its stream is ended (never the writer slowed).
+FOLLOW_QUEUE = 8192
+#: Records read from the files per trip to the reading thread.
+QUERY_BATCH = 512
+#: How long Kill waits, beyond the tenant's kill grace, for the tree to be gone.
+KILL_WAIT_MARGIN_S = 30.0
+#: The process.exit message of a spawn killed over the admin socket.
+KILLED_BY_ADMIN = "killed by an administrator over the admin socket (hostcapctl kill)"
+
+
+class ReloadRejected(Exception):
+    """A reload was refused; the old config keeps serving. `reason` is a
+    wire ErrorReason name, `message` says why."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ReloadOutcome:
+    """What a reload applied, by tenant name."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: tuple[str, ...] = ()
+
+
+class Administered(Protocol):
+    """What the admin side may see and do of the daemon."""
+
+    @property
+    def audit(self) -> AuditLog | None:
+        """The open audit log (None before start-up and after shutdown)."""
+        ...
+
+    def live_runtimes(self) -> Iterable[TenantRuntime]:
+        """Every tenant runtime that may still own spawns: those serving, and
+        those a reload replaced or removed whose spawns are still running."""
+        ...
+
+    async def reload(self) -> ReloadOutcome:
+        """Re-read the config and apply it; raises ReloadRejected."""
+        ...
+
+
+def _record_time(value: dt.datetime) -> str:
+    # Records hold fixed-width UTC times, so bounds compare as strings.
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    """QueryAudit's filters as plain values; every one set must match."""
+
+    tenant: str = ""
+    since: str = ""
+    until: str = ""
+    event: str = ""
+    outcome: str = ""
+    spawn_id: str = ""
+
+    @classmethod
+    def from_wire(cls, request: admin_pb2.QueryAuditRequest) -> AuditFilter:
+        """Raises ValueError for a timestamp out of range."""
+        since = _record_time(request.since.ToDatetime(dt.UTC)) if request.HasField("since") else ""
+        until = _record_time(request.until.ToDatetime(dt.UTC)) if request.HasField("until") else ""
+        return cls(
+            tenant=request.tenant,
+            since=since,
+            until=until,
+            event=request.event,
+            outcome=request.outcome.upper(),
+            spawn_id=request.spawn_id,
+        )
+
+    def matches(self, record: Mapping[str, Any]) -> bool:
+        time = str(record.get("time", ""))
+        return not (
+            (self.since and time < self.since)
+            or (self.until and time > self.until)
+            or (self.tenant and record.get("tenant") != self.tenant)
+            or (self.event and not fnmatch.fnmatchcase(str(record.get("event", "")), self.event))
+            or (self.outcome and record.get("outcome") != self.outcome)
+            or (self.spawn_id and record.get("spawn_id") != self.spawn_id)
+        )
+
+
+def recent_records(path: Path, count: int) -> list[dict[str, Any]]:
+    """The last `count` records of the log at `path`, oldest first, reaching
+    into the rotated files when the current one holds fewer."""
+    if count <= 0:
+        return []
+    records = tail_records(path, count)
+    for older in reversed(rotated_files(path)):
+        if len(records) >= count:
+            break
+        try:
+            records = tail_records(older, count - len(records)) + records
+        except AuditFileError:
+            break  # pruned while we read: what is older is gone anyway
+    # A rotation between the reads can show a record twice: keep each seq once.
+    by_seq = {r["seq"]: r for r in records if isinstance(r.get("seq"), int)}
+    return [by_seq[seq] for seq in sorted(by_seq)][-count:]
+
+
+def _take(records: Iterator[dict[str, Any]], count: int) -> list[dict[str, Any]]:
+    return list(itertools.islice(records, count))
+
+
+async def stored_records(path: Path) -> AsyncIterator[dict[str, Any]]:
+    """Every stored record of the log at `path` (rotated files, then the
+    current one), read on a worker thread in batches, never the event loop."""
+    files = await asyncio.to_thread(lambda: chain_order([*rotated_files(path), path]))
+    records = iter(RecordReader(files))
+    while batch := await asyncio.to_thread(_take, records, QUERY_BATCH):
+        for record in batch:
+            yield record
+
+
+def _line(record: Mapping[str, Any]) -> admin_pb2.AuditLine:
+    return admin_pb2.AuditLine(json=encode_line(record)[:-1].decode("utf-8"))
+
+
+async def _abort(context: Context, code: grpc.StatusCode, message: str) -> NoReturn:
+    await context.abort(code, message)
+    raise AssertionError("abort returned")
+
+
+async def _refuse(context: Context, reason: str, message: str) -> NoReturn:
+    await context.abort_with_status(WireError(reason, message).to_status())  # type: ignore[attr-defined]
+    raise AssertionError("abort_with_status returned")
+
+
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    """AdminService over every tenant of one daemon."""
+
+    def __init__(self, daemon: Administered) -> None:
+        self.daemon = daemon
+
+    def _live_spawns(self) -> list[Spawn]:
+        spawns = [s for rt in self.daemon.live_runtimes() for s in rt.spawns.values()]
+        return sorted(spawns, key=lambda s: s.started_at)
+
+    async def ListSpawns(
+        self, request: admin_pb2.ListSpawnsRequest, context: Context
+    ) -> admin_pb2.ListSpawnsResponse:
+        spawns = [
+            convert.spawn_info(s)
+            for s in self._live_spawns()
+            if s.pid and (not request.tenant or s.runtime.name == request.tenant)
+        ]
+        return admin_pb2.ListSpawnsResponse(spawns=spawns)
+
+    async def Kill(
+        self, request: admin_pb2.KillRequest, context: Context
+    ) -> admin_pb2.KillResponse:
+        spawn = next((s for s in self._live_spawns() if s.id == request.spawn_id), None)
+        if not request.spawn_id or spawn is None:
+            await _refuse(context, "NOT_FOUND", f"no live spawn has the id {request.spawn_id!r}")
+        log.warning("admin kill of spawn %s (tenant %s)", spawn.id, spawn.runtime.name)
+        spawn.cancel(Outcome.CANCELLED, KILLED_BY_ADMIN)
+        response = admin_pb2.KillResponse(spawn_id=spawn.id, tenant=spawn.runtime.name)
+        wait = spawn.runtime.kill_grace + KILL_WAIT_MARGIN_S
+        try:
+            report: Report = await asyncio.wait_for(asyncio.shield(spawn.done), wait)
+        except TimeoutError:
+            await _abort(
+                context,
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"spawn {spawn.id} was killed but had not ended after {wait:g} s",
+            )
+        except Refusal:
+            return response  # refused before it ran: nothing ran, nothing to end
+        response.exited.CopyFrom(convert.exited_to_wire(spawn, report))
+        return response
+
+    async def TailAudit(
+        self, request: admin_pb2.TailAuditRequest, context: Context
+    ) -> AsyncIterator[admin_pb2.AuditLine]:
+        audit = self.daemon.audit
+        if audit is None:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the audit log is closed")
+        if request.lines > MAX_TAIL_LINES:
+            await _refuse(context, "INVALID_ARGUMENT", f"lines must be at most {MAX_TAIL_LINES}")
+        # Subscribe before reading the file, so nothing written in between is
+        # missed; what both show is sent once (by seq).
+        subscription = audit.subscribe(max_queue=FOLLOW_QUEUE) if request.follow else None
+        try:
+            try:
+                recent = await asyncio.to_thread(recent_records, audit.path, request.lines)
+            except AuditFileError as error:
+                await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+            last_seq = 0
+            for record in recent:
+                yield _line(record)
+                last_seq = record["seq"]
+            if subscription is None:
+                return
+            try:
+                async for record in subscription:
+                    if record["seq"] <= last_seq:
+                        continue
+                    yield _line(record)
+                    last_seq = record["seq"]
+            except AuditSubscriptionLagged:
+                await _abort(
+                    context,
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"this follower fell more than {FOLLOW_QUEUE} records behind and "
+                    f"missed some after seq {last_seq}; follow again (or query the files)",
+                )
+        finally:
+            if subscription is not None:
+                subscription.close()
+
+    async def QueryAudit(
+        self, request: admin_pb2.QueryAuditRequest, context: Context
+    ) -> AsyncIterator[admin_pb2.AuditLine]:
+        audit = self.daemon.audit
+        if audit is None:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the audit log is closed")
+        try:
+            selected = AuditFilter.from_wire(request)
+        except ValueError as error:
+            await _refuse(context, "INVALID_ARGUMENT", f"bad time bound: {error}")
+        try:
+            async for record in stored_records(audit.path):
+                if selected.matches(record):
+                    yield _line(record)
+        except AuditFileError as error:
+            # A rotated file pruned under us, typically: the caller may retry.
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+
+    async def Reload(
+        self, request: admin_pb2.ReloadRequest, context: Context
+    ) -> admin_pb2.ReloadResponse:
+        try:
+            outcome = await self.daemon.reload()
+        except ReloadRejected as rejected:
+            await _refuse(context, rejected.reason, rejected.message)
+        return admin_pb2.ReloadResponse(
+            added=outcome.added, removed=outcome.removed, changed=outcome.changed
+        )

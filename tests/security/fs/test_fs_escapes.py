@@ -180,9 +180,11 @@ async def test_swapping_a_directory_for_a_symlink_during_reads_never_leaks(
         user=endpoint.uid,
         group=endpoint.gid,
         stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
     outcomes: dict[str, int] = {}
+    details: dict[str, str] = {}
     leaked: list[str] = []
     end = time.monotonic() + seconds
     try:
@@ -200,6 +202,7 @@ async def test_swapping_a_directory_for_a_symlink_during_reads_never_leaks(
                 if isinstance(result, grpc.aio.AioRpcError):
                     found = from_rpc_error(result)  # type: ignore[arg-type]
                     outcome = found.reason if found is not None else result.code().name
+                    details.setdefault(f"{name}:{outcome}", str(result.details()))
                 elif isinstance(result, BaseException):
                     raise result
                 else:
@@ -212,13 +215,14 @@ async def test_swapping_a_directory_for_a_symlink_during_reads_never_leaks(
                         leaked.append("stat reached the outside directory")
                 outcomes[f"{name}:{outcome}"] = outcomes.get(f"{name}:{outcome}", 0) + 1
     finally:
-        out, _ = swapper.communicate(timeout=30)
-    assert swapper.returncode == 0, out
+        out, err = swapper.communicate(timeout=30)
+    assert swapper.returncode == 0, err
     assert int(out) > 0
     assert leaked == []
     assert outcomes.get("read:ok", 0) + outcomes.get("read:SYMLINK_REFUSED", 0) > 0
     allowed = {"ok", "SYMLINK_REFUSED", "NOT_FOUND", "CONFLICT"}
-    assert {key.split(":")[1] for key in outcomes} <= allowed, outcomes
+    unexpected = {key: details.get(key) for key in outcomes if key.split(":")[1] not in allowed}
+    assert unexpected == {}, outcomes
     assert sorted(os.listdir(outside)) == ["file", "outside-only"]
     assert (outside / "file").read_bytes() == SECRET
 

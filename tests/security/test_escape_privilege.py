@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from escape_attempts import NOBODY, SecurityHost, as_nobody, attack
-from support.process import Client, outcome
+from support.process import Client
 
 
 async def test_no_root_identity_and_no_way_back_to_it(alpha: Client) -> None:

@@ -99,8 +99,16 @@ def as_nobody(*argv: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """Run argv on the host, unsandboxed, as the tenants' run-as identity: the
     control that shows what the same program could do without the sandbox."""
     return subprocess.run(
-        argv, user=NOBODY, group=NOBODY, extra_groups=[], capture_output=True, text=True,
-        timeout=30, cwd="/", env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}, **kwargs,
+        argv,
+        user=NOBODY,
+        group=NOBODY,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd="/",
+        env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        **kwargs,
     )
 
 
@@ -122,8 +130,14 @@ def host_sleeper() -> Iterator[subprocess.Popen[str]]:
     alone would let the sandbox signal or trace it). Its stdout is "ready\n"
     plus the name of every signal it caught; SIGTERM ends it quietly."""
     proc = subprocess.Popen(
-        ["/usr/bin/python3", "-I", "-c", SLEEPER], user=NOBODY, group=NOBODY, extra_groups=[],
-        stdout=subprocess.PIPE, text=True, cwd="/", start_new_session=True,  # its pid is a pgid
+        ["/usr/bin/python3", "-I", "-c", SLEEPER],
+        user=NOBODY,
+        group=NOBODY,
+        extra_groups=[],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd="/",
+        start_new_session=True,  # its pid is a pgid
     )
     try:
         assert proc.stdout is not None

@@ -30,10 +30,17 @@ report(shadow=attempt(lambda: open("/etc/shadow", "rb").read()),
     )
     # /etc is a read-execute system dir: passwd reads, so the refusal of
     # shadow is the uid drop with no CAP_DAC_OVERRIDE left, not a missing /etc.
-    assert found == {"shadow": "EACCES", "via_proc_root": "EACCES", "gshadow": "EACCES", "passwd": "ok"}
+    assert found == {
+        "shadow": "EACCES",
+        "via_proc_root": "EACCES",
+        "gshadow": "EACCES",
+        "passwd": "ok",
+    }
 
 
-async def test_daemon_config_and_state_dir_cannot_be_read(alpha: Client, host: SecurityHost) -> None:
+async def test_daemon_config_and_state_dir_cannot_be_read(
+    alpha: Client, host: SecurityHost
+) -> None:
     config = host.daemon.config_path
     # DAC alone would let the run-as user read the config and enter the state dir.
     assert config.stat().st_mode & 0o004 and host.state.stat().st_mode & 0o001
@@ -152,7 +159,9 @@ report(read=attempt(lambda: open(doc, "rb").read()),
     "load two tenants with the same run_as_user (or give each tenant its own uid), and mount "
     "read-only roots MS_RDONLY.",
 )
-async def test_another_tenants_files_metadata_cannot_change(alpha: Client, host: SecurityHost) -> None:
+async def test_another_tenants_files_metadata_cannot_change(
+    alpha: Client, host: SecurityHost
+) -> None:
     secret = host.workspace("beta") / "secret.txt"
     before = secret.stat()
     try:
@@ -223,7 +232,9 @@ async def test_tmp_is_private_per_spawn_and_gone_afterwards(alpha: Client, marke
     namespace = os.readlink(f"/proc/{pid}/ns/mnt")
     # ... but not in the host's /tmp, nor in another spawn's /tmp.
     assert not Path(name).exists()
-    other = await alpha.run("sh", "-c", f"test -e {name} && echo visible || echo absent; ls -A /tmp")
+    other = await alpha.run(
+        "sh", "-c", f"test -e {name} && echo visible || echo absent; ls -A /tmp"
+    )
     assert other.stdout.startswith(b"absent\n")
     assert marker.encode() not in other.stdout
     writer.cancel()

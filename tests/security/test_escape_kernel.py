@@ -152,7 +152,7 @@ def int80_program(host: SecurityHost) -> Path:
         pytest.skip("gcc is needed to build the 32-bit-syscall attempt")
     source = (
         "int main(void) { long r; "
-        "__asm__ volatile (\"int $0x80\" : \"=a\"(r) : \"a\"(20L) : \"memory\"); "  # i386 getpid
+        '__asm__ volatile ("int $0x80" : "=a"(r) : "a"(20L) : "memory"); '  # i386 getpid
         "return r > 0 ? 0 : 1; }\n"
     )
     out = host.workspace("alpha") / "int80"

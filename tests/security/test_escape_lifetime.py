@@ -45,7 +45,9 @@ async def test_setsid_double_fork_does_not_survive_the_spawn(
     assert wait_gone(marker, 2.0) == []
 
 
-async def test_a_process_ignoring_sigterm_is_killed_at_the_deadline(alpha: Client, marker: str) -> None:
+async def test_a_process_ignoring_sigterm_is_killed_at_the_deadline(
+    alpha: Client, marker: str
+) -> None:
     result = await alpha.run(
         *program("""
 import signal, time
@@ -55,7 +57,8 @@ if os.fork() == 0:
 while True:
     time.sleep(0.05)
 """),
-        env={"TEST_MARKER": marker}, limits={"wall_seconds": 1},
+        env={"TEST_MARKER": marker},
+        limits={"wall_seconds": 1},
     )
     assert outcome(result) == "TIMEOUT"
     assert wait_gone(marker, 2.0) == []
@@ -97,7 +100,9 @@ while True:
         os.write(out, b"x")
 """
     result = await alpha.run(
-        *program(bomb), env={"TEST_MARKER": marker}, limits={"pids": pids, "wall_seconds": 30},
+        *program(bomb),
+        env={"TEST_MARKER": marker},
+        limits={"pids": pids, "wall_seconds": 30},
     )
     assert outcome(result) == "PIDS_LIMIT", result.exited.message
     assert f"pids limit of {pids}" in result.exited.message
@@ -121,7 +126,8 @@ while True:
     chunks.append(chunk)
 """.replace("MiB", str(MiB))
     result = await alpha.run(
-        *program(hog), env={"TEST_MARKER": marker},
+        *program(hog),
+        env={"TEST_MARKER": marker},
         limits={"memory_bytes": limit, "wall_seconds": 60},
     )
     assert outcome(result) == "MEMORY_LIMIT", result.exited.message
@@ -151,4 +157,3 @@ report(reserved_gib=len(reserved) >> 30)
         limits={"memory_bytes": 64 * MiB},
     )
     assert found == {"reserved_gib": 8}
-

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from escape_attempts import NOBODY, SecurityHost, as_nobody, attack
+from escape_attempts import SecurityHost, as_nobody, attack
+from support.daemon import NOBODY
 from support.process import Client
 
 
@@ -42,8 +43,13 @@ report(**{k: status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd",
     )
     zero = "0000000000000000"
     assert found == {
-        "CapInh": zero, "CapPrm": zero, "CapEff": zero, "CapBnd": zero, "CapAmb": zero,
-        "NoNewPrivs": "1", "Seccomp": "2",
+        "CapInh": zero,
+        "CapPrm": zero,
+        "CapEff": zero,
+        "CapBnd": zero,
+        "CapAmb": zero,
+        "NoNewPrivs": "1",
+        "Seccomp": "2",
     }
 
 
@@ -68,7 +74,8 @@ async def test_setuid_root_copy_in_the_workspace_gives_nothing(
     # Control: the workspace honours setuid; unsandboxed, nobody becomes euid 0.
     assert as_nobody(str(suid_id), "-u").stdout.strip() == "0"
     result = await alpha.run(
-        "sh", "-c",
+        "sh",
+        "-c",
         f"{suid_id} -u; {suid_python} -I -c 'import os; os.setuid(0)' 2>&1 | tail -1",
     )
     lines = result.stdout.decode().splitlines()
@@ -82,7 +89,8 @@ async def test_host_setuid_programs_su_and_passwd_give_nothing(alpha: Client) ->
     host_status = as_nobody("passwd", "-S", "nobody").stdout.split()
     assert host_status[:2] == ["nobody", "L"] and host_status[2] != "never"
     result = await alpha.run(
-        "sh", "-c",
+        "sh",
+        "-c",
         "passwd -S nobody; su -c 'id -u' root < /dev/null; echo su=$?; "
         "su -s /bin/sh -c 'id -u' nobody < /dev/null; echo su_nobody=$?",
     )

@@ -21,7 +21,8 @@ async def test_daemon_environment_is_not_visible(alpha: Client, host: SecurityHo
     # Control: the canary really is in the daemon's environment.
     assert b"HOSTCAP_CANARY=daemon-secret-canary" in environ(host.daemon.pid)
     result = await alpha.run(
-        "sh", "-c",
+        "sh",
+        "-c",
         f"env; cat /proc/1/environ /proc/self/environ /proc/{host.daemon.pid}/environ; "
         "cat /proc/$PPID/environ; true",
     )
@@ -250,7 +251,9 @@ report(connect=attempt(connect))
 
 
 @pytest.mark.parametrize("which", ["alpha", "beta", "admin"])
-async def test_daemon_sockets_cannot_be_connected(which: str, alpha: Client, host: SecurityHost) -> None:
+async def test_daemon_sockets_cannot_be_connected(
+    which: str, alpha: Client, host: SecurityHost
+) -> None:
     path = host.daemon.admin_socket if which == "admin" else host.socket(which)
     if not connectable(path):
         pytest.skip(f"the daemon does not serve {path.name} (no admin server yet)")

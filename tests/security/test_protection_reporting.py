@@ -20,8 +20,18 @@ from support.daemon import REPO, Daemon, audit_records
 from support.process import Client, request
 
 PROTECTIONS = [
-    "pid_namespace", "net_namespace", "ipc_namespace", "uts_namespace", "mount_namespace",
-    "cgroup", "landlock", "seccomp", "rlimits", "no_new_privs", "uid_drop", "exec_by_fd",
+    "pid_namespace",
+    "net_namespace",
+    "ipc_namespace",
+    "uts_namespace",
+    "mount_namespace",
+    "cgroup",
+    "landlock",
+    "seccomp",
+    "rlimits",
+    "no_new_privs",
+    "uid_drop",
+    "exec_by_fd",
 ]
 SIMULATED_NO_LANDLOCK = {"simulate_unavailable": ["landlock"]}
 
@@ -30,7 +40,9 @@ def test_required_landlock_on_a_host_without_it_refuses_the_tenant(
     start_daemon: Callable[..., Daemon],
 ) -> None:
     with pytest.raises(RuntimeError) as refused:
-        start_daemon(tenants={"strict": {"sandbox": {**SIMULATED_NO_LANDLOCK, "landlock": "required"}}})
+        start_daemon(
+            tenants={"strict": {"sandbox": {**SIMULATED_NO_LANDLOCK, "landlock": "required"}}}
+        )
     message = str(refused.value)
     assert "hostcapd exited with 2" in message  # non-zero: the daemon refused to start
     assert "tenant 'strict' requires landlock, which this host cannot apply" in message
@@ -43,20 +55,25 @@ def test_required_landlock_refuses_even_beside_a_servable_tenant(
     """Never a silently weaker daemon: one unservable tenant stops start-up,
     and no socket of any tenant was left serving."""
     with pytest.raises(RuntimeError, match="requires landlock"):
-        start_daemon(tenants={
-            "fine": {},
-            "strict": {"sandbox": {**SIMULATED_NO_LANDLOCK, "landlock": "required"}},
-        })
+        start_daemon(
+            tenants={
+                "fine": {},
+                "strict": {"sandbox": {**SIMULATED_NO_LANDLOCK, "landlock": "required"}},
+            }
+        )
     assert not list((state_dir / "run").glob("*.sock"))
 
 
 async def test_best_effort_landlock_missing_is_reported_everywhere_and_really_missing(
     start_daemon: Callable[..., Daemon],
 ) -> None:
-    daemon = start_daemon(tenants={"loose": {"sandbox": {**SIMULATED_NO_LANDLOCK, "landlock": "best-effort"}}})
+    daemon = start_daemon(
+        tenants={"loose": {"sandbox": {**SIMULATED_NO_LANDLOCK, "landlock": "best-effort"}}}
+    )
     client = Client(daemon.socket)
     try:
-        caps = await host_pb2_grpc.HostServiceStub(client.channel).Capabilities(host_pb2.CapabilitiesRequest())
+        stub = host_pb2_grpc.HostServiceStub(client.channel)  # type: ignore[no-untyped-call]
+        caps = await stub.Capabilities(host_pb2.CapabilitiesRequest())
         reported = {p.name: p for p in caps.protections}
         assert list(reported) == PROTECTIONS
         assert not reported["landlock"].applied and not reported["landlock"].required
@@ -93,9 +110,17 @@ async def test_the_full_profile_denies_what_best_effort_left_open(alpha: Client)
 def capabilities_json(socket: Path) -> dict[str, Any]:
     """`hostcapctl --socket S capabilities --json`, the installed command."""
     done = subprocess.run(
-        [str(Path(sys.executable).parent / "hostcapctl"), "--socket", str(socket),
-         "capabilities", "--json"],
-        capture_output=True, text=True, timeout=30, cwd=REPO,
+        [
+            str(Path(sys.executable).parent / "hostcapctl"),
+            "--socket",
+            str(socket),
+            "capabilities",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=REPO,
     )
     assert done.returncode == 0, done.stderr
     data: dict[str, Any] = json.loads(done.stdout)
@@ -118,6 +143,9 @@ def test_hostcapctl_capabilities_json_lists_every_protection(host: SecurityHost)
 
 def test_hostcapctl_capabilities_json_shows_namespaces_off(host: SecurityHost) -> None:
     by_name = {p["name"]: p for p in capabilities_json(host.socket("layers"))["protections"]}
-    assert (by_name["pid_namespace"]["applied"], by_name["net_namespace"]["applied"]) == (False, False)
+    assert (by_name["pid_namespace"]["applied"], by_name["net_namespace"]["applied"]) == (
+        False,
+        False,
+    )
     assert "off" in by_name["pid_namespace"]["reason"]
     assert by_name["landlock"]["applied"] and by_name["seccomp"]["applied"]

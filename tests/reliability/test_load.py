@@ -1,0 +1,269 @@
+"""Load: many clients at once, spawns mixed with file reads and writes. All
+complete, and afterwards the daemon holds exactly what it held before (fds,
+threads, zombies, cgroups, temp files) and its RSS is back near idle. The
+per-tenant quota refuses the excess at once, and a tenant flooding its quota
+does not starve another."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from hostcap_proto.errors import from_rpc_error
+from hostcap_proto.v1 import common_pb2, fs_pb2, fs_pb2_grpc
+from reliability_probes import (
+    Footprint,
+    cgroup_subtrees,
+    exec_records,
+    exit_records,
+    fd_kinds,
+    first_started,
+    health_problem,
+    wait_cgroups_gone,
+    wait_for,
+)
+from support.daemon import NOBODY, Daemon, MiB, audit_records, processes_with, wait_gone
+from support.process import Client, outcome, request
+
+CLIENTS = 16
+CALLS_PER_CLIENT = 200
+#: RSS may settle this far above idle after the load (allocator high-water
+#: marks, grpc's buffer pools); a per-call leak of 3200 calls would not fit.
+RSS_SLACK = 24 * MiB
+
+
+class FsClient:
+    """FsService on a tenant socket (the process client's sibling)."""
+
+    def __init__(self, socket: Path) -> None:
+        self.channel = grpc.aio.insecure_channel(f"unix:{socket}")
+        self.stub = fs_pb2_grpc.FsServiceStub(self.channel)  # type: ignore[no-untyped-call]
+
+    async def close(self) -> None:
+        await self.channel.close(grace=None)
+
+
+async def require_fs(daemon: Daemon) -> None:
+    """Skip (saying why) while the daemon does not serve FsService yet."""
+    fs = FsClient(daemon.socket)
+    try:
+        await fs.stub.Stat(fs_pb2.StatRequest(path="."))
+    except grpc.aio.AioRpcError as error:
+        if error.code() == grpc.StatusCode.UNIMPLEMENTED:
+            pytest.skip("hostcapd does not serve FsService yet")
+        raise
+    finally:
+        await fs.close()
+
+
+async def client_session(daemon: Daemon, n: int, calls: int, with_fs: bool) -> list[str]:
+    """One client's mixed workload; returns a line per call that went wrong."""
+    process = Client(daemon.socket)
+    fs = FsClient(daemon.socket)
+    problems: list[str] = []
+    try:
+        for i in range(calls):
+            kind = i % 8
+            if with_fs and kind in (3, 7):
+                data = f"client {n} write {i}\n".encode() * (1 + i % 50)
+                path = f"load/c{n}/f{i % 10}.txt"
+                written = await fs.stub.WriteFile(
+                    fs_pb2.WriteFileRequest(path=path, data=data, create_parents=True)
+                )
+                read = await fs.stub.ReadFile(fs_pb2.ReadFileRequest(path=path))
+                if read.data != data or written.sha256 != hashlib.sha256(data).hexdigest():
+                    problems.append(f"{path}: read back other content than written")
+            elif kind == 5:
+                events = [e async for e in process.stub.Spawn(request(["seq", "1", str(i)]))]
+                out = b"".join(e.output.data for e in events if e.WhichOneof("event") == "output")
+                if out != "".join(f"{k}\n" for k in range(1, i + 1)).encode():
+                    problems.append(f"streamed seq {i}: wrong output")
+                if common_pb2.Outcome.Name(events[-1].exited.outcome) != "EXITED":
+                    problems.append(f"streamed seq {i}: {events[-1].exited}")
+            else:
+                result = await process.run("sh", "-c", f"echo {n}-{i}; exit {i % 3}")
+                if (outcome(result), result.exited.exit_code, result.stdout) != (
+                    "EXITED",
+                    i % 3,
+                    f"{n}-{i}\n".encode(),
+                ):
+                    problems.append(f"run {n}-{i}: {outcome(result)} {result.stdout!r}")
+    finally:
+        await process.close()
+        await fs.close()
+    return problems
+
+
+async def settle(daemon: Daemon, subtrees: list[Path], before: Footprint) -> Footprint:
+    """Wait until the daemon's footprint stops changing (connections closing,
+    cgroups removed), then return it."""
+    await wait_for(lambda: not wait_cgroups_gone(subtrees, 0), 10, "spawn cgroups to go")
+    deadline = time.monotonic() + 10
+    after = Footprint.of(daemon, subtrees)
+    while time.monotonic() < deadline and (
+        after.fds != before.fds or after.threads > before.threads
+    ):
+        await asyncio.sleep(0.2)
+        after = Footprint.of(daemon, subtrees)
+    return after
+
+
+async def test_sixteen_clients_times_two_hundred_mixed_calls_leave_nothing_behind(
+    start_reliable_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = start_reliable_daemon({"dev": {"max_concurrent_spawns": 64}})
+    await require_fs(daemon)
+    workspace = daemon.root()
+    (workspace / "load").mkdir()
+    import os
+
+    os.chown(workspace / "load", NOBODY, NOBODY)
+    subtrees = cgroup_subtrees(daemon)
+    # Warm-up at the same concurrency: lazy state, thread pools, allocator.
+    warm = await asyncio.gather(*(client_session(daemon, n, 16, True) for n in range(CLIENTS)))
+    assert warm == [[]] * CLIENTS
+    await asyncio.sleep(0.5)
+    before = Footprint.of(daemon, subtrees)
+    execs_before = len(exec_records(daemon))
+
+    results = await asyncio.gather(
+        *(client_session(daemon, n, CALLS_PER_CLIENT, True) for n in range(CLIENTS))
+    )
+
+    assert [p for problems in results for p in problems] == []
+    after = await settle(daemon, subtrees, before)
+    assert after.zombies == ()
+    assert after.cgroups == frozenset()
+    assert after.temp_files == before.temp_files == frozenset()
+    assert after.helpers == before.helpers, "the spawner or fs worker was replaced under load"
+    assert after.threads <= before.threads, (before.threads, after.threads)
+    extra = after.fds - before.fds
+    assert not extra, f"fds left open after the load: {fd_kinds(extra)}"
+    assert after.rss - before.rss < RSS_SLACK, (
+        f"RSS {before.rss / MiB:.0f} MiB idle, {after.rss / MiB:.0f} MiB after the load"
+    )
+    # Every spawn of the load was audited from exec to exit.
+    execs, exits = exec_records(daemon), exit_records(daemon)
+    spawns = CLIENTS * sum(1 for i in range(CALLS_PER_CLIENT) if i % 8 not in (3, 7))
+    assert len(execs) - execs_before == spawns
+    assert set(execs) <= set(exits)
+    writes = [r for r in audit_records(daemon.audit_path) if r["event"] == "file.write"]
+    assert len(writes) == CLIENTS * (16 + CALLS_PER_CLIENT) // 4
+    assert await health_problem(daemon) == ""
+
+
+# ---- quota and fairness ------------------------------------------------------
+
+
+def two_tenants(flood_quota: int) -> dict[str, dict[str, Any]]:
+    return {"flood": {"max_concurrent_spawns": flood_quota}, "calm": {"max_concurrent_spawns": 8}}
+
+
+async def reason_of(call: Any) -> str:
+    try:
+        await call
+    except grpc.aio.AioRpcError as error:
+        wire = from_rpc_error(error)
+        return wire.reason if wire else error.code().name
+    return "ran"
+
+
+async def test_the_quota_refuses_the_excess_at_once_instead_of_queuing(
+    start_reliable_daemon: Callable[..., Daemon], marker: str
+) -> None:
+    daemon = start_reliable_daemon(two_tenants(4))
+    flood = Client(daemon.socket_of("flood"))
+    holders = [
+        flood.stub.Spawn(request(["sleep", "1000"], env={"TEST_MARKER": marker})) for _ in range(4)
+    ]
+    for call in holders:
+        await first_started(call)
+    await wait_for(lambda: len(processes_with(marker)) == 4, 10, "the quota's holders to run")
+
+    excess = await asyncio.gather(
+        *(reason_of(flood.stub.Run(request(["echo", "more"]))) for _ in range(12))
+    )
+
+    # Refused while the quota's holders still run (they never end by themselves):
+    # nothing was queued behind them.
+    assert excess == ["QUOTA_EXCEEDED"] * 12
+    assert len(processes_with(marker)) == 4
+    denials = [
+        r
+        for r in audit_records(daemon.audit_path)
+        if r["event"] == "policy.deny" and r["reason"] == "QUOTA_EXCEEDED"
+    ]
+    assert len(denials) == 12 and {r["tenant"] for r in denials} == {"flood"}
+    for call in holders:
+        call.cancel()
+    assert wait_gone(marker, 3.0) == []
+    await wait_for(lambda: not daemon_spawns_running(daemon), 5, "the quota to be released")
+    assert outcome(await flood.run("echo", "again")) == "EXITED"
+    await flood.close()
+
+
+def daemon_spawns_running(daemon: Daemon) -> bool:
+    execs, exits = exec_records(daemon), exit_records(daemon)
+    return bool(set(execs) - set(exits))
+
+
+async def test_a_tenant_flooding_its_quota_does_not_starve_another(
+    start_reliable_daemon: Callable[..., Daemon], marker: str
+) -> None:
+    daemon = start_reliable_daemon(two_tenants(6))
+    flood_clients = [Client(daemon.socket_of("flood")) for _ in range(8)]
+    calm = Client(daemon.socket_of("calm"))
+    stop = asyncio.Event()
+    tally = {"ran": 0, "QUOTA_EXCEEDED": 0}
+
+    async def flooder(client: Client) -> None:
+        # CPU burners up to the quota, and a stream of requests beyond it.
+        while not stop.is_set():
+            reason = await reason_of(
+                client.stub.Run(
+                    request(
+                        ["sh", "-c", "while :; do :; done"],
+                        limits={"wall_seconds": 1},
+                        env={"TEST_MARKER": marker},
+                    )
+                )
+            )
+            tally[reason] = tally.get(reason, 0) + 1
+
+    flooding = [asyncio.ensure_future(flooder(c)) for c in flood_clients]
+    await wait_for(lambda: tally["QUOTA_EXCEEDED"] > 20, 30, "the flood to hit its quota")
+
+    async def calm_worker(w: int) -> list[Any]:
+        # Within calm's own quota: four at a time, ten each.
+        return [await calm.run("sh", "-c", f"echo calm {w * 10 + i}") for i in range(10)]
+
+    calm_results = [
+        r
+        for rs in await asyncio.wait_for(asyncio.gather(*(calm_worker(w) for w in range(4))), 60)
+        for r in rs
+    ]
+
+    stop.set()
+    await asyncio.gather(*flooding)
+    assert [(outcome(r), r.stdout) for r in calm_results] == [
+        ("EXITED", f"calm {i}\n".encode()) for i in range(40)
+    ]
+    # The flood really was at its quota the whole time, and nothing else.
+    assert set(tally) == {"ran", "QUOTA_EXCEEDED"} and tally["ran"] > 0
+    calm_denials = [
+        r
+        for r in audit_records(daemon.audit_path)
+        if r["event"] == "policy.deny" and r["tenant"] == "calm"
+    ]
+    assert calm_denials == []
+    assert wait_gone(marker, 3.0) == []
+    for c in [*flood_clients, calm]:
+        await c.close()
+    assert await health_problem(daemon, "calm") == ""
+    assert await health_problem(daemon, "flood") == ""

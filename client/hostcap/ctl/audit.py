@@ -345,6 +345,9 @@ def _tail_daemon(args: argparse.Namespace, socket: Any) -> int:
         except KeyboardInterrupt:
             call.cancel()
             raise
+    if args.follow:
+        # A follow ends only when the daemon ends it: it is stopping.
+        sys.stderr.write("hostcapctl audit: the daemon closed the stream (it is stopping)\n")
     return EXIT_OK
 
 

@@ -27,8 +27,9 @@ from hostcap_proto.audit import AuditFileError, RecordReader, chain_order, encod
 from hostcap_proto.errors import WireError
 from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc
 
-from hostcapd.audit import AuditLog, AuditSubscriptionLagged
+from hostcapd.audit import AuditLog, AuditSubscription, AuditSubscriptionLagged
 from hostcapd.audit.log import rotated_files
+from hostcapd.audit.redact import redact_argv
 from hostcapd.errors import Refusal
 from hostcapd.frontend import convert
 from hostcapd.frontend.context import Context
@@ -179,6 +180,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     def __init__(self, daemon: Administered) -> None:
         self.daemon = daemon
+        self._follows: set[AuditSubscription] = set()
+
+    def end_follows(self) -> None:
+        """End every TailAudit follow cleanly (the daemon is stopping)."""
+        for subscription in list(self._follows):
+            subscription.close()
 
     def _live_spawns(self) -> list[Spawn]:
         spawns = [s for rt in self.daemon.live_runtimes() for s in rt.spawns.values()]
@@ -187,12 +194,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def ListSpawns(
         self, request: admin_pb2.ListSpawnsRequest, context: Context
     ) -> admin_pb2.ListSpawnsResponse:
-        spawns = [
-            convert.spawn_info(s)
-            for s in self._live_spawns()
-            if s.pid and (not request.tenant or s.runtime.name == request.tenant)
-        ]
-        return admin_pb2.ListSpawnsResponse(spawns=spawns)
+        response = admin_pb2.ListSpawnsResponse()
+        for spawn in self._live_spawns():
+            if spawn.pid and (not request.tenant or spawn.runtime.name == request.tenant):
+                info = convert.spawn_info(spawn)
+                # As the audit log shows it: an ops screen is no place for a token.
+                info.argv[:] = redact_argv(info.argv)
+                response.spawns.append(info)
+        return response
 
     async def Kill(
         self, request: admin_pb2.KillRequest, context: Context
@@ -228,6 +237,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         # Subscribe before reading the file, so nothing written in between is
         # missed; what both show is sent once (by seq).
         subscription = audit.subscribe(max_queue=FOLLOW_QUEUE) if request.follow else None
+        if subscription is not None:
+            self._follows.add(subscription)
         try:
             try:
                 recent = await asyncio.to_thread(recent_records, audit.path, request.lines)
@@ -254,6 +265,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 )
         finally:
             if subscription is not None:
+                self._follows.discard(subscription)
                 subscription.close()
 
     async def QueryAudit(

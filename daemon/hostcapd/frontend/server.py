@@ -272,6 +272,7 @@ class Daemon:
         self.host: HostSupport | None = None
         self.audit: AuditLog | None = None
         self._admin: grpc.aio.Server | None = None
+        self._admin_servicer: AdminServicer | None = None
         self._admin_health: HealthReporter | None = None
         self._admin_id: tuple[int, int] | None = None
         self._reload_lock = asyncio.Lock()
@@ -459,7 +460,8 @@ class Daemon:
             return
         gid, mode = admin_socket_access(admin)
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        _register(admin_pb2_grpc.add_AdminServiceServicer_to_server, AdminServicer(self), server)
+        self._admin_servicer = AdminServicer(self)
+        _register(admin_pb2_grpc.add_AdminServiceServicer_to_server, self._admin_servicer, server)
         health_servicer = _new_health()
         _register(health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server)
         services = [
@@ -568,10 +570,10 @@ class Daemon:
             finally:
                 _notify(sdnotify.ready)
             log.info(
-                "reloaded: added %s, removed %s, changed %s",
-                list(outcome.added) or "none",
-                list(outcome.removed) or "none",
-                list(outcome.changed) or "none",
+                "reloaded: added %s; removed %s; changed %s",
+                ", ".join(outcome.added) or "none",
+                ", ".join(outcome.removed) or "none",
+                ", ".join(outcome.changed) or "none",
             )
             self._audit_reload(
                 message="applied" if outcome != ReloadOutcome() else "no change",
@@ -715,6 +717,8 @@ class Daemon:
         if self._admin is not None:
             if self._admin_health is not None:
                 await self._admin_health.enter_graceful_shutdown()
+            if self._admin_servicer is not None:
+                self._admin_servicer.end_follows()
             admin_stop = asyncio.ensure_future(self._admin.stop(1))
         for service in services:
             # No new calls; running spawns are ended below, not waited for.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from support.daemon import REPO, Daemon, connectable
+from support.daemon import REPO, Daemon, audit_records, connectable
 
 #: A generous correctness deadline (never a timing assertion).
 DEADLINE_S = 30.0
@@ -168,3 +169,32 @@ def hostcapctl_as(
         timeout=60,
         cwd=REPO,
     )
+
+
+def reload_records(daemon: Daemon) -> list[dict[str, Any]]:
+    return [r for r in audit_records(daemon.audit_path) if r["event"] == "daemon.reload"]
+
+
+def sighup_reload(daemon: Daemon) -> dict[str, Any]:
+    """Send SIGHUP and return the daemon.reload record it produced."""
+    before = len(reload_records(daemon))
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_until(lambda: len(reload_records(daemon)) > before, "a daemon.reload record")
+    return reload_records(daemon)[before]
+
+
+def launch(daemon: Daemon) -> Daemon:
+    """Start hostcapd like `Daemon.start`, but return at once: the caller
+    waits for what it means to observe (a notification, a socket)."""
+    daemon.write_config()
+    env = {"PATH": "/usr/bin:/bin", **daemon.env}
+    daemon.log = open(daemon.state / "daemon.log", "ab")  # noqa: SIM115
+    daemon.proc = subprocess.Popen(
+        [sys.executable, "-m", "hostcapd", "serve", "--config", str(daemon.config_path)],
+        env=env,
+        stdout=daemon.log,
+        stderr=daemon.log,
+        cwd=REPO,
+    )
+    return daemon

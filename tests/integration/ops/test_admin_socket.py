@@ -127,6 +127,29 @@ async def test_ps_lists_a_running_spawn_with_its_tenant(
         await client.close()
 
 
+async def test_ps_redacts_secrets_in_argv_as_the_audit_log_does(
+    daemon: Daemon, client: Client, marker: str
+) -> None:
+    wait_admin(daemon)
+    call, started = await start_sleeper(
+        client, marker, f"sleep 1000 # {marker} --password=hunter2 TOKEN=s3cr3tvalue"
+    )
+    (spawn,) = json.loads(hostcapctl("ps", "--json", admin=daemon.admin_socket).stdout)
+    shown = " ".join(spawn["argv"])
+    assert "hunter2" not in shown and "s3cr3tvalue" not in shown
+    assert "--password=[REDACTED]" in shown and "TOKEN=[REDACTED]" in shown
+    assert marker in shown  # what is not secret is shown as is
+    table = hostcapctl("ps", admin=daemon.admin_socket).stdout
+    assert "hunter2" not in table and marker in table
+    (exec_record,) = [
+        r
+        for r in audit_records(daemon.audit_path)
+        if r["event"] == "process.exec" and r["spawn_id"] == started.spawn_id
+    ]
+    assert exec_record["argv"] == spawn["argv"]
+    call.cancel()
+
+
 async def test_kill_ends_the_spawn_cancelled_with_its_tree_gone(
     daemon: Daemon, client: Client, marker: str
 ) -> None:
@@ -218,9 +241,15 @@ async def test_audit_tail_follow_shows_a_new_record_as_it_is_written(
         for record in seen:
             assert encode_line(record) in stored
         assert follower.poll() is None  # still following
+        # Until the daemon stops: then the stream ends cleanly.
+        assert daemon.stop() == 0
+        assert follower.wait(DEADLINE_S) == 0
+        assert follower.stderr is not None
+        assert "the daemon closed the stream" in follower.stderr.read()
     finally:
-        follower.terminate()
-        follower.wait(DEADLINE_S)
+        if follower.poll() is None:
+            follower.terminate()
+            follower.wait(DEADLINE_S)
 
 
 async def _readline(proc: subprocess.Popen[str], timeout: float) -> str:

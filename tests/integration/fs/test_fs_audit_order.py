@@ -29,7 +29,7 @@ def small_tmpfs() -> Iterator[Path]:
     try:
         yield mount_point
     finally:
-        subprocess.run(["umount", str(mount_point)], check=True)
+        subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
         mount_point.rmdir()
 
 

@@ -344,7 +344,7 @@ async def test_a_disk_full_mid_write_leaves_the_original(endpoint: FsEndpoint, s
         assert (small / "data.bin").read_bytes() == original
         assert names(small) == ["data.bin"] and os.statvfs(small).f_bfree == free
     finally:
-        subprocess.run(["umount", str(small)], check=True)
+        subprocess.run(["umount", "--lazy", str(small)], check=True)
 
 
 @needs_root

@@ -325,4 +325,4 @@ async def test_a_write_that_fills_the_disk_leaves_the_original_and_frees_its_spa
         assert leftovers(small) == ["data.bin"]
         assert os.statvfs(small).f_bfree == free_before
     finally:
-        subprocess.run(["umount", str(small)], check=True)
+        subprocess.run(["umount", "--lazy", str(small)], check=True)

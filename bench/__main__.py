@@ -92,9 +92,7 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
             rows += await spawn_latency.measure(base, clients, quick)
         if "2" in only:
             _progress("row 2: throughput with 8 clients", started)
-            rows.append(
-                await throughput.measure(base, {t: main.socket(t) for t in main.tenants}, quick)
-            )
+            rows.append(await throughput.measure(base, main, quick))
         if "3" in only:
             _progress("row 3: 1 GiB stdout stream", started)
             rows.append(await stream.measure(base, main, quick))

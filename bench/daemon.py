@@ -178,7 +178,7 @@ class BenchDaemon:
         assert self.proc is not None
         return self.proc.pid
 
-    def _write_config(self) -> Path:
+    def write_config(self) -> Path:
         self.state.mkdir(parents=True, exist_ok=True)
         os.chmod(self.state, 0o711)
         for name in self.tenants:
@@ -191,7 +191,7 @@ class BenchDaemon:
         return path
 
     def start(self, timeout: float = 30.0) -> BenchDaemon:
-        config = self._write_config()
+        config = self.write_config()
         log = open(self.state / "daemon.log", "ab")  # noqa: SIM115 (the daemon holds it)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hostcapd", "serve", "--config", str(config)],

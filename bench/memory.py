@@ -39,7 +39,7 @@ async def spawn_many(daemon: BenchDaemon, n: int) -> float:
 
 
 async def measure(daemon: BenchDaemon, idle_rss: int, grpc_idle_rss: int, quick: bool) -> Row:
-    n = 1000 if quick else 10_000
+    n = 500 if quick else 10_000
     await spawn_many(daemon, WARM_UP)
     warm = procfs.rss_bytes(daemon.pid)
     seconds = await spawn_many(daemon, n)

@@ -13,15 +13,18 @@ import statistics
 import time
 from pathlib import Path
 
+from bench import procfs
 from bench.baselines import Baselines
 from bench.client import TenantClient
+from bench.daemon import BenchDaemon
 from bench.report import Line, Row, Target
 
 CLIENTS = 8
 
 
-async def daemon_rate(socket: Path, seconds: float, clients: int = CLIENTS) -> float:
-    """Spawns per second of `clients` channels running /bin/true until `seconds` pass."""
+async def daemon_rate(socket: Path, seconds: float, clients: int = CLIENTS) -> tuple[int, float]:
+    """Spawns done and seconds taken by `clients` channels running /bin/true
+    back to back until `seconds` have passed (and the last one finished)."""
     channels = [TenantClient(socket) for _ in range(clients)]
     try:
         for c in channels:  # connect outside the window
@@ -37,24 +40,38 @@ async def daemon_rate(socket: Path, seconds: float, clients: int = CLIENTS) -> f
 
         start = time.perf_counter()
         await asyncio.gather(*(loop(c) for c in channels))
-        return done / (time.perf_counter() - start)
+        return done, time.perf_counter() - start
     finally:
         for c in channels:
             await c.close()
 
 
-async def measure(base: Baselines, sockets: dict[str, Path], quick: bool) -> Row:
+async def measure(base: Baselines, daemon: BenchDaemon, quick: bool) -> Row:
     windows = 2 if quick else 5
     seconds = 1.0 if quick else 2.0
     rates: dict[str, list[float]] = {"bwrap": [], "full": [], "nocg": []}
+    spawner = daemon.helper_pids()["spawner"]
+    cpu_ms: dict[str, list[float]] = {
+        "full": [],
+        "nocg": [],
+        "full_spawner": [],
+        "nocg_spawner": [],
+    }
     for _ in range(windows):
         rates["bwrap"].append(base.bwrap_flood(CLIENTS, seconds))
-        rates["full"].append(await daemon_rate(sockets["full"], seconds))
-        rates["nocg"].append(await daemon_rate(sockets["nocg"], seconds))
+        for tenant in ("full", "nocg"):
+            front, back = procfs.cpu_seconds(daemon.pid), procfs.cpu_seconds(spawner)
+            spawns, elapsed = await daemon_rate(daemon.socket(tenant), seconds)
+            rates[tenant].append(spawns / elapsed)
+            cpu_ms[tenant].append((procfs.cpu_seconds(daemon.pid) - front) * 1e3 / spawns)
+            cpu_ms[f"{tenant}_spawner"].append((procfs.cpu_seconds(spawner) - back) * 1e3 / spawns)
     med = {name: statistics.median(v) for name, v in rates.items()}
     row = Row("2 throughput")
     for name, value in med.items():
         row.figures[f"{name}.spawns_per_s"] = value
+    # CPU per spawn of the front-end and the spawner, from /proc/<pid>/stat.
+    for name, values in cpu_ms.items():
+        row.figures[f"{name}.cpu_ms_per_spawn"] = statistics.median(values)
     row.lines.append(
         Line(
             "2",

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from escape_attempts import SecurityHost, attack
+from support.daemon import Daemon
 from support.process import Client, outcome, request
 
 
@@ -259,3 +261,28 @@ def _mount_ns(pid: int) -> str:
         return os.readlink(f"/proc/{pid}/ns/mnt")
     except OSError:
         return ""
+
+
+async def test_cwd_lives_in_the_sandboxs_own_mount_tree(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    """With roots beneath /tmp (kept visible inside the private /tmp), the
+    working directory must be the sandbox's view of the root: climbing `..`
+    from it must not reach the host's /tmp, where the daemon's state is."""
+    daemon = start_daemon()
+    config = daemon.config_path
+    workspace = daemon.root()
+    assert config.exists() and workspace.parent.parent == config.parent
+    client = Client(daemon.socket)
+    try:
+        found = await attack(
+            client,
+            f"""
+report(cwd=os.getcwd(),
+       relative=attempt(os.stat, "../../{config.name}"),
+       absolute=attempt(os.stat, {str(config)!r}))
+""",
+        )
+    finally:
+        await client.close()
+    assert found == {"cwd": str(workspace), "relative": "ENOENT", "absolute": "ENOENT"}

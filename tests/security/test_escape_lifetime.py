@@ -157,3 +157,39 @@ report(reserved_gib=len(reserved) >> 30)
         limits={"memory_bytes": 64 * MiB},
     )
     assert found == {"reserved_gib": 8}
+
+
+async def test_rlimits_bound_file_size_and_open_files_and_cannot_be_raised(alpha: Client) -> None:
+    found = await attack(
+        alpha,
+        f"""
+import resource
+def write_big():
+    with open("big.bin", "wb") as f:
+        f.write(b"x" * (2 * {MiB}))
+def open_many():
+    fds = []
+    try:
+        for _ in range(200):
+            fds.append(os.open("/dev/null", os.O_RDONLY))
+    finally:
+        for fd in fds:
+            os.close(fd)
+def raise_hard():
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (100000, 100000))
+    except ValueError:
+        raise OSError(errno.EPERM, "raise")
+report(write_big=attempt(write_big), open_many=attempt(open_many), raise_hard=attempt(raise_hard),
+       core=resource.getrlimit(resource.RLIMIT_CORE), size=os.path.getsize("big.bin"))
+os.unlink("big.bin")
+""",
+        limits={"file_size_bytes": MiB, "open_files": 64},
+    )
+    assert found == {
+        "write_big": "EFBIG",
+        "open_many": "EMFILE",
+        "raise_hard": "EPERM",
+        "core": [0, 0],
+        "size": MiB,
+    }

@@ -6,13 +6,14 @@ holding where a namespace is off."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import socket
 import threading
 from collections.abc import Iterator
 
 import pytest
-from escape_attempts import SecurityHost, attack, host_sleeper
+from escape_attempts import SecurityHost, as_nobody, attack, host_sleeper
 from support.daemon import connectable, environ
 from support.process import Client
 
@@ -308,3 +309,33 @@ report(connect=attempt(connect))
         server.close()
         path.unlink()
     assert found["connect"] != "ok"
+
+
+async def test_host_sysv_ipc_is_not_reachable(alpha: Client) -> None:
+    # A world-accessible SysV shared-memory segment on the host.
+    libc = ctypes.CDLL(None, use_errno=True)
+    key = 0x6A057 + os.getpid()
+    shmid = libc.shmget(key, 4096, 0o1666)  # IPC_CREAT | 0666
+    assert shmid >= 0, os.strerror(ctypes.get_errno())
+    try:
+        # Control: unsandboxed, the run-as uid can attach to it.
+        probe = f"import ctypes; print(ctypes.CDLL(None).shmget({key}, 0, 0o666) >= 0)"
+        assert as_nobody("/usr/bin/python3", "-I", "-c", probe).stdout.strip() == "True"
+        found = await attack(
+            alpha,
+            f"""
+shmid = libc.shmget({key}, 0, 0o666)
+report(shmget="ok" if shmid >= 0 else name(ctypes.get_errno()),
+       listed=str({shmid}) in open("/proc/sysvipc/shm").read().split())
+""",
+        )
+    finally:
+        libc.shmctl(shmid, 0, None)  # IPC_RMID
+    # Its own IPC namespace: the key names nothing there.
+    assert found == {"shmget": "ENOENT", "listed": False}
+
+
+async def test_hostname_is_the_sandboxs_own(alpha: Client) -> None:
+    result = await alpha.run("uname", "-n")
+    assert result.stdout == b"hostcap\n"
+    assert socket.gethostname() != "hostcap"

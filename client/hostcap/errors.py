@@ -264,6 +264,9 @@ HOST_REASONS: Mapping[str, HostReason] = {
     "PROTECTED_PATH": HostReason(_D.DENIAL, "the path is protected by the host"),
     "SECRET_PATH": HostReason(_D.DENIAL, "the path is a secret path the host never exposes"),
     "READ_ONLY_TIER": HostReason(_D.DENIAL, "the path lies in a read-only root"),
+    "ACCESS_DENIED": HostReason(
+        _D.DENIAL, "the host's file permissions refuse the tenant's identity"
+    ),
     "EXECUTABLE_NOT_ALLOWED": HostReason(_D.DENIAL, "the executable is not allowed by the host"),
     "ENV_NOT_ALLOWED": HostReason(
         _D.DENIAL, "a declared environment variable is not allowed by the host"

@@ -50,7 +50,7 @@ MiB = 1024 * KiB
 #: Labels every spawn and write must carry.
 REQUIRED_LABELS = ("session", "node_id", "tool_call_id")
 #: The daemon's default floor patterns (its `FsSettings` defaults).
-DEFAULT_PROTECTED = (".git/hooks/**", ".git/config")
+DEFAULT_PROTECTED = ("**/.git/hooks/**", "**/.git/config")
 DEFAULT_SECRET = ("**/.env", "**/.env.*", "**/*.pem", "**/*.key", "**/.ssh/**", "**/id_*")
 _NEVER_ENV = ("LD_", "NOTIFY_SOCKET", "PYTHONPATH", "PYTHONHOME")
 

@@ -189,7 +189,7 @@ def minimal_sandbox() -> Sandbox:
     )
 
 
-DEFAULT_PROTECTED_PATHS = (".git/hooks/**", ".git/config")
+DEFAULT_PROTECTED_PATHS = ("**/.git/hooks/**", "**/.git/config")
 DEFAULT_SECRET_PATHS = ("**/.env", "**/.env.*", "**/*.pem", "**/*.key", "**/.ssh/**", "**/id_*")
 
 

@@ -40,6 +40,7 @@ STATUS_CODE: dict[str, grpc.StatusCode] = {
     "AUDIT_UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
     "PROTECTION_UNAVAILABLE": grpc.StatusCode.FAILED_PRECONDITION,
     "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
+    "ACCESS_DENIED": grpc.StatusCode.PERMISSION_DENIED,
 }
 assert set(STATUS_CODE) == REASONS, "every ErrorReason needs a status code"
 

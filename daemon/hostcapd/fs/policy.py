@@ -49,7 +49,15 @@ EXAMPLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("ssh/config", ".sshx", "a.ssh"),
     ),
     "**/id_*": (("id_rsa", "keys/id_ed25519.pub", "ID_ECDSA"), ("myid_rsa", "ids", "grid_x")),
-    # protected paths
+    # protected paths (the defaults, and their root-anchored forms)
+    "**/.git/hooks/**": (
+        (".git/hooks", ".git/hooks/pre-commit", "sub/.git/hooks/pre-commit", ".GIT/Hooks/x"),
+        (".git/hooksx", ".github/hooks/x", ".git/HEAD", "git/hooks/x"),
+    ),
+    "**/.git/config": (
+        (".git/config", "vendor/lib/.git/config", ".Git/CONFIG"),
+        (".git/config.bak", "git/config", ".git/configs/x"),
+    ),
     ".git/hooks/**": (
         (".git/hooks", ".git/hooks/pre-commit", ".GIT/Hooks/post-merge"),
         (".git/hooksx", ".github/hooks/x", "sub/.git/hooks/pre-commit", ".git/HEAD"),

@@ -61,7 +61,7 @@ class HostSupport:
         if name == "landlock":
             if self.landlock.abi == 0:
                 return False, self.landlock.reason
-            return True, f"ABI {self.landlock.abi}"
+            return True, landlock.rights_summary(self.landlock.abi)
         if name == "seccomp":
             return self.seccomp.available, self.seccomp.reason
         if name == "cgroup":

@@ -44,6 +44,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     AUDIT_UNAVAILABLE: _ClassVar[ErrorReason]
     PROTECTION_UNAVAILABLE: _ClassVar[ErrorReason]
     INVALID_ARGUMENT: _ClassVar[ErrorReason]
+    ACCESS_DENIED: _ClassVar[ErrorReason]
 OUTCOME_UNSPECIFIED: Outcome
 EXITED: Outcome
 SIGNALED: Outcome
@@ -75,6 +76,7 @@ CONFLICT: ErrorReason
 AUDIT_UNAVAILABLE: ErrorReason
 PROTECTION_UNAVAILABLE: ErrorReason
 INVALID_ARGUMENT: ErrorReason
+ACCESS_DENIED: ErrorReason
 
 class Limits(_message.Message):
     __slots__ = ("cpu_seconds", "memory_bytes", "wall_seconds", "pids", "output_bytes", "file_size_bytes", "open_files", "total_output_bytes")

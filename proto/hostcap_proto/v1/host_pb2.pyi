@@ -32,7 +32,7 @@ class Root(_message.Message):
     def __init__(self, path: _Optional[str] = ..., tier: _Optional[_Union[Tier, str]] = ..., primary: _Optional[bool] = ...) -> None: ...
 
 class CapabilitiesResponse(_message.Message):
-    __slots__ = ("tenant", "daemon_version", "run_as_uid", "run_as_gid", "roots", "path", "allowed_executable_dirs", "default_limits", "ceilings", "protections", "landlock_abi", "cgroup_version", "cgroup_controllers", "memory_limit_mechanism", "max_concurrent_spawns", "env_allowlist", "max_read_bytes", "max_write_bytes")
+    __slots__ = ("tenant", "daemon_version", "run_as_uid", "run_as_gid", "roots", "path", "allowed_executable_dirs", "default_limits", "ceilings", "protections", "landlock_abi", "cgroup_version", "cgroup_controllers", "memory_limit_mechanism", "max_concurrent_spawns", "env_allowlist", "max_read_bytes", "max_write_bytes", "fs_protections")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     DAEMON_VERSION_FIELD_NUMBER: _ClassVar[int]
     RUN_AS_UID_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class CapabilitiesResponse(_message.Message):
     ENV_ALLOWLIST_FIELD_NUMBER: _ClassVar[int]
     MAX_READ_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_WRITE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    FS_PROTECTIONS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     daemon_version: str
     run_as_uid: int
@@ -69,4 +70,5 @@ class CapabilitiesResponse(_message.Message):
     env_allowlist: _containers.RepeatedScalarFieldContainer[str]
     max_read_bytes: int
     max_write_bytes: int
-    def __init__(self, tenant: _Optional[str] = ..., daemon_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[Root, _Mapping]]] = ..., path: _Optional[_Iterable[str]] = ..., allowed_executable_dirs: _Optional[_Iterable[str]] = ..., default_limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., ceilings: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., landlock_abi: _Optional[int] = ..., cgroup_version: _Optional[str] = ..., cgroup_controllers: _Optional[_Iterable[str]] = ..., memory_limit_mechanism: _Optional[str] = ..., max_concurrent_spawns: _Optional[int] = ..., env_allowlist: _Optional[_Iterable[str]] = ..., max_read_bytes: _Optional[int] = ..., max_write_bytes: _Optional[int] = ...) -> None: ...
+    fs_protections: _containers.RepeatedCompositeFieldContainer[_common_pb2.Protection]
+    def __init__(self, tenant: _Optional[str] = ..., daemon_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[Root, _Mapping]]] = ..., path: _Optional[_Iterable[str]] = ..., allowed_executable_dirs: _Optional[_Iterable[str]] = ..., default_limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., ceilings: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., landlock_abi: _Optional[int] = ..., cgroup_version: _Optional[str] = ..., cgroup_controllers: _Optional[_Iterable[str]] = ..., memory_limit_mechanism: _Optional[str] = ..., max_concurrent_spawns: _Optional[int] = ..., env_allowlist: _Optional[_Iterable[str]] = ..., max_read_bytes: _Optional[int] = ..., max_write_bytes: _Optional[int] = ..., fs_protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ...) -> None: ...

@@ -15,6 +15,7 @@ from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.executable import HashCache
+from hostcapd.fs.runtime import FsRuntime
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile
 from hostcapd.spawn import Outcome, Report, Spawn, SpawnRequest, prepare, signal_name
@@ -48,6 +49,8 @@ class TenantRuntime:
         self._finished: OrderedDict[str, Spawn] = OrderedDict()
         self._tasks: set[asyncio.Task[Report | None]] = set()
         self.accepting = True
+        #: The tenant's FsService runtime, once the server has started it.
+        self.fs: FsRuntime | None = None
 
     @property
     def name(self) -> str:

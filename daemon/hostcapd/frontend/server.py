@@ -303,6 +303,7 @@ class Daemon:
             ProtectionUnavailable,
             AuditUnavailable,
             FsWorkerUnavailable,
+            OSError,
         ) as error:
             print(f"hostcapd: {error}", file=sys.stderr)
             _notify(sdnotify.status, f"start-up failed: {error}")
@@ -627,17 +628,20 @@ class Daemon:
                 profiles[name] = prepare(after[name], self.host)
             for name in (*added, *changed):
                 prepared.append(await self._prepare_tenant(after[name], profiles.pop(name)))
-        except ProtectionUnavailable as error:
+        except BaseException as error:
+            # Whatever went wrong (a cancel included), nothing built is left behind.
             await self._release(prepared, profiles)
-            raise ReloadRejected("PROTECTION_UNAVAILABLE", str(error)) from None
-        except FsWorkerUnavailable as error:
-            await self._release(prepared, profiles)
-            raise ReloadRejected(
-                "PROTECTION_UNAVAILABLE", f"the fs worker of a tenant cannot start: {error}"
-            ) from None
-        except (StartupError, OSError) as error:
-            await self._release(prepared, profiles)
-            raise ReloadRejected("INVALID_ARGUMENT", f"cannot serve a tenant: {error}") from None
+            if isinstance(error, ProtectionUnavailable):
+                raise ReloadRejected("PROTECTION_UNAVAILABLE", str(error)) from None
+            if isinstance(error, FsWorkerUnavailable):
+                raise ReloadRejected(
+                    "PROTECTION_UNAVAILABLE", f"the fs worker of a tenant cannot start: {error}"
+                ) from None
+            if isinstance(error, (StartupError, OSError)):
+                raise ReloadRejected(
+                    "INVALID_ARGUMENT", f"cannot serve a tenant: {error}"
+                ) from None
+            raise
 
         # The switch: no await from here to the config swap.
         for service in prepared:

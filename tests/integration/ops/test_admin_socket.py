@@ -330,3 +330,46 @@ async def test_admin_rpcs_refuse_bad_input_with_a_reason(daemon: Daemon) -> None
             raise AssertionError("an unbounded tail was accepted")
     finally:
         await ch.close()
+
+
+def test_without_a_group_the_admin_socket_is_root_only_whatever_the_mode(
+    start_daemon: Callable[..., Daemon], state_dir: Path
+) -> None:
+    # The default mode is 0o660; with no group those group bits would be root's group.
+    admin = {"socket": str(state_dir / "run" / "admin.sock")}
+    daemon = wait_admin(start_daemon(admin=admin))
+    st = daemon.admin_socket.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o600)
+
+
+async def test_audit_tail_and_query_reach_into_rotated_files(
+    start_daemon: Callable[..., Daemon], state_dir: Path
+) -> None:
+    audit = {
+        "path": str(state_dir / "log" / "audit.jsonl"),
+        "group": "root",
+        "journal": "off",
+        "max_bytes": 4096,
+        "keep_files": 100,
+    }
+    daemon = wait_admin(start_daemon(audit=audit))
+    client = Client(daemon.socket)
+    try:
+        for i in range(12):
+            assert (await client.run("echo", f"round-{i}")).exited.exit_code == 0
+    finally:
+        await client.close()
+    files = [*sorted(daemon.audit_path.parent.glob("audit.jsonl.*")), daemon.audit_path]
+    assert len(files) >= 3, "the log did not rotate"
+    stored = [line for f in files for line in f.read_text().splitlines()]
+    current = daemon.audit_path.read_text().splitlines()
+    count = len(current) + 5  # more than the current file holds
+    tail = hostcapctl("audit", "tail", "-n", str(count), "--json", admin=daemon.admin_socket)
+    assert tail.returncode == 0, tail.stderr
+    assert tail.stdout.splitlines() == stored[-count:]
+    query = hostcapctl(
+        "audit", "query", "--event", "process.exec", "--json", admin=daemon.admin_socket
+    )
+    execs = [json.loads(line) for line in query.stdout.splitlines()]
+    assert [r["argv"][1] for r in execs] == [f"round-{i}" for i in range(12)]
+    assert verify_files(files).ok

@@ -94,7 +94,7 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
             _progress("row 2: throughput with 8 clients", started)
             rows.append(await throughput.measure(base, main, quick))
         if "3" in only:
-            _progress("row 3: 1 GiB stdout stream", started)
+            _progress("row 3: stdout stream", started)
             rows.append(await stream.measure(base, main, quick))
         if "4" in only:
             _progress("row 4: kill of a 50-process tree", started)

@@ -65,7 +65,7 @@ async def daemon_kill(client: TenantClient, base: Baselines) -> tuple[float, flo
 
 
 async def measure(base: Baselines, client: TenantClient, quick: bool) -> Row:
-    trials = 5 if quick else 20
+    trials = 8 if quick else 20
     daemon: list[float] = []
     from_started: list[float] = []
     direct: list[float] = []

@@ -391,6 +391,7 @@ class Daemon:
         temp: Path | None = None
         try:
             fs_runtime = await start_fs_service(tenant, runtime.audit)
+            runtime.fs = fs_runtime  # HostService.Capabilities reports its protections
             server = grpc.aio.server(
                 options=[
                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),

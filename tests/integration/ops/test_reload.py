@@ -10,7 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hostcap_proto.v1 import common_pb2
+import grpc
+from hostcap_proto.v1 import common_pb2, fs_pb2, fs_pb2_grpc, host_pb2, host_pb2_grpc
 from ops_support import (
     DEADLINE_S,
     NotifySocket,
@@ -133,6 +134,18 @@ async def test_sighup_adding_a_tenant_makes_its_socket_serve(daemon: Daemon) -> 
     socket = daemon.socket_of("second")
     assert connectable(socket)
     assert await echo_on(socket) == b"hello\n"
+    # It is whole: its fs worker serves, and Capabilities reports what it applied.
+    async with grpc.aio.insecure_channel(f"unix:{socket}") as ch:
+        caps = await host_pb2_grpc.HostServiceStub(ch).Capabilities(  # type: ignore[no-untyped-call]
+            host_pb2.CapabilitiesRequest()
+        )
+        assert caps.tenant == "second"
+        assert {p.name for p in caps.fs_protections if p.applied} >= {"uid_drop", "landlock"}
+        (daemon.root("second") / "planted.txt").write_text("x")
+        listing = await fs_pb2_grpc.FsServiceStub(ch).ListDirectory(  # type: ignore[no-untyped-call]
+            fs_pb2.ListDirectoryRequest(path=".")
+        )
+        assert [e.name for e in listing.entries] == ["planted.txt"]
     ps = hostcapctl("ps", "--json", admin=daemon.admin_socket)
     assert ps.returncode == 0
 

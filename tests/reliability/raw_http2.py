@@ -78,11 +78,13 @@ class RawConnection:
     next_stream: int = 1
 
     @classmethod
-    def open(cls, path: Path, timeout: float = 10.0) -> RawConnection:
+    def open(cls, path: Path, timeout: float = 10.0, preface: bool = True) -> RawConnection:
+        """Connect; send the client preface and an empty SETTINGS unless told not to."""
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
         sock.connect(str(path))
-        sock.sendall(PREFACE + frame(SETTINGS, 0, 0, b""))
+        if preface:
+            sock.sendall(PREFACE + frame(SETTINGS, 0, 0, b""))
         return cls(sock)
 
     def start_call(self, path: str, message: bytes, end_stream: bool = True) -> int:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from hostcap_proto.audit import verify_files
+from hostcap_proto.audit import parse_line, verify_files
 from hostcap_proto.v1 import common_pb2, process_pb2, process_pb2_grpc
-from support.daemon import Daemon, audit_records, children_of, open_fds, zombies_under
+from support.daemon import Daemon, children_of, open_fds, zombies_under
 from support.process import Client
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -266,17 +266,22 @@ async def wait_healthy(daemon: Daemon, timeout: float, tenant: str | None = None
         await asyncio.sleep(0.1)
 
 
+def audit_log(daemon: Daemon) -> list[dict[str, Any]]:
+    """Every complete record of the daemon's current audit file, strictly
+    parsed. Lines end at b"\\n" only: the writer stores non-ASCII raw, so a
+    record may hold U+2028 or U+0085, which str.splitlines() would cut."""
+    lines = daemon.audit_path.read_bytes().split(b"\n")[:-1]
+    return [parse_line(line) for line in lines]
+
+
 def exit_records(daemon: Daemon) -> dict[str, dict[str, Any]]:
     """The process.exit record of each spawn id in the audit log."""
-    return {
-        r["spawn_id"]: r for r in audit_records(daemon.audit_path) if r["event"] == "process.exit"
-    }
+    return {r["spawn_id"]: r for r in audit_log(daemon) if r["event"] == "process.exit"}
 
 
 def exec_records(daemon: Daemon) -> dict[str, dict[str, Any]]:
-    return {
-        r["spawn_id"]: r for r in audit_records(daemon.audit_path) if r["event"] == "process.exec"
-    }
+    """The process.exec record of each spawn id in the audit log."""
+    return {r["spawn_id"]: r for r in audit_log(daemon) if r["event"] == "process.exec"}
 
 
 def audit_chain_intact(daemon: Daemon) -> str:

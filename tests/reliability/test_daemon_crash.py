@@ -9,6 +9,7 @@ from collections.abc import Callable
 from hostcap_proto.v1 import common_pb2
 from reliability_probes import (
     audit_chain_intact,
+    audit_log,
     cgroup_subtrees,
     descendants,
     exec_records,
@@ -20,7 +21,7 @@ from reliability_probes import (
     wait_dead,
     wait_for,
 )
-from support.daemon import Daemon, audit_records, connectable, processes_with, wait_gone
+from support.daemon import Daemon, connectable, processes_with, wait_gone
 from support.process import Client, outcome, request
 
 #: Each program leaves something a naive kill misses.
@@ -120,9 +121,7 @@ async def test_a_second_crash_right_after_restart_still_closes_every_spawn(
         daemon.start()
     crashed = set().union(*generations)
     exits = [
-        r
-        for r in audit_records(daemon.audit_path)
-        if r["event"] == "process.exit" and r["spawn_id"] in crashed
+        r for r in audit_log(daemon) if r["event"] == "process.exit" and r["spawn_id"] in crashed
     ]
     assert sorted(r["spawn_id"] for r in exits) == sorted(crashed)
     assert {r["outcome"] for r in exits} == {"DAEMON_SHUTDOWN"}

@@ -19,6 +19,7 @@ from hostcap_proto.errors import from_rpc_error
 from hostcap_proto.v1 import common_pb2, fs_pb2, fs_pb2_grpc
 from reliability_probes import (
     Footprint,
+    audit_log,
     cgroup_subtrees,
     exec_records,
     exit_records,
@@ -28,7 +29,7 @@ from reliability_probes import (
     wait_cgroups_gone,
     wait_for,
 )
-from support.daemon import NOBODY, Daemon, MiB, audit_records, processes_with, wait_gone
+from support.daemon import NOBODY, Daemon, MiB, processes_with, wait_gone
 from support.process import Client, outcome, request
 
 CLIENTS = 16
@@ -153,7 +154,7 @@ async def test_sixteen_clients_times_two_hundred_mixed_calls_leave_nothing_behin
     spawns = CLIENTS * sum(1 for i in range(CALLS_PER_CLIENT) if i % 8 not in (3, 7))
     assert len(execs) - execs_before == spawns
     assert set(execs) <= set(exits)
-    writes = [r for r in audit_records(daemon.audit_path) if r["event"] == "file.write"]
+    writes = [r for r in audit_log(daemon) if r["event"] == "file.write"]
     assert len(writes) == CLIENTS * (16 + CALLS_PER_CLIENT) // 4
     assert await health_problem(daemon) == ""
 
@@ -196,7 +197,7 @@ async def test_the_quota_refuses_the_excess_at_once_instead_of_queuing(
     assert len(processes_with(marker)) == 4
     denials = [
         r
-        for r in audit_records(daemon.audit_path)
+        for r in audit_log(daemon)
         if r["event"] == "policy.deny" and r["reason"] == "QUOTA_EXCEEDED"
     ]
     assert len(denials) == 12 and {r["tenant"] for r in denials} == {"flood"}
@@ -257,9 +258,7 @@ async def test_a_tenant_flooding_its_quota_does_not_starve_another(
     # The flood really was at its quota the whole time, and nothing else.
     assert set(tally) == {"ran", "QUOTA_EXCEEDED"} and tally["ran"] > 0
     calm_denials = [
-        r
-        for r in audit_records(daemon.audit_path)
-        if r["event"] == "policy.deny" and r["tenant"] == "calm"
+        r for r in audit_log(daemon) if r["event"] == "policy.deny" and r["tenant"] == "calm"
     ]
     assert calm_denials == []
     assert wait_gone(marker, 3.0) == []

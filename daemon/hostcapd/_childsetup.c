@@ -57,6 +57,9 @@
 #ifndef SYS_move_mount
 #define SYS_move_mount 429
 #endif
+#ifndef SYS_mount_setattr
+#define SYS_mount_setattr 442
+#endif
 #ifndef SYS_openat2
 #define SYS_openat2 437
 #endif
@@ -71,7 +74,7 @@
 #define MAX_LANDLOCK_RULES 8
 
 #define CHILD_STACK_SIZE (256 * 1024)
-#define MAX_MOUNTS 32
+#define MAX_MOUNTS 64
 #define MAX_RLIMITS 16
 #define MAX_CGROUP_FDS 8
 
@@ -115,13 +118,21 @@ static const char *const step_names[] = {
 /* A mount step. MOUNT_CALL is mount(2). MOUNT_KEEP clones the tree at
  * `source` (before later mounts hide it) into slot `flags`; MOUNT_RESTORE
  * creates `target` (mkdir -p) and attaches slot `flags` there. Together they
- * keep a tenant root visible beneath a fresh tmpfs mounted over its parent. */
-enum mount_kind { MOUNT_CALL = 0, MOUNT_KEEP = 1, MOUNT_RESTORE = 2 };
+ * keep a tenant root visible beneath a fresh tmpfs mounted over its parent.
+ * MOUNT_SETATTR changes the mount attributes of `target` (attr_set `flags`,
+ * attr_clr `clear`), MOUNT_SETATTR_TREE of every mount beneath it too. */
+enum mount_kind {
+    MOUNT_CALL = 0, MOUNT_KEEP = 1, MOUNT_RESTORE = 2, MOUNT_SETATTR = 3, MOUNT_SETATTR_TREE = 4,
+};
+
+struct mount_attr_ {
+    uint64_t attr_set, attr_clr, propagation, userns_fd;
+};
 
 struct mount_op {
     int kind;
     const char *source, *target, *fstype, *data;
-    unsigned long flags;
+    unsigned long flags, clear;
 };
 
 struct open_how_ {
@@ -257,6 +268,12 @@ static int do_mount(struct plan *p, const struct mount_op *m)
             return -1;
         return (int)syscall(SYS_move_mount, p->trees[slot], "", AT_FDCWD, m->target,
                             MOVE_MOUNT_F_EMPTY_PATH_);
+    case MOUNT_SETATTR:
+    case MOUNT_SETATTR_TREE: {
+        struct mount_attr_ attr = {m->flags, m->clear, 0, 0};
+        return (int)syscall(SYS_mount_setattr, AT_FDCWD, m->target,
+                            m->kind == MOUNT_SETATTR_TREE ? AT_RECURSIVE_ : 0, &attr, sizeof attr);
+    }
     }
     errno = EINVAL;
     return -1;
@@ -529,9 +546,10 @@ PyDoc_STRVAR(spawn_doc,
 "cwd_root, cwd: bytes or None: the child opens cwd beneath cwd_root (openat2\n"
 "  RESOLVE_BENEATH) after its mounts and fchdir()s there after the uid switch.\n"
 "umask: int, or -1 to inherit.\n"
-"mounts: [(kind, source, target, fstype, flags, data)]: kind 0 mount(2);\n"
+"mounts: [(kind, source, target, fstype, flags, data[, clear])]: kind 0 mount(2);\n"
 "  1 keep: clone the tree at source into slot `flags`; 2 restore: mkdir -p\n"
-"  target and attach slot `flags` there.\n"
+"  target and attach slot `flags` there; 3 mount_setattr(target, set=flags,\n"
+"  clear=clear); 4 the same for every mount beneath target.\n"
 "cgroup_fds: fds of cgroup.procs files the child writes \"0\" to.\n"
 "rlimits: [(resource, soft, hard)]. ids: (uid, gid) or None.\n"
 "landlock_rules: [(path, access)] added to landlock_fd after the mounts.\n"
@@ -615,11 +633,11 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_GetItem(mounts, i);
         PyObject *src, *tgt, *fst, *dat;
-        unsigned long flags;
+        unsigned long flags, clear = 0;
         int kind;
-        int ok = item && PyArg_ParseTuple(item, "iOOOkO;mount must be (kind, source, target, fstype, flags, data)",
-                                          &kind, &src, &tgt, &fst, &flags, &dat);
-        if (ok && (kind < MOUNT_CALL || kind > MOUNT_RESTORE)) {
+        int ok = item && PyArg_ParseTuple(item, "iOOOkO|k;mount must be (kind, source, target, fstype, flags, data[, clear])",
+                                          &kind, &src, &tgt, &fst, &flags, &dat, &clear);
+        if (ok && (kind < MOUNT_CALL || kind > MOUNT_SETATTR_TREE)) {
             PyErr_SetString(PyExc_ValueError, "unknown mount kind");
             ok = 0;
         }
@@ -627,6 +645,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
             struct mount_op *m = &p->mounts[i];
             m->kind = kind;
             m->flags = flags;
+            m->clear = clear;
             ok = opt_cstring(src, keep, &m->source) == 0 && opt_cstring(tgt, keep, &m->target) == 0 &&
                  opt_cstring(fst, keep, &m->fstype) == 0 && opt_cstring(dat, keep, &m->data) == 0;
         }

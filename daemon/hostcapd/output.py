@@ -47,8 +47,9 @@ class StreamBuffer:
         return self.total - self.dropped
 
     def tail(self) -> bytes:
-        """What follows the head: the marker (if anything was dropped) and the tail."""
-        if self.dropped:
+        """What follows the head: the marker (if anything was dropped) and the
+        tail. With a budget of 0 nothing is kept, not even the marker."""
+        if self.dropped and (self.head_limit or self.tail_limit):
             return marker(self.dropped) + bytes(self._tail)
         return bytes(self._tail)
 

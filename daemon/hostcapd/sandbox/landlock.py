@@ -134,8 +134,9 @@ def scope_rights(abi: int) -> int:
 
 
 def dev_file_rights(abi: int) -> int:
-    """What a rule on a device node grants: read, write, and its ioctls (ABI >= 5)."""
-    return (FS_READ_FILE | FS_WRITE_FILE | FS_IOCTL_DEV) & fs_rights(abi)
+    """What a rule on a device node grants: read, write, truncate (a shell's
+    `> /dev/null` opens with O_TRUNC, ABI >= 3) and its ioctls (ABI >= 5)."""
+    return (FS_READ_FILE | FS_WRITE_FILE | FS_TRUNCATE | FS_IOCTL_DEV) & fs_rights(abi)
 
 
 def rights_summary(abi: int) -> str:

@@ -28,9 +28,17 @@ NAMESPACES: dict[str, tuple[int, str]] = {
     "mount_namespace": (CLONE_NEWNS, "mnt"),
 }
 
-#: (kind, source, target, fstype, flags, data), as the C set-up takes them.
-Mount = tuple[int, bytes | None, bytes | None, bytes | None, int, bytes | None]
-MOUNT_CALL, MOUNT_KEEP, MOUNT_RESTORE = 0, 1, 2
+#: (kind, source, target, fstype, flags, data, clear), as the C set-up takes them.
+Mount = tuple[int, bytes | None, bytes | None, bytes | None, int, bytes | None, int]
+MOUNT_CALL, MOUNT_KEEP, MOUNT_RESTORE, MOUNT_SETATTR, MOUNT_SETATTR_TREE = 0, 1, 2, 3, 4
+MS_BIND = 4096
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+#: Directories each spawn gets as an empty private tmpfs, hiding the host's:
+#: /run holds the host's named sockets (D-Bus, journald, ...), which landlock
+#: does not cover; /dev/shm is shared memory.
+PRIVATE_DIRS = (Path("/run"), Path("/dev/shm"))
 #: Trees the C can keep aside while /tmp is replaced.
 MAX_KEPT = 8
 
@@ -61,43 +69,91 @@ def beneath_tmp(path: Path) -> bool:
 TMP = Path("/tmp")
 
 
+def _mounts(
+    fresh_proc: bool, tmp_size_bytes: int, roots: tuple[Path, ...], writable: tuple[Path, ...]
+) -> list[Mount]:
+    """The child's mounts, in order:
+
+    1. private propagation: nothing the child mounts reaches the host;
+    2. each tenant root bound onto itself, so it is a mount of its own (roots
+       beneath /tmp are cloned aside, to be attached again inside the new /tmp);
+    3. a fresh /proc showing only the sandbox's processes (with a pid namespace);
+    4. a private tmpfs /tmp, and empty private /run and /dev/shm;
+    5. the whole tree read-only, nosuid and nodev (landlock does not cover
+       chmod, utime or xattrs; a read-only mount does), then devices again
+       on /dev, and write access for the read-write roots, /tmp, /dev/shm
+       and /proc.
+    """
+    m: list[Mount] = [(MOUNT_CALL, None, b"/", None, MS_REC | MS_PRIVATE, None, 0)]
+    kept = [r for r in roots if beneath_tmp(r)]
+    if len(kept) > MAX_KEPT:
+        raise ValueError(f"at most {MAX_KEPT} tenant roots may lie beneath /tmp")
+    for root in roots:
+        if root not in kept:
+            m.append((MOUNT_CALL, bytes(root), bytes(root), None, MS_BIND | MS_REC, None, 0))
+    for slot, root in enumerate(kept):
+        m.append((MOUNT_KEEP, bytes(root), None, None, slot, None, 0))
+    if fresh_proc:
+        m.append(
+            (MOUNT_CALL, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, 0)
+        )
+    tmpfs_flags = MS_NOSUID | MS_NODEV
+    m.append(
+        (
+            MOUNT_CALL,
+            b"tmpfs",
+            b"/tmp",
+            b"tmpfs",
+            tmpfs_flags,
+            f"size={tmp_size_bytes},mode=1777".encode(),
+            0,
+        )
+    )
+    for slot, root in enumerate(kept):
+        m.append((MOUNT_RESTORE, None, bytes(root), None, slot, None, 0))
+    private = [d for d in PRIVATE_DIRS if d.is_dir()]
+    for d in private:
+        m.append(
+            (
+                MOUNT_CALL,
+                b"tmpfs",
+                bytes(d),
+                b"tmpfs",
+                tmpfs_flags | MS_NOEXEC,
+                b"size=16m,mode=1777",
+                0,
+            )
+        )
+    locked = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+    m.append((MOUNT_SETATTR_TREE, None, b"/", None, locked, None, 0))
+    # Device nodes stay usable where they live (landlock decides which).
+    m.append((MOUNT_SETATTR, None, b"/dev", None, 0, None, MOUNT_ATTR_NODEV))
+    # /proc stays writable (the set-up writes oom_score_adj and loginuid there),
+    # whether it is the child's own or, without a pid namespace, the host's.
+    rw = [*writable, Path("/tmp"), *private, Path("/proc")]
+    for path in rw:
+        m.append((MOUNT_SETATTR, None, bytes(path), None, 0, None, MOUNT_ATTR_RDONLY))
+    return m
+
+
 def plan(
-    applied: set[str], tmp_size_bytes: int, hostname: str, roots: tuple[Path, ...] = ()
+    applied: set[str],
+    tmp_size_bytes: int,
+    hostname: str,
+    roots: tuple[tuple[Path, bool], ...] = (),
 ) -> NamespacePlan:
-    """The clone flags and, with a mount namespace, the child's mounts: private
-    propagation, a fresh /proc (with a pid namespace), and a private tmpfs
-    /tmp with any tenant root beneath /tmp kept visible inside it."""
+    """The clone flags and, with a mount namespace, the child's mounts (see
+    `_mounts`). `roots` are (path, writable) pairs."""
+    writable = tuple(r for r, w in roots if w)
     flags = 0
     for name, (flag, _) in NAMESPACES.items():
         if name in applied:
             flags |= flag
     mounts: list[Mount] = []
     if "mount_namespace" in applied:
-        kept = [r for r in roots if beneath_tmp(r)]
-        if len(kept) > MAX_KEPT:
-            raise ValueError(f"at most {MAX_KEPT} tenant roots may lie beneath /tmp")
-        # Nothing the child mounts may propagate back to the host.
-        mounts.append((MOUNT_CALL, None, b"/", None, MS_REC | MS_PRIVATE, None))
-        for slot, root in enumerate(kept):
-            mounts.append((MOUNT_KEEP, bytes(root), None, None, slot, None))
-        if "pid_namespace" in applied:
-            # A /proc that shows only the sandbox's own processes.
-            mounts.append(
-                (MOUNT_CALL, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
-            )
-        # A private /tmp per spawn; it disappears with the namespace.
-        mounts.append(
-            (
-                MOUNT_CALL,
-                b"tmpfs",
-                b"/tmp",
-                b"tmpfs",
-                MS_NOSUID | MS_NODEV,
-                f"size={tmp_size_bytes},mode=1777".encode(),
-            )
+        mounts = _mounts(
+            "pid_namespace" in applied, tmp_size_bytes, tuple(r for r, _ in roots), writable
         )
-        for slot, root in enumerate(kept):
-            mounts.append((MOUNT_RESTORE, None, bytes(root), None, slot, None))
     return NamespacePlan(
         clone_flags=flags,
         mounts=tuple(mounts),

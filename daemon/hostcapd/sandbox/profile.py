@@ -197,11 +197,17 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
         mount_rules = landlock.mount_rules(
             host.landlock.abi, proc=private_tmp and "pid_namespace" in applied, tmp=private_tmp
         )
+        if private_tmp and Path("/dev/shm").is_dir():
+            # The child's private /dev/shm (POSIX shared memory, semaphores).
+            mount_rules += ((b"/dev/shm", landlock.fs_rights(host.landlock.abi)),)
     return TenantProfile(
         tenant=tenant.name,
         protections=tuple(statuses),
         ns=namespaces.plan(
-            applied, sandbox.tmp_size_bytes, sandbox.hostname, tuple(r.path for r in tenant.roots)
+            applied,
+            sandbox.tmp_size_bytes,
+            sandbox.hostname,
+            tuple((r.path, r.tier is Tier.READ_WRITE) for r in tenant.roots),
         ),
         seccomp_filter=host.seccomp_filter if "seccomp" in applied else b"",
         landlock=template,

@@ -374,3 +374,8 @@ async def test_a_script_runs_by_path_and_says_exec_by_fd_was_not_applied(client:
     assert not by_fd.applied and "script" in by_fd.reason
     binary = await client.run("true")
     assert {p.name: p.applied for p in binary.started.protections}["exec_by_fd"]
+
+
+async def test_a_shell_redirect_to_dev_null_works(client: Client) -> None:
+    result = await client.run("sh", "-c", "echo hidden > /dev/null && echo shown 2>/dev/null")
+    assert (outcome(result), result.stdout, result.stderr) == ("EXITED", b"shown\n", b"")

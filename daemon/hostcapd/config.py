@@ -336,6 +336,9 @@ class DaemonSettings(_Model):
     cgroup_parent: str = ""
     #: Seconds between SIGTERM and SIGKILL when a tree is killed.
     kill_grace_seconds: float = Field(default=0.5, ge=0, le=60)
+    #: Remount the cgroup2 hierarchy with favordynmods at start-up, so joining
+    #: a spawn's cgroup never waits for an RCU grace period (~10 ms).
+    cgroup_favor_dynmods: bool = True
 
 
 class Config(_Model):

@@ -14,10 +14,13 @@ def marker(dropped: int) -> bytes:
 
 
 class StreamBuffer:
-    def __init__(self, keep: int) -> None:
+    def __init__(self, keep: int, retain_head: bool = True) -> None:
         self.head_limit = keep - keep // 2
         self.tail_limit = keep // 2
+        #: A streaming caller forwards the head at once: only its size is kept.
+        self.retain_head = retain_head
         self.head = bytearray()
+        self._head_size = 0
         self._tail = bytearray()
         self.total = 0
         #: Bytes that fell out of the tail ring (the dropped middle).
@@ -26,10 +29,12 @@ class StreamBuffer:
     def feed(self, data: bytes) -> bytes:
         """Account `data`; return the prefix of it that is part of the head."""
         self.total += len(data)
-        room = self.head_limit - len(self.head)
+        room = self.head_limit - self._head_size
         head_part = data[:room] if room > 0 else b""
         if head_part:
-            self.head += head_part
+            self._head_size += len(head_part)
+            if self.retain_head:
+                self.head += head_part
         rest = data[len(head_part) :]
         if rest:
             if self.tail_limit == 0:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import enum
 import errno
+import fcntl
 import logging
 import os
 import signal
@@ -42,6 +43,7 @@ log = logging.getLogger("hostcapd.spawn")
 MAX_ARGV_BYTES = 1024 * 1024
 MAX_ARG_BYTES = 128 * 1024
 READ_CHUNK = 256 * 1024
+PIPE_SIZE = 1024 * 1024
 #: Streamed-but-unsent bytes above which we stop reading the pipe (back-pressure
 #: on a slow client for the kept head; what is dropped is always drained).
 HIGH_WATER = 4 * 1024 * 1024
@@ -157,7 +159,9 @@ def resolve_cwd(cwd: str, tenant: Tenant) -> Cwd:
             raise Refusal(
                 "PATH_ESCAPES_ROOT", f"cwd {cwd!r} resolves outside the tenant's roots"
             ) from None
-        raise Refusal("NOT_FOUND", f"cwd {cwd!r} is not a directory in the tenant's roots") from None
+        raise Refusal(
+            "NOT_FOUND", f"cwd {cwd!r} is not a directory in the tenant's roots"
+        ) from None
     finally:
         os.close(root_fd)
     try:
@@ -182,10 +186,35 @@ def validate_argv(argv: tuple[str, ...]) -> None:
             raise Refusal("TOO_LARGE", f"argv is larger than {MAX_ARGV_BYTES} bytes")
 
 
+MAX_LABELS = 32
+MAX_LABEL_KEY = 128
+MAX_LABEL_VALUE = 1024
+MAX_REQUEST_ID = 256
+PATH_MAX = 4096
+
+
+def validate_correlation(labels: Mapping[str, str], request_id: str) -> None:
+    """Labels and request_id go whole into fsynced audit records: bound them."""
+    if len(request_id) > MAX_REQUEST_ID:
+        raise Refusal("INVALID_ARGUMENT", f"request_id is longer than {MAX_REQUEST_ID} characters")
+    if len(labels) > MAX_LABELS:
+        raise Refusal("INVALID_ARGUMENT", f"more than {MAX_LABELS} labels")
+    for key, value in labels.items():
+        if not key or len(key) > MAX_LABEL_KEY or len(value) > MAX_LABEL_VALUE:
+            raise Refusal(
+                "INVALID_ARGUMENT",
+                f"a label key must be 1-{MAX_LABEL_KEY} and a value at most "
+                f"{MAX_LABEL_VALUE} characters",
+            )
+
+
 def prepare(request: SpawnRequest, runtime: TenantRuntime) -> Prepared:
     """Step 1 of the spawn sequence: validate and resolve everything."""
     tenant = runtime.tenant
+    validate_correlation(request.labels, request.request_id)
     validate_argv(request.argv)
+    if len(request.cwd.encode()) > PATH_MAX:
+        raise Refusal("INVALID_ARGUMENT", f"cwd is longer than {PATH_MAX} bytes")
     applied = limits_mod.apply(dict(request.limits), tenant.limits)
     env = environment.build(tenant, request.env)
     cwd = resolve_cwd(request.cwd, tenant)
@@ -196,13 +225,19 @@ def prepare(request: SpawnRequest, runtime: TenantRuntime) -> Prepared:
     if exe.is_script:
         # The kernel cannot hand a close-on-exec fd to a script's interpreter.
         protections = tuple(
-            ProtectionStatus(s.name, False, "a #! script is exec'd by its resolved path", s.required)
+            ProtectionStatus(
+                s.name, False, "a #! script is exec'd by its resolved path", s.required
+            )
             if s.name == "exec_by_fd" and s.applied
             else s
             for s in protections
         )
     return Prepared(
-        exe=exe, argv=request.argv, cwd=cwd, env=env, limits=applied,
+        exe=exe,
+        argv=request.argv,
+        cwd=cwd,
+        env=env,
+        limits=applied,
         protections=protections,
     )
 
@@ -218,8 +253,10 @@ class Spawn:
         self.streaming = streaming
         self.pid = 0
         self.started_at = time.monotonic()
-        self.stdout = StreamBuffer(prepared.limits.output_bytes or 0)
-        self.stderr = StreamBuffer(prepared.limits.output_bytes or 0)
+        # A streaming caller gets the head as it comes: it is not kept here.
+        keep = prepared.limits.output_bytes or 0
+        self.stdout = StreamBuffer(keep, retain_head=not streaming)
+        self.stderr = StreamBuffer(keep, retain_head=not streaming)
         #: Streamed events for the owning caller: ("started"|"output"|"exited", payload).
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.pending_bytes = 0
@@ -283,6 +320,9 @@ class Spawn:
             # Pipes: the child's ends go to the spawner and are closed here at once.
             out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            with contextlib.suppress(OSError):
+                # Fewer, larger reads for a fast writer (the child's cgroup pays).
+                fcntl.fcntl(out_r, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
             read_ends += [out_r, err_r]
             os.set_blocking(out_w, True)
             os.set_blocking(err_w, True)
@@ -337,6 +377,7 @@ class Spawn:
                 "landlock": ruleset_fd >= 0,
             }
             # Step 3: the spawner clones; the C set-up runs and execs.
+            await self.runtime.spawner.ready()
             started, self._exit = self.runtime.spawner.spawn(
                 order,
                 [
@@ -382,8 +423,10 @@ class Spawn:
                 status = await self._exit
             except SpawnerLost:
                 status = None
-            # Whatever the main process left behind dies with it.
-            self._kill_tree(signal.SIGKILL)
+            # Whatever the main process left behind dies with it. In a pid
+            # namespace the kernel has done that already: init was reaped.
+            if not profile.has("pid_namespace"):
+                self._kill_tree(signal.SIGKILL)
             with contextlib.suppress(TimeoutError):
                 # After the grace an escaped holder of the pipe is ignored.
                 await asyncio.wait_for(self._eof.wait(), EOF_GRACE)
@@ -440,8 +483,11 @@ class Spawn:
                 self._kill_task.cancel()
             self.prepared.close()
             if self._cgroup is not None:
-                self._cgroup.kill()
-                self._cgroup.remove()
+                try:
+                    self._cgroup.remove()
+                except CgroupError:
+                    self._cgroup.kill()  # something outlived the tree kill
+                    self._cgroup.remove()
             if not self.started.done():
                 self.started.set_result(0)
 
@@ -628,8 +674,7 @@ class Spawn:
             "gid": self.runtime.tenant.gid,
             "limits": p.limits.model_dump(exclude_none=True),
             "protections": [
-                {"name": s.name, "applied": s.applied, "reason": s.reason}
-                for s in p.protections
+                {"name": s.name, "applied": s.applied, "reason": s.reason} for s in p.protections
             ],
         }
 

@@ -16,6 +16,7 @@ import pytest
 from hostcap_proto.v1 import common_pb2
 from raw_http2 import RawConnection
 from reliability_probes import (
+    STREAMING_CLIENT,
     WideClient,
     cgroup_subtrees,
     exec_records,
@@ -30,24 +31,6 @@ from support.daemon import REPO, Daemon, MiB, processes_with, wait_gone
 from support.process import Client, request
 
 SPAWN = "/hostcap.v1.ProcessService/Spawn"
-
-#: A client in its own process: starts a streaming spawn, prints its id, reads on.
-STREAMING_CLIENT = r"""
-import asyncio, sys
-import grpc
-from hostcap_proto.v1 import process_pb2, process_pb2_grpc
-
-async def main() -> None:
-    channel = grpc.aio.insecure_channel("unix:" + sys.argv[1])
-    stub = process_pb2_grpc.ProcessServiceStub(channel)
-    call = stub.Spawn(process_pb2.SpawnRequest(
-        argv=["sh", "-c", sys.argv[2]], env={"TEST_MARKER": sys.argv[3]}))
-    async for event in call:
-        if event.WhichOneof("event") == "started":
-            print(event.started.spawn_id, flush=True)
-
-asyncio.run(main())
-"""
 
 #: Streams output for ever and leaves a detached grandchild.
 TICKER = "(setsid sleep 1000 </dev/null >/dev/null 2>&1 &); while :; do echo tick; sleep 0.01; done"
@@ -272,13 +255,6 @@ async def test_many_clients_cancelling_at_random_points_leave_nothing(
     assert await health_problem(daemon) == ""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="frontend/process_service.py Spawn yields the whole kept tail (up to output_bytes/2) "
-    "as one Output message: above 4 MiB a client with gRPC's default receive limit loses the "
-    "tail and the Exited event (RESOURCE_EXHAUSTED). Fix: yield the tail in chunks of at most "
-    "spawn.READ_CHUNK bytes, as the head already is.",
-)
 async def test_a_client_with_grpc_defaults_receives_the_end_of_a_big_window_spawn(
     client: Client,
 ) -> None:
@@ -292,15 +268,6 @@ async def test_a_client_with_grpc_defaults_receives_the_end_of_a_big_window_spaw
     assert events[-1].exited.stdout.kept_bytes == 16 * MiB
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="frontend/server.py MAX_MESSAGE_BYTES (80 MiB) is below what Run may have to send: "
-    "stdout and stderr each up to the ceiling's output_bytes (64 MiB here, 256 MiB in --dev). "
-    "The spawn runs and is audited EXITED, but the client gets an untyped RESOURCE_EXHAUSTED "
-    "('Sent message larger than max'). Fix: refuse in Run (LIMIT_INVALID) an output_bytes "
-    "whose RunResult cannot fit (2 * output_bytes + envelope > MAX_MESSAGE_BYTES), or derive "
-    "the send limit from the tenants' ceilings at start-up.",
-)
 async def test_a_run_within_the_output_ceiling_delivers_its_result(daemon: Daemon) -> None:
     client = WideClient(daemon.socket)
     try:

@@ -17,6 +17,8 @@ from hostcapd.spawn import Spawn, SpawnRequest, prepare
 from hostcapd.tenant import TenantRuntime
 
 _VALID_SIGNALS = {int(s) for s in signal_mod.Signals}
+#: Largest Output event: the kept tail is sent in pieces of this size.
+OUTPUT_CHUNK = 1024 * 1024
 
 
 class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
@@ -76,10 +78,13 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
                     )
                 else:
                     for stream, buf in ((1, spawn.stdout), (2, spawn.stderr)):
-                        tail = buf.tail()
-                        if tail:
+                        tail = memoryview(buf.tail())
+                        for start in range(0, len(tail), OUTPUT_CHUNK):
                             yield process_pb2.SpawnEvent(
-                                output=process_pb2.Output(stream=stream, data=tail)
+                                output=process_pb2.Output(
+                                    stream=stream,  # type: ignore[arg-type]
+                                    data=bytes(tail[start : start + OUTPUT_CHUNK]),
+                                )
                             )
                     yield process_pb2.SpawnEvent(exited=convert.exited_to_wire(spawn, payload))
                     return

@@ -31,23 +31,21 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import grpc
+from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from hostcap_proto.v1 import (
     admin_pb2,
-    admin_pb2_grpc,
     fs_pb2,
-    fs_pb2_grpc,
     host_pb2,
-    host_pb2_grpc,
     process_pb2,
-    process_pb2_grpc,
 )
 
 from hostcapd import __version__, sdnotify
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.config import AdminSettings, Config, ConfigError, Tenant, load_config
 from hostcapd.frontend.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
+from hostcapd.frontend.handlers import add_servicer
 from hostcapd.frontend.host_service import HostServicer
 from hostcapd.frontend.process_service import ProcessServicer
 from hostcapd.fs import FsRuntime, FsWorkerUnavailable, start_fs_service
@@ -66,6 +64,17 @@ log = logging.getLogger("hostcapd")
 
 #: gRPC message ceiling: a spawn request with stdin, or a file write, fits.
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024
+#: gRPC's own ceiling for one message.
+GRPC_MESSAGE_CEILING = 2**31 - 1
+
+
+def send_limit(tenant: Tenant) -> int:
+    """Largest reply a tenant may be sent: a RunResult carries both streams,
+    each up to the ceiling's output_bytes (plus markers and the envelope)."""
+    kept = tenant.limits.ceiling.output_bytes or 0
+    return min(GRPC_MESSAGE_CEILING, max(MAX_MESSAGE_BYTES, 2 * kept + 16 * 1024 * 1024))
+
+
 #: Seconds a stopping server gives calls in flight (SIGTERM: spawns are ended first).
 STOP_GRACE_S = 5.0
 #: Added to a replaced tenant's longest possible spawn before its calls are cut.
@@ -86,6 +95,21 @@ def _new_health() -> HealthReporter:
     # grpc-stubs describe only the thread-based health servicer.
     servicer: HealthReporter = health.aio.HealthServicer()  # type: ignore[attr-defined]
     return servicer
+
+
+#: A peer that is alive but silent (frozen, or a path that stopped delivering)
+#: is detected by HTTP/2 pings, and its calls (and their trees) are cancelled.
+KEEPALIVE: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+)
+
+
+def _service(module: Any, name: str) -> ServiceDescriptor:
+    return module.DESCRIPTOR.services_by_name[name]  # type: ignore[no-any-return]
 
 
 def _register(
@@ -340,7 +364,7 @@ class Daemon:
         )
         if closed:
             log.warning("closed %d spawns left open by the previous daemon", closed)
-        self.host = probe_host(cfg.daemon.cgroup_parent)
+        self.host = probe_host(cfg.daemon.cgroup_parent, cfg.daemon.cgroup_favor_dynmods)
         profiles: dict[str, TenantProfile] = {}
         try:
             for tenant in cfg.tenants:
@@ -395,19 +419,14 @@ class Daemon:
             server = grpc.aio.server(
                 options=[
                     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", send_limit(tenant)),
                     ("grpc.so_reuseport", 0),
+                    *KEEPALIVE,
                 ]
             )
-            _register(
-                process_pb2_grpc.add_ProcessServiceServicer_to_server,
-                ProcessServicer(runtime),
-                server,
-            )
-            _register(
-                host_pb2_grpc.add_HostServiceServicer_to_server, HostServicer(runtime), server
-            )
-            _register(fs_pb2_grpc.add_FsServiceServicer_to_server, fs_runtime.servicer, server)
+            add_servicer(server, ProcessServicer(runtime), _service(process_pb2, "ProcessService"))
+            add_servicer(server, HostServicer(runtime), _service(host_pb2, "HostService"))
+            add_servicer(server, fs_runtime.servicer, _service(fs_pb2, "FsService"))
             health_servicer = _new_health()
             _register(health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server)
             services = [
@@ -461,9 +480,9 @@ class Daemon:
         if admin is None:
             return
         gid, mode = admin_socket_access(admin)
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE])
         self._admin_servicer = AdminServicer(self)
-        _register(admin_pb2_grpc.add_AdminServiceServicer_to_server, self._admin_servicer, server)
+        add_servicer(server, self._admin_servicer, _service(admin_pb2, "AdminService"))
         health_servicer = _new_health()
         _register(health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server)
         services = [

@@ -30,6 +30,7 @@ kernel lets the directory go).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import re
@@ -326,6 +327,14 @@ class SpawnCgroup:
         """Remove every directory of the cgroup (nested ones first), retrying
         briefly while the kernel finishes with exited members. Raises CgroupError
         naming what is left if it cannot; idempotent."""
+        # The common case: no nested cgroups, nothing left inside.
+        try:
+            for directory in self.directories:
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(directory)
+            return
+        except OSError:
+            pass
         deadline = time.monotonic() + timeout
         pause = 0.0002
         left: list[Path] = []
@@ -382,6 +391,34 @@ def _frozen(freezer: Path) -> Iterator[None]:
 
 
 # ---- the host ----------------------------------------------------------------
+
+
+_MS_REMOUNT = 32
+
+
+def favor_dynamic_modifications() -> str | None:
+    """Remount the cgroup2 hierarchy with `favordynmods`, unless it has it.
+
+    Moving a process into a cgroup takes the global threadgroup rwsem for
+    writing; unless a hierarchy favours dynamic modifications, that waits for
+    an RCU grace period whenever no migration happened recently: about 10-15
+    ms for a spawn after an idle moment, against 0.3 ms back to back (measured
+    here). `favordynmods` keeps the fast path at the cost of slightly dearer
+    fork and exit. Returns what was done, or None when nothing was needed.
+    Raises CgroupError if the remount is refused."""
+    try:
+        mounts = _cgroup_mounts(_read(Path("/proc/self/mountinfo")))
+    except OSError as error:
+        raise CgroupError(f"cannot read mountinfo: {error.strerror}") from None
+    v2 = [m for m in mounts if m.fstype == "cgroup2"]
+    if not v2 or any("favordynmods" in m.options for m in v2):
+        return None
+    target = v2[0].point
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.mount(None, bytes(target), None, _MS_REMOUNT, b"favordynmods") != 0:
+        err = ctypes.get_errno()
+        raise CgroupError(f"cannot remount {target} with favordynmods: {os.strerror(err)}")
+    return f"remounted {target} with favordynmods (cheap cgroup migration for every spawn)"
 
 
 @dataclass

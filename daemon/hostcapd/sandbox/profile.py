@@ -9,6 +9,7 @@ that tenant rather than run it weaker.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from typing import Any
 
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
 from hostcapd.sandbox import cgroups, landlock, namespaces, seccomp
+
+log = logging.getLogger("hostcapd.sandbox")
 
 DEV_FILES = tuple(
     Path(p) for p in ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
@@ -78,7 +81,7 @@ class HostSupport:
         raise KeyError(name)
 
 
-def probe_host(cgroup_parent: str = "") -> HostSupport:
+def probe_host(cgroup_parent: str = "", favor_dynmods: bool = True) -> HostSupport:
     host = HostSupport(
         is_root=os.geteuid() == 0,
         landlock=landlock.probe(),
@@ -92,6 +95,16 @@ def probe_host(cgroup_parent: str = "") -> HostSupport:
             host.cgroups.prepare()  # the daemon's own subtree (on v2 it moves in)
         except cgroups.CgroupError as error:
             host.cgroup_failure = str(error)
+        if favor_dynmods and not host.cgroup_failure:
+            try:
+                done = cgroups.favor_dynamic_modifications()
+            except cgroups.CgroupError as error:
+                log.warning(
+                    "%s; spawns after an idle moment pay ~10 ms to join their cgroup", error
+                )
+            else:
+                if done:
+                    log.info("cgroup: %s", done)
     return host
 
 

@@ -56,6 +56,7 @@ class SpawnerClient:
         self.restarts = 0
         #: Called (with no arguments) after the spawner was lost and restarted.
         self.on_restart: Callable[[], None] | None = None
+        self._ready = asyncio.Event()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -72,21 +73,40 @@ class SpawnerClient:
             )
         finally:
             theirs.close()
+        loop.add_reader(ours.fileno(), self._readable, ours)
+        try:
+            await asyncio.wait_for(self._hello, 30)
+            for key, (message, fds) in self._profiles.items():
+                channel.send(ours, message, fds)
+                log.debug("registered profile %s", key)
+        except BaseException:
+            loop.remove_reader(ours.fileno())
+            ours.close()
+            raise
+        # Only now may orders go to it: it has every profile they can name.
         self._sock = ours
-        loop.add_reader(ours.fileno(), self._readable)
-        await asyncio.wait_for(self._hello, 30)
-        for key, (message, fds) in self._profiles.items():
-            channel.send(ours, message, fds)
-            log.debug("re-registered profile %s", key)
+        self._ready.set()
+
+    async def ready(self, timeout: float = 10.0) -> None:
+        """Wait (bounded) while a lost spawner is being replaced."""
+        if self._ready.is_set():
+            return
+        try:
+            await asyncio.wait_for(self._ready.wait(), timeout)
+        except TimeoutError:
+            raise SpawnerLost(f"no spawner became ready within {timeout:g} s") from None
 
     def register_profile(self, key: str, message: dict[str, Any], fds: list[int]) -> None:
-        """Register (or replace) a tenant's prepared profile; kept for restarts."""
+        """Register (or replace) a tenant's prepared profile; kept for restarts
+        (a spawner being started gets it before it takes any order)."""
         self._profiles[key] = (message, fds)
-        channel.send(self._require(), message, fds)
+        if self._sock is not None:
+            channel.send(self._sock, message, fds)
 
     def drop_profile(self, key: str) -> None:
         self._profiles.pop(key, None)
-        channel.send(self._require(), {"op": "drop_profile", "key": key})
+        if self._sock is not None:
+            channel.send(self._sock, {"op": "drop_profile", "key": key})
 
     def _require(self) -> socket.socket:
         if self._sock is None:
@@ -118,18 +138,17 @@ class SpawnerClient:
             except OSError:
                 pass
 
-    def _readable(self) -> None:
-        assert self._sock is not None
+    def _readable(self, sock: socket.socket) -> None:
         while True:
             try:
-                received = channel.receive(self._sock)
+                received = channel.receive(sock)
             except BlockingIOError:
                 return
             except (OSError, ValueError) as error:
                 log.error("spawner channel failed: %s", error)
                 received = None
             if received is None:
-                self._lost()
+                self._lost(sock)
                 return
             message, fds = received
             for fd in fds:
@@ -157,11 +176,14 @@ class SpawnerClient:
         else:
             log.warning("unexpected spawner message %r", m)
 
-    def _lost(self) -> None:
-        sock, self._sock = self._sock, None
-        if sock is not None:
-            asyncio.get_running_loop().remove_reader(sock.fileno())
-            sock.close()
+    def _lost(self, sock: socket.socket) -> None:
+        self._ready.clear()
+        if self._sock is sock:
+            self._sock = None
+        asyncio.get_running_loop().remove_reader(sock.fileno())
+        sock.close()
+        if self._hello and not self._hello.done():
+            self._hello.set_exception(SpawnerLost("the spawner died while starting"))
         error = SpawnerLost("the spawner died")
         for futures in (self._started, self._exits):
             for fut in futures.values():
@@ -176,13 +198,19 @@ class SpawnerClient:
 
     async def _restart(self) -> None:
         await self._reap_process()
-        try:
-            await self.start()
-        except Exception:
-            log.exception("could not restart the spawner")
+        pause = 0.05
+        while not self._closing:
+            try:
+                await self.start()
+            except Exception:
+                log.exception("could not restart the spawner; trying again in %.1f s", pause)
+                await self._reap_process()
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, 5.0)
+                continue
+            if self.on_restart:
+                self.on_restart()
             return
-        if self.on_restart:
-            self.on_restart()
 
     async def _reap_process(self, grace: float = 2.0) -> None:
         """Reap the (dying or told-to-stop) spawner, killing it after `grace`."""

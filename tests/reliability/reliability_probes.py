@@ -200,6 +200,24 @@ def fd_kinds(fds: frozenset[str] | set[str]) -> dict[str, int]:
 
 # ---- spawns over the wire ----------------------------------------------------
 
+#: A client in its own process: starts a streaming spawn, prints its id, reads on.
+STREAMING_CLIENT = r"""
+import asyncio, sys
+import grpc
+from hostcap_proto.v1 import process_pb2, process_pb2_grpc
+
+async def main() -> None:
+    channel = grpc.aio.insecure_channel("unix:" + sys.argv[1])
+    stub = process_pb2_grpc.ProcessServiceStub(channel)
+    call = stub.Spawn(process_pb2.SpawnRequest(
+        argv=["sh", "-c", sys.argv[2]], env={"TEST_MARKER": sys.argv[3]}))
+    async for event in call:
+        if event.WhichOneof("event") == "started":
+            print(event.started.spawn_id, flush=True)
+
+asyncio.run(main())
+"""
+
 #: What the hostcap client library accepts (client/hostcap/grpc_host.py).
 CLIENT_MAX_MESSAGE = 512 * 1024 * 1024
 

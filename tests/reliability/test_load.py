@@ -7,16 +7,11 @@ does not starve another."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import grpc
-import pytest
 from hostcap_proto.errors import from_rpc_error
-from hostcap_proto.v1 import common_pb2, fs_pb2, fs_pb2_grpc
 from reliability_probes import (
     Footprint,
     audit_log,
@@ -26,10 +21,10 @@ from reliability_probes import (
     fd_kinds,
     first_started,
     health_problem,
-    wait_cgroups_gone,
     wait_for,
 )
-from support.daemon import NOBODY, Daemon, MiB, processes_with, wait_gone
+from reliability_workload import client_session, prepare_load_dir, require_fs, settle, spawns_in
+from support.daemon import Daemon, MiB, processes_with, wait_gone
 from support.process import Client, outcome, request
 
 CLIENTS = 16
@@ -39,92 +34,12 @@ CALLS_PER_CLIENT = 200
 RSS_SLACK = 24 * MiB
 
 
-class FsClient:
-    """FsService on a tenant socket (the process client's sibling)."""
-
-    def __init__(self, socket: Path) -> None:
-        self.channel = grpc.aio.insecure_channel(f"unix:{socket}")
-        self.stub = fs_pb2_grpc.FsServiceStub(self.channel)  # type: ignore[no-untyped-call]
-
-    async def close(self) -> None:
-        await self.channel.close(grace=None)
-
-
-async def require_fs(daemon: Daemon) -> None:
-    """Skip (saying why) while the daemon does not serve FsService yet."""
-    fs = FsClient(daemon.socket)
-    try:
-        await fs.stub.Stat(fs_pb2.StatRequest(path="."))
-    except grpc.aio.AioRpcError as error:
-        if error.code() == grpc.StatusCode.UNIMPLEMENTED:
-            pytest.skip("hostcapd does not serve FsService yet")
-        raise
-    finally:
-        await fs.close()
-
-
-async def client_session(daemon: Daemon, n: int, calls: int, with_fs: bool) -> list[str]:
-    """One client's mixed workload; returns a line per call that went wrong."""
-    process = Client(daemon.socket)
-    fs = FsClient(daemon.socket)
-    problems: list[str] = []
-    try:
-        for i in range(calls):
-            kind = i % 8
-            if with_fs and kind in (3, 7):
-                data = f"client {n} write {i}\n".encode() * (1 + i % 50)
-                path = f"load/c{n}/f{i % 10}.txt"
-                written = await fs.stub.WriteFile(
-                    fs_pb2.WriteFileRequest(path=path, data=data, create_parents=True)
-                )
-                read = await fs.stub.ReadFile(fs_pb2.ReadFileRequest(path=path))
-                if read.data != data or written.sha256 != hashlib.sha256(data).hexdigest():
-                    problems.append(f"{path}: read back other content than written")
-            elif kind == 5:
-                events = [e async for e in process.stub.Spawn(request(["seq", "1", str(i)]))]
-                out = b"".join(e.output.data for e in events if e.WhichOneof("event") == "output")
-                if out != "".join(f"{k}\n" for k in range(1, i + 1)).encode():
-                    problems.append(f"streamed seq {i}: wrong output")
-                if common_pb2.Outcome.Name(events[-1].exited.outcome) != "EXITED":
-                    problems.append(f"streamed seq {i}: {events[-1].exited}")
-            else:
-                result = await process.run("sh", "-c", f"echo {n}-{i}; exit {i % 3}")
-                if (outcome(result), result.exited.exit_code, result.stdout) != (
-                    "EXITED",
-                    i % 3,
-                    f"{n}-{i}\n".encode(),
-                ):
-                    problems.append(f"run {n}-{i}: {outcome(result)} {result.stdout!r}")
-    finally:
-        await process.close()
-        await fs.close()
-    return problems
-
-
-async def settle(daemon: Daemon, subtrees: list[Path], before: Footprint) -> Footprint:
-    """Wait until the daemon's footprint stops changing (connections closing,
-    cgroups removed), then return it."""
-    await wait_for(lambda: not wait_cgroups_gone(subtrees, 0), 10, "spawn cgroups to go")
-    deadline = time.monotonic() + 10
-    after = Footprint.of(daemon, subtrees)
-    while time.monotonic() < deadline and (
-        after.fds != before.fds or after.threads > before.threads
-    ):
-        await asyncio.sleep(0.2)
-        after = Footprint.of(daemon, subtrees)
-    return after
-
-
 async def test_sixteen_clients_times_two_hundred_mixed_calls_leave_nothing_behind(
     start_reliable_daemon: Callable[..., Daemon],
 ) -> None:
     daemon = start_reliable_daemon({"dev": {"max_concurrent_spawns": 64}})
     await require_fs(daemon)
-    workspace = daemon.root()
-    (workspace / "load").mkdir()
-    import os
-
-    os.chown(workspace / "load", NOBODY, NOBODY)
+    prepare_load_dir(daemon)
     subtrees = cgroup_subtrees(daemon)
     # Warm-up at the same concurrency: lazy state, thread pools, allocator.
     warm = await asyncio.gather(*(client_session(daemon, n, 16, True) for n in range(CLIENTS)))
@@ -151,8 +66,7 @@ async def test_sixteen_clients_times_two_hundred_mixed_calls_leave_nothing_behin
     )
     # Every spawn of the load was audited from exec to exit.
     execs, exits = exec_records(daemon), exit_records(daemon)
-    spawns = CLIENTS * sum(1 for i in range(CALLS_PER_CLIENT) if i % 8 not in (3, 7))
-    assert len(execs) - execs_before == spawns
+    assert len(execs) - execs_before == CLIENTS * spawns_in(CALLS_PER_CLIENT, True)
     assert set(execs) <= set(exits)
     writes = [r for r in audit_log(daemon) if r["event"] == "file.write"]
     assert len(writes) == CLIENTS * (16 + CALLS_PER_CLIENT) // 4

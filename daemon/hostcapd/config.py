@@ -328,6 +328,15 @@ class AdminSettings(_Model):
     group: int | str | None = None
     mode: int = Field(default=0o660, ge=0, le=0o777)
 
+    @field_validator("mode")
+    @classmethod
+    def _admin_only(cls, value: int) -> int:
+        if value & ~0o660:
+            raise ValueError(
+                f"admin socket mode {value:#o} grants more than owner and group read/write"
+            )
+        return value
+
 
 class DaemonSettings(_Model):
     state_dir: Path

@@ -362,7 +362,7 @@ class Spawn:
             order = {
                 "op": "spawn",
                 "id": self.id,
-                "profile": tenant.name,
+                "profile": self.runtime.profile_key,
                 "by_fd": p.by_fd,
                 "exe_path": p.exe.path.encode(),
                 "argv": [a.encode() for a in p.argv],

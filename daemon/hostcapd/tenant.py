@@ -7,6 +7,7 @@ else: no request can name another tenant.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections import OrderedDict
 from typing import Any
@@ -25,6 +26,7 @@ log = logging.getLogger("hostcapd.tenant")
 
 #: Finished spawns remembered for request_id retries.
 FINISHED_KEPT = 1024
+_PROFILE_KEYS = itertools.count(1)
 
 
 class TenantRuntime:
@@ -49,6 +51,9 @@ class TenantRuntime:
         self._finished: OrderedDict[str, Spawn] = OrderedDict()
         self._tasks: set[asyncio.Task[Report | None]] = set()
         self.accepting = True
+        #: This runtime's own profile in the spawner: a reload's replacement
+        #: registers a new one, so no order of the old runtime meets the new.
+        self.profile_key = f"{tenant.name}#{next(_PROFILE_KEYS)}"
         #: The tenant's FsService runtime, once the server has started it.
         self.fs: FsRuntime | None = None
 
@@ -57,7 +62,19 @@ class TenantRuntime:
         return self.tenant.name
 
     def register_with_spawner(self) -> None:
-        self.spawner.register_profile(self.name, self.profile.spawner_message(self.name), [])
+        self.spawner.register_profile(
+            self.profile_key, self.profile.spawner_message(self.profile_key), []
+        )
+
+    def adopt_requests(self, previous: TenantRuntime) -> None:
+        """Take over the request_id table of the runtime this one replaces (a
+        reload), so a retry attaches instead of running again."""
+        self._by_request = {**previous._by_request, **self._by_request}
+        merged = OrderedDict(previous._finished)
+        merged.update(self._finished)
+        while len(merged) > FINISHED_KEPT:
+            merged.popitem(last=False)
+        self._finished = merged
 
     def existing(self, request_id: str) -> Spawn | None:
         """The spawn an earlier request with this id started, live or finished."""

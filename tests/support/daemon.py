@@ -160,6 +160,8 @@ class Daemon:
         )
         deadline = time.monotonic() + timeout
         sockets = [Path(t["socket"]) for t in self.config["tenants"].values()]
+        if self.config.get("admin"):
+            sockets.append(Path(self.config["admin"]["socket"]))
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"hostcapd exited with {self.proc.returncode}:\n{self.output()}")

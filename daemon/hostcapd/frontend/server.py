@@ -671,6 +671,7 @@ class Daemon:
                 # At once: a call that reaches the old server now is refused
                 # rather than run under the old config with the new profile.
                 replaced.runtime.accepting = False
+                service.runtime.adopt_requests(replaced.runtime)
                 self._retire(replaced, removed=False)
         for name in removed:
             self._retire(self.tenants.pop(name), removed=True)
@@ -718,9 +719,8 @@ class Daemon:
             await asyncio.gather(*service.stops, return_exceptions=True)
             await service.fs.close()
             service.runtime.profile.close()
-            if service.name not in self.tenants:
-                with contextlib.suppress(SpawnerLost, OSError):
-                    self.spawner.drop_profile(service.name)
+            with contextlib.suppress(SpawnerLost, OSError):
+                self.spawner.drop_profile(service.runtime.profile_key)
             log.info("tenant %s %s and drained", service.name, "removed" if removed else "replaced")
         finally:
             self._retiring.pop(service, None)

@@ -53,9 +53,11 @@ def test_host_control_nobody_may_trace_its_own_child() -> None:
     """Without the sandbox, the same uid can attach to its child (no yama
     here), so the EPERM above is the sandbox's."""
     code = (
-        "import ctypes, subprocess; libc = ctypes.CDLL(None, use_errno=True); "
+        "import ctypes, os, subprocess; libc = ctypes.CDLL(None, use_errno=True); "
         "c = subprocess.Popen(['sleep', '30']); "
-        f"print(libc.ptrace({PTRACE_ATTACH}, c.pid, 0, 0), ctypes.get_errno()); c.kill()"
+        f"r = libc.ptrace({PTRACE_ATTACH}, c.pid, 0, 0); e = ctypes.get_errno(); "
+        "r == 0 and os.waitpid(c.pid, 0); "  # the attach stops it: collect that stop
+        "c.kill(); c.wait(); print(r, e)"
     )
     assert as_nobody("/usr/bin/python3", "-I", "-c", code).stdout.split()[0] == "0"
 

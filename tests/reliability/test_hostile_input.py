@@ -412,17 +412,19 @@ def test_the_smallest_positive_limits_end_typed_with_nothing_left(
 )
 @pytest.mark.xfail(
     strict=True,
-    reason="spawn.py prepare() bounds argv and env but not labels or request_id, which go "
-    "whole into the exec record (fsynced) and the exit record: one request writes 20 MB "
-    "of audit log, and a few dozen rotate the history away (keep_files). Fix: validate them "
-    "in spawn.prepare with the FsService bounds (fs/servicer.py MAX_LABELS=32, "
-    "MAX_LABEL_KEY=128, MAX_LABEL_VALUE=1024, MAX_REQUEST_ID=256) -> INVALID_ARGUMENT.",
+    reason="frontend/refusals.py refuse() writes the request's labels and request_id whole "
+    "into the policy.deny record, also when the refusal is that they are too large "
+    "(spawn.validate_correlation): one 10 MB label still makes a 10 MB audit line, and a few "
+    "dozen such requests rotate the history away (keep_files). Fix: in refuse(), record "
+    "labels and request_id only when validate_correlation accepts them; otherwise record "
+    "their sizes (or request_id cut to MAX_REQUEST_ID) instead.",
 )
 def test_no_request_can_make_an_audit_line_unbounded(
     hostile_daemon: Daemon, processes: Any, fields: dict[str, Any]
 ) -> None:
     before = hostile_daemon.audit_path.stat().st_size
-    answer(processes.Run, request(["true"], **fields), timeout=60)
+    kind, _ = answer(processes.Run, request(["true"], **fields), timeout=60)
+    assert kind == "INVALID_ARGUMENT"
     with open(hostile_daemon.audit_path, "rb") as log:
         log.seek(before)
         longest = max((len(line) for line in log), default=0)
@@ -437,15 +439,6 @@ def test_no_request_can_make_an_audit_line_unbounded(
         {"argv": ["x" * (100 * 1024)]},
     ],
     ids=["64 KiB cwd", "64 KiB env name", "100 KiB argv0"],
-)
-@pytest.mark.xfail(
-    strict=True,
-    reason="refusal messages echo the request's value whole (spawn.py resolve_cwd, "
-    "environment.py build, executable.py resolve): past ~16 KiB the status trailer exceeds "
-    "gRPC's metadata limit and the client gets an untyped RESOURCE_EXHAUSTED 'Stream removed' "
-    "instead of the reason; the policy.deny record holds the whole value too. Fix: cut "
-    "echoed values in messages (e.g. to 256 chars with an ellipsis, in errors.Refusal or at "
-    "each site) and refuse a cwd longer than PATH_MAX as INVALID_ARGUMENT before resolving.",
 )
 def test_a_refusal_of_a_huge_value_still_carries_its_reason(
     processes: Any, fields: dict[str, Any]
@@ -500,14 +493,6 @@ def test_malformed_protobuf_bytes_are_answered_and_survived(
     assert_serving(hostile_daemon, processes)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an undecodable request gets UNKNOWN 'Unexpected <class DecodeError>' from grpcio "
-    "(the generated handlers deserialize before any daemon code runs), not a typed refusal. "
-    "Fix (frontend/server.py): register the services with an identity request_deserializer "
-    "and parse in a wrapper that aborts with WireError('INVALID_ARGUMENT', 'malformed "
-    "request message').to_status() on DecodeError.",
-)
 @pytest.mark.parametrize("method", METHODS[:3])
 def test_malformed_protobuf_bytes_are_refused_invalid_argument(
     channel: grpc.Channel, method: str

@@ -10,7 +10,6 @@ import signal
 from typing import Any
 
 import grpc
-import pytest
 from hostcap_proto.errors import from_rpc_error
 from hostcap_proto.v1 import common_pb2, process_pb2
 from reliability_probes import (
@@ -147,14 +146,6 @@ async def test_a_spawner_that_keeps_dying_is_restarted_each_time(daemon: Daemon)
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="spawner/client.py SpawnerClient.start() publishes self._sock before the new "
-    "spawner said hello and before the profiles are re-sent, and spawn() does not wait: a "
-    "spawn in the restart window fails SPAWN_FAILED (step 'spawner', or step 'profile' with "
-    "an empty message). Fix: keep the new socket private until hello + profiles are sent, "
-    "and let Spawn.run await the spawner's readiness (bounded) before sending its order.",
-)
 async def test_a_spawn_sent_while_the_spawner_restarts_runs_on_the_new_one(
     daemon: Daemon, client: Client
 ) -> None:

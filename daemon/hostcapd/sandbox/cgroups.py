@@ -539,9 +539,11 @@ class CgroupHost:
                         f"(neither cgroup v2 at /sys/fs/cgroup nor v1 {needed})",
                     )
                 )
-        has_cpu = add("cpu", 1)
+        # No CPU limit is set through cgroups (RLIMIT_CPU bounds CPU time), and
+        # on v1 every hierarchy joined is one more mkdir, open, join and rmdir
+        # per spawn: the cpu hierarchy is not used.
         freezer = not kill and add("freezer", 1)
-        controllers = ("memory", "pids") + (("cpu",) if has_cpu else ())
+        controllers: tuple[str, ...] = ("memory", "pids")
         how = (
             "cgroup.kill on the unified hierarchy"
             if kill

@@ -410,15 +410,6 @@ def test_the_smallest_positive_limits_end_typed_with_nothing_left(
     ],
     ids=["10 MB of labels", "10 MB request_id", "1 MB label key"],
 )
-@pytest.mark.xfail(
-    strict=True,
-    reason="frontend/refusals.py refuse() writes the request's labels and request_id whole "
-    "into the policy.deny record, also when the refusal is that they are too large "
-    "(spawn.validate_correlation): one 10 MB label still makes a 10 MB audit line, and a few "
-    "dozen such requests rotate the history away (keep_files). Fix: in refuse(), record "
-    "labels and request_id only when validate_correlation accepts them; otherwise record "
-    "their sizes (or request_id cut to MAX_REQUEST_ID) instead.",
-)
 def test_no_request_can_make_an_audit_line_unbounded(
     hostile_daemon: Daemon, processes: Any, fields: dict[str, Any]
 ) -> None:

@@ -6,14 +6,21 @@ import logging
 from collections.abc import Mapping
 from typing import NoReturn
 
-import grpc
-
 from hostcapd.audit import AuditUnavailable
-from hostcapd.errors import Refusal
+from hostcapd.errors import Refusal, shorten
 from hostcapd.frontend.context import Context
+from hostcapd.spawn import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_REQUEST_ID
 from hostcapd.tenant import TenantRuntime
 
 log = logging.getLogger("hostcapd.frontend")
+
+
+def bounded_labels(labels: Mapping[str, str]) -> dict[str, str]:
+    """At most MAX_LABELS labels, keys and values cut to their bounds."""
+    return {
+        shorten(k, MAX_LABEL_KEY): shorten(v, MAX_LABEL_VALUE)
+        for k, v in list(labels.items())[:MAX_LABELS]
+    }
 
 
 async def refuse(
@@ -31,8 +38,9 @@ async def refuse(
             method=method,
             reason=refusal.reason,
             message=refusal.message,
-            labels=dict(labels),
-            request_id=request_id,
+            # The request may be refused for these very fields: record them bounded.
+            labels=bounded_labels(labels),
+            request_id=shorten(request_id, MAX_REQUEST_ID),
         )
     except AuditUnavailable as error:
         log.error("could not audit a refusal: %s", error)

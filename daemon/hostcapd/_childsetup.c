@@ -70,7 +70,7 @@
 #define AT_RECURSIVE_ 0x8000
 #define MOVE_MOUNT_F_EMPTY_PATH_ 0x4
 #define LANDLOCK_RULE_PATH_BENEATH_ 1
-#define MAX_TREES 8
+#define MAX_TREES 32
 #define MAX_LANDLOCK_RULES 8
 
 #define CHILD_STACK_SIZE (256 * 1024)
@@ -120,9 +120,13 @@ static const char *const step_names[] = {
  * creates `target` (mkdir -p) and attaches slot `flags` there. Together they
  * keep a tenant root visible beneath a fresh tmpfs mounted over its parent.
  * MOUNT_SETATTR changes the mount attributes of `target` (attr_set `flags`,
- * attr_clr `clear`), MOUNT_SETATTR_TREE of every mount beneath it too. */
+ * attr_clr `clear`), MOUNT_SETATTR_TREE of every mount beneath it too.
+ * MOUNT_SYMLINK makes the symlink `target` -> `source`; MOUNT_MKDIR makes
+ * `target` (mkdir -p); MOUNT_PIVOT makes `target` the root (pivot_root) and
+ * detaches the old one, so nothing of the host not kept above is reachable. */
 enum mount_kind {
     MOUNT_CALL = 0, MOUNT_KEEP = 1, MOUNT_RESTORE = 2, MOUNT_SETATTR = 3, MOUNT_SETATTR_TREE = 4,
+    MOUNT_SYMLINK = 5, MOUNT_MKDIR = 6, MOUNT_PIVOT = 7,
 };
 
 struct mount_attr_ {
@@ -245,6 +249,30 @@ static int mkdir_p(const char *path)
     return 0;
 }
 
+#define OLD_ROOT "/.hostcap-old-root"
+
+/* pivot_root into `root` and detach the old root entirely. */
+static int pivot_into(const char *root)
+{
+    char old[4096];
+    size_t len = root ? strlen(root) : 0;
+    if (len == 0 || len + sizeof OLD_ROOT >= sizeof old) {
+        errno = EINVAL;
+        return -1;
+    }
+    memcpy(old, root, len);
+    memcpy(old + len, OLD_ROOT, sizeof OLD_ROOT);
+    if (mkdir(old, 0700) != 0 && errno != EEXIST)
+        return -1;
+    if (syscall(SYS_pivot_root, root, old) != 0)
+        return -1;
+    if (chdir("/") != 0)
+        return -1;
+    if (umount2(OLD_ROOT, MNT_DETACH) != 0)
+        return -1;
+    return rmdir(OLD_ROOT);
+}
+
 static int do_mount(struct plan *p, const struct mount_op *m)
 {
     int slot = (int)m->flags;
@@ -268,6 +296,16 @@ static int do_mount(struct plan *p, const struct mount_op *m)
             return -1;
         return (int)syscall(SYS_move_mount, p->trees[slot], "", AT_FDCWD, m->target,
                             MOVE_MOUNT_F_EMPTY_PATH_);
+    case MOUNT_SYMLINK:
+        if (!m->source || !m->target) {
+            errno = EINVAL;
+            return -1;
+        }
+        return symlink(m->source, m->target);
+    case MOUNT_MKDIR:
+        return m->target ? mkdir_p(m->target) : (errno = EINVAL, -1);
+    case MOUNT_PIVOT:
+        return pivot_into(m->target);
     case MOUNT_SETATTR:
     case MOUNT_SETATTR_TREE: {
         struct mount_attr_ attr = {m->flags, m->clear, 0, 0};
@@ -549,7 +587,8 @@ PyDoc_STRVAR(spawn_doc,
 "mounts: [(kind, source, target, fstype, flags, data[, clear])]: kind 0 mount(2);\n"
 "  1 keep: clone the tree at source into slot `flags`; 2 restore: mkdir -p\n"
 "  target and attach slot `flags` there; 3 mount_setattr(target, set=flags,\n"
-"  clear=clear); 4 the same for every mount beneath target.\n"
+"  clear=clear); 4 the same for every mount beneath target; 5 symlink target\n"
+"  -> source; 6 mkdir -p target; 7 pivot_root into target, old root detached.\n"
 "cgroup_fds: fds of cgroup.procs files the child writes \"0\" to.\n"
 "rlimits: [(resource, soft, hard)]. ids: (uid, gid) or None.\n"
 "landlock_rules: [(path, access)] added to landlock_fd after the mounts.\n"
@@ -637,7 +676,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         int kind;
         int ok = item && PyArg_ParseTuple(item, "iOOOkO|k;mount must be (kind, source, target, fstype, flags, data[, clear])",
                                           &kind, &src, &tgt, &fst, &flags, &dat, &clear);
-        if (ok && (kind < MOUNT_CALL || kind > MOUNT_SETATTR_TREE)) {
+        if (ok && (kind < MOUNT_CALL || kind > MOUNT_PIVOT)) {
             PyErr_SetString(PyExc_ValueError, "unknown mount kind");
             ok = 0;
         }

@@ -1,5 +1,6 @@
 """Namespaces: clone flags and the mounts the child makes in its own mount
-namespace (private propagation, a fresh /proc, a private tmpfs /tmp)."""
+namespace (a new root of only what the tenant may see, a fresh /proc, a
+private /tmp and /dev/shm, everything read-only but the writable roots)."""
 
 from __future__ import annotations
 
@@ -30,17 +31,24 @@ NAMESPACES: dict[str, tuple[int, str]] = {
 
 #: (kind, source, target, fstype, flags, data, clear), as the C set-up takes them.
 Mount = tuple[int, bytes | None, bytes | None, bytes | None, int, bytes | None, int]
-MOUNT_CALL, MOUNT_KEEP, MOUNT_RESTORE, MOUNT_SETATTR, MOUNT_SETATTR_TREE = 0, 1, 2, 3, 4
-MS_BIND = 4096
+(
+    MOUNT_CALL,
+    MOUNT_KEEP,
+    MOUNT_RESTORE,
+    MOUNT_SETATTR,
+    MOUNT_SETATTR_TREE,
+    MOUNT_SYMLINK,
+    MOUNT_MKDIR,
+    MOUNT_PIVOT,
+) = range(8)
 MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
-#: Directories each spawn gets as an empty private tmpfs, hiding the host's:
-#: /run holds the host's named sockets (D-Bus, journald, ...), which landlock
-#: does not cover; /dev/shm is shared memory.
-PRIVATE_DIRS = (Path("/run"), Path("/dev/shm"))
-#: Trees the C can keep aside while /tmp is replaced.
-MAX_KEPT = 8
+#: Trees the C set-up can keep aside at once.
+MAX_KEPT = 32
+TMP = Path("/tmp")
+#: Where the new root is assembled before pivot_root (hidden afterwards).
+STAGE = TMP
 
 
 def probe(name: str, is_root: bool) -> tuple[bool, str]:
@@ -66,34 +74,72 @@ def beneath_tmp(path: Path) -> bool:
     return path != TMP and TMP in path.parents
 
 
-TMP = Path("/tmp")
+def _staged(path: Path) -> bytes:
+    return bytes(STAGE) + bytes(path)
 
 
 def _mounts(
-    fresh_proc: bool, tmp_size_bytes: int, roots: tuple[Path, ...], writable: tuple[Path, ...]
+    fresh_proc: bool,
+    tmp_size_bytes: int,
+    system_dirs: tuple[Path, ...],
+    roots: tuple[Path, ...],
+    writable: tuple[Path, ...],
 ) -> list[Mount]:
-    """The child's mounts, in order:
+    """The child's mounts: a new root holding only what the tenant may see.
 
     1. private propagation: nothing the child mounts reaches the host;
-    2. each tenant root bound onto itself, so it is a mount of its own (roots
-       beneath /tmp are cloned aside, to be attached again inside the new /tmp);
-    3. a fresh /proc showing only the sandbox's processes (with a pid namespace);
-    4. a private tmpfs /tmp, and empty private /run and /dev/shm;
-    5. the whole tree read-only, nosuid and nodev (landlock does not cover
-       chmod, utime or xattrs; a read-only mount does), then devices again
-       on /dev, and write access for the read-write roots, /tmp, /dev/shm
-       and /proc.
+    2. the trees to show (system dirs, /dev, the tenant roots; the host's
+       /proc without a pid namespace) are cloned aside;
+    3. a tmpfs is assembled into the new root from them (a system dir that is
+       a symlink on the host, /bin on merged-/usr, is a symlink again), and
+       pivot_root makes it `/`: no other host path (sockets in /run or /var,
+       homes, other tenants' roots) is reachable, or even statable;
+    4. a fresh /proc (with a pid namespace), a private tmpfs /tmp holding the
+       roots that live beneath /tmp, a private /dev/shm;
+    5. every mount read-only, nosuid and nodev (landlock does not cover chmod,
+       utime or xattrs; a read-only mount does), then devices again on /dev,
+       and write access for the read-write roots, /tmp, /dev/shm and /proc.
     """
+    shown: list[Path] = []
+    links: list[tuple[Path, bytes]] = []
+    for d in system_dirs:
+        if d.is_symlink():
+            links.append((d, os.fsencode(os.readlink(d))))
+        elif d.is_dir():
+            shown.append(d)
+    shown.append(Path("/dev"))
+    if not fresh_proc:
+        shown.append(Path("/proc"))
+    late = [r for r in roots if beneath_tmp(r)]
+    shown += [r for r in roots if r not in late]
+    if len(shown) + len(late) > MAX_KEPT:
+        raise ValueError(f"at most {MAX_KEPT} system dirs and roots can be shown to a spawn")
+
     m: list[Mount] = [(MOUNT_CALL, None, b"/", None, MS_REC | MS_PRIVATE, None, 0)]
-    kept = [r for r in roots if beneath_tmp(r)]
-    if len(kept) > MAX_KEPT:
-        raise ValueError(f"at most {MAX_KEPT} tenant roots may lie beneath /tmp")
-    for root in roots:
-        if root not in kept:
-            m.append((MOUNT_CALL, bytes(root), bytes(root), None, MS_BIND | MS_REC, None, 0))
-    for slot, root in enumerate(kept):
-        m.append((MOUNT_KEEP, bytes(root), None, None, slot, None, 0))
+    slots = {path: slot for slot, path in enumerate([*shown, *late])}
+    for path, slot in slots.items():
+        m.append((MOUNT_KEEP, bytes(path), None, None, slot, None, 0))
+    m.append(
+        (
+            MOUNT_CALL,
+            b"tmpfs",
+            bytes(STAGE),
+            b"tmpfs",
+            MS_NOSUID | MS_NODEV,
+            b"mode=0755,size=1m",
+            0,
+        )
+    )
+    for path in shown:
+        m.append((MOUNT_RESTORE, None, _staged(path), None, slots[path], None, 0))
+    for path, target in links:
+        m.append((MOUNT_SYMLINK, target, _staged(path), None, 0, None, 0))
+    for path in (Path("/proc"), TMP):
+        m.append((MOUNT_MKDIR, None, _staged(path), None, 0, None, 0))
+    m.append((MOUNT_PIVOT, None, bytes(STAGE), None, 0, None, 0))
+
     if fresh_proc:
+        # A /proc that shows only the sandbox's own processes.
         m.append(
             (MOUNT_CALL, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, 0)
         )
@@ -102,36 +148,34 @@ def _mounts(
         (
             MOUNT_CALL,
             b"tmpfs",
-            b"/tmp",
+            bytes(TMP),
             b"tmpfs",
             tmpfs_flags,
             f"size={tmp_size_bytes},mode=1777".encode(),
             0,
         )
     )
-    for slot, root in enumerate(kept):
-        m.append((MOUNT_RESTORE, None, bytes(root), None, slot, None, 0))
-    private = [d for d in PRIVATE_DIRS if d.is_dir()]
-    for d in private:
-        m.append(
-            (
-                MOUNT_CALL,
-                b"tmpfs",
-                bytes(d),
-                b"tmpfs",
-                tmpfs_flags | MS_NOEXEC,
-                b"size=16m,mode=1777",
-                0,
-            )
+    for path in late:
+        m.append((MOUNT_RESTORE, None, bytes(path), None, slots[path], None, 0))
+    shm = Path("/dev/shm")
+    m.append(
+        (
+            MOUNT_CALL,
+            b"tmpfs",
+            bytes(shm),
+            b"tmpfs",
+            tmpfs_flags | MS_NOEXEC,
+            b"size=16m,mode=1777",
+            0,
         )
+    )
+
     locked = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
     m.append((MOUNT_SETATTR_TREE, None, b"/", None, locked, None, 0))
     # Device nodes stay usable where they live (landlock decides which).
     m.append((MOUNT_SETATTR, None, b"/dev", None, 0, None, MOUNT_ATTR_NODEV))
-    # /proc stays writable (the set-up writes oom_score_adj and loginuid there),
-    # whether it is the child's own or, without a pid namespace, the host's.
-    rw = [*writable, Path("/tmp"), *private, Path("/proc")]
-    for path in rw:
+    # /proc stays writable: the set-up writes oom_score_adj and loginuid there.
+    for path in (*writable, TMP, shm, Path("/proc")):
         m.append((MOUNT_SETATTR, None, bytes(path), None, 0, None, MOUNT_ATTR_RDONLY))
     return m
 
@@ -141,10 +185,10 @@ def plan(
     tmp_size_bytes: int,
     hostname: str,
     roots: tuple[tuple[Path, bool], ...] = (),
+    system_dirs: tuple[Path, ...] = (),
 ) -> NamespacePlan:
     """The clone flags and, with a mount namespace, the child's mounts (see
     `_mounts`). `roots` are (path, writable) pairs."""
-    writable = tuple(r for r, w in roots if w)
     flags = 0
     for name, (flag, _) in NAMESPACES.items():
         if name in applied:
@@ -152,7 +196,11 @@ def plan(
     mounts: list[Mount] = []
     if "mount_namespace" in applied:
         mounts = _mounts(
-            "pid_namespace" in applied, tmp_size_bytes, tuple(r for r, _ in roots), writable
+            "pid_namespace" in applied,
+            tmp_size_bytes,
+            system_dirs,
+            tuple(r for r, _ in roots),
+            tuple(r for r, w in roots if w),
         )
     return NamespacePlan(
         clone_flags=flags,

@@ -221,6 +221,7 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
             sandbox.tmp_size_bytes,
             sandbox.hostname,
             tuple((r.path, r.tier is Tier.READ_WRITE) for r in tenant.roots),
+            sandbox.system_dirs,
         ),
         seccomp_filter=host.seccomp_filter if "seccomp" in applied else b"",
         landlock=template,

@@ -17,6 +17,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -191,6 +192,8 @@ struct plan {
     int pdeathsig;
     /* checked at the last moment before exec */
     int cancel_fd;             /* readable: the spawn was cancelled */
+    int go_fd;                 /* >= 0: wait until readable before exec */
+    int go_timeout_ms;
     int life_fd;               /* hung up: the spawner is gone */
     /* result, written by the child (shared memory) */
     volatile int fail_step;
@@ -484,9 +487,11 @@ static int child_main(void *arg)
         FAIL(STEP_CLOSE_FDS);
 
     /* Last moment: a cancel that arrived during set-up means nothing runs,
-     * and a spawner that died after the pdeathsig re-arm is noticed here. */
-    struct pollfd pfd[2];
-    int n = 0;
+     * and a spawner that died after the pdeathsig re-arm is noticed here.
+     * With a go fd, wait (bounded) until the front-end says the spawn may
+     * run: its write-ahead audit record is durable by then. */
+    struct pollfd pfd[3];
+    int n = 0, go = -1;
     if (p->cancel_fd >= 0) {
         pfd[n].fd = p->cancel_fd;
         pfd[n].events = POLLIN;
@@ -497,15 +502,33 @@ static int child_main(void *arg)
         pfd[n].events = POLLIN;
         n++;
     }
-    if (n > 0 && poll(pfd, n, 0) > 0) {
+    if (p->go_fd >= 0) {
+        go = n;
+        pfd[n].fd = p->go_fd;
+        pfd[n].events = POLLIN;
+        n++;
+    }
+    for (;;) {
+        int ready = n > 0 ? poll(pfd, n, go >= 0 ? p->go_timeout_ms : 0) : 0;
+        if (ready < 0 && errno == EINTR)
+            continue;
+        if (ready < 0)
+            FAIL(STEP_CANCELLED);
+        if (ready == 0) {
+            if (go < 0)
+                break;
+            errno = ETIMEDOUT;
+            FAIL(STEP_CANCELLED);
+        }
         for (i = 0; i < n; i++) {
-            if (pfd[i].revents == 0)
+            if (pfd[i].revents == 0 || i == go)
                 continue;
             errno = 0;
             if (pfd[i].fd == p->cancel_fd)
                 FAIL(STEP_CANCELLED);
             FAIL(STEP_PARENT_GONE);
         }
+        break; /* only go is ready */
     }
 
     if (p->exe_fd >= 0)
@@ -577,7 +600,7 @@ PyDoc_STRVAR(spawn_doc,
 "spawn(*, exe_fd, exe_path, argv, envp, stdio, cwd_root, cwd, umask, clone_flags, mounts,\n"
 "      hostname, loopback_up, cgroup_fds, rlimits, oom_score_adj, loginuid,\n"
 "      drop_caps, ids, no_new_privs, landlock_fd, landlock_rules,\n"
-"      seccomp_filter, pdeathsig, cancel_fd, life_fd) -> pid\n\n"
+"      seccomp_filter, pdeathsig, cancel_fd, life_fd[, go_fd, go_timeout_ms]) -> pid\n\n"
 "Clone a child that applies the prepared set-up in order and execs.\n"
 "exe_fd >= 0 execs that fd (execveat AT_EMPTY_PATH), else exe_path.\n"
 "argv, envp: lists of bytes. stdio: (in, out, err) fds.\n"
@@ -593,6 +616,8 @@ PyDoc_STRVAR(spawn_doc,
 "rlimits: [(resource, soft, hard)]. ids: (uid, gid) or None.\n"
 "landlock_rules: [(path, access)] added to landlock_fd after the mounts.\n"
 "seccomp_filter: bytes of struct sock_filter[] (empty: none).\n"
+"go_fd >= 0: right before exec, wait up to go_timeout_ms for it to be readable\n"
+"  (a cancel or the spawner's death ends the wait: nothing is executed).\n"
 "Raises SetupError(step, errno) if a step fails (the child is reaped).");
 
 static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -602,20 +627,35 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         "exe_fd", "exe_path", "argv", "envp", "stdio", "cwd_root", "cwd", "umask", "clone_flags",
         "mounts", "hostname", "loopback_up", "cgroup_fds", "rlimits", "oom_score_adj",
         "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
-        "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", NULL,
+        "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", NULL,
     };
-    int exe_fd, umask_value, clone_flags, loopback, drop_caps, no_new_privs, landlock_fd;
-    int pdeathsig, cancel_fd, life_fd;
-    PyObject *exe_path, *argv, *envp, *stdio, *cwd_root, *cwd, *mounts, *hostname, *cgroup_fds;
-    PyObject *rlimits, *oom, *loginuid, *ids, *landlock_rules;
-    Py_buffer filter;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$iOOOOOOiiOOpOOOOpOpiOy*iii:spawn", kwlist,
+    /* Every argument but go_fd and go_timeout_ms is required: the sentinels
+     * below say which one a call left out (the format makes all optional). */
+    const int unset = INT_MIN;
+    int exe_fd = unset, umask_value = unset, clone_flags = unset, loopback = unset;
+    int drop_caps = unset, no_new_privs = unset, landlock_fd = unset, pdeathsig = unset;
+    int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000;
+    PyObject *exe_path = NULL, *argv = NULL, *envp = NULL, *stdio = NULL, *cwd_root = NULL;
+    PyObject *cwd = NULL, *mounts = NULL, *hostname = NULL, *cgroup_fds = NULL, *rlimits = NULL;
+    PyObject *oom = NULL, *loginuid = NULL, *ids = NULL, *landlock_rules = NULL;
+    Py_buffer filter = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiii:spawn", kwlist,
                                      &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
                                      &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
                                      &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
                                      &no_new_privs, &landlock_fd, &landlock_rules, &filter,
-                                     &pdeathsig, &cancel_fd, &life_fd))
+                                     &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms))
         return NULL;
+    if (exe_fd == unset || umask_value == unset || clone_flags == unset || loopback == unset ||
+        drop_caps == unset || no_new_privs == unset || landlock_fd == unset ||
+        pdeathsig == unset || cancel_fd == unset || life_fd == unset || !exe_path || !argv ||
+        !envp || !stdio || !cwd_root || !cwd || !mounts || !hostname || !cgroup_fds ||
+        !rlimits || !oom || !loginuid || !ids || !landlock_rules || !filter.obj) {
+        if (filter.obj)
+            PyBuffer_Release(&filter);
+        PyErr_SetString(PyExc_TypeError, "spawn() is missing a required keyword argument");
+        return NULL;
+    }
 
     struct plan *p = NULL;
     char *stack = MAP_FAILED;
@@ -644,6 +684,8 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->pdeathsig = pdeathsig;
     p->cancel_fd = cancel_fd;
     p->life_fd = life_fd;
+    p->go_fd = go_fd;
+    p->go_timeout_ms = go_timeout_ms;
 
     if (opt_cstring(exe_path, keep, &p->exe_path) < 0 || opt_cstring(cwd, keep, &p->cwd) < 0 ||
         opt_cstring(cwd_root, keep, &p->cwd_root) < 0 ||

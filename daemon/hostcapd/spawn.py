@@ -275,6 +275,8 @@ class Spawn:
         self._timer: asyncio.TimerHandle | None = None
         self._exec_time = 0.0
         self._exec_audited = False
+        self._go_fd = -1
+        self._audit_failure: AuditUnavailable | None = None
 
     # --- control from outside -------------------------------------------
 
@@ -342,19 +344,19 @@ class Spawn:
             if ruleset_fd >= 0:
                 fds_to_close.append(ruleset_fd)
 
-            # Step 2: the write-ahead exec record; no record, no spawn.
+            # Step 2: the write-ahead exec record, appended now and fsynced while
+            # the child's set-up runs; the child waits right before exec for the
+            # go given once the record is durable. No record, no exec.
             try:
-                await self.runtime.audit.write_durable("process.exec", **self._exec_record())
+                _, durable = self.runtime.audit.write_pending("process.exec", **self._exec_record())
             except AuditUnavailable as error:
-                raise _Refused(
-                    Refusal(
-                        "AUDIT_UNAVAILABLE",
-                        f"the audit log cannot be written, nothing was run: {error}",
-                    )
-                ) from None
+                raise _Refused(_audit_refusal(error)) from None
+            synced = asyncio.ensure_future(durable)
+            synced.add_done_callback(_retrieve)
             self._exec_audited = True
             if self._kill_reason is not None:
                 raise _Cancelled()
+            self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
 
             ident = identity.plan(
                 tenant.uid, tenant.gid, set(profile.applied), profile.oom_score_adj
@@ -375,6 +377,7 @@ class Spawn:
                 "ids": ident.ids,
                 "loginuid": ident.loginuid,
                 "landlock": ruleset_fd >= 0,
+                "go": True,
             }
             # Step 3: the spawner clones; the C set-up runs and execs.
             await self.runtime.spawner.ready()
@@ -386,6 +389,7 @@ class Spawn:
                     out_w,
                     err_w,
                     self._cancel_fd,
+                    self._go_fd,
                     *([ruleset_fd] if ruleset_fd >= 0 else []),
                     *cgroup_fds,
                 ],
@@ -393,6 +397,16 @@ class Spawn:
             for fd in fds_to_close:
                 os.close(fd)
             fds_to_close.clear()
+            try:
+                await synced
+            except AuditUnavailable as error:
+                # Not durable: the child must not run. Cancel it and refuse.
+                self._exec_audited = False
+                self._audit_failure = error
+                with contextlib.suppress(OSError):
+                    os.eventfd_write(self._cancel_fd, 1)
+            else:
+                os.eventfd_write(self._go_fd, 1)
             self.pid = await started
             self._exec_time = time.monotonic()
             self.started.set_result(self.pid)
@@ -436,11 +450,17 @@ class Spawn:
         except _Refused as refused:
             self.events.put_nowait(("refused", refused.refusal))
             self.done.set_exception(refused.refusal)
-            self.done.add_done_callback(lambda f: f.exception())
+            self.done.add_done_callback(_retrieve)
             return None
         except _Cancelled:
             return self._finish_unstarted(Outcome.CANCELLED, "", 0, self._kill_message)
         except SetupFailed as error:
+            if self._audit_failure is not None:
+                refusal = _audit_refusal(self._audit_failure)
+                self.events.put_nowait(("refused", refusal))
+                self.done.set_exception(refusal)
+                self.done.add_done_callback(_retrieve)
+                return None
             if self._kill_reason is not None:  # cancel wins over a simultaneous error
                 return self._finish_unstarted(self._kill_reason, "", 0, self._kill_message)
             return self._finish_unstarted(
@@ -477,6 +497,9 @@ class Spawn:
             if self._cancel_fd >= 0:
                 os.close(self._cancel_fd)
                 self._cancel_fd = -1
+            if self._go_fd >= 0:
+                os.close(self._go_fd)
+                self._go_fd = -1
             if self._timer:
                 self._timer.cancel()
             if self._kill_task and not self._kill_task.done():
@@ -684,6 +707,18 @@ class Spawn:
 
 class _Cancelled(Exception):
     pass
+
+
+def _audit_refusal(error: AuditUnavailable) -> Refusal:
+    return Refusal(
+        "AUDIT_UNAVAILABLE", f"the audit log cannot be written, nothing was run: {error}"
+    )
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as seen (its owner reports it otherwise)."""
+    if not future.cancelled():
+        future.exception()
 
 
 class _Refused(Exception):

@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -404,14 +404,25 @@ class AuditLog:
         """Append a record and return only once it is fsynced (the write-ahead
         record of process.exec). Concurrent calls share one fsync. Raises
         `AuditUnavailable` when it cannot be appended or made durable."""
+        record, durable = self.write_pending(event, **fields)
+        await durable
+        return record
+
+    def write_pending(
+        self, event: str, **fields: Any
+    ) -> tuple[dict[str, Any], Coroutine[Any, Any, None]]:
+        """Append a record now; the coroutine returned completes once it is
+        fsynced (or raises `AuditUnavailable`). Lets a caller overlap other
+        work with the fsync, as long as nothing it records happens before."""
         record = self._write_record(event, fields)
-        generation = self._appended
+        return record, self._until_synced(self._appended)
+
+    async def _until_synced(self, generation: int) -> None:
         while self._synced < generation:
             if self._failure is not None:
                 raise AuditUnavailable(self._failure)
             # Shielded: a caller going away must not cancel an fsync others wait on.
             await asyncio.shield(self._start_sync())
-        return record
 
     def _check_writable(self) -> None:
         if self._closed:

@@ -23,6 +23,11 @@ from hostcapd import _childsetup  # type: ignore[attr-defined]
 from hostcapd.spawner import channel
 
 
+#: Longest a child waits, right before exec, for the front-end's go (its
+#: write-ahead audit record is durable); the spawner is blocked meanwhile.
+GO_TIMEOUT_MS = 30_000
+
+
 @dataclass
 class Profile:
     """A tenant's prepared sandbox values, registered once, used per spawn."""
@@ -95,6 +100,7 @@ class Spawner:
             self.report({"op": "failed", "id": spawn_id, "step": "profile", "errno": 0})
             return
         exe_fd, stdin, stdout, stderr, cancel_fd, *rest = fds
+        go_fd = rest.pop(0) if m.get("go") else -1
         landlock_fd = rest.pop(0) if m["landlock"] else -1
         try:
             pid = _childsetup.spawn(
@@ -123,6 +129,8 @@ class Spawner:
                 pdeathsig=profile.pdeathsig,
                 cancel_fd=cancel_fd,
                 life_fd=self.life_read,
+                go_fd=go_fd,
+                go_timeout_ms=GO_TIMEOUT_MS,
             )
         except _childsetup.SetupError as error:
             step, err = error.args

@@ -88,6 +88,7 @@ enum step {
     STEP_CGROUP,
     STEP_MOUNT,
     STEP_HOSTNAME,
+    STEP_NETNS,
     STEP_LOOPBACK,
     STEP_STDIO,
     STEP_CHDIR,
@@ -111,7 +112,7 @@ enum step {
 
 static const char *const step_names[] = {
     "none", "signals", "setsid", "pdeathsig", "cgroup", "mount", "hostname",
-    "loopback", "stdio", "chdir", "limits", "oom_score_adj", "loginuid", "caps_bounding",
+    "netns", "loopback", "stdio", "chdir", "limits", "oom_score_adj", "loginuid", "caps_bounding",
     "groups", "gid", "uid", "caps", "no_new_privs", "landlock", "seccomp",
     "close_fds", "cancelled", "parent_gone", "exec", "clone",
 };
@@ -169,6 +170,7 @@ struct plan {
     int n_mounts;
     const char *hostname;
     int loopback_up;
+    int netns_fd;              /* >= 0: join this (fresh, unused) network namespace */
     int trees[MAX_TREES];
     /* cgroup.procs fds; the child writes "0" to each to move itself */
     int cgroup_fds[MAX_CGROUP_FDS];
@@ -385,6 +387,8 @@ static int child_main(void *arg)
     }
     if (p->hostname && sethostname(p->hostname, strlen(p->hostname)) != 0)
         FAIL(STEP_HOSTNAME);
+    if (p->netns_fd >= 0 && syscall(SYS_setns, p->netns_fd, CLONE_NEWNET) != 0)
+        FAIL(STEP_NETNS);
     if (p->loopback_up && loopback_up() != 0)
         FAIL(STEP_LOOPBACK);
     /* The cwd's root, opened as root in this namespace's view (O_PATH needs
@@ -616,6 +620,7 @@ PyDoc_STRVAR(spawn_doc,
 "rlimits: [(resource, soft, hard)]. ids: (uid, gid) or None.\n"
 "landlock_rules: [(path, access)] added to landlock_fd after the mounts.\n"
 "seccomp_filter: bytes of struct sock_filter[] (empty: none).\n"
+"netns_fd >= 0: join that network namespace (instead of CLONE_NEWNET).\n"
 "go_fd >= 0: right before exec, wait up to go_timeout_ms for it to be readable\n"
 "  (a cancel or the spawner's death ends the wait: nothing is executed).\n"
 "Raises SetupError(step, errno) if a step fails (the child is reaped).");
@@ -627,24 +632,25 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         "exe_fd", "exe_path", "argv", "envp", "stdio", "cwd_root", "cwd", "umask", "clone_flags",
         "mounts", "hostname", "loopback_up", "cgroup_fds", "rlimits", "oom_score_adj",
         "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
-        "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", NULL,
+        "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", "netns_fd",
+        NULL,
     };
     /* Every argument but go_fd and go_timeout_ms is required: the sentinels
      * below say which one a call left out (the format makes all optional). */
     const int unset = INT_MIN;
     int exe_fd = unset, umask_value = unset, clone_flags = unset, loopback = unset;
     int drop_caps = unset, no_new_privs = unset, landlock_fd = unset, pdeathsig = unset;
-    int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000;
+    int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000, netns_fd = -1;
     PyObject *exe_path = NULL, *argv = NULL, *envp = NULL, *stdio = NULL, *cwd_root = NULL;
     PyObject *cwd = NULL, *mounts = NULL, *hostname = NULL, *cgroup_fds = NULL, *rlimits = NULL;
     PyObject *oom = NULL, *loginuid = NULL, *ids = NULL, *landlock_rules = NULL;
     Py_buffer filter = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiii:spawn", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiii:spawn", kwlist,
                                      &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
                                      &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
                                      &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
                                      &no_new_privs, &landlock_fd, &landlock_rules, &filter,
-                                     &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms))
+                                     &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms, &netns_fd))
         return NULL;
     if (exe_fd == unset || umask_value == unset || clone_flags == unset || loopback == unset ||
         drop_caps == unset || no_new_privs == unset || landlock_fd == unset ||
@@ -686,6 +692,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->life_fd = life_fd;
     p->go_fd = go_fd;
     p->go_timeout_ms = go_timeout_ms;
+    p->netns_fd = netns_fd;
 
     if (opt_cstring(exe_path, keep, &p->exe_path) < 0 || opt_cstring(cwd, keep, &p->cwd) < 0 ||
         opt_cstring(cwd_root, keep, &p->cwd_root) < 0 ||

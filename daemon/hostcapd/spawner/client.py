@@ -10,6 +10,7 @@ spawns it owned end with SPAWN_FAILED (their trees died with it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -131,12 +132,10 @@ class SpawnerClient:
 
     def kill(self, spawn_id: str, pid: int, sig: int) -> None:
         if self._sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 channel.send(
                     self._sock, {"op": "kill", "id": spawn_id, "pid": pid, "sig": int(sig)}
                 )
-            except OSError:
-                pass
 
     def _readable(self, sock: socket.socket) -> None:
         while True:
@@ -233,10 +232,8 @@ class SpawnerClient:
         self._closing = True
         sock = self._sock
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 channel.send(sock, {"op": "shutdown"})
-            except OSError:
-                pass
         await self._reap_process()
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())

@@ -10,6 +10,7 @@ life pipe hang up and does not exec.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
 import signal
@@ -20,8 +21,7 @@ from typing import Any
 import prctl
 
 from hostcapd import _childsetup  # type: ignore[attr-defined]
-from hostcapd.spawner import channel
-
+from hostcapd.spawner import channel, netns
 
 #: Longest a child waits, right before exec, for the front-end's go (its
 #: write-ahead audit record is durable); the spawner is blocked meanwhile.
@@ -52,6 +52,8 @@ class Spawner:
     profiles: dict[str, Profile] = field(default_factory=dict)
     #: live main processes: pid -> spawn id
     children: dict[int, str] = field(default_factory=dict)
+    #: Network namespaces made while idle (root only).
+    netns: netns.NetnsPool | None = None
     running: bool = True
 
     # --- orders from the front-end ---
@@ -73,10 +75,12 @@ class Spawner:
                 self.report({"op": "error", "message": f"unknown op {op!r}"})
         finally:
             for fd in fds:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
+
+    @property
+    def uses_netns(self) -> bool:
+        return any(p.clone_flags & netns.CLONE_NEWNET for p in self.profiles.values())
 
     def add_profile(self, m: dict[str, Any], fds: list[int]) -> None:
         self.profiles[m["key"]] = Profile(
@@ -102,6 +106,12 @@ class Spawner:
         exe_fd, stdin, stdout, stderr, cancel_fd, *rest = fds
         go_fd = rest.pop(0) if m.get("go") else -1
         landlock_fd = rest.pop(0) if m["landlock"] else -1
+        clone_flags, loopback, netns_fd = profile.clone_flags, profile.loopback_up, -1
+        if clone_flags & netns.CLONE_NEWNET and self.netns is not None:
+            netns_fd = self.netns.take()
+            if netns_fd >= 0:  # a fresh namespace made while idle, loopback up
+                clone_flags &= ~netns.CLONE_NEWNET
+                loopback = False
         try:
             pid = _childsetup.spawn(
                 exe_fd=exe_fd if m["by_fd"] else -1,
@@ -112,10 +122,10 @@ class Spawner:
                 cwd_root=m["cwd_root"],
                 cwd=m["cwd"],
                 umask=profile.umask,
-                clone_flags=profile.clone_flags,
+                clone_flags=clone_flags,
                 mounts=profile.mounts,
                 hostname=profile.hostname,
-                loopback_up=profile.loopback_up,
+                loopback_up=loopback,
                 cgroup_fds=rest,
                 rlimits=m["rlimits"],
                 oom_score_adj=profile.oom_score_adj,
@@ -131,12 +141,17 @@ class Spawner:
                 life_fd=self.life_read,
                 go_fd=go_fd,
                 go_timeout_ms=GO_TIMEOUT_MS,
+                netns_fd=netns_fd,
             )
         except _childsetup.SetupError as error:
+            if netns_fd >= 0:
+                os.close(netns_fd)
             step, err = error.args
             self.report({"op": "failed", "id": spawn_id, "step": step, "errno": err})
             return
         except (OSError, ValueError, TypeError) as error:
+            if netns_fd >= 0:
+                os.close(netns_fd)
             self.report(
                 {
                     "op": "failed",
@@ -147,6 +162,8 @@ class Spawner:
                 }
             )
             return
+        if netns_fd >= 0:
+            os.close(netns_fd)  # the child holds the namespace now
         self.children[pid] = spawn_id
         self.report({"op": "started", "id": spawn_id, "pid": pid})
 
@@ -155,10 +172,8 @@ class Spawner:
         if self.children.get(pid) != spawn_id:
             return
         for target in (pid, -pid):  # the main process (init of its pid ns) and its group
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(target, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
 
     # --- children ---
 
@@ -201,10 +216,8 @@ class Spawner:
     def kill_all(self) -> None:
         for pid in list(self.children):
             for target in (pid, -pid):
-                try:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(target, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
 
 
 def main(argv: list[str]) -> int:
@@ -227,14 +240,21 @@ def main(argv: list[str]) -> int:
     signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
 
-    spawner = Spawner(sock, life_read)
+    spawner = Spawner(sock, life_read, netns=netns.NetnsPool() if os.geteuid() == 0 else None)
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ, "sock")
     selector.register(wake_read, selectors.EVENT_READ, "wake")
     channel.send(sock, {"op": "hello", "pid": os.getpid()})
     try:
         while spawner.running:
-            for key, _ in selector.select():
+            # Idle (nothing to read at once): make a network namespace ahead of need.
+            pool = spawner.netns
+            wants = pool is not None and pool.wants_more and spawner.uses_netns
+            events = selector.select(timeout=0 if wants else None)
+            if not events and wants and pool is not None:
+                pool.fill_one()
+                continue
+            for key, _ in events:
                 if key.data == "wake":
                     try:
                         while os.read(wake_read, 4096):

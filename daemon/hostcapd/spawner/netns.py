@@ -1,0 +1,76 @@
+"""A pool of fresh network namespaces, made by the spawner while it is idle.
+
+Creating a network namespace is the dearest step of a sandboxed spawn (about
+1.2 ms here, against 1 ms for the whole rest of a bare spawn). The spawner
+makes them ahead of need, each with its loopback up, and a child joins one
+with setns(2) instead of creating its own: the cost leaves the request path.
+Each namespace is used by one spawn only (its fd is closed once given away),
+so spawns never share a network.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import os
+import socket
+import struct
+
+CLONE_NEWNET = 0x40000000
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_IFF_RUNNING = 0x40
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifreq = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s, _SIOCGIFFLAGS, ifreq))[1]
+        fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP | _IFF_RUNNING))
+
+
+class NetnsPool:
+    """Up to `size` network namespaces, each an O_RDONLY fd of its nsfs file."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self._fds: list[int] = []
+        self._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        self.failed = ""
+
+    def take(self) -> int:
+        """A namespace for one spawn (the caller closes it), or -1 if none is ready."""
+        return self._fds.pop() if self._fds else -1
+
+    @property
+    def wants_more(self) -> bool:
+        return not self.failed and len(self._fds) < self.size
+
+    def fill_one(self) -> None:
+        """Make one namespace: unshare, loopback up, keep its fd, come back."""
+        try:
+            _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+            try:
+                _loopback_up()
+                fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+            finally:
+                _check(_libc.setns(self._home, CLONE_NEWNET), "setns back")
+        except OSError as error:
+            self.failed = str(error)  # the children create their own instead
+            return
+        self._fds.append(fd)
+
+    def close(self) -> None:
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
+        os.close(self._home)

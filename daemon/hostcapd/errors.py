@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from hostcap_proto.errors import REASONS, WireError
 
-
 #: Longest message a refusal carries: messages may quote request values, and
 #: the status travels in a trailer with a size limit (and in the audit log).
 MAX_MESSAGE = 512

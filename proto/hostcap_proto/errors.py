@@ -19,7 +19,8 @@ DOMAIN = "hostcap"
 
 #: Every reason the daemon may send, by name.
 REASONS: frozenset[str] = frozenset(
-    name for name in common_pb2.ErrorReason.keys() if name != "ERROR_REASON_UNSPECIFIED"
+    name for name in common_pb2.ErrorReason.keys()  # noqa: SIM118 (an enum wrapper, not a dict)
+    if name != "ERROR_REASON_UNSPECIFIED"
 )
 
 #: The gRPC status code each reason travels with.

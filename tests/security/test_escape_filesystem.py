@@ -14,11 +14,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from escape_attempts import SecurityHost, attack
 from support.daemon import Daemon
 from support.process import Client, outcome, request
-
 
 #: Refused: the path is not in the sandbox's root at all (ENOENT), or a
 #: read-only mount (EROFS) or landlock (EACCES) refuses it.

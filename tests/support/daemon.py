@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -210,10 +211,8 @@ def cmdline(pid: int) -> bytes:
 def children_of(pid: int) -> list[int]:
     out = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
+        with contextlib.suppress(OSError):
             out += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
     return out
 
 
@@ -252,10 +251,8 @@ def open_fds(pid: int) -> set[str]:
     base = Path(f"/proc/{pid}/fd")
     out = set()
     for fd in base.iterdir():
-        try:
+        with contextlib.suppress(OSError):
             out.add(f"{fd.name}:{os.readlink(fd)}")
-        except OSError:
-            pass
     return out
 
 

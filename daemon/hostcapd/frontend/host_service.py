@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import grpc
 from hostcap_proto.v1 import host_pb2, host_pb2_grpc
 
 from hostcapd import __version__

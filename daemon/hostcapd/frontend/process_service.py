@@ -6,12 +6,11 @@ import asyncio
 import signal as signal_mod
 from collections.abc import AsyncIterator
 
-import grpc
 from hostcap_proto.v1 import process_pb2, process_pb2_grpc
 
 from hostcapd.errors import Refusal
-from hostcapd.frontend.context import Context
 from hostcapd.frontend import convert
+from hostcapd.frontend.context import Context
 from hostcapd.frontend.refusals import refuse
 from hostcapd.spawn import Spawn, SpawnRequest, prepare
 from hostcapd.tenant import TenantRuntime

@@ -387,7 +387,9 @@ def test_check_config_refuses_an_admin_mode_open_to_others(tmp_path: Path) -> No
     path = tmp_path / "bad.toml"
     path.write_text(toml.dumps(config))
     done = subprocess.run(
-        [sys.executable, "-m", "hostcapd", "check-config", str(path)], capture_output=True, text=True
+        [sys.executable, "-m", "hostcapd", "check-config", str(path)],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 2
     assert "admin.mode" in done.stderr and "0o664" in done.stderr

@@ -287,7 +287,7 @@ async def test_quota_refuses_the_excess(start_daemon, marker: str) -> None:  # t
         client.stub.Spawn(request(["sleep", "1000"], env={"TEST_MARKER": marker})) for _ in range(2)
     ]
     for call in calls:
-        async for event in call:
+        async for _ in call:
             break
     assert await client.refusal("true") == "QUOTA_EXCEEDED"
     for call in calls:
@@ -302,7 +302,7 @@ async def test_sigterm_ends_running_spawns_as_daemon_shutdown(daemon, marker: st
     call = client.stub.Spawn(
         request(["sh", "-c", "trap '' TERM; sleep 1000"], env={"TEST_MARKER": marker})
     )
-    async for event in call:
+    async for _ in call:
         break
     daemon.proc.send_signal(signal.SIGTERM)
     last = None
@@ -364,9 +364,11 @@ def test_hostcapctl_run_json_and_exit_codes(daemon) -> None:  # type: ignore[no-
     assert streamed.stdout == "live\n" and "EXITED" in streamed.stderr
 
 
-async def test_a_script_runs_by_path_and_says_exec_by_fd_was_not_applied(client: Client, daemon) -> None:  # type: ignore[no-untyped-def]
+async def test_a_script_runs_by_path_and_says_exec_by_fd_was_not_applied(
+    client: Client, daemon
+) -> None:  # type: ignore[no-untyped-def]
     script = daemon.root() / "hello.sh"
-    script.write_text("#!/bin/sh\necho from-script \"$@\"\n")
+    script.write_text('#!/bin/sh\necho from-script "$@"\n')
     script.chmod(0o755)
     result = await client.run(str(script), "x")
     assert (outcome(result), result.stdout) == ("EXITED", b"from-script x\n")

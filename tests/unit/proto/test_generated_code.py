@@ -40,13 +40,12 @@ def test_every_error_reason_has_a_status_code() -> None:
     from hostcap_proto import errors
     from hostcap_proto.v1 import common_pb2
 
-    names = {n for n in common_pb2.ErrorReason.keys() if n != "ERROR_REASON_UNSPECIFIED"}
+    names = {n for n in common_pb2.ErrorReason.keys() if n != "ERROR_REASON_UNSPECIFIED"}  # noqa: SIM118
     assert names == set(errors.STATUS_CODE) == errors.REASONS
 
 
 def test_a_refusal_round_trips_through_a_grpc_status() -> None:
     import grpc
-
     from hostcap_proto.errors import WireError, from_rpc_error
 
     status = WireError("PATH_ESCAPES_ROOT", "cwd resolves outside", {"k": "v"}).to_status()

@@ -272,6 +272,7 @@ def zombies_under(pid: int) -> list[int]:
 def audit_records(path: Path) -> Iterator[dict[str, Any]]:
     import json
 
-    for line in path.read_text().splitlines():
+    # Split on newlines only: the writer stores U+2028 and the like raw in strings.
+    for line in path.read_bytes().split(b"\n"):
         if line.strip():
             yield json.loads(line)

@@ -13,10 +13,11 @@ from hostcap_proto.v1 import common_pb2, process_pb2, process_pb2_grpc
 class Client:
     def __init__(self, socket: Path) -> None:
         self.channel = grpc.aio.insecure_channel(f"unix:{socket}")
-        self.stub = process_pb2_grpc.ProcessServiceStub(self.channel)
+        self.stub = process_pb2_grpc.ProcessServiceStub(self.channel)  # type: ignore[no-untyped-call]
 
     async def run(self, *argv: str, **kwargs: Any) -> process_pb2.RunResult:
-        return await self.stub.Run(request(list(argv), **kwargs))
+        result: process_pb2.RunResult = await self.stub.Run(request(list(argv), **kwargs))
+        return result
 
     async def refusal(self, *argv: str, **kwargs: Any) -> str:
         """Run expecting a refusal; return its ErrorInfo reason."""
@@ -29,7 +30,7 @@ class Client:
         raise AssertionError("the daemon did not refuse")
 
     async def close(self) -> None:
-        await self.channel.close()
+        await self.channel.close(None)
 
 
 def request(

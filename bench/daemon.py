@@ -25,6 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hostcapd.config import PROTECTION_NAMES
+
 from bench.native import BenchError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,20 +34,7 @@ NOBODY = 65534
 MiB = 1 << 20
 GiB = 1 << 30
 
-PROTECTIONS = (
-    "pid_namespace",
-    "net_namespace",
-    "ipc_namespace",
-    "uts_namespace",
-    "mount_namespace",
-    "cgroup",
-    "landlock",
-    "seccomp",
-    "rlimits",
-    "no_new_privs",
-    "uid_drop",
-    "exec_by_fd",
-)
+PROTECTIONS = PROTECTION_NAMES
 MINIMAL_KEEPS = ("rlimits", "uid_drop", "exec_by_fd")
 
 PROFILES: dict[str, dict[str, str]] = {

@@ -83,7 +83,7 @@ class SpawnerSteps:
         in_r = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
         cancel = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         ruleset = p.new_ruleset()
-        ident = identity.plan(t.uid, t.gid, set(p.applied), p.oom_score_adj)
+        ident = identity.plan(t.uid, t.gid, set(p.applied))
         order = {
             "op": "spawn",
             "id": uuid.uuid4().hex,

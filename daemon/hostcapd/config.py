@@ -149,10 +149,6 @@ class Sandbox(_Model):
     #: can check fail-closed behaviour on a host that has them.
     simulate_unavailable: tuple[str, ...] = ()
 
-    @classmethod
-    def protection_names(cls) -> tuple[str, ...]:
-        return PROTECTION_NAMES
-
     def level(self, name: str) -> Level:
         return getattr(self, name)  # type: ignore[no-any-return]
 
@@ -179,14 +175,6 @@ PROTECTION_NAMES: tuple[str, ...] = (
     "uid_drop",
     "exec_by_fd",
 )
-
-
-def minimal_sandbox() -> Sandbox:
-    """rlimits and the uid drop only (the bench's "minimal profile")."""
-    keep = {"rlimits", "uid_drop", "exec_by_fd"}
-    return Sandbox.model_validate(
-        {name: (Level.REQUIRED if name in keep else Level.OFF) for name in PROTECTION_NAMES}
-    )
 
 
 DEFAULT_PROTECTED_PATHS = ("**/.git/hooks/**", "**/.git/config")

@@ -358,9 +358,7 @@ class Spawn:
                 raise _Cancelled()
             self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
 
-            ident = identity.plan(
-                tenant.uid, tenant.gid, set(profile.applied), profile.oom_score_adj
-            )
+            ident = identity.plan(tenant.uid, tenant.gid, set(profile.applied))
             order = {
                 "op": "spawn",
                 "id": self.id,

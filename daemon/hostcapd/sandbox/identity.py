@@ -1,5 +1,6 @@
-"""Identity: the run-as uid/gid, capabilities, no_new_privs, loginuid and
-oom_score_adj of the child."""
+"""Identity: the run-as uid/gid the child switches to, and the loginuid that
+ties its tree to that user in the kernel's audit. (The capability drop,
+no_new_privs and oom_score_adj are per tenant: see `profile.TenantProfile`.)"""
 
 from __future__ import annotations
 
@@ -11,23 +12,17 @@ from dataclasses import dataclass
 class IdentityPlan:
     #: (uid, gid) to switch to (supplementary groups cleared), or None.
     ids: tuple[int, int] | None
-    drop_caps: bool
-    no_new_privs: bool
     #: Written to /proc/self/loginuid so kernel audit ties the tree to the run-as user.
     loginuid: bytes | None
-    oom_score_adj: bytes | None
 
 
 def loginuid_supported() -> bool:
     return os.path.exists("/proc/self/loginuid")
 
 
-def plan(uid: int, gid: int, applied: set[str], oom_score_adj: int) -> IdentityPlan:
+def plan(uid: int, gid: int, applied: set[str]) -> IdentityPlan:
     drop = "uid_drop" in applied
     return IdentityPlan(
         ids=(uid, gid) if drop else None,
-        drop_caps=drop,
-        no_new_privs="no_new_privs" in applied,
         loginuid=str(uid).encode() if drop and loginuid_supported() else None,
-        oom_score_adj=str(oom_score_adj).encode() if os.getuid() == 0 else None,
     )

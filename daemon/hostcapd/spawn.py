@@ -378,20 +378,26 @@ class Spawn:
                 "go": True,
             }
             # Step 3: the spawner clones; the C set-up runs and execs.
-            await self.runtime.spawner.ready()
-            started, self._exit = self.runtime.spawner.spawn(
-                order,
-                [
-                    p.exe.fd,
-                    in_r,
-                    out_w,
-                    err_w,
-                    self._cancel_fd,
-                    self._go_fd,
-                    *([ruleset_fd] if ruleset_fd >= 0 else []),
-                    *cgroup_fds,
-                ],
-            )
+            fds = [
+                p.exe.fd,
+                in_r,
+                out_w,
+                err_w,
+                self._cancel_fd,
+                self._go_fd,
+                *([ruleset_fd] if ruleset_fd >= 0 else []),
+                *cgroup_fds,
+            ]
+            for attempt in (1, 2):
+                await self.runtime.spawner.ready()
+                try:
+                    started, exited = self.runtime.spawner.spawn(order, fds)
+                    break
+                except SpawnerLost:
+                    # Found dead on sending: nothing was sent, so nothing ran.
+                    if attempt == 2:
+                        raise
+            self._exit = exited
             for fd in fds_to_close:
                 os.close(fd)
             fds_to_close.clear()

@@ -120,12 +120,20 @@ class SpawnerClient:
         """Send a spawn order now (the fds are duplicated into the message, so
         the caller may close its copies on return). The first future gives the
         pid once the child has exec'd (or raises SetupFailed / SpawnerLost);
-        the second, its exit."""
+        the second, its exit. Raises SpawnerLost at once, having sent
+        nothing, if the spawner is already gone."""
         loop = asyncio.get_running_loop()
         spawn_id = order["id"]
         started: asyncio.Future[int] = loop.create_future()
         exited: asyncio.Future[ExitStatus] = loop.create_future()
-        channel.send(self._require(), order, fds)
+        sock = self._require()
+        try:
+            channel.send(sock, order, fds)
+        except OSError as error:
+            # It died and we have not read its EOF yet: nothing was sent, so
+            # nothing ran. Start the replacement now; the caller may retry.
+            self._lost(sock)
+            raise SpawnerLost(f"the spawner is gone ({error.strerror})") from None
         self._started[spawn_id] = started
         self._exits[spawn_id] = exited
         return started, exited

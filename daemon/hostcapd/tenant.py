@@ -54,6 +54,8 @@ class TenantRuntime:
         #: This runtime's own profile in the spawner: a reload's replacement
         #: registers a new one, so no order of the old runtime meets the new.
         self.profile_key = f"{tenant.name}#{next(_PROFILE_KEYS)}"
+        #: Spawn/Run calls still sending to their clients (shutdown waits for them).
+        self.active_calls = 0
         #: The tenant's FsService runtime, once the server has started it.
         self.fs: FsRuntime | None = None
 

@@ -49,6 +49,16 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
     async def Spawn(
         self, request: process_pb2.SpawnRequest, context: Context
     ) -> AsyncIterator[process_pb2.SpawnEvent]:
+        self.runtime.active_calls += 1  # a shutdown lets these finish sending
+        try:
+            async for event in self._spawn(request, context):
+                yield event
+        finally:
+            self.runtime.active_calls -= 1
+
+    async def _spawn(
+        self, request: process_pb2.SpawnRequest, context: Context
+    ) -> AsyncIterator[process_pb2.SpawnEvent]:
         req = convert.request_from_wire(request)
         spawn, started, attached = await self._begin(req, context, "Spawn", streaming=True)
         if spawn is None:
@@ -93,6 +103,15 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
                 spawn.cancel()
 
     async def Run(
+        self, request: process_pb2.SpawnRequest, context: Context
+    ) -> process_pb2.RunResult:
+        self.runtime.active_calls += 1
+        try:
+            return await self._run(request, context)
+        finally:
+            self.runtime.active_calls -= 1
+
+    async def _run(
         self, request: process_pb2.SpawnRequest, context: Context
     ) -> process_pb2.RunResult:
         req = convert.request_from_wire(request)

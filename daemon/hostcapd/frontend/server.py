@@ -25,6 +25,7 @@ import os
 import signal
 import stat
 import sys
+import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,6 +78,9 @@ def send_limit(tenant: Tenant) -> int:
 
 #: Seconds a stopping server gives calls in flight (SIGTERM: spawns are ended first).
 STOP_GRACE_S = 5.0
+#: After the last call of a shutdown has sent its final event, how long the
+#: connections stay open for clients to read it.
+LINGER_S = 0.2
 #: Added to a replaced tenant's longest possible spawn before its calls are cut.
 DRAIN_MARGIN_S = 30.0
 
@@ -744,10 +748,16 @@ class Daemon:
             if self._admin_servicer is not None:
                 self._admin_servicer.end_follows()
             admin_stop = asyncio.ensure_future(self._admin.stop(1))
-        for service in services:
-            # No new calls; running spawns are ended below, not waited for.
-            service.stop_server(STOP_GRACE_S)
+        # Running spawns end DAEMON_SHUTDOWN (new ones are refused meanwhile);
+        # their calls send the final events; only then do the servers close
+        # their connections, after a moment for the clients to read them (a
+        # client that writes to a connection closed under it loses what it
+        # had not read yet).
         await asyncio.gather(*(s.runtime.shutdown() for s in services), return_exceptions=True)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while any(s.runtime.active_calls for s in services) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(LINGER_S)
         for service in services:
             service.stop_server(1)
         await asyncio.gather(*(t for s in services for t in s.stops), return_exceptions=True)

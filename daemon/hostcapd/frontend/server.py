@@ -22,6 +22,7 @@ import grp
 import itertools
 import logging
 import os
+import shutil
 import signal
 import stat
 import sys
@@ -110,6 +111,16 @@ KEEPALIVE: tuple[tuple[str, int], ...] = (
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
 )
+
+
+def _ctl() -> str:
+    """How to call hostcapctl from here: the one beside this interpreter (a
+    virtualenv's bin/) when there is one, else from PATH."""
+    beside = Path(sys.executable).parent / "hostcapctl"
+    if not beside.exists() or shutil.which("hostcapctl") == str(beside):
+        return "hostcapctl"
+    relative = os.path.relpath(beside)
+    return str(beside) if relative.startswith("..") else relative
 
 
 def _service(module: Any, name: str) -> ServiceDescriptor:
@@ -525,13 +536,13 @@ class Daemon:
             print(f"  protections applied: {', '.join(applied) or 'none'}", file=sys.stderr)
             if missing:
                 print(f"  not applied: {'; '.join(missing)}", file=sys.stderr)
-            print(f"  connect: hostcapctl --socket {t.socket} run -- echo hello", file=sys.stderr)
+            print(f"  connect: {_ctl()} --socket {t.socket} run -- echo hello", file=sys.stderr)
             print(f"       or: grpcurl -plaintext -unix {t.socket} list", file=sys.stderr)
         if self.audit is not None:
             print(f"  audit log: {self.config.audit.path}", file=sys.stderr)
         if self.config.admin is not None:
             print(
-                f"  admin: hostcapctl --admin-socket {self.config.admin.socket} ps",
+                f"  admin: {_ctl()} --admin-socket {self.config.admin.socket} ps",
                 file=sys.stderr,
             )
         sys.stderr.flush()

@@ -238,10 +238,12 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
-def wait_gone(marker: str, timeout: float) -> list[int]:
+def wait_gone(marker: str, timeout: float, exclude: tuple[int, ...] = ()) -> list[int]:
+    """Wait until no process carries `marker` (but those in `exclude`, such
+    as a test's own client whose argv names the marker)."""
     deadline = time.monotonic() + timeout
     while True:
-        alive = processes_with(marker)
+        alive = [pid for pid in processes_with(marker) if pid not in exclude]
         if not alive or time.monotonic() > deadline:
             return alive
         time.sleep(0.02)

@@ -107,6 +107,8 @@ def _new_health() -> HealthReporter:
 KEEPALIVE: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 20_000),
+    # What bounds the wait for the ping's ack in grpcio 1.85 (default 60 s).
+    ("grpc.http2.ping_timeout_ms", 20_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),

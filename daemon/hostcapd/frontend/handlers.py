@@ -21,7 +21,11 @@ from hostcapd.frontend.context import Context
 MALFORMED = WireError("INVALID_ARGUMENT", "malformed request message")
 
 
-def _serialize(message: protobuf_message.Message) -> bytes:
+def _serialize(message: protobuf_message.Message | bytes) -> bytes:
+    # A servicer may answer with wire bytes it encoded itself (Spawn's Output
+    # events, the bulk of a stream): they go out as they are.
+    if isinstance(message, bytes):
+        return message
     return message.SerializeToString()
 
 

@@ -20,6 +20,25 @@ _VALID_SIGNALS = {int(s) for s in signal_mod.Signals}
 OUTPUT_CHUNK = 1024 * 1024
 
 
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def output_event(stream: int, data: bytes | memoryview) -> bytes:
+    """The wire bytes of `SpawnEvent{output: Output{stream, data}}`, as
+    SerializeToString would give them, built with one concatenation: no
+    message is built and serialized per chunk (a stream's hot path).
+    `stream` is STDOUT or STDERR and `data` is not empty (proto3 would omit
+    either field otherwise)."""
+    inner = b"\x08" + _varint(stream) + b"\x12" + _varint(len(data))
+    return b"".join((b"\x12", _varint(len(inner) + len(data)), inner, data))
+
+
 class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
     def __init__(self, runtime: TenantRuntime) -> None:
         self.runtime = runtime
@@ -48,7 +67,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
 
     async def Spawn(
         self, request: process_pb2.SpawnRequest, context: Context
-    ) -> AsyncIterator[process_pb2.SpawnEvent]:
+    ) -> AsyncIterator[process_pb2.SpawnEvent | bytes]:
         self.runtime.active_calls += 1  # a shutdown lets these finish sending
         try:
             async for event in self._spawn(request, context):
@@ -58,7 +77,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
 
     async def _spawn(
         self, request: process_pb2.SpawnRequest, context: Context
-    ) -> AsyncIterator[process_pb2.SpawnEvent]:
+    ) -> AsyncIterator[process_pb2.SpawnEvent | bytes]:
         req = convert.request_from_wire(request)
         spawn, started, attached = await self._begin(req, context, "Spawn", streaming=True)
         if spawn is None:
@@ -77,9 +96,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
                     yield process_pb2.SpawnEvent(started=convert.started_of(spawn))
                 elif kind == "output":
                     stream, data = payload
-                    yield process_pb2.SpawnEvent(
-                        output=process_pb2.Output(stream=stream, data=data)
-                    )
+                    yield output_event(stream, data)
                     spawn.consumed(len(data))
                 elif kind == "refused":
                     await refuse(
@@ -89,12 +106,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
                     for stream, buf in ((1, spawn.stdout), (2, spawn.stderr)):
                         tail = memoryview(buf.tail())
                         for start in range(0, len(tail), OUTPUT_CHUNK):
-                            yield process_pb2.SpawnEvent(
-                                output=process_pb2.Output(
-                                    stream=stream,  # type: ignore[arg-type]
-                                    data=bytes(tail[start : start + OUTPUT_CHUNK]),
-                                )
-                            )
+                            yield output_event(stream, tail[start : start + OUTPUT_CHUNK])
                     yield process_pb2.SpawnEvent(exited=convert.exited_to_wire(spawn, payload))
                     return
         finally:

@@ -25,16 +25,18 @@ fields of the event's model (`EVENT_FIELDS`).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal, NoReturn, get_args
+from types import UnionType
+from typing import Any, Literal, NoReturn, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 SCHEMA = "hostcapd.audit/v1"
 #: ``prev_hash`` of the very first record of a log.
@@ -103,13 +105,16 @@ class AuditFileError(Exception):
 # --- canonical form and hashing ----------------------------------------------
 
 
+# The one encoder of the canonical form (stateless between calls, so shared).
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_bytes(record: Mapping[str, Any]) -> bytes:
     """The canonical serialisation of `record` (without the trailing newline)."""
     try:
-        text = json.dumps(
-            record, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-        return text.encode("utf-8")
+        return _CANONICAL.encode(record).encode("utf-8")
     except (TypeError, ValueError) as error:
         raise AuditRecordError(f"record is not canonical JSON: {error}") from None
 
@@ -117,11 +122,15 @@ def canonical_bytes(record: Mapping[str, Any]) -> bytes:
 def record_hash(record: Mapping[str, Any]) -> str:
     """The ``hash`` a record must carry: sha256 over its ``prev_hash`` and its
     canonical form with the ``hash`` field left out."""
+    body = {key: value for key, value in record.items() if key != "hash"}
+    return hashlib.sha256(_prev_hash_bytes(record) + canonical_bytes(body)).hexdigest()
+
+
+def _prev_hash_bytes(record: Mapping[str, Any]) -> bytes:
     prev = record.get("prev_hash")
     if not isinstance(prev, str) or not _HASH.fullmatch(prev):
         raise AuditRecordError("prev_hash must be 64 lowercase hex digits")
-    body = {key: value for key, value in record.items() if key != "hash"}
-    return hashlib.sha256(prev.encode("ascii") + canonical_bytes(body)).hexdigest()
+    return prev.encode("ascii")
 
 
 def seal(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -134,6 +143,38 @@ def seal(record: Mapping[str, Any]) -> dict[str, Any]:
 def encode_line(record: Mapping[str, Any]) -> bytes:
     """The line as stored: canonical form plus newline."""
     return canonical_bytes(record) + b"\n"
+
+
+def sealed_line(record: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """``seal(record)`` and its stored line ``encode_line(seal(record))``, with
+    the record encoded once instead of twice (the writer's path).
+
+    The canonical form sorts the top-level keys, so the form without ``hash``
+    and the one with it differ only by the ``"hash":...`` pair between the
+    keys before and after it: both are joined from those two encodings."""
+    if not all(type(key) is str for key in record):
+        # Keys json would convert (ints, ...) sort differently: the plain path.
+        sealed = seal(record)
+        return sealed, encode_line(sealed)
+    prev = _prev_hash_bytes(record)
+    before = {key: value for key, value in record.items() if key < "hash"}
+    after = {key: value for key, value in record.items() if key > "hash"}
+    try:
+        head = _CANONICAL.encode(before)[1:-1]
+        tail = _CANONICAL.encode(after)[1:-1]
+    except (TypeError, ValueError) as error:
+        raise AuditRecordError(f"record is not canonical JSON: {error}") from None
+    unsealed = "{" + ",".join(part for part in (head, tail) if part) + "}"
+    try:
+        digest = hashlib.sha256(prev + unsealed.encode("utf-8")).hexdigest()
+        pair = f'"hash":"{digest}"'
+        line = "{" + ",".join(part for part in (head, pair, tail) if part) + "}\n"
+        data = line.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise AuditRecordError(f"record is not canonical JSON: {error}") from None
+    sealed = {key: value for key, value in record.items() if key != "hash"}
+    sealed["hash"] = digest
+    return sealed, data
 
 
 def _no_constants(name: str) -> Any:
@@ -356,6 +397,7 @@ EVENT_FIELDS: Mapping[str, type[_Fields]] = {
     "audit.recover": AuditRecover,
 }
 assert set(EVENT_FIELDS) == set(EVENTS)
+_FIELD_NAMES = {event: frozenset(model.model_fields) for event, model in EVENT_FIELDS.items()}
 
 
 class RecordHeader(_Fields):
@@ -378,24 +420,238 @@ def _first_error(error: ValidationError) -> str:
     return f"{loc}: {item['msg']}{more}"
 
 
-def validate_event_fields(event: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-    """The writer's check: `fields` validated against the event's model, unknown
-    and header fields refused, returned as JSON values with unknown values
-    (None) left out."""
+def _model_of(event: str, fields: Mapping[str, Any]) -> type[_Fields]:
+    """The event's model, once the field names are ones the writer accepts."""
     model = EVENT_FIELDS.get(event)
     if model is None:
         raise AuditRecordError(f"unknown audit event {event!r}")
     reserved = sorted(HEADER_FIELDS & fields.keys())
     if reserved:
         raise AuditRecordError(f"{event}: {', '.join(reserved)} set by the writer, not the caller")
-    unknown = sorted(fields.keys() - model.model_fields.keys())
+    unknown = sorted(fields.keys() - _FIELD_NAMES[event])
     if unknown:
         raise AuditRecordError(f"{event}: unknown field(s) {', '.join(unknown)}")
+    return model
+
+
+def _dump_by_model(event: str, model: type[_Fields], fields: Mapping[str, Any]) -> dict[str, Any]:
     try:
         validated = model.model_validate(dict(fields))
     except ValidationError as error:
         raise AuditRecordError(f"{event}: {_first_error(error)}") from None
     return validated.model_dump(mode="json", exclude_none=True)
+
+
+def validate_event_fields(event: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The writer's check: `fields` validated against the event's model, unknown
+    and header fields refused, returned as JSON values with unknown values
+    (None) left out.
+
+    Plain values of exactly the model's types (what the daemon passes) take
+    a fast path; anything else is validated by the model itself. Either way
+    the result, or the `AuditRecordError`, is the model's
+    (`validate_event_fields_by_model`)."""
+    model = _model_of(event, fields)
+    fast = _FAST_MODELS.get(event)
+    if fast is not None:
+        try:
+            return fast.convert(fields)
+        except _ModelDecides:
+            pass
+    return _dump_by_model(event, model, fields)
+
+
+def validate_event_fields_by_model(event: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """`validate_event_fields` with pydantic validation always: the reference
+    its fast path is held to."""
+    return _dump_by_model(event, _model_of(event, fields), fields)
+
+
+def fast_event_fields(event: str, fields: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The fast path of `validate_event_fields` alone: its result, or None when
+    it leaves the answer to the model (and for names the writer refuses)."""
+    fast = _FAST_MODELS.get(event)
+    if fast is None:
+        return None
+    try:
+        _model_of(event, fields)
+        return fast.convert(fields)
+    except (AuditRecordError, _ModelDecides):
+        return None
+
+
+# --- the writer's fast path -----------------------------------------------------
+#
+# Validating with pydantic and dumping back to JSON values is a large part of
+# what a record costs the writer. A check compiled from the same models
+# handles values of exactly the declared types: it copies them, adds the
+# defaults the dump would add and leaves out None. Anything else (a value
+# pydantic would coerce or refuse, an extra nested key, a constrained field)
+# it leaves to the model, so the answer is always the model's.
+
+
+class _ModelDecides(Exception):
+    """The fast path cannot vouch for a value: the model must validate it."""
+
+
+_MISSING: Any = object()
+_Convert = Callable[[Any], Any]
+
+
+def _decline() -> NoReturn:
+    raise _ModelDecides
+
+
+def _str_list(value: Any) -> Any:
+    if type(value) is not list or not all(type(item) is str for item in value):
+        _decline()
+    return list(value)
+
+
+def _str_dict(value: Any) -> Any:
+    if type(value) is not dict or not all(
+        type(key) is str and type(item) is str for key, item in value.items()
+    ):
+        _decline()
+    return dict(value)
+
+
+def _list_of(item: _Convert) -> _Convert:
+    def convert(value: Any) -> Any:
+        if type(value) is not list:
+            _decline()
+        return [item(element) for element in value]
+
+    return convert
+
+
+def _literal(values: frozenset[str]) -> _Convert:
+    def convert(value: Any) -> Any:
+        if type(value) is not str or value not in values:
+            _decline()
+        return value
+
+    return convert
+
+
+def _exact(kind: type) -> _Convert:
+    def convert(value: Any) -> Any:
+        if type(value) is not kind:
+            _decline()
+        return value
+
+    return convert
+
+
+def _converter(annotation: Any) -> _Convert | None:
+    """How to check one value of `annotation`, or None when the fast path does
+    not handle the type (the model then always decides)."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if annotation in (str, int, float, bool):
+        # Exactly: pydantic turns a bool into an int, an int into a float.
+        return _exact(annotation)
+    if origin is Literal and all(type(a) is str for a in args):
+        return _literal(frozenset(args))
+    if origin is list and len(args) == 1:
+        if args[0] is str:
+            return _str_list
+        item = _converter(args[0])
+        return None if item is None else _list_of(item)
+    if origin is dict and args == (str, str):
+        return _str_dict
+    if isinstance(annotation, type) and issubclass(annotation, _Fields):
+        nested = _FastModel.compile(annotation)
+        return None if nested is None else nested.convert
+    return None
+
+
+# One field: name; the exact type a value must have to be kept as it is (str,
+# int, float, bool), or None to use the converter; the converter; whether None is
+# left out (an optional field); the dumped default, or _MISSING when a missing
+# value is left out; whether it is required.
+_Slot = tuple[str, type | None, _Convert, bool, Any, bool]
+
+
+class _FastModel:
+    """One model's fields, compiled to plain type checks."""
+
+    def __init__(self, slots: Sequence[_Slot]) -> None:
+        self._slots = tuple(slots)
+        self._names = frozenset(slot[0] for slot in slots)
+
+    @classmethod
+    def compile(cls, model: type[_Fields]) -> _FastModel | None:
+        """The fast check of `model`, or None if it has anything beyond plain
+        typed fields (constraints, aliases, validators, other config)."""
+        decorators = model.__pydantic_decorators__
+        if set(model.model_config) - {"extra", "frozen"} or any(
+            (
+                decorators.validators,
+                decorators.field_validators,
+                decorators.root_validators,
+                decorators.model_validators,
+                decorators.field_serializers,
+                decorators.model_serializers,
+                decorators.computed_fields,
+            )
+        ):
+            return None
+        slots: list[_Slot] = []
+        for name, info in model.model_fields.items():
+            if info.metadata or info.alias or info.validation_alias or info.serialization_alias:
+                return None
+            declared: Any = info.annotation
+            annotation, optional = declared, False
+            if get_origin(annotation) in (Union, UnionType):
+                members = [a for a in get_args(annotation) if a is not type(None)]
+                if len(members) != 1 or len(get_args(annotation)) != 2:
+                    return None
+                annotation, optional = members[0], True
+            convert = _converter(annotation)
+            if convert is None:
+                return None
+            default = _MISSING
+            if not info.is_required():
+                dumped = TypeAdapter(declared).dump_python(
+                    info.get_default(call_default_factory=True), mode="json", exclude_none=True
+                )
+                if dumped is not None:
+                    default = dumped
+            exact = annotation if annotation in (str, int, float, bool) else None
+            slots.append((name, exact, convert, optional, default, info.is_required()))
+        return cls(slots)
+
+    def convert(self, value: Any) -> dict[str, Any]:
+        """`value` as the model would dump it; raises _ModelDecides otherwise."""
+        if type(value) is not dict or not self._names.issuperset(value):
+            _decline()  # extra keys: the model keeps or refuses them
+        out: dict[str, Any] = {}
+        get = value.get
+        for name, exact, convert, optional, default, required in self._slots:
+            item = get(name, _MISSING)
+            if item is _MISSING:
+                if required:
+                    _decline()
+                if default is not _MISSING:
+                    # Defaults are {}, [], "" or 0: copy the mutable ones.
+                    out[name] = copy.deepcopy(default) if type(default) in (dict, list) else default
+            elif item is None and optional:
+                continue
+            elif exact is not None:
+                # Inline for the commonest fields: one call less each.
+                if type(item) is not exact:
+                    _decline()
+                out[name] = item
+            else:
+                out[name] = convert(item)
+        return out
+
+
+_FAST_MODELS: Mapping[str, _FastModel] = {
+    event: fast
+    for event, model in EVENT_FIELDS.items()
+    if (fast := _FastModel.compile(model)) is not None
+}
 
 
 def validate_record(record: Mapping[str, Any]) -> None:

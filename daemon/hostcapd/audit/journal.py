@@ -52,11 +52,26 @@ _COPIED = (
 
 
 def _field(name: str, value: str) -> bytes:
-    data = value.encode("utf-8", "replace")
+    return _field_bytes(name.encode(), value.encode("utf-8", "replace"))
+
+
+def _field_bytes(name: bytes, data: bytes) -> bytes:
     if b"\n" not in data:
-        return name.encode() + b"=" + data + b"\n"
+        return name + b"=" + data + b"\n"
     # Values with newlines: name, newline, little-endian 64-bit size, bytes, newline.
-    return name.encode() + b"\n" + struct.pack("<Q", len(data)) + data + b"\n"
+    return name + b"\n" + struct.pack("<Q", len(data)) + data + b"\n"
+
+
+# What is the same in every entry, encoded once.
+_COPIED_NAMES = tuple((key, b"HOSTCAP_" + key.upper().encode()) for key in _COPIED)
+_IDENTIFIER = _field("SYSLOG_IDENTIFIER", "hostcapd")
+_MESSAGE_ID_FIELDS = {
+    event: _field("MESSAGE_ID", message_id) for event, message_id in JOURNAL_MESSAGE_IDS.items()
+}
+_PRIORITY_FIELDS = {
+    priority: _field("PRIORITY", str(priority))
+    for priority in (_PRIORITY_INFO, _PRIORITY_NOTICE, _PRIORITY_WARNING)
+}
 
 
 def _summary(record: Mapping[str, Any]) -> str:
@@ -79,18 +94,19 @@ def journal_entry(record: Mapping[str, Any], line: bytes) -> bytes:
         priority = _PRIORITY_NOTICE
     elif event == "audit.recover":
         priority = _PRIORITY_WARNING
-    fields = [
-        _field("MESSAGE", _summary(record)),
-        _field("PRIORITY", str(priority)),
-        _field("SYSLOG_IDENTIFIER", "hostcapd"),
-    ]
-    message_id = JOURNAL_MESSAGE_IDS.get(event)
+    fields = [_field("MESSAGE", _summary(record)), _PRIORITY_FIELDS[priority], _IDENTIFIER]
+    message_id = _MESSAGE_ID_FIELDS.get(event)
     if message_id is not None:
-        fields.append(_field("MESSAGE_ID", message_id))
-    for key in _COPIED:
+        fields.append(message_id)
+    for key, name in _COPIED_NAMES:
         if key in record:
-            fields.append(_field("HOSTCAP_" + key.upper(), str(record[key])))
-    fields.append(_field("HOSTCAP_RECORD", line.rstrip(b"\n").decode("utf-8")))
+            fields.append(_field_bytes(name, str(record[key]).encode("utf-8", "replace")))
+    record_bytes = line.rstrip(b"\n")
+    # The journal wants text; the check costs less than decoding and encoding
+    # the line again.
+    if not record_bytes.isascii():
+        record_bytes.decode("utf-8")  # raises on a line that is not UTF-8, as before
+    fields.append(_field_bytes(b"HOSTCAP_RECORD", record_bytes))
     return b"".join(fields)
 
 

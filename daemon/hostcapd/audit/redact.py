@@ -23,7 +23,7 @@ an audit log is for. Every rule carries examples checked by the tests.
 
 from __future__ import annotations
 
-import os
+import functools
 import re
 from collections.abc import Sequence
 
@@ -140,11 +140,29 @@ _INLINE_TOKEN = r"""('[^']*'|"(?:[^"\\]|\\.)*"|[^\s'"]+)"""
 _INLINE_FLAG = re.compile(r"(?<!\S)(-{1,2}[A-Za-z][A-Za-z0-9_.-]*)(=|\s+)" + _INLINE_TOKEN)
 _INLINE_ASSIGNMENT = re.compile(r"(?<![\S])([A-Za-z_][A-Za-z0-9_]*)=" + _INLINE_TOKEN)
 _INLINE_MYSQL_P = re.compile(r"(?<!\S)-p(?=\S)" + _INLINE_TOKEN)
+# Each alternative of _KNOWN_TOKENS starts with one of these fixed texts (the
+# slack one is its lookbehind): no match of this, no known token. Searching
+# for these is far cheaper than trying the lookbehinds at every position.
+_TOKEN_START = (
+    r"gh[pousr]_|github_pat_|glpat-|sk-|[sr]k_|xox[abposr]-|xapp-|A[KS]IA|AIza|npm_|pypi-"
+    r"|hf_|SG\.|eyJ|hooks\.slack\.com/services/|-----BEGIN "
+)
+_MAY_HOLD_TOKEN = re.compile(_TOKEN_START)
+# Every rule of `redact_value` needs one of these in the value: "=" or ":"
+# (assignments, headers, Authorization, URLs, query parameters), a blank
+# (Bearer, PEM keys, command lines), or a known token's start. Most argv
+# elements hold none, and are kept without running the rules.
+_MAY_HOLD_SECRET = re.compile(r"[=:\s]|" + _TOKEN_START)
+_BLANK = re.compile(r"\s")  # the same characters as str.isspace
 
 # Programs whose short flags carry secrets: flag -> "value" (the whole value is
 # secret) or "userinfo" (``user:secret``). Applied after the program's name.
 _MYSQL_LIKE = ("mysql", "mysqldump", "mysqladmin", "mysqlcheck", "mysqlimport", "mysqlshow",
                "mariadb", "mariadb-dump", "mariadb-admin")  # fmt: skip
+# One of the mysql-like programs named inside a command line.
+_INLINE_MYSQL = re.compile(
+    r"(?<![\w-])(?:" + "|".join(re.escape(name) for name in _MYSQL_LIKE) + r")(?![\w-])"
+)
 _PROGRAM_FLAGS: dict[str, dict[str, str]] = {
     **{name: {"-p": "attached"} for name in _MYSQL_LIKE},
     "sshpass": {"-p": "value"},
@@ -182,8 +200,20 @@ def secret_name(name: str, *, env: bool = False) -> bool:
 
 def _value_flag(name: str) -> bool:
     """A secret-named flag that takes its secret as a value."""
+    if len(name) <= _CACHED_NAME_CHARS:
+        return _known_value_flag(name)
+    return _is_value_flag(name)
+
+
+def _is_value_flag(name: str) -> bool:
     words = _words(name)
     return secret_name(name) and words[0] not in _BOOLEAN_PREFIXES
+
+
+# Programs use the same few flags over and over; the answer depends on the
+# name alone. Long names are not cached, so the cache stays small.
+_CACHED_NAME_CHARS = 64
+_known_value_flag = functools.lru_cache(maxsize=1024)(_is_value_flag)
 
 
 def _redact_userinfo(value: str) -> str:
@@ -194,8 +224,13 @@ def _redact_userinfo(value: str) -> str:
 def redact_value(value: str) -> str:
     """Redact the secret-shaped parts of one value (an argv element, or the
     value of a flag). Returns `value` itself when nothing is secret."""
-    if not value:
+    if not value or not _MAY_HOLD_SECRET.search(value):
         return value
+    return _redact_by_rules(value)
+
+
+def _redact_by_rules(value: str) -> str:
+    """`redact_value` without its pre-check: every rule, in order."""
     assignment = _ASSIGNMENT.fullmatch(value)
     if assignment:
         # TOKEN=x (environment conventions) or a dotted config key (user.password=x).
@@ -209,8 +244,9 @@ def redact_value(value: str) -> str:
     value = _BEARER.sub(lambda m: f"{m.group(1)}{REDACTED}", value)
     value = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{REDACTED}@", value)
     value = _QUERY_PARAM.sub(_redact_query_param, value)
-    value = _KNOWN_TOKENS.sub(REDACTED, value)
-    if any(c.isspace() for c in value):
+    if _MAY_HOLD_TOKEN.search(value):
+        value = _KNOWN_TOKENS.sub(REDACTED, value)
+    if _BLANK.search(value):
         value = _redact_inline(value)
     return value
 
@@ -238,7 +274,7 @@ def _redact_inline(text: str) -> str:
 
     text = _INLINE_FLAG.sub(flag, text)
     text = _INLINE_ASSIGNMENT.sub(assignment, text)
-    if any(re.search(rf"(?<![\w-]){name}(?![\w-])", text) for name in _MYSQL_LIKE):
+    if _INLINE_MYSQL.search(text):
         text = _INLINE_MYSQL_P.sub(f"-p{REDACTED}", text)
     return text
 
@@ -257,7 +293,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
                 result.append(_redact_userinfo(arg) if redact_next == "userinfo" else REDACTED)
                 redact_next = None
                 continue
-        base = os.path.basename(arg)
+        base = arg.rpartition("/")[2]  # os.path.basename, without its overhead
         if base in _PROGRAM_FLAGS:
             program = _PROGRAM_FLAGS[base]
         out, redact_next = _redact_arg(arg, program)

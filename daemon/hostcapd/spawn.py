@@ -42,11 +42,16 @@ log = logging.getLogger("hostcapd.spawn")
 
 MAX_ARGV_BYTES = 1024 * 1024
 MAX_ARG_BYTES = 128 * 1024
-READ_CHUNK = 256 * 1024
+#: Largest read of an output pipe: a whole pipe, and the largest Output event.
+READ_CHUNK = 1024 * 1024
 PIPE_SIZE = 1024 * 1024
 #: Streamed-but-unsent bytes above which we stop reading the pipe (back-pressure
 #: on a slow client for the kept head; what is dropped is always drained).
-HIGH_WATER = 4 * 1024 * 1024
+#: At 0 a pipe is read again only once what it gave has been sent: the pipe
+#: is the buffer, and each read takes all that piled up during the send, so
+#: a fast writer is streamed in few large events (measured: bench/README.md,
+#: "Stream tuning"), and a slow one without delay.
+HIGH_WATER = 0
 EOF_GRACE = 2.0
 
 
@@ -293,7 +298,7 @@ class Spawn:
     def consumed(self, nbytes: int) -> None:
         """The caller sent `nbytes` of streamed output: lift back-pressure."""
         self.pending_bytes -= nbytes
-        if self._paused and self.pending_bytes < HIGH_WATER // 2:
+        if self._paused and self.pending_bytes <= HIGH_WATER // 2:
             loop = asyncio.get_running_loop()
             for fd in list(self._paused):
                 self._paused.discard(fd)

@@ -8,6 +8,12 @@ streaming caller can forward it at once.
 
 from __future__ import annotations
 
+from collections import deque
+
+#: Reads smaller than this are gathered into one piece of the tail ring: a
+#: trickle of tiny reads must not cost an object each.
+TAIL_PIECE = 64 * 1024
+
 
 def marker(dropped: int) -> bytes:
     return f"\n[... {dropped} bytes dropped by hostcapd ...]\n".encode()
@@ -21,7 +27,11 @@ class StreamBuffer:
         self.retain_head = retain_head
         self.head = bytearray()
         self._head_size = 0
-        self._tail = bytearray()
+        # The tail ring holds the reads themselves: dropping from its front
+        # pops whole pieces (trims one at most), so draining costs per read,
+        # not per byte of a large tail.
+        self._tail: deque[bytes | bytearray] = deque()
+        self._tail_size = 0
         self.total = 0
         #: Bytes that fell out of the tail ring (the dropped middle).
         self.dropped = 0
@@ -36,16 +46,40 @@ class StreamBuffer:
             if self.retain_head:
                 self.head += head_part
         rest = data[len(head_part) :]
-        if rest:
-            if self.tail_limit == 0:
-                self.dropped += len(rest)
-            else:
-                self._tail += rest
-                excess = len(self._tail) - self.tail_limit
-                if excess > 0:
-                    del self._tail[:excess]
-                    self.dropped += excess
+        if not rest:
+            return head_part
+        if self.tail_limit == 0:
+            self.dropped += len(rest)
+            return head_part
+        last = self._tail[-1] if self._tail else None
+        if len(rest) >= TAIL_PIECE:
+            self._tail.append(rest)
+        elif isinstance(last, bytearray) and len(last) < TAIL_PIECE:
+            last += rest
+        else:
+            self._tail.append(bytearray(rest))
+        self._tail_size += len(rest)
+        self._drop_excess()
         return head_part
+
+    def _drop_excess(self) -> None:
+        """Drop from the front of the tail ring what exceeds its limit."""
+        excess = self._tail_size - self.tail_limit
+        if excess <= 0:
+            return
+        self._tail_size -= excess
+        self.dropped += excess
+        while excess > 0:
+            first = self._tail[0]
+            if len(first) <= excess:
+                self._tail.popleft()
+                excess -= len(first)
+            elif isinstance(first, bytearray):
+                del first[:excess]
+                excess = 0
+            else:
+                self._tail[0] = first[excess:]
+                excess = 0
 
     @property
     def kept(self) -> int:
@@ -54,9 +88,10 @@ class StreamBuffer:
     def tail(self) -> bytes:
         """What follows the head: the marker (if anything was dropped) and the
         tail. With a budget of 0 nothing is kept, not even the marker."""
+        tail = b"".join(self._tail)
         if self.dropped and (self.head_limit or self.tail_limit):
-            return marker(self.dropped) + bytes(self._tail)
-        return bytes(self._tail)
+            return marker(self.dropped) + tail
+        return tail
 
     def result(self) -> bytes:
         """The kept bytes, head + marker + tail, for a buffered Run."""

@@ -152,7 +152,7 @@ def sealed_line(record: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
     The canonical form sorts the top-level keys, so the form without ``hash``
     and the one with it differ only by the ``"hash":...`` pair between the
     keys before and after it: both are joined from those two encodings."""
-    if not all(type(key) is str for key in record):
+    if set(map(type, record)) - {str}:
         # Keys json would convert (ints, ...) sort differently: the plain path.
         sealed = seal(record)
         return sealed, encode_line(sealed)
@@ -172,8 +172,9 @@ def sealed_line(record: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
         data = line.encode("utf-8")
     except UnicodeEncodeError as error:
         raise AuditRecordError(f"record is not canonical JSON: {error}") from None
-    sealed = {key: value for key, value in record.items() if key != "hash"}
-    sealed["hash"] = digest
+    sealed = dict(record)
+    sealed.pop("hash", None)
+    sealed["hash"] = digest  # last, as seal() puts it
     return sealed, data
 
 

@@ -32,6 +32,7 @@ from typing import Any
 
 from hostcap_proto.v1 import process_pb2
 from support.daemon import NOBODY, Daemon, daemon_config, tenant_config
+from support.identity import as_user
 from support.process import Client, outcome
 
 #: Imported by every attack program: `attempt(fn, *args)` is "ok" or an errno
@@ -99,10 +100,7 @@ def as_nobody(*argv: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     """Run argv on the host, unsandboxed, as the tenants' run-as identity: the
     control that shows what the same program could do without the sandbox."""
     return subprocess.run(
-        argv,
-        user=NOBODY,
-        group=NOBODY,
-        extra_groups=[],
+        as_user(NOBODY, NOBODY, argv),
         capture_output=True,
         text=True,
         timeout=30,
@@ -130,10 +128,7 @@ def host_sleeper() -> Iterator[subprocess.Popen[str]]:
     alone would let the sandbox signal or trace it). Its stdout is "ready\n"
     plus the name of every signal it caught; SIGTERM ends it quietly."""
     proc = subprocess.Popen(
-        ["/usr/bin/python3", "-I", "-c", SLEEPER],
-        user=NOBODY,
-        group=NOBODY,
-        extra_groups=[],
+        as_user(NOBODY, NOBODY, ["/usr/bin/python3", "-I", "-c", SLEEPER]),
         stdout=subprocess.PIPE,
         text=True,
         cwd="/",

@@ -36,6 +36,7 @@ from hostcapd.audit import AuditLog
 from hostcapd.config import AuditSettings, FsSettings, Tenant, dev_config, prepare_dev_state
 from hostcapd.fs import start_fs_service
 from support.daemon import NOBODY, Daemon, children_of, cmdline, daemon_config, tenant_config
+from support.identity import as_user
 
 #: Big enough for a 64 MiB write plus its envelope (the dev ceiling).
 MAX_MESSAGE = 80 << 20
@@ -90,7 +91,7 @@ class FsEndpoint:
     def as_tenant(self, argv: list[str]) -> subprocess.CompletedProcess[str]:
         """Run a command as the tenant's uid (what its own spawns could do)."""
         return subprocess.run(
-            argv, user=self.uid, group=self.gid, capture_output=True, text=True, check=True
+            as_user(self.uid, self.gid, argv), capture_output=True, text=True, check=True
         )
 
     async def plant_symlink(self, target: str, link: str) -> None:

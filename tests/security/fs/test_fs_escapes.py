@@ -18,6 +18,7 @@ import pytest
 from fs_endpoint import FsEndpoint, failure, refusal
 from hostcap_proto.errors import from_rpc_error
 from hostcap_proto.v1 import fs_pb2
+from support.identity import as_user
 
 needs_root = pytest.mark.skipif(
     os.getuid() != 0, reason="needs root (links and mounts made by the test)"
@@ -176,9 +177,11 @@ async def test_swapping_a_directory_for_a_symlink_during_reads_never_leaks(
         os.lchown(path, endpoint.uid, endpoint.gid)
     seconds = 3.0
     swapper = subprocess.Popen(
-        ["/usr/bin/python3", "-I", "-c", SWAPPER, str(race), str(seconds)],
-        user=endpoint.uid,
-        group=endpoint.gid,
+        as_user(
+            endpoint.uid,
+            endpoint.gid,
+            ["/usr/bin/python3", "-I", "-c", SWAPPER, str(race), str(seconds)],
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

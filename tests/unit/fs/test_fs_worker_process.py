@@ -21,6 +21,7 @@ from fs_worker_support import OUTSIDE_CONTENT, Roots, WorkerClient, settings_for
 from hostcapd.fs import errors
 from hostcapd.fs.process import FsWorkerUnavailable
 from hostcapd.sandbox import landlock
+from support.identity import as_user
 
 needs_root = pytest.mark.skipif(os.getuid() != 0, reason="needs root (uid change, mounts, prlimit)")
 needs_landlock = pytest.mark.skipif(
@@ -73,9 +74,7 @@ async def test_another_process_of_the_tenant_cannot_read_the_workers_memory(
     # they could read its memory or ptrace it out of landlock's reach.
     for entry in ("mem", "environ"):
         result = subprocess.run(
-            ["cat", f"/proc/{fs.worker.pid}/{entry}"],
-            user=roots.uid,
-            group=roots.gid,
+            as_user(roots.uid, roots.gid, ["cat", f"/proc/{fs.worker.pid}/{entry}"]),
             capture_output=True,
             text=True,
         )
@@ -287,9 +286,7 @@ async def test_a_write_cut_by_the_file_size_limit_leaves_the_original(
     assert fs.worker.pid is not None
     # as the tenant's uid: this host's root may lack CAP_SYS_RESOURCE
     subprocess.run(
-        ["prlimit", f"--pid={fs.worker.pid}", f"--fsize={64 << 10}"],
-        user=roots.uid,
-        group=roots.gid,
+        as_user(roots.uid, roots.gid, ["prlimit", f"--pid={fs.worker.pid}", f"--fsize={64 << 10}"]),
         check=True,
     )
     refused = await fs.refusal(fs.write("data.bin", os.urandom(1 << 20)))

@@ -4,6 +4,7 @@ workspace (writes fail typed with the old file intact and no temp left)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 from hostcap_proto.errors import from_rpc_error
-from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc
+from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc, process_pb2
 from reliability_probes import (
     audit_chain_intact,
     audit_log,
@@ -107,6 +108,19 @@ async def test_an_exit_record_lost_to_a_full_audit_volume_is_closed_by_the_ledge
         await refusal_reason(client.run("true", env={"NOT_ALLOWED": "x"}))
     call.cancel()
     assert wait_gone(marker, 3.0) == []
+
+    async def finished() -> bool:
+        # Listed until the daemon has finished the spawn (its exit line tried):
+        # the tree being gone is not enough, the line may not be written yet.
+        listed = await client.stub.List(process_pb2.ListRequest())
+        return spawn_id not in {s.spawn_id for s in listed.spawns}
+
+    for _ in range(150):
+        if await finished():
+            break
+        await asyncio.sleep(0.02)
+    else:
+        raise AssertionError("the cancelled spawn was not finished within 3 s")
     await client.close()
     assert spawn_id not in exit_records(daemon), "the exit line found room on a full disk"
     filler.unlink()

@@ -108,13 +108,14 @@ enum step {
     STEP_PARENT_GONE,
     STEP_EXEC,
     STEP_CLONE,
+    STEP_MNTNS,
 };
 
 static const char *const step_names[] = {
     "none", "signals", "setsid", "pdeathsig", "cgroup", "mount", "hostname",
     "netns", "loopback", "stdio", "chdir", "limits", "oom_score_adj", "loginuid", "caps_bounding",
     "groups", "gid", "uid", "caps", "no_new_privs", "landlock", "seccomp",
-    "close_fds", "cancelled", "parent_gone", "exec", "clone",
+    "close_fds", "cancelled", "parent_gone", "exec", "clone", "mntns",
 };
 
 /* A mount step. MOUNT_CALL is mount(2). MOUNT_KEEP clones the tree at
@@ -171,6 +172,7 @@ struct plan {
     const char *hostname;
     int loopback_up;
     int netns_fd;              /* >= 0: join this (fresh, unused) network namespace */
+    int mntns_fd;              /* >= 0: join this (fresh, unused) mount namespace first */
     int trees[MAX_TREES];
     /* cgroup.procs fds; the child writes "0" to each to move itself */
     int cgroup_fds[MAX_CGROUP_FDS];
@@ -376,7 +378,11 @@ static int child_main(void *arg)
             FAIL(STEP_CGROUP);
     }
 
-    /* Mounts (private propagation first, then /proc, /tmp, ...). */
+    /* A mount namespace made ahead of need, its new root assembled (see
+     * mount_namespace); the mounts left are this spawn's own (its /proc). */
+    if (p->mntns_fd >= 0 && syscall(SYS_setns, p->mntns_fd, CLONE_NEWNS) != 0)
+        FAIL(STEP_MNTNS);
+    /* Mounts (private propagation first, the new root, /tmp, ...). */
     for (i = 0; i < p->n_mounts; i++) {
         if (do_mount(p, &p->mounts[i]) != 0)
             FAIL(STEP_MOUNT);
@@ -600,123 +606,74 @@ static int opt_cstring(PyObject *obj, PyObject *keep, const char **out)
     return 0;
 }
 
-PyDoc_STRVAR(spawn_doc,
-"spawn(*, exe_fd, exe_path, argv, envp, stdio, cwd_root, cwd, umask, clone_flags, mounts,\n"
-"      hostname, loopback_up, cgroup_fds, rlimits, oom_score_adj, loginuid,\n"
-"      drop_caps, ids, no_new_privs, landlock_fd, landlock_rules,\n"
-"      seccomp_filter, pdeathsig, cancel_fd, life_fd[, go_fd, go_timeout_ms]) -> pid\n\n"
-"Clone a child that applies the prepared set-up in order and execs.\n"
-"exe_fd >= 0 execs that fd (execveat AT_EMPTY_PATH), else exe_path.\n"
-"argv, envp: lists of bytes. stdio: (in, out, err) fds.\n"
-"cwd_root, cwd: bytes or None: the child opens cwd beneath cwd_root (openat2\n"
-"  RESOLVE_BENEATH) after its mounts and fchdir()s there after the uid switch.\n"
-"umask: int, or -1 to inherit.\n"
-"mounts: [(kind, source, target, fstype, flags, data[, clear])]: kind 0 mount(2);\n"
-"  1 keep: clone the tree at source into slot `flags`; 2 restore: mkdir -p\n"
-"  target and attach slot `flags` there; 3 mount_setattr(target, set=flags,\n"
-"  clear=clear); 4 the same for every mount beneath target; 5 symlink target\n"
-"  -> source; 6 mkdir -p target; 7 pivot_root into target, old root detached.\n"
-"cgroup_fds: fds of cgroup.procs files the child writes \"0\" to.\n"
-"rlimits: [(resource, soft, hard)]. ids: (uid, gid) or None.\n"
-"landlock_rules: [(path, access)] added to landlock_fd after the mounts.\n"
-"seccomp_filter: bytes of struct sock_filter[] (empty: none).\n"
-"netns_fd >= 0: join that network namespace (instead of CLONE_NEWNET).\n"
-"go_fd >= 0: right before exec, wait up to go_timeout_ms for it to be readable\n"
-"  (a cancel or the spawner's death ends the wait: nothing is executed).\n"
-"Raises SetupError(step, errno) if a step fails (the child is reaped).");
+/* ---- the plan and the child's stack, kept for the next call ----
+ *
+ * Each call needs a plan (the child writes its result there) and a stack for
+ * the child. Mapping and unmapping them per spawn cost more than the rest of
+ * the parent's side (the munmap of pages the child touched on another CPU
+ * flushes TLBs): one of each is kept, taken and given back with the GIL held,
+ * so a concurrent call (threads, tests) maps its own. */
+static struct plan *kept_plan;
+static char *kept_stack;
 
-static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
+static struct plan *plan_take(void)
 {
-    (void)self;
-    static char *kwlist[] = {
-        "exe_fd", "exe_path", "argv", "envp", "stdio", "cwd_root", "cwd", "umask", "clone_flags",
-        "mounts", "hostname", "loopback_up", "cgroup_fds", "rlimits", "oom_score_adj",
-        "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
-        "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", "netns_fd",
-        NULL,
-    };
-    /* Every argument but go_fd and go_timeout_ms is required: the sentinels
-     * below say which one a call left out (the format makes all optional). */
-    const int unset = INT_MIN;
-    int exe_fd = unset, umask_value = unset, clone_flags = unset, loopback = unset;
-    int drop_caps = unset, no_new_privs = unset, landlock_fd = unset, pdeathsig = unset;
-    int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000, netns_fd = -1;
-    PyObject *exe_path = NULL, *argv = NULL, *envp = NULL, *stdio = NULL, *cwd_root = NULL;
-    PyObject *cwd = NULL, *mounts = NULL, *hostname = NULL, *cgroup_fds = NULL, *rlimits = NULL;
-    PyObject *oom = NULL, *loginuid = NULL, *ids = NULL, *landlock_rules = NULL;
-    Py_buffer filter = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiii:spawn", kwlist,
-                                     &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
-                                     &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
-                                     &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
-                                     &no_new_privs, &landlock_fd, &landlock_rules, &filter,
-                                     &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms, &netns_fd))
-        return NULL;
-    if (exe_fd == unset || umask_value == unset || clone_flags == unset || loopback == unset ||
-        drop_caps == unset || no_new_privs == unset || landlock_fd == unset ||
-        pdeathsig == unset || cancel_fd == unset || life_fd == unset || !exe_path || !argv ||
-        !envp || !stdio || !cwd_root || !cwd || !mounts || !hostname || !cgroup_fds ||
-        !rlimits || !oom || !loginuid || !ids || !landlock_rules || !filter.obj) {
-        if (filter.obj)
-            PyBuffer_Release(&filter);
-        PyErr_SetString(PyExc_TypeError, "spawn() is missing a required keyword argument");
-        return NULL;
-    }
-
-    struct plan *p = NULL;
-    char *stack = MAP_FAILED;
-    PyObject *result = NULL;
-    PyObject *keep = PyList_New(0);
-    if (!keep)
-        goto done;
-    /* The plan lives in its own mapping: the child writes its result there. */
-    p = mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-        p = NULL;
-        PyErr_SetFromErrno(PyExc_OSError);
-        goto done;
+    struct plan *p = kept_plan;
+    kept_plan = NULL;
+    if (!p) {
+        p = mmap(NULL, sizeof *p, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return NULL;
+        }
     }
     memset(p, 0, sizeof *p);
-    p->exe_fd = exe_fd;
-    p->cwd_fd = -1;
-    p->umask = umask_value;
-    p->loopback_up = loopback;
-    for (int i = 0; i < MAX_TREES; i++)
-        p->trees[i] = -1;
-    p->clone_flags = clone_flags;
-    p->drop_caps = drop_caps;
-    p->no_new_privs = no_new_privs;
-    p->landlock_fd = landlock_fd;
-    p->pdeathsig = pdeathsig;
-    p->cancel_fd = cancel_fd;
-    p->life_fd = life_fd;
-    p->go_fd = go_fd;
-    p->go_timeout_ms = go_timeout_ms;
-    p->netns_fd = netns_fd;
+    return p;
+}
 
-    if (opt_cstring(exe_path, keep, &p->exe_path) < 0 || opt_cstring(cwd, keep, &p->cwd) < 0 ||
-        opt_cstring(cwd_root, keep, &p->cwd_root) < 0 ||
-        opt_cstring(hostname, keep, &p->hostname) < 0 || opt_cstring(oom, keep, &p->oom_score_adj) < 0 ||
-        opt_cstring(loginuid, keep, &p->loginuid) < 0)
-        goto done;
-    if (exe_fd < 0 && !p->exe_path) {
-        PyErr_SetString(PyExc_ValueError, "exe_fd < 0 needs exe_path");
-        goto done;
-    }
-    if (!(p->argv = to_cstrings(argv, keep, "argv")) || !(p->envp = to_cstrings(envp, keep, "envp")))
-        goto done;
-    if (p->argv[0] == NULL) {
-        PyErr_SetString(PyExc_ValueError, "argv must not be empty");
-        goto done;
-    }
-    if (!PyArg_ParseTuple(stdio, "iii;stdio must be (in, out, err)", &p->stdio[0], &p->stdio[1], &p->stdio[2]))
-        goto done;
+static void plan_give(struct plan *p)
+{
+    if (!p)
+        return;
+    if (!kept_plan)
+        kept_plan = p;
+    else
+        munmap(p, sizeof *p);
+}
 
+static char *stack_take(void)
+{
+    char *stack = kept_stack;
+    kept_stack = NULL;
+    if (!stack) {
+        stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (stack == MAP_FAILED) {
+            PyErr_SetFromErrno(PyExc_OSError);
+            return NULL;
+        }
+    }
+    return stack;
+}
+
+static void stack_give(char *stack)
+{
+    if (!stack)
+        return;
+    if (!kept_stack)
+        kept_stack = stack;
+    else
+        munmap(stack, CHILD_STACK_SIZE);
+}
+
+/* mounts -> p->mounts (the strings kept alive by keep); 0, or -1 with an exception. */
+static int parse_mounts(PyObject *mounts, struct plan *p, PyObject *keep)
+{
     Py_ssize_t n = PySequence_Length(mounts);
     if (n < 0 || n > MAX_MOUNTS) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "too many mounts");
-        goto done;
+        return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *item = PySequence_GetItem(mounts, i);
@@ -739,9 +696,128 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         }
         Py_XDECREF(item);
         if (!ok)
-            goto done;
+            return -1;
     }
     p->n_mounts = (int)n;
+    return 0;
+}
+
+PyDoc_STRVAR(spawn_doc,
+"spawn(*, exe_fd, exe_path, argv, envp, stdio, cwd_root, cwd, umask, clone_flags, mounts,\n"
+"      hostname, loopback_up, cgroup_fds, rlimits, oom_score_adj, loginuid,\n"
+"      drop_caps, ids, no_new_privs, landlock_fd, landlock_rules,\n"
+"      seccomp_filter, pdeathsig, cancel_fd, life_fd[, go_fd, go_timeout_ms]) -> pid\n\n"
+"Clone a child that applies the prepared set-up in order and execs.\n"
+"exe_fd >= 0 execs that fd (execveat AT_EMPTY_PATH), else exe_path.\n"
+"argv, envp: lists of bytes. stdio: (in, out, err) fds.\n"
+"cwd_root, cwd: bytes or None: the child opens cwd beneath cwd_root (openat2\n"
+"  RESOLVE_BENEATH) after its mounts and fchdir()s there after the uid switch.\n"
+"umask: int, or -1 to inherit.\n"
+"mounts: [(kind, source, target, fstype, flags, data[, clear])]: kind 0 mount(2);\n"
+"  1 keep: clone the tree at source into slot `flags`; 2 restore: mkdir -p\n"
+"  target and attach slot `flags` there; 3 mount_setattr(target, set=flags,\n"
+"  clear=clear); 4 the same for every mount beneath target; 5 symlink target\n"
+"  -> source; 6 mkdir -p target; 7 pivot_root into target, old root detached.\n"
+"cgroup_fds: fds of cgroup.procs files the child writes \"0\" to.\n"
+"rlimits: [(resource, soft, hard)]. ids: (uid, gid) or None.\n"
+"landlock_rules: [(path, access)] added to landlock_fd after the mounts.\n"
+"seccomp_filter: bytes of struct sock_filter[] (empty: none).\n"
+"netns_fd >= 0: join that network namespace (instead of CLONE_NEWNET).\n"
+"mntns_fd >= 0: join that mount namespace (made by mount_namespace, instead of\n"
+"  CLONE_NEWNS) before the mounts, which are then only this spawn's own.\n"
+"go_fd >= 0: right before exec, wait up to go_timeout_ms for it to be readable\n"
+"  (a cancel or the spawner's death ends the wait: nothing is executed).\n"
+"Raises SetupError(step, errno) if a step fails (the child is reaped).");
+
+static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *kwlist[] = {
+        "exe_fd", "exe_path", "argv", "envp", "stdio", "cwd_root", "cwd", "umask", "clone_flags",
+        "mounts", "hostname", "loopback_up", "cgroup_fds", "rlimits", "oom_score_adj",
+        "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
+        "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", "netns_fd",
+        "mntns_fd", NULL,
+    };
+    /* Every argument but go_fd and go_timeout_ms is required: the sentinels
+     * below say which one a call left out (the format makes all optional). */
+    const int unset = INT_MIN;
+    int exe_fd = unset, umask_value = unset, clone_flags = unset, loopback = unset;
+    int drop_caps = unset, no_new_privs = unset, landlock_fd = unset, pdeathsig = unset;
+    int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000, netns_fd = -1;
+    int mntns_fd = -1;
+    PyObject *exe_path = NULL, *argv = NULL, *envp = NULL, *stdio = NULL, *cwd_root = NULL;
+    PyObject *cwd = NULL, *mounts = NULL, *hostname = NULL, *cgroup_fds = NULL, *rlimits = NULL;
+    PyObject *oom = NULL, *loginuid = NULL, *ids = NULL, *landlock_rules = NULL;
+    Py_buffer filter = {0};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiii:spawn", kwlist,
+                                     &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
+                                     &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
+                                     &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
+                                     &no_new_privs, &landlock_fd, &landlock_rules, &filter,
+                                     &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms, &netns_fd,
+                                     &mntns_fd))
+        return NULL;
+    if (exe_fd == unset || umask_value == unset || clone_flags == unset || loopback == unset ||
+        drop_caps == unset || no_new_privs == unset || landlock_fd == unset ||
+        pdeathsig == unset || cancel_fd == unset || life_fd == unset || !exe_path || !argv ||
+        !envp || !stdio || !cwd_root || !cwd || !mounts || !hostname || !cgroup_fds ||
+        !rlimits || !oom || !loginuid || !ids || !landlock_rules || !filter.obj) {
+        if (filter.obj)
+            PyBuffer_Release(&filter);
+        PyErr_SetString(PyExc_TypeError, "spawn() is missing a required keyword argument");
+        return NULL;
+    }
+
+    struct plan *p = NULL;
+    char *stack = NULL;
+    PyObject *result = NULL;
+    PyObject *keep = PyList_New(0);
+    if (!keep)
+        goto done;
+    /* The plan lives in its own mapping: the child writes its result there. */
+    if (!(p = plan_take()))
+        goto done;
+    p->exe_fd = exe_fd;
+    p->cwd_fd = -1;
+    p->umask = umask_value;
+    p->loopback_up = loopback;
+    for (int i = 0; i < MAX_TREES; i++)
+        p->trees[i] = -1;
+    p->clone_flags = clone_flags;
+    p->drop_caps = drop_caps;
+    p->no_new_privs = no_new_privs;
+    p->landlock_fd = landlock_fd;
+    p->pdeathsig = pdeathsig;
+    p->cancel_fd = cancel_fd;
+    p->life_fd = life_fd;
+    p->go_fd = go_fd;
+    p->go_timeout_ms = go_timeout_ms;
+    p->netns_fd = netns_fd;
+    p->mntns_fd = mntns_fd;
+
+    if (opt_cstring(exe_path, keep, &p->exe_path) < 0 || opt_cstring(cwd, keep, &p->cwd) < 0 ||
+        opt_cstring(cwd_root, keep, &p->cwd_root) < 0 ||
+        opt_cstring(hostname, keep, &p->hostname) < 0 || opt_cstring(oom, keep, &p->oom_score_adj) < 0 ||
+        opt_cstring(loginuid, keep, &p->loginuid) < 0)
+        goto done;
+    if (exe_fd < 0 && !p->exe_path) {
+        PyErr_SetString(PyExc_ValueError, "exe_fd < 0 needs exe_path");
+        goto done;
+    }
+    if (!(p->argv = to_cstrings(argv, keep, "argv")) || !(p->envp = to_cstrings(envp, keep, "envp")))
+        goto done;
+    if (p->argv[0] == NULL) {
+        PyErr_SetString(PyExc_ValueError, "argv must not be empty");
+        goto done;
+    }
+    if (!PyArg_ParseTuple(stdio, "iii;stdio must be (in, out, err)", &p->stdio[0], &p->stdio[1], &p->stdio[2]))
+        goto done;
+
+    if (parse_mounts(mounts, p, keep) != 0)
+        goto done;
+
+    Py_ssize_t n;
 
     n = PySequence_Length(cgroup_fds);
     if (n < 0 || n > MAX_CGROUP_FDS) {
@@ -816,12 +892,8 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->seccomp.len = (unsigned short)(filter.len / sizeof(struct sock_filter));
     p->seccomp.filter = filter.buf;
 
-    stack = mmap(NULL, CHILD_STACK_SIZE, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    if (stack == MAP_FAILED) {
-        PyErr_SetFromErrno(PyExc_OSError);
+    if (!(stack = stack_take()))
         goto done;
-    }
 
     /* Block every signal so no handler of ours runs on the child's stack;
      * the child resets dispositions and unblocks before exec. */
@@ -859,20 +931,124 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     result = PyLong_FromLong(pid);
 
 done:
-    if (stack != MAP_FAILED)
-        munmap(stack, CHILD_STACK_SIZE);
+    stack_give(stack);
     if (p) {
         PyMem_Free(p->argv);
         PyMem_Free(p->envp);
-        munmap(p, sizeof *p);
+        plan_give(p);
     }
     PyBuffer_Release(&filter);
     Py_XDECREF(keep);
     return result;
 }
 
+/* ---- mount namespaces made ahead of need ---- */
+
+/* The child of mount_namespace: born in a copy of the caller's mount
+ * namespace, it keeps an fd of it (the fd table is shared), assembles the
+ * new root there and exits. The namespace lives on through the fd. */
+static int mntns_child(void *arg)
+{
+    struct plan *p = arg;
+    p->mntns_fd = open("/proc/thread-self/ns/mnt", O_RDONLY | O_CLOEXEC);
+    if (p->mntns_fd < 0) {
+        p->fail_step = STEP_MNTNS;
+        p->fail_errno = errno;
+        _exit(127);
+    }
+    for (int i = 0; i < p->n_mounts; i++) {
+        if (do_mount(p, &p->mounts[i]) != 0) {
+            p->fail_step = STEP_MOUNT;
+            p->fail_errno = errno;
+            _exit(127);
+        }
+    }
+    _exit(0);
+}
+
+PyDoc_STRVAR(mount_namespace_doc,
+"mount_namespace(*, mounts) -> fd\n\n"
+"Make a new mount namespace and run `mounts` (as spawn() takes them) in it,\n"
+"in a short-lived child; return an O_CLOEXEC fd of the namespace, for one\n"
+"spawn's mntns_fd. Raises SetupError(step, errno) if a step fails.");
+
+static PyObject *childsetup_mount_namespace(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *kwlist[] = {"mounts", NULL};
+    PyObject *mounts = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O:mount_namespace", kwlist, &mounts))
+        return NULL;
+    if (!mounts) {
+        PyErr_SetString(PyExc_TypeError, "mount_namespace() needs mounts");
+        return NULL;
+    }
+
+    PyObject *result = NULL;
+    char *stack = NULL;
+    struct plan *p = NULL;
+    PyObject *keep = PyList_New(0);
+    if (!keep || !(p = plan_take()))
+        goto done;
+    p->mntns_fd = -1;
+    for (int i = 0; i < MAX_TREES; i++)
+        p->trees[i] = -1;
+    if (parse_mounts(mounts, p, keep) != 0)
+        goto done;
+    if (!(stack = stack_take()))
+        goto done;
+
+    sigset_t all, old;
+    sigfillset(&all);
+    pid_t pid;
+    int clone_errno = 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid = clone(mntns_child, stack + CHILD_STACK_SIZE,
+                CLONE_VM | CLONE_VFORK | CLONE_FILES | CLONE_NEWNS | SIGCHLD, p);
+    clone_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid > 0) {
+        int status;
+        pid_t r;
+        do {
+            r = waitpid(pid, &status, __WALL);
+        } while (r < 0 && errno == EINTR);
+    }
+    Py_END_ALLOW_THREADS
+
+    /* The fd table is shared: what the child opened is ours to close. */
+    for (int i = 0; i < MAX_TREES; i++) {
+        if (p->trees[i] >= 0)
+            close(p->trees[i]);
+    }
+    if (pid < 0) {
+        p->fail_step = STEP_CLONE;
+        p->fail_errno = clone_errno;
+    }
+    if (p->fail_step != STEP_NONE) {
+        if (p->mntns_fd >= 0)
+            close(p->mntns_fd);
+        PyObject *exc_args = Py_BuildValue("(si)", step_names[p->fail_step], p->fail_errno);
+        if (exc_args) {
+            PyErr_SetObject(SetupError, exc_args);
+            Py_DECREF(exc_args);
+        }
+        goto done;
+    }
+    result = PyLong_FromLong(p->mntns_fd);
+
+done:
+    stack_give(stack);
+    plan_give(p);
+    Py_XDECREF(keep);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
+    {"mount_namespace", (PyCFunction)(void (*)(void))childsetup_mount_namespace,
+     METH_VARARGS | METH_KEYWORDS, mount_namespace_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -64,10 +64,19 @@ def probe(name: str, is_root: bool) -> tuple[bool, str]:
 @dataclass(frozen=True)
 class NamespacePlan:
     clone_flags: int
+    #: Every mount step of a spawn in its own new mount namespace.
     mounts: tuple[Mount, ...]
     hostname: bytes | None
     #: Bring up lo in the new network namespace (127.0.0.1 works inside).
     loopback_up: bool
+    #: The trailing steps of `mounts` a spawn makes itself when it joins a
+    #: mount namespace made ahead of need by the others (its fresh /proc).
+    join_mounts: tuple[Mount, ...] = ()
+
+    @property
+    def pooled_mounts(self) -> tuple[Mount, ...]:
+        """The steps that can run before the spawn, in a namespace of their own."""
+        return self.mounts[: len(self.mounts) - len(self.join_mounts)]
 
 
 def beneath_tmp(path: Path) -> bool:
@@ -138,11 +147,6 @@ def _mounts(
         m.append((MOUNT_MKDIR, None, _staged(path), None, 0, None, 0))
     m.append((MOUNT_PIVOT, None, bytes(STAGE), None, 0, None, 0))
 
-    if fresh_proc:
-        # A /proc that shows only the sandbox's own processes.
-        m.append(
-            (MOUNT_CALL, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, 0)
-        )
     tmpfs_flags = MS_NOSUID | MS_NODEV
     m.append(
         (
@@ -174,9 +178,17 @@ def _mounts(
     m.append((MOUNT_SETATTR_TREE, None, b"/", None, locked, None, 0))
     # Device nodes stay usable where they live (landlock decides which).
     m.append((MOUNT_SETATTR, None, b"/dev", None, 0, None, MOUNT_ATTR_NODEV))
-    # /proc stays writable: the set-up writes oom_score_adj and loginuid there.
-    for path in (*writable, TMP, shm, Path("/proc")):
+    # The host's /proc stays writable: the set-up writes oom_score_adj and
+    # loginuid there (a fresh /proc, below, is mounted writable).
+    for path in (*writable, TMP, shm, *(() if fresh_proc else (Path("/proc"),))):
         m.append((MOUNT_SETATTR, None, bytes(path), None, 0, None, MOUNT_ATTR_RDONLY))
+    if fresh_proc:
+        # Last: a /proc that shows only the sandbox's own processes must be
+        # mounted from inside its pid namespace, by the spawn itself (all the
+        # steps above can be made ahead of need: see `NamespacePlan.join_mounts`).
+        m.append(
+            (MOUNT_CALL, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, 0)
+        )
     return m
 
 
@@ -202,9 +214,11 @@ def plan(
             tuple(r for r, _ in roots),
             tuple(r for r, w in roots if w),
         )
+    fresh_proc = bool(mounts) and "pid_namespace" in applied
     return NamespacePlan(
         clone_flags=flags,
         mounts=tuple(mounts),
         hostname=hostname.encode() if "uts_namespace" in applied else None,
         loopback_up="net_namespace" in applied,
+        join_mounts=tuple(mounts[-1:]) if fresh_proc else (),
     )

@@ -141,6 +141,7 @@ class TenantProfile:
             "key": key,
             "clone_flags": self.ns.clone_flags,
             "mounts": [list(m) for m in self.ns.mounts],
+            "join_mounts": [list(m) for m in self.ns.join_mounts],
             "hostname": self.ns.hostname,
             "loopback_up": self.ns.loopback_up,
             "umask": self.umask,

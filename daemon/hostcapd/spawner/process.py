@@ -22,7 +22,12 @@ import prctl
 
 from hostcapd import _childsetup  # type: ignore[attr-defined]
 from hostcapd.spawner import channel, netns
+from hostcapd.spawner.mntns import MountNamespacePool, Mounts
 
+CLONE_NEWNS = 0x00020000
+#: Seconds between looks at the pools when nothing happens (a pooled mount
+#: namespace expires and is made again).
+IDLE_RECHECK = 10.0
 #: Longest a child waits, right before exec, for the front-end's go (its
 #: write-ahead audit record is durable); the spawner is blocked meanwhile.
 GO_TIMEOUT_MS = 30_000
@@ -33,7 +38,9 @@ class Profile:
     """A tenant's prepared sandbox values, registered once, used per spawn."""
 
     clone_flags: int
-    mounts: list[tuple[int, bytes | None, bytes | None, bytes | None, int, bytes | None]]
+    mounts: Mounts
+    #: The trailing steps of `mounts` a spawn makes itself in a pooled namespace.
+    join_mounts: Mounts
     hostname: bytes | None
     loopback_up: bool
     umask: int
@@ -54,6 +61,8 @@ class Spawner:
     children: dict[int, str] = field(default_factory=dict)
     #: Network namespaces made while idle (root only).
     netns: netns.NetnsPool | None = None
+    #: Mount namespaces with each profile's new root assembled (root only).
+    mntns: MountNamespacePool | None = None
     running: bool = True
 
     # --- orders from the front-end ---
@@ -69,6 +78,8 @@ class Spawner:
                 self.add_profile(message, fds)
             elif op == "drop_profile":
                 self.profiles.pop(message["key"], None)
+                if self.mntns is not None:
+                    self.mntns.drop(message["key"])
             elif op == "shutdown":
                 self.running = False
             else:
@@ -82,10 +93,35 @@ class Spawner:
     def uses_netns(self) -> bool:
         return any(p.clone_flags & netns.CLONE_NEWNET for p in self.profiles.values())
 
+    @property
+    def poolable_mounts(self) -> dict[str, Mounts]:
+        """profile key -> the mount steps a pooled namespace is made with."""
+        return {
+            key: p.mounts[: len(p.mounts) - len(p.join_mounts)]
+            for key, p in self.profiles.items()
+            if p.clone_flags & CLONE_NEWNS
+        }
+
+    def idle_work(self) -> bool:
+        """Make one namespace ahead of need; False when there is nothing to make."""
+        if self.netns is not None and self.netns.wants_more and self.uses_netns:
+            self.netns.fill_one()
+            return True
+        if self.mntns is not None:
+            poolable = self.poolable_mounts
+            key = self.mntns.wanted(poolable)
+            if key is not None:
+                self.mntns.fill_one(key, poolable[key])
+                return True
+        return False
+
     def add_profile(self, m: dict[str, Any], fds: list[int]) -> None:
+        if self.mntns is not None:
+            self.mntns.drop(m["key"])  # made from an older registration
         self.profiles[m["key"]] = Profile(
             clone_flags=m["clone_flags"],
             mounts=[tuple(x) for x in m["mounts"]],
+            join_mounts=[tuple(x) for x in m["join_mounts"]],
             hostname=m["hostname"],
             loopback_up=m["loopback_up"],
             umask=m["umask"],
@@ -112,6 +148,12 @@ class Spawner:
             if netns_fd >= 0:  # a fresh namespace made while idle, loopback up
                 clone_flags &= ~netns.CLONE_NEWNET
                 loopback = False
+        mounts, mntns_fd = profile.mounts, -1
+        if clone_flags & CLONE_NEWNS and self.mntns is not None:
+            mntns_fd = self.mntns.take(m["profile"])
+            if mntns_fd >= 0:  # its new root assembled while idle
+                clone_flags &= ~CLONE_NEWNS
+                mounts = profile.join_mounts
         try:
             pid = _childsetup.spawn(
                 exe_fd=exe_fd if m["by_fd"] else -1,
@@ -123,7 +165,7 @@ class Spawner:
                 cwd=m["cwd"],
                 umask=profile.umask,
                 clone_flags=clone_flags,
-                mounts=profile.mounts,
+                mounts=mounts,
                 hostname=profile.hostname,
                 loopback_up=loopback,
                 cgroup_fds=rest,
@@ -142,16 +184,15 @@ class Spawner:
                 go_fd=go_fd,
                 go_timeout_ms=GO_TIMEOUT_MS,
                 netns_fd=netns_fd,
+                mntns_fd=mntns_fd,
             )
         except _childsetup.SetupError as error:
-            if netns_fd >= 0:
-                os.close(netns_fd)
+            _close(netns_fd, mntns_fd)
             step, err = error.args
             self.report({"op": "failed", "id": spawn_id, "step": step, "errno": err})
             return
         except (OSError, ValueError, TypeError) as error:
-            if netns_fd >= 0:
-                os.close(netns_fd)
+            _close(netns_fd, mntns_fd)
             self.report(
                 {
                     "op": "failed",
@@ -162,8 +203,7 @@ class Spawner:
                 }
             )
             return
-        if netns_fd >= 0:
-            os.close(netns_fd)  # the child holds the namespace now
+        _close(netns_fd, mntns_fd)  # the child holds the namespaces now
         self.children[pid] = spawn_id
         self.report({"op": "started", "id": spawn_id, "pid": pid})
 
@@ -240,20 +280,26 @@ def main(argv: list[str]) -> int:
     signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
 
-    spawner = Spawner(sock, life_read, netns=netns.NetnsPool() if os.geteuid() == 0 else None)
+    root = os.geteuid() == 0
+    spawner = Spawner(
+        sock,
+        life_read,
+        netns=netns.NetnsPool() if root else None,
+        mntns=MountNamespacePool() if root else None,
+    )
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ, "sock")
     selector.register(wake_read, selectors.EVENT_READ, "wake")
     channel.send(sock, {"op": "hello", "pid": os.getpid()})
+    busy = True
     try:
         while spawner.running:
-            # Idle (nothing to read at once): make a network namespace ahead of need.
-            pool = spawner.netns
-            wants = pool is not None and pool.wants_more and spawner.uses_netns
-            events = selector.select(timeout=0 if wants else None)
-            if not events and wants and pool is not None:
-                pool.fill_one()
+            # Idle (nothing to read at once): make namespaces ahead of need.
+            events = selector.select(timeout=0 if busy else IDLE_RECHECK)
+            if not events:
+                busy = spawner.idle_work()
                 continue
+            busy = True
             for key, _ in events:
                 if key.data == "wake":
                     try:
@@ -274,3 +320,9 @@ def main(argv: list[str]) -> int:
         spawner.reap(block=True)
         os.close(life_write)
     return 0
+
+
+def _close(*fds: int) -> None:
+    for fd in fds:
+        if fd >= 0:
+            os.close(fd)

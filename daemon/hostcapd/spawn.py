@@ -450,9 +450,10 @@ class Spawn:
             # namespace the kernel has done that already: init was reaped.
             if not profile.has("pid_namespace"):
                 self._kill_tree(signal.SIGKILL)
-            with contextlib.suppress(TimeoutError):
-                # After the grace an escaped holder of the pipe is ignored.
-                await asyncio.wait_for(self._eof.wait(), EOF_GRACE)
+            if not self._eof.is_set():  # (wait_for costs a task and a timer)
+                with contextlib.suppress(TimeoutError):
+                    # After the grace an escaped holder of the pipe is ignored.
+                    await asyncio.wait_for(self._eof.wait(), EOF_GRACE)
             if stdin_task:
                 stdin_task.cancel()
             return self._finish(status)

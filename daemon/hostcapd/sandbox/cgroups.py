@@ -146,8 +146,16 @@ def _subtree(own: Path, mount: Path, parent: str) -> Path:
 
 
 def _read(path: Path) -> str:
-    with open(path) as f:
-        return f.read()
+    # os-level reads: a text-mode open() costs several times the read itself,
+    # and a spawn reads a handful of these files on its way out.
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        chunks = []
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode()
 
 
 def _write(path: Path, value: str) -> None:
@@ -156,6 +164,18 @@ def _write(path: Path, value: str) -> None:
         os.write(fd, value.encode())
     finally:
         os.close(fd)
+
+
+#: (parent, file name) -> whether a new cgroup under that parent has the file
+#: (swap accounting is fixed at boot): one stat per daemon, not per spawn.
+_HAS_FILE: dict[tuple[Path, str], bool] = {}
+
+
+def _has_file(directory: Path, name: str) -> bool:
+    key = (directory.parent, name)
+    if key not in _HAS_FILE:
+        _HAS_FILE[key] = (directory / name).exists()
+    return _HAS_FILE[key]
 
 
 def _keyed(path: Path, key: str) -> int:
@@ -691,12 +711,12 @@ class CgroupHost:
             version, directory = memory
             if version == 2:
                 _write(directory / "memory.max", str(memory_bytes))
-                if (directory / "memory.swap.max").exists():
+                if _has_file(directory, "memory.swap.max"):
                     _write(directory / "memory.swap.max", "0")
             else:
                 _write(directory / "memory.limit_in_bytes", str(memory_bytes))
                 # memsw is memory + swap: equal to the limit means no swap.
-                if (directory / "memory.memsw.limit_in_bytes").exists():
+                if _has_file(directory, "memory.memsw.limit_in_bytes"):
                     _write(directory / "memory.memsw.limit_in_bytes", str(memory_bytes))
         pids_role = cgroup._role("pids")
         if pids_role is not None and pids is not None:

@@ -12,6 +12,7 @@ import array
 import marshal
 import os
 import socket
+import threading
 from typing import Any
 
 #: Largest message: a spawn order with argv + env near the kernel's ARG_MAX.
@@ -43,11 +44,26 @@ def send(sock: socket.socket, message: Message, fds: list[int] | tuple[int, ...]
     sock.sendmsg([payload], ancillary)
 
 
+_local = threading.local()
+
+
+def _buffer() -> bytearray:
+    """This thread's receive buffer: recvmsg(MAX_MESSAGE) would allocate (and
+    map and unmap) 4 MiB per message, which cost 4x the whole round trip
+    of a small report. Pages the kernel never writes stay unbacked."""
+    buffer: bytearray | None = getattr(_local, "buffer", None)
+    if buffer is None:
+        buffer = _local.buffer = bytearray(MAX_MESSAGE)
+    return buffer
+
+
 def receive(sock: socket.socket) -> tuple[Message, list[int]] | None:
     """One message and its fds (the caller owns them), or None at EOF."""
-    data, ancdata, flags, _ = sock.recvmsg(
-        MAX_MESSAGE, socket.CMSG_SPACE(MAX_FDS * _FD_SIZE), socket.MSG_CMSG_CLOEXEC
+    buffer = _buffer()
+    size, ancdata, flags, _ = sock.recvmsg_into(
+        [buffer], socket.CMSG_SPACE(MAX_FDS * _FD_SIZE), socket.MSG_CMSG_CLOEXEC
     )
+    data = memoryview(buffer)[:size]
     fds: list[int] = []
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:

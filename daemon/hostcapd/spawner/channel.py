@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import array
 import marshal
+import mmap
 import os
 import socket
 import threading
@@ -45,15 +46,18 @@ def send(sock: socket.socket, message: Message, fds: list[int] | tuple[int, ...]
 
 
 _local = threading.local()
+#: A message larger than this gives its pages back once read.
+_KEEP_BACKED = 256 * 1024
 
 
-def _buffer() -> bytearray:
+def _buffer() -> mmap.mmap:
     """This thread's receive buffer: recvmsg(MAX_MESSAGE) would allocate (and
     map and unmap) 4 MiB per message, which cost 4x the whole round trip
-    of a small report. Pages the kernel never writes stay unbacked."""
-    buffer: bytearray | None = getattr(_local, "buffer", None)
+    of a small report. An anonymous mapping, so only the pages the kernel
+    writes are backed (a bytearray would zero, and so back, all 4 MiB)."""
+    buffer: mmap.mmap | None = getattr(_local, "buffer", None)
     if buffer is None:
-        buffer = _local.buffer = bytearray(MAX_MESSAGE)
+        buffer = _local.buffer = mmap.mmap(-1, MAX_MESSAGE)
     return buffer
 
 
@@ -78,6 +82,9 @@ def receive(sock: socket.socket) -> tuple[Message, list[int]] | None:
             os.close(fd)
         raise ValueError("truncated message on the spawner channel")
     message = marshal.loads(data)
+    data.release()
+    if size > _KEEP_BACKED:
+        buffer.madvise(mmap.MADV_DONTNEED)  # a large order's pages, not kept resident
     if not isinstance(message, dict):
         raise ValueError("malformed message on the spawner channel")
     return message, fds

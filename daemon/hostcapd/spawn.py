@@ -315,15 +315,28 @@ class Spawn:
         tenant = self.runtime.tenant
         p = self.prepared
         try:
+            # Step 2: the write-ahead exec record, appended first and fsynced
+            # while the cgroup, the pipes and the child's set-up are made (the
+            # fsync is the longest of them); the child waits right before exec
+            # for the go given once the record is durable. No record, no exec.
+            try:
+                _, durable = self.runtime.audit.write_pending("process.exec", **self._exec_record())
+            except AuditUnavailable as error:
+                raise _Refused(_audit_refusal(error)) from None
+            synced = asyncio.ensure_future(durable)
+            synced.add_done_callback(_retrieve)
+            self._exec_audited = True
+            if self._kill_reason is not None:
+                raise _Cancelled()
             if profile.has("cgroup"):
                 try:
                     self._cgroup = self.runtime.cgroups.create(
                         self.id, p.limits.memory_bytes, p.limits.pids
                     )
                 except CgroupError as error:
-                    raise _Refused(
-                        Refusal("PROTECTION_UNAVAILABLE", f"cgroup placement failed: {error}")
-                    ) from None
+                    # Recorded as tried: it ends SPAWN_FAILED at step "cgroup",
+                    # and its exit record closes the exec record.
+                    raise SetupFailed("cgroup", 0, str(error)) from None
             # Pipes: the child's ends go to the spawner and are closed here at once.
             out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
             err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -349,18 +362,6 @@ class Spawn:
             if ruleset_fd >= 0:
                 fds_to_close.append(ruleset_fd)
 
-            # Step 2: the write-ahead exec record, appended now and fsynced while
-            # the child's set-up runs; the child waits right before exec for the
-            # go given once the record is durable. No record, no exec.
-            try:
-                _, durable = self.runtime.audit.write_pending("process.exec", **self._exec_record())
-            except AuditUnavailable as error:
-                raise _Refused(_audit_refusal(error)) from None
-            synced = asyncio.ensure_future(durable)
-            synced.add_done_callback(_retrieve)
-            self._exec_audited = True
-            if self._kill_reason is not None:
-                raise _Cancelled()
             self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
 
             ident = identity.plan(tenant.uid, tenant.gid, set(profile.applied))

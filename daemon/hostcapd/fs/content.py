@@ -19,6 +19,7 @@ application/octet-stream.
 from __future__ import annotations
 
 import codecs
+import functools
 import hashlib
 import mimetypes
 import os
@@ -56,10 +57,16 @@ EXTRA_TYPES: dict[str, str] = {
     ".lock": "text/plain",
 }
 
-# filenames=() : Python's defaults only, independent of the host's tables.
-_TYPES = mimetypes.MimeTypes(filenames=())
-for _ext, _type in EXTRA_TYPES.items():
-    _TYPES.add_type(_type, _ext)
+
+@functools.cache
+def _types() -> mimetypes.MimeTypes:
+    """The extension table, built on first use (a few hundred KiB the daemon
+    does not hold while no file is read). filenames=(): Python's defaults
+    only, independent of the host's tables."""
+    types = mimetypes.MimeTypes(filenames=())
+    for ext, type_ in EXTRA_TYPES.items():
+        types.add_type(type_, ext)
+    return types
 
 
 _TEXTUAL_APPLICATION = frozenset(
@@ -104,7 +111,7 @@ def sniff(data: bytes | bytearray, name: str, cut_start: bool, cut_end: bool) ->
         for magic, media_type in MAGIC:
             if data.startswith(magic):
                 return Sniffed(True, media_type)
-    guessed, _ = _TYPES.guess_type(name, strict=False)
+    guessed, _ = _types().guess_type(name, strict=False)
     if guessed is not None:
         textual = (
             guessed.startswith("text/")

@@ -27,7 +27,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -310,7 +310,10 @@ class AuditLog:
         self._synced = 0
         self._retired: list[int] = []
         self._dir_dirty = False
-        self._sync_task: asyncio.Task[None] | None = None
+        #: The fsync in flight (resolved on the loop when it ends), if any.
+        self._sync_future: asyncio.Future[None] | None = None
+        #: (generation, future) of each durable write waiting for its fsync.
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._flush_handle: asyncio.TimerHandle | None = None
         self._failure: str | None = None
         self._closed = False
@@ -428,19 +431,16 @@ class AuditLog:
 
     def write_pending(
         self, event: str, **fields: Any
-    ) -> tuple[dict[str, Any], Coroutine[Any, Any, None]]:
-        """Append a record now; the coroutine returned completes once it is
+    ) -> tuple[dict[str, Any], asyncio.Future[None]]:
+        """Append a record now; the future returned completes once it is
         fsynced (or raises `AuditUnavailable`). Lets a caller overlap other
-        work with the fsync, as long as nothing it records happens before."""
+        work with the fsync, as long as nothing it records happens before.
+        Cancelling the future cancels no fsync: others may wait on it."""
         record = self._write_record(event, fields)
-        return record, self._until_synced(self._appended)
-
-    async def _until_synced(self, generation: int) -> None:
-        while self._synced < generation:
-            if self._failure is not None:
-                raise AuditUnavailable(self._failure)
-            # Shielded: a caller going away must not cancel an fsync others wait on.
-            await asyncio.shield(self._start_sync())
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((self._appended, waiter))
+        self._start_sync()
+        return record, waiter
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -575,42 +575,69 @@ class AuditLog:
 
     # --- syncing ----------------------------------------------------------------
 
-    def _start_sync(self) -> asyncio.Task[None]:
-        """The fsync in flight, or a new one covering everything appended so far."""
-        if self._sync_task is None:
-            self._sync_task = asyncio.get_running_loop().create_task(self._sync())
-            self._sync_task.add_done_callback(self._sync_done)
-        return self._sync_task
-
-    async def _sync(self) -> None:
+    def _start_sync(self) -> asyncio.Future[None]:
+        """The fsync in flight, or a new one covering everything appended so
+        far. It runs on the fsync thread, which hands the result back to the
+        loop with one call_soon_threadsafe: no task, no wrapped future, one
+        loop turn (a durable record cost 7 turns and ~0.35 ms of loop CPU)."""
+        if self._sync_future is not None:
+            return self._sync_future
+        loop = asyncio.get_running_loop()
         # Snapshot at start: appends made while this fsync runs wait for the next one.
         target = self._appended
         retired, self._retired = self._retired, []
         directory = self.path.parent if self._dir_dirty else None
         self._dir_dirty = False
-        try:
-            await asyncio.get_running_loop().run_in_executor(
-                self._executor, _sync_files, retired, directory, self._fd
-            )
-        except OSError as error:
+        done: asyncio.Future[None] = loop.create_future()
+        self._sync_future = done
+
+        def finished(job: concurrent.futures.Future[None]) -> None:  # on the fsync thread
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                loop.call_soon_threadsafe(self._sync_finished, job, target, done)
+
+        self._executor.submit(_sync_files, retired, directory, self._fd).add_done_callback(finished)
+        return done
+
+    def _sync_finished(
+        self, job: concurrent.futures.Future[None], target: int, done: asyncio.Future[None]
+    ) -> None:
+        self._sync_future = None
+        error = job.exception()
+        if error is not None:
             # After a failed fsync the kernel may have dropped the dirty pages:
             # nothing since the last good fsync can be trusted, so fail closed.
-            self._failure = (
-                f"audit log fsync failed: {error.strerror}; "
-                "the audit log must be reopened (restart hostcapd)"
-            )
-            raise AuditUnavailable(self._failure) from None
-        finally:
-            self._sync_task = None
+            reason = error.strerror if isinstance(error, OSError) else str(error)
+            self._failure = f"audit log fsync failed: {reason}; the audit log must be reopened (restart hostcapd)"
+            done.set_exception(AuditUnavailable(self._failure))
+            done.exception()  # retrieved: the waiters below carry it
+            self._release_waiters()
+            return
         self._synced = max(self._synced, target)
         self.sync_count += 1
-
-    def _sync_done(self, task: asyncio.Task[None]) -> None:
-        if task.cancelled() or task.exception() is not None:
-            return  # the failure is recorded in self._failure
-        if self._synced < self._appended and self._flush_handle is None and not self._closed:
+        done.set_result(None)
+        self._release_waiters()
+        if self._closed:
+            return
+        if self._waiters:
+            self._start_sync()  # durable records appended meanwhile: at once
+        elif self._synced < self._appended and self._flush_handle is None:
             # Records appended while that fsync ran have waited long enough.
             self._start_sync()
+
+    def _release_waiters(self) -> None:
+        """Complete each waiter whose record is now durable (all of them, with
+        the error, once the log has failed)."""
+        still: list[tuple[int, asyncio.Future[None]]] = []
+        for generation, waiter in self._waiters:
+            if waiter.done():
+                continue  # its caller went away
+            if self._failure is not None:
+                waiter.set_exception(AuditUnavailable(self._failure))
+            elif generation <= self._synced:
+                waiter.set_result(None)
+            else:
+                still.append((generation, waiter))
+        self._waiters = still
 
     def _schedule_batch_sync(self) -> None:
         try:
@@ -618,8 +645,8 @@ class AuditLog:
         except RuntimeError:
             self._sync_inline()  # no event loop (start-up, tools): sync now
             return
-        if self._flush_handle is not None or self._sync_task is not None:
-            return  # a timer or an fsync in flight will cover it (see _sync_done)
+        if self._flush_handle is not None or self._sync_future is not None:
+            return  # a timer or an fsync in flight will cover it (see _sync_finished)
         delay = self._settings.fsync_interval_ms / 1000
         self._flush_handle = loop.call_later(delay, self._on_flush_timer)
 
@@ -695,9 +722,9 @@ class AuditLog:
             self._flush_handle = None
         failure: str | None = None
         try:
-            if self._sync_task is not None:
+            if self._sync_future is not None:
                 with contextlib.suppress(AuditUnavailable):
-                    await asyncio.shield(self._sync_task)
+                    await asyncio.shield(self._sync_future)
             if self._failure is None:
                 retired, self._retired = self._retired, []
                 directory = self.path.parent if self._dir_dirty else None
@@ -707,9 +734,14 @@ class AuditLog:
                     )
                 except OSError as error:
                     failure = f"audit log fsync failed at close: {error.strerror}"
+                else:
+                    self._synced = self._appended
             else:
                 failure = self._failure
         finally:
+            if failure is not None and self._failure is None:
+                self._failure = failure
+            self._release_waiters()
             for fd in [*self._retired, self._fd, self._lock_fd]:
                 with contextlib.suppress(OSError):
                     os.close(fd)

@@ -162,7 +162,12 @@ class TenantRuntime:
             record["failed_step"] = report.failed_step
             record["errno"] = report.errno
         try:
-            self.audit.write("process.exit", **record)
+            if not self.audit.write_or_defer("process.exit", **record):
+                log.error(
+                    "no room for the exit record of spawn %s: kept, written once the "
+                    "audit log takes records again",
+                    spawn.id,
+                )
         except AuditUnavailable as error:
             log.error("could not audit the exit of spawn %s: %s", spawn.id, error)
 

@@ -90,15 +90,10 @@ async def test_a_full_audit_volume_refuses_spawns_and_recovers_when_space_return
     await client.close()
 
 
-async def test_an_exit_record_lost_to_a_full_audit_volume_is_closed_by_the_ledger(
-    start_reliable_daemon: Callable[..., Daemon], audit_volume: Path, marker: str
-) -> None:
-    """A spawn that ends while the log cannot be written loses its exit line;
-    the ledger closes it on the next start, so no exec stays open."""
-    daemon = start_reliable_daemon(
-        audit={"path": str(audit_volume / "audit.jsonl"), "group": "root", "journal": "off"}
-    )
-    client = Client(daemon.socket)
+async def _spawn_ended_on_a_full_log(
+    daemon: Daemon, client: Client, audit_volume: Path, marker: str
+) -> tuple[str, Path]:
+    """A spawn whose end finds the audit volume full: (its id, the filler)."""
     call = client.stub.Spawn(request(["sleep", "1000"], env={"TEST_MARKER": marker}))
     spawn_id = (await first_started(call)).spawn_id
     filler = fill(audit_volume)
@@ -108,23 +103,70 @@ async def test_an_exit_record_lost_to_a_full_audit_volume_is_closed_by_the_ledge
         await refusal_reason(client.run("true", env={"NOT_ALLOWED": "x"}))
     call.cancel()
     assert wait_gone(marker, 3.0) == []
-
-    async def finished() -> bool:
+    for _ in range(150):
         # Listed until the daemon has finished the spawn (its exit line tried):
         # the tree being gone is not enough, the line may not be written yet.
         listed = await client.stub.List(process_pb2.ListRequest())
-        return spawn_id not in {s.spawn_id for s in listed.spawns}
-
-    for _ in range(150):
-        if await finished():
+        if spawn_id not in {s.spawn_id for s in listed.spawns}:
             break
         await asyncio.sleep(0.02)
     else:
         raise AssertionError("the cancelled spawn was not finished within 3 s")
-    await client.close()
     assert spawn_id not in exit_records(daemon), "the exit line found room on a full disk"
+    return spawn_id, filler
+
+
+async def test_an_exit_record_that_found_no_room_is_written_once_there_is(
+    start_reliable_daemon: Callable[..., Daemon], audit_volume: Path, marker: str
+) -> None:
+    """The exit line is kept while the volume is full and written, with the
+    spawn's true outcome, as soon as there is room (retried every second)."""
+    daemon = start_reliable_daemon(
+        audit={"path": str(audit_volume / "audit.jsonl"), "group": "root", "journal": "off"}
+    )
+    client = Client(daemon.socket)
+    spawn_id, filler = await _spawn_ended_on_a_full_log(daemon, client, audit_volume, marker)
+    await asyncio.sleep(1.5)  # a retry or two while still full: nothing written, nothing torn
+    assert spawn_id not in exit_records(daemon)
     filler.unlink()
+    for _ in range(150):  # the retry comes within 1 s; generous
+        if spawn_id in exit_records(daemon):
+            break
+        await asyncio.sleep(0.02)
+    exits = [
+        r
+        for r in audit_log(daemon)
+        if r.get("spawn_id") == spawn_id and r["event"] == "process.exit"
+    ]
+    assert [r["outcome"] for r in exits] == ["CANCELLED"]
+    assert audit_chain_intact(daemon) == ""
+    await client.close()
     daemon.stop(signal.SIGTERM)
+    daemon.start()
+    # Written once: the ledger has nothing to close at the next start.
+    exits = [
+        r
+        for r in audit_log(daemon)
+        if r.get("spawn_id") == spawn_id and r["event"] == "process.exit"
+    ]
+    assert [r["outcome"] for r in exits] == ["CANCELLED"]
+    assert set(exec_records(daemon)) <= set(exit_records(daemon))
+    assert await health_problem(daemon) == ""
+
+
+async def test_an_exit_record_still_without_room_at_a_crash_is_closed_by_the_ledger(
+    start_reliable_daemon: Callable[..., Daemon], audit_volume: Path, marker: str
+) -> None:
+    """Kept in memory only: if the daemon dies before there is room, the
+    ledger closes the spawn on the next start, so no exec stays open."""
+    daemon = start_reliable_daemon(
+        audit={"path": str(audit_volume / "audit.jsonl"), "group": "root", "journal": "off"}
+    )
+    client = Client(daemon.socket)
+    spawn_id, filler = await _spawn_ended_on_a_full_log(daemon, client, audit_volume, marker)
+    await client.close()
+    daemon.stop(signal.SIGKILL)
+    filler.unlink()
     daemon.start()
 
     exits = exit_records(daemon)

@@ -16,6 +16,7 @@ record continuing the chain. The writer holds an exclusive lock
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import errno
@@ -48,6 +49,11 @@ from hostcapd.config import AuditSettings
 _log = logging.getLogger("hostcapd.audit")
 
 _TAIL_BLOCK = 64 * 1024
+#: Records kept while the log finds no room (beyond this the oldest go: the
+#: job ledger closes their spawns at the next start), and how often they are
+#: retried when nothing else is written.
+MAX_DEFERRED = 10_000
+DEFERRED_RETRY_S = 1.0
 # Cheap pre-filter for the ledger scan: canonical JSON writes the top-level
 # event as exactly this (a nested "event" key is checked after parsing).
 _SPAWN_EVENT_MARK = b'"event":"process.ex'
@@ -323,6 +329,10 @@ class AuditLog:
         )
         #: fsyncs done so far (group commit makes this far fewer than durable writes).
         self.sync_count = 0
+        #: Records that found no room (ENOSPC, EIO on write), written as soon
+        #: as the log takes a record again: see `write_or_defer`.
+        self._deferred: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self._retry_handle: asyncio.TimerHandle | None = None
 
     # --- opening ----------------------------------------------------------------
 
@@ -421,6 +431,59 @@ class AuditLog:
         self._schedule_batch_sync()
         return record
 
+    def write_or_defer(self, event: str, **fields: Any) -> bool:
+        """`write`, or, when the record finds no room, keep it and write it
+        (with its fields as given, the time of its writing) before the next
+        record the log takes, or on a retry every `DEFERRED_RETRY_S`. For a
+        spawn's exit: its true outcome survives a full volume that is freed
+        while the daemon runs (else the ledger closes it at the next start).
+        False when deferred; raises `AuditUnavailable` once the log failed
+        closed (an fsync failed: nothing more is written)."""
+        try:
+            self.write(event, **fields)
+            return True
+        except AuditUnavailable:
+            if self._failure is not None or self._closed:
+                raise
+        if len(self._deferred) >= MAX_DEFERRED:
+            self._deferred.popleft()  # the ledger closes that spawn at the next start
+        self._deferred.append((event, dict(fields)))
+        self._arm_retry()
+        return False
+
+    @property
+    def deferred(self) -> int:
+        """Records waiting for room (monitoring)."""
+        return len(self._deferred)
+
+    def _flush_deferred(self) -> None:
+        """Write the deferred records, oldest first; raises `AuditUnavailable`
+        (keeping the rest) if one still finds no room."""
+        while self._deferred:
+            event, fields = self._deferred[0]
+            self._write_record(event, fields, flushing=True)
+            self._deferred.popleft()
+
+    def _arm_retry(self) -> None:
+        if self._retry_handle is not None or not self._deferred:
+            return
+        with contextlib.suppress(RuntimeError):  # no loop: the next write retries
+            self._retry_handle = asyncio.get_running_loop().call_later(
+                DEFERRED_RETRY_S, self._retry_deferred
+            )
+
+    def _retry_deferred(self) -> None:
+        self._retry_handle = None
+        if self._closed or self._failure is not None:
+            return
+        try:
+            self._flush_deferred()
+        except AuditUnavailable:
+            pass
+        else:
+            self._schedule_batch_sync()
+        self._arm_retry()
+
     async def write_durable(self, event: str, **fields: Any) -> dict[str, Any]:
         """Append a record and return only once it is fsynced (the write-ahead
         record of process.exec). Concurrent calls share one fsync. Raises
@@ -448,8 +511,14 @@ class AuditLog:
         if self._failure is not None:
             raise AuditUnavailable(self._failure)
 
-    def _write_record(self, event: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    def _write_record(
+        self, event: str, fields: Mapping[str, Any], *, flushing: bool = False
+    ) -> dict[str, Any]:
         self._check_writable()
+        if self._deferred and not flushing:
+            # Older records first, if there is room for them now.
+            with contextlib.suppress(AuditUnavailable):
+                self._flush_deferred()
         body = validate_event_fields(event, fields)
         if "argv" in body:
             # Redaction first, on whole values; only then may anything be cut.
@@ -716,7 +785,13 @@ class AuditLog:
         Raises `AuditUnavailable` if the final fsync fails."""
         if self._closed:
             return
+        if self._failure is None and self._deferred:
+            with contextlib.suppress(AuditUnavailable):
+                self._flush_deferred()  # last chance; else the ledger closes them
         self._closed = True
+        if self._retry_handle is not None:
+            self._retry_handle.cancel()
+            self._retry_handle = None
         if self._flush_handle is not None:
             self._flush_handle.cancel()
             self._flush_handle = None

@@ -666,6 +666,44 @@ static void stack_give(char *stack)
         munmap(stack, CHILD_STACK_SIZE);
 }
 
+/* Clone `fn` on `stack` in a vfork-style child (the caller resumes once it
+ * execs or exits) with every signal blocked, so no handler of ours runs on
+ * the child's stack. A clone that fails is recorded in the plan as step
+ * "clone". The child is reaped here when `reap` is set or a step failed.
+ * Called without the GIL. */
+static pid_t run_child(int (*fn)(void *), char *stack, int flags, struct plan *p, int reap)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = clone(fn, stack + CHILD_STACK_SIZE, CLONE_VM | CLONE_VFORK | SIGCHLD | flags, p);
+    int clone_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (pid < 0) {
+        p->fail_step = STEP_CLONE;
+        p->fail_errno = clone_errno;
+        return -1;
+    }
+    if (reap || p->fail_step != STEP_NONE) {
+        int status;
+        pid_t r;
+        do {
+            r = waitpid(pid, &status, __WALL);
+        } while (r < 0 && errno == EINTR);
+    }
+    return pid;
+}
+
+/* SetupError(step, errno) from the plan's failure. */
+static void raise_setup_error(const struct plan *p)
+{
+    PyObject *exc_args = Py_BuildValue("(si)", step_names[p->fail_step], p->fail_errno);
+    if (exc_args) {
+        PyErr_SetObject(SetupError, exc_args);
+        Py_DECREF(exc_args);
+    }
+}
+
 /* mounts -> p->mounts (the strings kept alive by keep); 0, or -1 with an exception. */
 static int parse_mounts(PyObject *mounts, struct plan *p, PyObject *keep)
 {
@@ -895,37 +933,13 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     if (!(stack = stack_take()))
         goto done;
 
-    /* Block every signal so no handler of ours runs on the child's stack;
-     * the child resets dispositions and unblocks before exec. */
-    sigset_t all, old;
-    sigfillset(&all);
+    /* The child resets dispositions and unblocks signals before exec. */
     pid_t pid;
-    int clone_errno = 0;
     Py_BEGIN_ALLOW_THREADS
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid = clone(child_main, stack + CHILD_STACK_SIZE,
-                CLONE_VM | CLONE_VFORK | SIGCHLD | p->clone_flags, p);
-    clone_errno = errno;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pid = run_child(child_main, stack, p->clone_flags, p, 0);
     Py_END_ALLOW_THREADS
-
-    if (pid < 0) {
-        p->fail_step = STEP_CLONE;
-        p->fail_errno = clone_errno;
-    } else if (p->fail_step != STEP_NONE) {
-        int status;
-        pid_t r;
-        do {
-            r = waitpid(pid, &status, __WALL);
-        } while (r < 0 && errno == EINTR);
-    }
     if (p->fail_step != STEP_NONE) {
-        int s = p->fail_step;
-        PyObject *exc_args = Py_BuildValue("(si)", step_names[s], p->fail_errno);
-        if (exc_args) {
-            PyErr_SetObject(SetupError, exc_args);
-            Py_DECREF(exc_args);
-        }
+        raise_setup_error(p);
         goto done;
     }
     result = PyLong_FromLong(pid);
@@ -998,23 +1012,8 @@ static PyObject *childsetup_mount_namespace(PyObject *self, PyObject *args, PyOb
     if (!(stack = stack_take()))
         goto done;
 
-    sigset_t all, old;
-    sigfillset(&all);
-    pid_t pid;
-    int clone_errno = 0;
     Py_BEGIN_ALLOW_THREADS
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid = clone(mntns_child, stack + CHILD_STACK_SIZE,
-                CLONE_VM | CLONE_VFORK | CLONE_FILES | CLONE_NEWNS | SIGCHLD, p);
-    clone_errno = errno;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (pid > 0) {
-        int status;
-        pid_t r;
-        do {
-            r = waitpid(pid, &status, __WALL);
-        } while (r < 0 && errno == EINTR);
-    }
+    run_child(mntns_child, stack, CLONE_FILES | CLONE_NEWNS, p, 1);
     Py_END_ALLOW_THREADS
 
     /* The fd table is shared: what the child opened is ours to close. */
@@ -1022,18 +1021,10 @@ static PyObject *childsetup_mount_namespace(PyObject *self, PyObject *args, PyOb
         if (p->trees[i] >= 0)
             close(p->trees[i]);
     }
-    if (pid < 0) {
-        p->fail_step = STEP_CLONE;
-        p->fail_errno = clone_errno;
-    }
     if (p->fail_step != STEP_NONE) {
         if (p->mntns_fd >= 0)
             close(p->mntns_fd);
-        PyObject *exc_args = Py_BuildValue("(si)", step_names[p->fail_step], p->fail_errno);
-        if (exc_args) {
-            PyErr_SetObject(SetupError, exc_args);
-            Py_DECREF(exc_args);
-        }
+        raise_setup_error(p);
         goto done;
     }
     result = PyLong_FromLong(p->mntns_fd);

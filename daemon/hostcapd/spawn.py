@@ -320,10 +320,9 @@ class Spawn:
             # fsync is the longest of them); the child waits right before exec
             # for the go given once the record is durable. No record, no exec.
             try:
-                _, durable = self.runtime.audit.write_pending("process.exec", **self._exec_record())
+                _, synced = self.runtime.audit.write_pending("process.exec", **self._exec_record())
             except AuditUnavailable as error:
                 raise _Refused(_audit_refusal(error)) from None
-            synced = asyncio.ensure_future(durable)
             synced.add_done_callback(_retrieve)
             self._exec_audited = True
             if self._kill_reason is not None:
@@ -459,18 +458,13 @@ class Spawn:
                 stdin_task.cancel()
             return self._finish(status)
         except _Refused as refused:
-            self.events.put_nowait(("refused", refused.refusal))
-            self.done.set_exception(refused.refusal)
-            self.done.add_done_callback(_retrieve)
+            self._refuse(refused.refusal)
             return None
         except _Cancelled:
             return self._finish_unstarted(Outcome.CANCELLED, "", 0, self._kill_message)
         except SetupFailed as error:
             if self._audit_failure is not None:
-                refusal = _audit_refusal(self._audit_failure)
-                self.events.put_nowait(("refused", refusal))
-                self.done.set_exception(refusal)
-                self.done.add_done_callback(_retrieve)
+                self._refuse(_audit_refusal(self._audit_failure))
                 return None
             if self._kill_reason is not None:  # cancel wins over a simultaneous error
                 return self._finish_unstarted(self._kill_reason, "", 0, self._kill_message)
@@ -492,9 +486,7 @@ class Spawn:
                     "INVALID_ARGUMENT",
                     f"the daemon could not start the spawn: {type(error).__name__}",
                 )
-                self.events.put_nowait(("refused", refusal))
-                self.done.set_exception(refusal)
-                self.done.add_done_callback(lambda f: f.exception())
+                self._refuse(refusal)
                 return None
             self._kill_tree(signal.SIGKILL)
             return self._finish_unstarted(
@@ -667,6 +659,12 @@ class Spawn:
                 duration=duration,
             )
         return self._complete(report)
+
+    def _refuse(self, refusal: Refusal) -> None:
+        """Nothing ran: the caller gets the refusal (None is run()'s answer)."""
+        self.events.put_nowait(("refused", refusal))
+        self.done.set_exception(refusal)
+        self.done.add_done_callback(_retrieve)
 
     def _finish_unstarted(self, outcome: Outcome, step: str, err: int, message: str) -> Report:
         return self._complete(Report(outcome, failed_step=step, errno=err, message=message))

@@ -652,11 +652,7 @@ class AuditLog:
         if self._sync_future is not None:
             return self._sync_future
         loop = asyncio.get_running_loop()
-        # Snapshot at start: appends made while this fsync runs wait for the next one.
-        target = self._appended
-        retired, self._retired = self._retired, []
-        directory = self.path.parent if self._dir_dirty else None
-        self._dir_dirty = False
+        target, retired, directory = self._sync_batch()
         done: asyncio.Future[None] = loop.create_future()
         self._sync_future = done
 
@@ -724,11 +720,16 @@ class AuditLog:
         if not self._closed and self._failure is None and self._synced < self._appended:
             self._start_sync()
 
-    def _sync_inline(self) -> None:
+    def _sync_batch(self) -> tuple[int, list[int], Path | None]:
+        """What the next fsync covers, taken now: appends made while it runs
+        wait for the one after. (generation, retired fds, directory to sync)."""
         retired, self._retired = self._retired, []
         directory = self.path.parent if self._dir_dirty else None
         self._dir_dirty = False
-        target = self._appended
+        return self._appended, retired, directory
+
+    def _sync_inline(self) -> None:
+        target, retired, directory = self._sync_batch()
         try:
             _sync_files(retired, directory, self._fd)
         except OSError as error:
@@ -801,8 +802,7 @@ class AuditLog:
                 with contextlib.suppress(AuditUnavailable):
                     await asyncio.shield(self._sync_future)
             if self._failure is None:
-                retired, self._retired = self._retired, []
-                directory = self.path.parent if self._dir_dirty else None
+                _, retired, directory = self._sync_batch()
                 try:
                     await asyncio.get_running_loop().run_in_executor(
                         self._executor, _sync_files, retired, directory, self._fd

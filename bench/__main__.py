@@ -29,6 +29,7 @@ from bench.client import TenantClient
 from bench.daemon import REPO, BenchDaemon, state_parent
 from bench.native import BenchError
 from bench.report import Row, document, table, write
+from bench.sandbox_floor import SandboxFloor
 
 RESULTS = REPO / "bench" / "results"
 #: Seconds a server is left alone after start before its idle RSS is read.
@@ -89,7 +90,16 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
         clients = {name: TenantClient(main.socket(name)) for name in main.tenants}
         if "1" in only:
             _progress("row 1: spawn latency (and the RPC floor)", started)
-            rows += await spawn_latency.measure(base, clients, quick)
+            try:
+                sandbox = SandboxFloor(main)
+            except (BenchError, OSError) as error:
+                print(f"bench: no design floor lines: {error}", file=sys.stderr)
+                sandbox = None
+            try:
+                rows += await spawn_latency.measure(base, clients, quick, sandbox)
+            finally:
+                if sandbox is not None:
+                    sandbox.close()
         if "2" in only:
             _progress("row 2: throughput with 8 clients", started)
             rows.append(await throughput.measure(base, main, quick))

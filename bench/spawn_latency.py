@@ -8,6 +8,13 @@ and `minimal` tenants. Spaced rounds put 50 ms of idle before each spawn of
 waits in synchronize_rcu, which back-to-back spawns never see. Also the RPC
 floor: a Health.Check on the daemon against a bare grpc.aio unary call and a
 plain asyncio Unix-socket echo.
+
+The design floor: a bare grpc.aio round trip plus the C set-up of the
+default sandbox alone (bench/sandbox_floor.py, in the back-to-back
+rotation), the least a spawn through any grpc.aio front-end driving this C
+set-up could cost; the sum of the two medians, over bwrap's. The daemon's
+time over that floor is the front-end's own (Python, the audit record, the
+spawner hop); `minimal` is set against the RPC plus the posix_spawn floor.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from bench.baselines import Baselines
 from bench.client import TenantClient
 from bench.report import Line, Row, Target, ms
+from bench.sandbox_floor import SandboxFloor
 from bench.stats import Summary, rotation
 
 SPACING = 0.05
@@ -28,7 +36,10 @@ async def _sync(fn: Callable[[], float]) -> float:
 
 
 async def measure(
-    base: Baselines, clients: dict[str, TenantClient], quick: bool
+    base: Baselines,
+    clients: dict[str, TenantClient],
+    quick: bool,
+    sandbox: SandboxFloor | None = None,
 ) -> tuple[Row, Row]:
     rounds = 60 if quick else 400
     spaced_rounds = 12 if quick else 60
@@ -40,6 +51,8 @@ async def measure(
         "nocg": clients["nocg"].true,
         "minimal": clients["minimal"].true,
     }
+    if sandbox is not None:
+        contenders["csetup"] = lambda: _sync(sandbox.true)
     for fn in contenders.values():  # warm-up: connections, caches, the hash cache
         for _ in range(3):
             await fn()
@@ -156,6 +169,9 @@ async def measure(
         )
     )
 
+    if sandbox is not None:
+        _design_floor(row, s, r["grpc"])
+
     rpc_row = Row("0 rpc overhead")
     for name, summary in r.items():
         rpc_row.figures[f"{name}.p50_us"] = summary.p50_us
@@ -189,3 +205,41 @@ async def measure(
         )
     )
     return rpc_row, row
+
+
+def _design_floor(row: Row, s: dict[str, Summary], grpc: Summary) -> None:
+    """Lines for the floor of the design: what a zero-cost front-end would take."""
+    floor_us = grpc.p50_us + s["csetup"].p50_us
+    measured = f"{ms(floor_us)}"
+    lines = (
+        (
+            "design floor (grpc.aio RTT + C set-up) / bwrap",
+            floor_us / s["bwrap"].p50_us,
+            measured,
+            f"bwrap {ms(s['bwrap'].p50_us)}",
+            "design_floor_over_bwrap",
+        ),
+        (
+            "default, no cgroup / design floor",
+            s["nocg"].p50_us / floor_us,
+            ms(s["nocg"].p50_us),
+            f"floor {measured}",
+            "default_over_design_floor",
+        ),
+        (
+            "C set-up alone / bwrap",
+            s["csetup"].p50_us / s["bwrap"].p50_us,
+            ms(s["csetup"].p50_us),
+            f"bwrap {ms(s['bwrap'].p50_us)}",
+            "",
+        ),
+        (
+            "grpc.aio RTT + posix_spawn / posix_spawn floor",
+            (grpc.p50_us + s["floor"].p50_us) / s["floor"].p50_us,
+            ms(grpc.p50_us + s["floor"].p50_us),
+            f"floor {ms(s['floor'].p50_us)}",
+            "minimal_design_floor_over_floor",
+        ),
+    )
+    for what, ratio, value, baseline, key in lines:
+        row.lines.append(Line("1", f"{what} p50", ratio, value, baseline, key))

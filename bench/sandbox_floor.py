@@ -1,0 +1,111 @@
+"""The C set-up alone: the least a spawn of the default profile can cost.
+
+`SandboxFloor.true()` runs /bin/true through `_childsetup.spawn` in this
+process with the `nocg` tenant's prepared profile (pid/net/ipc/uts/mount
+namespaces, the new root, landlock, seccomp, rlimits, uid drop, exec by fd)
+and both namespace pools, as the spawner does, timed until it is reaped.
+No gRPC, no front-end, no audit record, no spawner process: added to a bare
+grpc.aio round trip it is the floor of this design (row 1's "design floor"
+lines), and what the daemon takes beyond it is the front-end's own cost.
+Namespaces are made before the clock starts, and released after it stops,
+as a spawner does while idle.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import tomllib
+from typing import Any
+
+from hostcapd import _childsetup, environment, limits  # type: ignore[attr-defined]
+from hostcapd.config import Tenant, parse_config
+from hostcapd.sandbox import identity, rlimits
+from hostcapd.sandbox.profile import TenantProfile, prepare, probe_host
+from hostcapd.spawner.mntns import MountNamespacePool
+from hostcapd.spawner.netns import CLONE_NEWNET, NetnsPool
+
+from bench.daemon import BenchDaemon, to_toml
+from bench.native import BenchError
+
+CLONE_NEWNS = 0x00020000
+TRUE = "/bin/true"
+
+
+class SandboxFloor:
+    def __init__(self, daemon: BenchDaemon, tenant: str = "nocg") -> None:
+        config = parse_config(tomllib.loads(to_toml(daemon.config)))
+        self.tenant: Tenant = next(t for t in config.tenants if t.name == tenant)
+        self.profile: TenantProfile = prepare(self.tenant, probe_host(config.daemon.cgroup_parent))
+        if "cgroup" in self.profile.applied:
+            raise BenchError(f"sandbox floor: tenant {tenant} must have no cgroup")
+        m = self.profile.spawner_message(tenant)
+        self.message: dict[str, Any] = m
+        self.pooled = [tuple(x) for x in m["mounts"][: len(m["mounts"]) - len(m["join_mounts"])]]
+        self.join = [tuple(x) for x in m["join_mounts"]]
+        self.mntns = MountNamespacePool(size=1)
+        self.netns = NetnsPool(size=1)
+        self.ident = identity.plan(self.tenant.uid, self.tenant.gid, set(self.profile.applied))
+        self.envp = environment.encode(dict(self.tenant.env))
+        self.rlimits = (
+            rlimits.plan(limits.apply({}, self.tenant.limits), False, False)
+            if self.profile.has("rlimits")
+            else []
+        )
+
+    def true(self) -> float:
+        """Seconds from clone to reaped of one sandboxed /bin/true."""
+        m = self.message
+        self.mntns.fill_one("floor", self.pooled)
+        self.netns.fill_one()
+        mntns_fd, netns_fd = self.mntns.take("floor"), self.netns.take()
+        if mntns_fd < 0 or netns_fd < 0:
+            raise BenchError(f"sandbox floor: no pooled namespace ({self.mntns.failed})")
+        exe = os.open(TRUE, os.O_RDONLY | os.O_CLOEXEC)
+        null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+        ruleset = self.profile.new_ruleset()
+        try:
+            start = time.perf_counter()
+            pid = _childsetup.spawn(
+                exe_fd=exe,
+                exe_path=TRUE.encode(),
+                argv=[TRUE.encode()],
+                envp=self.envp,
+                stdio=(null, null, null),
+                cwd_root=str(self.tenant.primary_root.path).encode(),
+                cwd=b".",
+                umask=m["umask"],
+                clone_flags=m["clone_flags"] & ~CLONE_NEWNS & ~CLONE_NEWNET,
+                mounts=self.join,
+                hostname=m["hostname"],
+                loopback_up=False,
+                cgroup_fds=[],
+                rlimits=self.rlimits,
+                oom_score_adj=m["oom_score_adj"],
+                loginuid=self.ident.loginuid,
+                drop_caps=m["drop_caps"],
+                ids=self.ident.ids,
+                no_new_privs=m["no_new_privs"],
+                landlock_fd=ruleset,
+                landlock_rules=[tuple(r) for r in m["landlock_rules"]] if ruleset >= 0 else [],
+                seccomp_filter=m["seccomp"],
+                pdeathsig=m["pdeathsig"],
+                cancel_fd=-1,
+                life_fd=-1,
+                mntns_fd=mntns_fd,
+                netns_fd=netns_fd,
+            )
+            _, status = os.waitpid(pid, 0)
+            seconds = time.perf_counter() - start
+        finally:
+            for fd in (exe, null, mntns_fd, netns_fd, ruleset):
+                if fd >= 0:
+                    os.close(fd)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise BenchError(f"sandbox floor: /bin/true ended with status {status:#x}")
+        return seconds
+
+    def close(self) -> None:
+        self.mntns.close()
+        self.netns.close()
+        self.profile.close()

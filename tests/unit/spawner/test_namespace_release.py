@@ -1,6 +1,7 @@
 """The spawner holds the pooled namespaces a child joined until it has reaped
 that child and sent its exit report, then closes them while idle: their
-teardown is not part of the child's exit. Nothing is kept past that."""
+teardown is not part of the child's exit. Nothing is kept past that. The
+pools are not refilled beside a child that has only just started."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ PROBE = textwrap.dedent(
     from hostcapd.sandbox import namespaces
     from hostcapd.spawner import channel, netns
     from hostcapd.spawner.mntns import MountNamespacePool
-    from hostcapd.spawner.process import Spawner
+    from hostcapd.spawner.process import FILL_QUIET, Spawner
 
     def is_open(fd):
         try:
@@ -68,6 +69,12 @@ PROBE = textwrap.dedent(
     held = list(spawner.held[pid])
     used_both_pools = all(fd >= 0 for fd in held)
     open_while_running = all(is_open(fd) for fd in held)
+    # Beside a child that has just started, the pools wait (FILL_QUIET) ...
+    deferred = (not spawner.idle_work() and not spawner.netns._fds
+                and 0 < spawner.idle_wait() <= FILL_QUIET)
+    # ... and beside an older one they are made whole again.
+    spawner.last_start -= FILL_QUIET
+    refilled = spawner.idle_work() and len(spawner.netns._fds) == 1
 
     os.close(w)  # the child's `read` ends: it exits
     while not spawner.released:
@@ -83,7 +90,7 @@ PROBE = textwrap.dedent(
     print(json.dumps({
         "started": started["op"], "exited": exited["op"], "exited_pid": exited["pid"],
         "pid": pid, "held": sorted(held), "used_both_pools": used_both_pools,
-        "open_while_running": open_while_running, "open_once_reaped": open_once_reaped,
+        "open_while_running": open_while_running, "deferred": deferred, "refilled": refilled, "open_once_reaped": open_once_reaped,
         "released": released, "closed_when_idle": closed_when_idle,
         "left_held": len(spawner.held), "left_released": len(spawner.released),
         "fds": [len(fds_before), len(os.listdir("/proc/self/fd"))],
@@ -101,6 +108,8 @@ def test_pooled_namespaces_are_released_after_the_exit_report_while_idle() -> No
     assert result["exited_pid"] == result["pid"]
     assert result["used_both_pools"]  # it joined a pooled network and mount namespace
     assert result["open_while_running"]
+    assert result["deferred"]  # no namespace is made beside a child that has just started
+    assert result["refilled"]
     # The exit report went out while the spawner still held both namespaces.
     assert result["open_once_reaped"]
     assert result["released"] == result["held"]

@@ -18,11 +18,20 @@ def rss_bytes(pid: int) -> int:
     raise ValueError(f"no VmRSS for pid {pid}")
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds `pid` has used itself (not its children)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int, thread: int = 0) -> float:
+    """User + system CPU seconds `pid` has used itself (not its children); of
+    its thread `thread` alone if given (the main thread's id is `pid`)."""
+    path = f"/proc/{pid}/task/{thread}/stat" if thread else f"/proc/{pid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     # fields[0] is stat field 3 (state): utime and stime are fields 14 and 15.
     return (int(fields[11]) + int(fields[12])) / _TICK
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all CPUs have spent not idle (nor waiting for I/O) since boot."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks) - ticks[3] - ticks[4]) / _TICK
 
 
 def cmdline(pid: int) -> bytes:

@@ -854,6 +854,22 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
 
     if (parse_mounts(mounts, p, keep) != 0)
         goto done;
+    /* A step meant for the spawn's own namespace must never reach the host's:
+     * refuse a plan that would rename the host, mount in its namespace or
+     * bring its loopback up (a bug in the caller, not a choice made here). */
+    if (p->hostname && !(p->clone_flags & CLONE_NEWUTS)) {
+        PyErr_SetString(PyExc_ValueError, "hostname needs CLONE_NEWUTS (it would rename the host)");
+        goto done;
+    }
+    if (p->n_mounts > 0 && !(p->clone_flags & CLONE_NEWNS) && p->mntns_fd < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "mounts need CLONE_NEWNS or mntns_fd (they would change the host's mounts)");
+        goto done;
+    }
+    if (p->loopback_up && !(p->clone_flags & CLONE_NEWNET)) {
+        PyErr_SetString(PyExc_ValueError, "loopback_up needs CLONE_NEWNET");
+        goto done;
+    }
 
     Py_ssize_t n;
 

@@ -121,8 +121,7 @@ class Spawner:
         """Release the namespaces of reaped children, or make one namespace
         ahead of need; False when there is nothing to do now."""
         if self.released:
-            _close(*self.released)
-            self.released.clear()
+            self.close_released()
             return True
         if self.fill_deferred() > 0:
             return False
@@ -136,6 +135,12 @@ class Spawner:
                 self.mntns.fill_one(key, poolable[key])
                 return True
         return False
+
+    def close_released(self) -> None:
+        """Drop our reference to reaped children's namespaces: the last one,
+        so the kernel tears them down now."""
+        _close(*self.released)
+        self.released.clear()
 
     def fill_deferred(self) -> float:
         """Seconds until the pools may be refilled (0: now); see FILL_QUIET."""
@@ -264,9 +269,6 @@ class Spawner:
             if pid == 0:
                 return
             self.released.extend(fd for fd in self.held.pop(pid, ()) if fd >= 0)
-            if len(self.released) > MAX_RELEASED:  # never idle: do not pile them up
-                _close(*self.released)
-                self.released.clear()
             spawn_id = self.children.pop(pid, None)
             if spawn_id is None:
                 continue  # an orphan reparented to us (no pid namespace): already gone
@@ -287,6 +289,8 @@ class Spawner:
                     ),
                 }
             )
+            if len(self.released) > MAX_RELEASED:  # never idle: do not pile them up
+                self.close_released()
 
     def report(self, message: dict[str, Any]) -> None:
         try:

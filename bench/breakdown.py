@@ -47,6 +47,7 @@ from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile, prepare, probe_host
 from hostcapd.spawner.client import SpawnerClient
 
+from bench.audit_bench import exit_fields
 from bench.baselines import Baselines
 from bench.client import TenantClient
 from bench.daemon import BenchDaemon, state_parent, to_toml
@@ -193,32 +194,7 @@ async def run(rounds: int) -> int:
                 for s in profiles["full"].protections
             ],
         }
-        exit_record = {
-            "tenant": "full",
-            "spawn_id": "x" * 32,
-            "request_id": "",
-            "labels": {},
-            "pid": 2,
-            "outcome": "EXITED",
-            "exit_code": 0,
-            "signal": 0,
-            "message": "exited with status 0",
-            "signal_name": None,
-            "rusage": {
-                "user_seconds": 0.0,
-                "system_seconds": 0.001,
-                "max_rss_bytes": 1 << 20,
-                "voluntary_context_switches": 1,
-                "involuntary_context_switches": 0,
-                "block_input_ops": 0,
-                "block_output_ops": 0,
-            },
-            "peak_memory_bytes": 1 << 20,
-            "oom_kills": 0,
-            "duration_s": 0.001,
-            "stdout": {"total": 0, "kept": 0, "dropped": 0},
-            "stderr": {"total": 0, "kept": 0, "dropped": 0},
-        }
+        exit_record = exit_fields(0, "x" * 32)  # what the daemon passes (audit_bench)
         cache = HashCache()
 
         def add(name: str, seconds: float) -> None:

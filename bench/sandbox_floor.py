@@ -42,8 +42,8 @@ class SandboxFloor:
             raise BenchError(f"sandbox floor: tenant {tenant} must have no cgroup")
         m = self.profile.spawner_message(tenant)
         self.message: dict[str, Any] = m
-        self.pooled = [tuple(x) for x in m["mounts"][: len(m["mounts"]) - len(m["join_mounts"])]]
-        self.join = [tuple(x) for x in m["join_mounts"]]
+        self.pooled = list(self.profile.ns.pooled_mounts)
+        self.join = list(self.profile.ns.join_mounts)
         self.mntns = MountNamespacePool(size=1)
         self.netns = NetnsPool(size=1)
         self.ident = identity.plan(self.tenant.uid, self.tenant.gid, set(self.profile.applied))
@@ -62,7 +62,7 @@ class SandboxFloor:
         mntns_fd, netns_fd = self.mntns.take("floor"), self.netns.take()
         # As the spawner does: a namespace the pool could not make is made by the child.
         flags = m["clone_flags"]
-        mounts = self.join if mntns_fd >= 0 else [tuple(x) for x in m["mounts"]]
+        mounts = self.join if mntns_fd >= 0 else list(self.profile.ns.mounts)
         if mntns_fd >= 0:
             flags &= ~CLONE_NEWNS
         if netns_fd >= 0:

@@ -871,9 +871,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         goto done;
     }
 
-    Py_ssize_t n;
-
-    n = PySequence_Length(cgroup_fds);
+    Py_ssize_t n = PySequence_Length(cgroup_fds);
     if (n < 0 || n > MAX_CGROUP_FDS) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, "too many cgroup fds");

@@ -644,13 +644,14 @@ class AuditLog:
 
     # --- syncing ----------------------------------------------------------------
 
-    def _start_sync(self) -> asyncio.Future[None]:
-        """The fsync in flight, or a new one covering everything appended so
-        far. It runs on the fsync thread, which hands the result back to the
-        loop with one call_soon_threadsafe: no task, no wrapped future, one
-        loop turn (a durable record cost 7 turns and ~0.35 ms of loop CPU)."""
+    def _start_sync(self) -> None:
+        """Start an fsync covering everything appended so far, unless one is in
+        flight (`_sync_future`, which `close` waits for). It runs on the fsync
+        thread, which hands the result back to the loop with one
+        call_soon_threadsafe: no task, no wrapped future, one loop turn (a
+        durable record cost 7 turns and ~0.35 ms of loop CPU)."""
         if self._sync_future is not None:
-            return self._sync_future
+            return
         loop = asyncio.get_running_loop()
         target, retired, directory = self._sync_batch()
         done: asyncio.Future[None] = loop.create_future()
@@ -661,7 +662,6 @@ class AuditLog:
                 loop.call_soon_threadsafe(self._sync_finished, job, target, done)
 
         self._executor.submit(_sync_files, retired, directory, self._fd).add_done_callback(finished)
-        return done
 
     def _sync_finished(
         self, job: concurrent.futures.Future[None], target: int, done: asyncio.Future[None]

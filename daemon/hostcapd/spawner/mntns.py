@@ -8,8 +8,9 @@ the read-only locks): about 1.5 ms here. Those steps depend only on the
 tenant's profile, so the spawner runs them ahead of need in a short-lived
 child (`_childsetup.mount_namespace`) and keeps the namespace's fd. A spawn
 joins one with setns(2) and makes only its own steps (a fresh /proc for its
-pid namespace). Each namespace serves one spawn (its fd is closed once given
-away): its /tmp, /dev/shm and mounts are never shared. A namespace older
+pid namespace). Each namespace serves one spawn (the spawner closes its fd
+once that spawn is reaped: decision 0009): its /tmp, /dev/shm and mounts are
+never shared. A namespace older
 than `max_age` seconds is dropped rather than used, so a spawn does not see
 the host's trees as they were long ago.
 """

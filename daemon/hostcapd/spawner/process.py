@@ -60,6 +60,11 @@ class Profile:
     oom_score_adj: bytes | None
     pdeathsig: int
 
+    @property
+    def pooled_mounts(self) -> Mounts:
+        """The steps a pooled namespace is made with (as NamespacePlan's)."""
+        return self.mounts[: len(self.mounts) - len(self.join_mounts)]
+
 
 @dataclass
 class Spawner:
@@ -112,9 +117,7 @@ class Spawner:
     def poolable_mounts(self) -> dict[str, Mounts]:
         """profile key -> the mount steps a pooled namespace is made with."""
         return {
-            key: p.mounts[: len(p.mounts) - len(p.join_mounts)]
-            for key, p in self.profiles.items()
-            if p.clone_flags & CLONE_NEWNS
+            key: p.pooled_mounts for key, p in self.profiles.items() if p.clone_flags & CLONE_NEWNS
         }
 
     def idle_work(self) -> bool:

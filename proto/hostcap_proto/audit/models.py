@@ -1,0 +1,266 @@
+"""The pydantic model of each event's fields and of the record header, and
+validation by them (the reference the writer's fast path is held to)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hostcap_proto.audit.schema import (
+    _TIME,
+    EVENTS,
+    HEADER_FIELDS,
+    AuditRecordError,
+    OutcomeName,
+)
+
+
+class _Fields(BaseModel):
+    # Readers tolerate fields a newer writer added; the writer checks for
+    # unknown fields itself (see `validate_event_fields`).
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class Executable(_Fields):
+    """The executable resolved, opened and exec'd by fd."""
+
+    path: str
+    sha256: str
+    device: int
+    inode: int
+
+
+class Protection(_Fields):
+    """One sandbox protection and whether it was applied to this spawn."""
+
+    name: str
+    applied: bool
+    reason: str = ""
+    required: bool | None = None
+
+
+class AppliedLimits(_Fields):
+    """Limits as applied (hostcap.v1.Limits field names)."""
+
+    cpu_seconds: float | None = None
+    memory_bytes: int | None = None
+    wall_seconds: float | None = None
+    pids: int | None = None
+    output_bytes: int | None = None
+    file_size_bytes: int | None = None
+    open_files: int | None = None
+    total_output_bytes: int | None = None
+
+
+class Rusage(_Fields):
+    """wait4(2) resource usage (hostcap.v1.Rusage field names)."""
+
+    user_seconds: float
+    system_seconds: float
+    max_rss_bytes: int
+    voluntary_context_switches: int = 0
+    involuntary_context_switches: int = 0
+    block_input_ops: int = 0
+    block_output_ops: int = 0
+
+
+class StreamBytes(_Fields):
+    """Byte accounting of one output stream."""
+
+    total: int
+    kept: int
+    dropped: int
+
+
+class OpenSpawn(_Fields):
+    """A spawn whose process.exec has no process.exit yet, as carried by an
+    audit.rotate header so the job ledger never needs older files."""
+
+    spawn_id: str
+    tenant: str
+    request_id: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    exec_seq: int
+
+
+class _Correlated(_Fields):
+    tenant: str
+    spawn_id: str | None = None
+    request_id: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class ProcessExec(_Correlated):
+    """process.exec: written durably before the child is exec'd."""
+
+    spawn_id: str
+    #: Redacted (secret-shaped values replaced by REDACTED), then bounded.
+    argv: list[str]
+    #: Set by the writer when argv was cut to bound the record; then argc is
+    #: the original number of arguments.
+    argv_truncated: bool | None = None
+    argc: int | None = None
+    env_names: list[str] = Field(default_factory=list)
+    executable: Executable
+    cwd: str
+    uid: int
+    gid: int
+    limits: AppliedLimits = AppliedLimits()
+    protections: list[Protection] = Field(default_factory=list)
+    #: Absent when the record is written before the clone.
+    pid: int | None = None
+
+
+class ProcessExit(_Correlated):
+    """process.exit: how a spawn ended."""
+
+    spawn_id: str
+    outcome: OutcomeName
+    message: str = ""
+    exit_code: int | None = None
+    signal: int | None = None
+    signal_name: str | None = None
+    failed_step: str | None = None
+    errno: int | None = None
+    pid: int | None = None
+    rusage: Rusage | None = None
+    peak_memory_bytes: int | None = None
+    oom_kills: int | None = None
+    duration_s: float | None = None
+    stdout: StreamBytes | None = None
+    stderr: StreamBytes | None = None
+
+
+class FileWrite(_Correlated):
+    """file.write: one atomic write through FsService.WriteFile."""
+
+    path: str
+    size: int
+    #: Absent when the file did not exist before.
+    sha256_before: str | None = None
+    sha256_after: str
+    #: Ties this record to a policy.deny saying the write was not committed.
+    write_id: str | None = None
+
+
+class PolicyDeny(_Correlated):
+    """policy.deny: a refused request and its hostcap.v1.ErrorReason name."""
+
+    method: str
+    reason: str
+    message: str
+    argv: list[str] | None = None
+    path: str | None = None
+    #: The file.write this refusal undoes (written, then not committed).
+    write_id: str | None = None
+
+
+class DaemonEvent(_Fields):
+    """daemon.start / daemon.stop / daemon.reload."""
+
+    version: str
+    tenants: list[str] = Field(default_factory=list)
+    config_path: str | None = None
+    pid: int | None = None
+    #: daemon.stop: why; daemon.reload: "rejected: ..." when a bad config was refused.
+    message: str | None = None
+    #: daemon.reload only.
+    added: list[str] | None = None
+    removed: list[str] | None = None
+    changed: list[str] | None = None
+
+
+class AuditRotate(_Fields):
+    """audit.rotate: the first record of every rotated-to file."""
+
+    previous_file: str
+    previous_seq: int
+    previous_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    open_spawns: list[OpenSpawn] = Field(default_factory=list)
+
+
+class AuditRecover(_Fields):
+    """audit.recover: the writer found a torn final line (a crash mid-write) and
+    removed it before continuing the chain."""
+
+    file: str
+    torn_bytes: int
+    torn_sha256: str
+
+
+#: The model of each event's own fields (everything but HEADER_FIELDS).
+EVENT_FIELDS: Mapping[str, type[_Fields]] = {
+    "process.exec": ProcessExec,
+    "process.exit": ProcessExit,
+    "file.write": FileWrite,
+    "policy.deny": PolicyDeny,
+    "daemon.start": DaemonEvent,
+    "daemon.stop": DaemonEvent,
+    "daemon.reload": DaemonEvent,
+    "audit.rotate": AuditRotate,
+    "audit.recover": AuditRecover,
+}
+assert set(EVENT_FIELDS) == set(EVENTS)
+_FIELD_NAMES = {event: frozenset(model.model_fields) for event, model in EVENT_FIELDS.items()}
+
+
+class RecordHeader(_Fields):
+    """The fields every record carries."""
+
+    schema_: Literal["hostcapd.audit/v1"] = Field(alias="schema")
+    event: str
+    seq: int = Field(ge=1)
+    time: str = Field(pattern=_TIME.pattern)
+    event_id: str = Field(min_length=1)
+    boot_id: str
+    prev_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+    hash: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+def _first_error(error: ValidationError) -> str:
+    item = error.errors()[0]
+    loc = ".".join(str(p) for p in item["loc"]) or "(record)"
+    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    return f"{loc}: {item['msg']}{more}"
+
+
+def _model_of(event: str, fields: Mapping[str, Any]) -> type[_Fields]:
+    """The event's model, once the field names are ones the writer accepts."""
+    model = EVENT_FIELDS.get(event)
+    if model is None:
+        raise AuditRecordError(f"unknown audit event {event!r}")
+    reserved = sorted(HEADER_FIELDS & fields.keys())
+    if reserved:
+        raise AuditRecordError(f"{event}: {', '.join(reserved)} set by the writer, not the caller")
+    unknown = sorted(fields.keys() - _FIELD_NAMES[event])
+    if unknown:
+        raise AuditRecordError(f"{event}: unknown field(s) {', '.join(unknown)}")
+    return model
+
+
+def _dump_by_model(event: str, model: type[_Fields], fields: Mapping[str, Any]) -> dict[str, Any]:
+    try:
+        validated = model.model_validate(dict(fields))
+    except ValidationError as error:
+        raise AuditRecordError(f"{event}: {_first_error(error)}") from None
+    return validated.model_dump(mode="json", exclude_none=True)
+
+
+def validate_event_fields_by_model(event: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """`validate_event_fields` with pydantic validation always: the reference
+    its fast path is held to."""
+    return _dump_by_model(event, _model_of(event, fields), fields)
+
+
+def validate_record(record: Mapping[str, Any]) -> None:
+    """The reader's check of a whole record: header and, for a known event, its
+    fields. Unknown events and unknown fields are accepted (forward compatibility)."""
+    try:
+        RecordHeader.model_validate(record)
+        model = EVENT_FIELDS.get(str(record.get("event")))
+        if model is not None:
+            model.model_validate(record)
+    except ValidationError as error:
+        raise AuditRecordError(_first_error(error)) from None

@@ -1,0 +1,129 @@
+"""Reading audit files: stored lines, records in chain order, the tail."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hostcap_proto.audit.canonical import parse_line
+from hostcap_proto.audit.schema import AuditRecordError
+
+
+class AuditFileError(Exception):
+    """An audit file cannot be read (missing, permission, I/O error)."""
+
+
+@dataclass(frozen=True)
+class StoredLine:
+    """One line of an audit file: its 1-based number and bytes (no newline);
+    `complete` is False for a final line with no newline (a torn write)."""
+
+    number: int
+    raw: bytes
+    complete: bool
+
+
+def read_lines(path: Path) -> list[StoredLine]:
+    """Every line of `path`; a final line without a newline is marked incomplete."""
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise AuditFileError(f"{path}: {error.strerror}") from None
+    parts = data.split(b"\n")
+    lines = [StoredLine(i, raw, True) for i, raw in enumerate(parts[:-1], 1)]
+    if parts[-1]:
+        lines.append(StoredLine(len(parts), parts[-1], False))
+    return lines
+
+
+class RecordReader:
+    """The records of audit files in chain order (see `chain_order`), read
+    leniently and streamed line by line (for query and tail): unreadable lines
+    are skipped and listed in `skipped`, a torn final line sets `torn_tail`.
+
+    Iterate it once; `skipped` and `torn_tail` are complete after that."""
+
+    def __init__(self, paths: Sequence[Path]) -> None:
+        self.paths = chain_order(paths)
+        self.skipped: list[tuple[Path, int]] = []
+        self.torn_tail = False
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for path in self.paths:
+            try:
+                with path.open("rb") as f:
+                    for number, raw in enumerate(f, 1):
+                        if not raw.endswith(b"\n"):
+                            self.torn_tail = True
+                            break
+                        try:
+                            yield parse_line(raw[:-1])
+                        except AuditRecordError:
+                            self.skipped.append((path, number))
+            except OSError as error:
+                raise AuditFileError(f"{path}: {error.strerror}") from None
+
+
+def iter_records(paths: Sequence[Path]) -> Iterator[dict[str, Any]]:
+    """The records of `paths` in chain order; unreadable lines are skipped."""
+    yield from RecordReader(paths)
+
+
+def tail_records(path: Path, count: int, *, block: int = 64 * 1024) -> list[dict[str, Any]]:
+    """The last `count` records of one file, read from its end (a torn final
+    line and unreadable lines are skipped)."""
+    if count <= 0:
+        return []
+    try:
+        with path.open("rb") as f:
+            end = f.seek(0, 2)
+            data = b""
+            pos = end
+            # Read backwards until count + 1 newlines are in hand (the +1 makes
+            # the earliest line complete) or the start of the file is reached.
+            while pos > 0 and data.count(b"\n") <= count:
+                step = min(block, pos)
+                pos -= step
+                f.seek(pos)
+                data = f.read(step) + data
+    except OSError as error:
+        raise AuditFileError(f"{path}: {error.strerror}") from None
+    parts = data.split(b"\n")
+    complete = parts[:-1]  # the last part is b"" or a torn line
+    if pos > 0:
+        complete = complete[1:]  # may start mid-line
+    records: list[dict[str, Any]] = []
+    for raw in complete[-count:]:
+        try:
+            records.append(parse_line(raw))
+        except AuditRecordError:
+            continue
+    return records
+
+
+def _first_seq(path: Path) -> int | None:
+    try:
+        with path.open("rb") as f:
+            first = f.readline()
+    except OSError as error:
+        raise AuditFileError(f"{path}: {error.strerror}") from None
+    if not first.endswith(b"\n"):
+        return None
+    try:
+        seq = parse_line(first[:-1]).get("seq")
+    except AuditRecordError:
+        return None
+    return seq if isinstance(seq, int) else None
+
+
+def chain_order(paths: Sequence[Path]) -> list[Path]:
+    """`paths` without duplicates, ordered by the seq of each file's first
+    record (the order the chain runs through them). Files whose first line
+    is unreadable keep their place after the readable ones."""
+    unique: dict[Path, None] = {}
+    for path in paths:
+        unique.setdefault(Path(path), None)
+    keyed = [(_first_seq(p), i, p) for i, p in enumerate(unique)]
+    return [p for _, _, p in sorted(keyed, key=lambda k: (k[0] is None, k[0] or 0, k[1]))]

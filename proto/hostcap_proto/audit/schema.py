@@ -1,0 +1,67 @@
+"""The names of the ``hostcapd.audit/v1`` schema: events, outcomes, the
+header fields, journald message ids, and the error a bad record raises."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Literal, get_args
+
+SCHEMA = "hostcapd.audit/v1"
+#: ``prev_hash`` of the very first record of a log.
+GENESIS_HASH = "0" * 64
+#: What a redacted secret (or the secret part of a value) is replaced with.
+REDACTED = "[REDACTED]"
+
+EventName = Literal[
+    "process.exec",
+    "process.exit",
+    "file.write",
+    "policy.deny",
+    "daemon.start",
+    "daemon.stop",
+    "daemon.reload",
+    "audit.rotate",
+    "audit.recover",
+]
+EVENTS: tuple[str, ...] = get_args(EventName)
+
+#: The names of ``hostcap.v1.Outcome`` (a test keeps the two in step).
+OutcomeName = Literal[
+    "EXITED",
+    "SIGNALED",
+    "TIMEOUT",
+    "CPU_LIMIT",
+    "MEMORY_LIMIT",
+    "OUTPUT_LIMIT",
+    "PIDS_LIMIT",
+    "CANCELLED",
+    "DAEMON_SHUTDOWN",
+    "SPAWN_FAILED",
+]
+OUTCOMES: tuple[str, ...] = get_args(OutcomeName)
+
+#: The fields the writer sets on every record; callers never pass them.
+HEADER_FIELDS: frozenset[str] = frozenset(
+    {"schema", "event", "seq", "time", "event_id", "boot_id", "prev_hash", "hash"}
+)
+
+#: journald MESSAGE_ID of each event type (``journalctl MESSAGE_ID=...``). Fixed forever.
+JOURNAL_MESSAGE_IDS: Mapping[str, str] = {
+    "process.exec": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a01",
+    "process.exit": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a02",
+    "file.write": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a03",
+    "policy.deny": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a04",
+    "daemon.start": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a05",
+    "daemon.stop": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a06",
+    "daemon.reload": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a07",
+    "audit.rotate": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a08",
+    "audit.recover": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a09",
+}
+
+_HASH = re.compile(r"[0-9a-f]{64}")
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+
+
+class AuditRecordError(ValueError):
+    """A record (or a line) is not a valid hostcapd.audit/v1 record."""

@@ -10,14 +10,13 @@ The interface the rest of the daemon uses:
 - `log.subscribe()`: records as they are written (for ``audit tail -f``);
 - `await log.close()`.
 
+The writer is split by job: `writer` (the chain and rotation), `fsync` (group
+commit), `deferred`, `ledger`, `subscriptions`, `files` (names, tail, lock).
 The record schema and its hashing live in `hostcap_proto.audit`.
 """
 
-from hostcapd.audit.log import (
-    AuditLog,
-    AuditSubscription,
-    AuditSubscriptionLagged,
-    AuditUnavailable,
-)
+from hostcapd.audit.errors import AuditUnavailable
+from hostcapd.audit.subscriptions import AuditSubscription, AuditSubscriptionLagged
+from hostcapd.audit.writer import AuditLog
 
 __all__ = ["AuditLog", "AuditSubscription", "AuditSubscriptionLagged", "AuditUnavailable"]

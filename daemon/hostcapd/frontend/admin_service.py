@@ -28,7 +28,7 @@ from hostcap_proto.errors import WireError
 from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc
 
 from hostcapd.audit import AuditLog, AuditSubscription, AuditSubscriptionLagged
-from hostcapd.audit.log import rotated_files
+from hostcapd.audit.files import rotated_files
 from hostcapd.audit.redact import redact_argv
 from hostcapd.errors import Refusal
 from hostcapd.frontend import convert

@@ -17,7 +17,7 @@ import pytest
 from audit_helpers import SettingsFactory, exec_fields, exit_fields
 from hostcap_proto import audit as contract
 from hostcapd.audit import AuditLog
-from hostcapd.audit.log import rotated_files
+from hostcapd.audit.files import rotated_files
 
 HEADER = {
     "schema": "hostcapd.audit/v1",

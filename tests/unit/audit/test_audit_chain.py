@@ -14,7 +14,7 @@ from hostcap_proto import audit as contract
 from hostcap_proto.audit import GENESIS_HASH, Problem, verify_files
 from hostcap_proto.v1 import common_pb2
 from hostcapd.audit import AuditLog
-from hostcapd.audit.log import rotated_files
+from hostcapd.audit.files import rotated_files
 
 
 async def write_log(settings: SettingsFactory, spawns: int = 5, **overrides: object) -> Path:

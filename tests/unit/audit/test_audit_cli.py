@@ -13,7 +13,7 @@ import pytest
 from audit_helpers import SettingsFactory, exec_fields, exit_fields
 from hostcap.ctl import audit as ctl
 from hostcapd.audit import AuditLog
-from hostcapd.audit.log import rotated_files
+from hostcapd.audit.files import rotated_files
 
 
 async def sample_log(settings: SettingsFactory, **overrides: object) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 from audit_helpers import SettingsFactory, exec_fields, exit_fields
 from hostcap_proto.audit import verify_files
 from hostcapd.audit import AuditLog
-from hostcapd.audit.log import rotated_files
+from hostcapd.audit.files import rotated_files
 
 
 def records(path: Path) -> list[dict[str, object]]:

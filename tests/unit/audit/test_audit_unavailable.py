@@ -15,7 +15,7 @@ import pytest
 from audit_helpers import SettingsFactory, exec_fields, exit_fields, remount
 from hostcap_proto.audit import verify_files
 from hostcapd.audit import AuditLog, AuditUnavailable
-from hostcapd.audit.log import rotated_files
+from hostcapd.audit.files import rotated_files
 
 Tmpfs = Callable[[str], Path]
 

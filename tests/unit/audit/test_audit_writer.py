@@ -19,7 +19,7 @@ import pytest
 from audit_helpers import SettingsFactory, exec_fields, exit_fields
 from hostcap_proto.audit import REDACTED, AuditRecordError, verify_files
 from hostcapd.audit import AuditLog, AuditSubscriptionLagged, AuditUnavailable
-from hostcapd.audit.log import rotated_files
+from hostcapd.audit.files import rotated_files
 
 
 def records(path: Path) -> list[dict[str, object]]:

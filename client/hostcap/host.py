@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
+from hostcap_proto.limits import LimitValues
+
 
 class Outcome(StrEnum):
     """Every way a spawn ends (the wire contract's Outcome, lower case)."""
@@ -39,16 +41,9 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True, kw_only=True)
-class ProcessLimits:
-    """Limits a spawn asks for; each may only narrow the host's ceiling."""
-
-    cpu_seconds: float | None = None
-    memory_bytes: int | None = None
-    wall_seconds: float | None = None
-    pids: int | None = None
-    output_bytes: int | None = None
-    file_size_bytes: int | None = None
-    open_files: int | None = None
+class ProcessLimits(LimitValues):
+    """Limits a spawn asks for; each may only narrow the host's ceiling. The
+    fields, their types and units are `hostcap_proto.limits.LimitValues`'s."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,6 +20,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from hostcap_proto.limits import (
+    DEV_CEILING,
+    DEV_DEFAULT,
+    ZERO_ALLOWED,
+    LimitValues,
+    set_values,
+)
+from hostcap_proto.limits import LIMIT_NAMES as LIMIT_NAMES  # callers import it from here
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 KiB = 1024
@@ -64,18 +72,11 @@ class Root(_Model):
         return Path(os.path.normpath(value))
 
 
-class Limits(_Model):
-    """A set of limits; every field optional. Used for tenant defaults,
-    ceilings and (after merging) a spawn's applied limits."""
-
-    cpu_seconds: float | None = None
-    memory_bytes: int | None = None
-    wall_seconds: float | None = None
-    pids: int | None = None
-    output_bytes: int | None = None
-    file_size_bytes: int | None = None
-    open_files: int | None = None
-    total_output_bytes: int | None = None
+# mypy reads a model as a non-frozen dataclass: what is inherited is only the fields.
+class Limits(_Model, LimitValues):  # type: ignore[misc]
+    """A set of limits (the fields of `hostcap_proto.limits.LimitValues`);
+    every field optional. Used for tenant defaults, ceilings and (after
+    merging) a spawn's applied limits."""
 
     @model_validator(mode="after")
     def _positive(self) -> Limits:
@@ -84,12 +85,9 @@ class Limits(_Model):
                 continue
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"{name} must be finite")
-            if value < 0 or (value == 0 and name != "output_bytes"):
+            if value < 0 or (value == 0 and name not in ZERO_ALLOWED):
                 raise ValueError(f"{name} must be positive")
         return self
-
-
-LIMIT_NAMES: tuple[str, ...] = tuple(Limits.model_fields)
 
 
 class TenantLimits(_Model):
@@ -457,17 +455,8 @@ def dev_config(state_dir: Path) -> Config:
                         "CI",
                     ],
                     "limits": {
-                        "default": {"output_bytes": 1 * MiB, "wall_seconds": 600},
-                        "ceiling": {
-                            "cpu_seconds": 3600,
-                            "wall_seconds": 3600,
-                            "memory_bytes": 4 * GiB,
-                            "pids": 1024,
-                            "output_bytes": 256 * MiB,
-                            "total_output_bytes": 256 * MiB,
-                            "file_size_bytes": 4 * GiB,
-                            "open_files": 4096,
-                        },
+                        "default": set_values(DEV_DEFAULT),
+                        "ceiling": set_values(DEV_CEILING),
                     },
                     "max_concurrent_spawns": 64,
                     "sandbox": dev_sandbox(),

@@ -15,6 +15,7 @@ from hostcap_proto.audit.schema import (
     AuditRecordError,
     OutcomeName,
 )
+from hostcap_proto.limits import LimitValues
 
 
 class _Fields(BaseModel):
@@ -41,17 +42,11 @@ class Protection(_Fields):
     required: bool | None = None
 
 
-class AppliedLimits(_Fields):
-    """Limits as applied (hostcap.v1.Limits field names)."""
-
-    cpu_seconds: float | None = None
-    memory_bytes: int | None = None
-    wall_seconds: float | None = None
-    pids: int | None = None
-    output_bytes: int | None = None
-    file_size_bytes: int | None = None
-    open_files: int | None = None
-    total_output_bytes: int | None = None
+# mypy reads a model as a non-frozen dataclass (frozenness is model_config's):
+# what is inherited here is only the fields.
+class AppliedLimits(_Fields, LimitValues):  # type: ignore[misc]
+    """Limits as applied: the fields of `hostcap_proto.limits.LimitValues`
+    (hostcap.v1.Limits field names)."""
 
 
 class Rusage(_Fields):

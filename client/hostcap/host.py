@@ -6,7 +6,7 @@ environment), `fs` (read, write, list, stat, jailed by the host), `egress`,
 `os`, `mcp`, and the `output_store` that holds spilled results. A tool whose
 arm is absent fails with `ToolUnavailableError` naming the arm.
 
-`hostcap.connect()` gives a ToolHost backed by hostcapd; `hostcap.memory`
+`hostcap.connect()` gives a ToolHost backed by hostcapd; `hostcap.testing`
 holds an in-memory one. An engine may supply its own: anything with these
 attributes satisfies the protocol.
 

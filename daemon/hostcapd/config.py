@@ -20,6 +20,14 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from hostcap_proto.floor import (
+    DEV_ENV_ALLOWLIST,
+    MAX_READ_BYTES,
+    MAX_WRITE_BYTES,
+    PROTECTED_PATHS,
+    SECRET_PATHS,
+)
+from hostcap_proto.floor import FORBIDDEN_ENV as FORBIDDEN_ENV  # callers import it from here
 from hostcap_proto.limits import (
     DEV_CEILING,
     DEV_DEFAULT,
@@ -175,16 +183,16 @@ PROTECTION_NAMES: tuple[str, ...] = (
 )
 
 
-DEFAULT_PROTECTED_PATHS = ("**/.git/hooks/**", "**/.git/config")
-DEFAULT_SECRET_PATHS = ("**/.env", "**/.env.*", "**/*.pem", "**/*.key", "**/.ssh/**", "**/id_*")
+DEFAULT_PROTECTED_PATHS = PROTECTED_PATHS
+DEFAULT_SECRET_PATHS = SECRET_PATHS
 
 
 class FsSettings(_Model):
     follow_symlinks: bool = True
     protected_paths: tuple[str, ...] = DEFAULT_PROTECTED_PATHS
     secret_paths: tuple[str, ...] = DEFAULT_SECRET_PATHS
-    max_read_bytes: int = Field(default=16 * MiB, gt=0)
-    max_write_bytes: int = Field(default=64 * MiB, gt=0)
+    max_read_bytes: int = Field(default=MAX_READ_BYTES, gt=0)
+    max_write_bytes: int = Field(default=MAX_WRITE_BYTES, gt=0)
     max_list_entries: int = Field(default=10_000, gt=0)
     max_list_depth: int = Field(default=8, gt=0)
     file_mode: int = Field(default=0o644, ge=0, le=0o7777)
@@ -193,10 +201,6 @@ class FsSettings(_Model):
 
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-#: Names that never reach a child, whatever a config or request says.
-FORBIDDEN_ENV = re.compile(
-    r"^(LD_.*|NOTIFY_SOCKET|LISTEN_.*|BASH_ENV|ENV|PYTHONSTARTUP|PYTHONPATH|PERL5OPT|PERL5LIB|RUBYOPT|NODE_OPTIONS|GCONV_PATH|MALLOC_.*|GLIBC_TUNABLES|HOSTALIASES|RES_OPTIONS|LOCALDOMAIN)$"
-)
 
 
 def _identity(value: int | str, lookup: str) -> int:
@@ -442,18 +446,7 @@ def dev_config(state_dir: Path) -> Config:
                         "PATH": "/usr/local/bin:/usr/bin:/bin",
                         "TMPDIR": "/tmp",
                     },
-                    "env_allowlist": [
-                        "TERM",
-                        "LANG",
-                        "LC_ALL",
-                        "TZ",
-                        "GIT_AUTHOR_NAME",
-                        "GIT_AUTHOR_EMAIL",
-                        "GIT_COMMITTER_NAME",
-                        "GIT_COMMITTER_EMAIL",
-                        "NO_COLOR",
-                        "CI",
-                    ],
+                    "env_allowlist": list(DEV_ENV_ALLOWLIST),
                     "limits": {
                         "default": set_values(DEV_DEFAULT),
                         "ceiling": set_values(DEV_CEILING),

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 
+from hostcap_proto.limits import ZERO_ALLOWED
+
 from hostcapd.config import LIMIT_NAMES, Limits, TenantLimits
 from hostcapd.errors import Refusal
-
-#: Limits whose unset request value means "the tenant's default".
-_ZERO_ALLOWED = {"output_bytes"}
 
 
 def apply(requested: dict[str, float | int], tenant: TenantLimits) -> Limits:
@@ -21,7 +20,7 @@ def apply(requested: dict[str, float | int], tenant: TenantLimits) -> Limits:
             value = requested[name]
             if isinstance(value, float) and not math.isfinite(value):
                 raise Refusal("LIMIT_INVALID", f"limit {name} must be a finite number")
-            if value < 0 or (value == 0 and name not in _ZERO_ALLOWED):
+            if value < 0 or (value == 0 and name not in ZERO_ALLOWED):
                 raise Refusal("LIMIT_INVALID", f"limit {name} must be positive, got {value}")
             if value > ceiling:
                 raise Refusal(

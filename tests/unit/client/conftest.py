@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from client_support import ALL_BUILTINS, DEFAULT_POLICY, MakeCtx
 from hostcap import BUILTIN_TOOLS, DispatchContext, ToolRegistry, create_tool_registry
-from hostcap.memory import MemoryToolHost
+from hostcap.testing import MemoryToolHost
 
 
 @pytest.fixture

@@ -30,8 +30,8 @@ from hostcap.approval import (
     is_interpreter,
 )
 from hostcap.host import EgressResponse
-from hostcap.memory import MemoryEgress, MemoryMcp, MemoryOs, MemoryToolHost
 from hostcap.policy import PolicyTarget
+from hostcap.testing import MemoryEgress, MemoryMcp, MemoryOs, MemoryToolHost
 from pydantic import BaseModel
 
 

@@ -17,8 +17,8 @@ from hostcap import (
     create_tool_registry,
 )
 from hostcap.errors import HostError
-from hostcap.memory import MemoryFs, MemoryRoot, MemoryToolHost
 from hostcap.output_store import OutputStoreError
+from hostcap.testing import MemoryFs, MemoryRoot, MemoryToolHost
 
 
 async def _wait_until_running(host: MemoryToolHost) -> None:

@@ -23,7 +23,7 @@ from hostcap import (
     UnknownToolError,
     create_tool_registry,
 )
-from hostcap.memory import MemoryEgress, MemoryToolHost
+from hostcap.testing import MemoryEgress, MemoryToolHost
 
 
 @dataclass

@@ -15,8 +15,8 @@ from hostcap import (
     create_tool_registry,
 )
 from hostcap.bounding import bound_text, fits
-from hostcap.memory import MemoryToolHost
 from hostcap.output_store import MemoryOutputStore
+from hostcap.testing import MemoryToolHost
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

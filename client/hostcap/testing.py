@@ -1,6 +1,7 @@
-"""An in-memory ToolHost: a real implementation of the protocol, no daemon.
+"""For tests: an in-memory ToolHost, a real implementation of the protocol, no daemon.
 
-It keeps hostcapd's floor in miniature, so a pipeline test meets the same
+It keeps hostcapd's floor in miniature (its defaults are the daemon's own,
+from `hostcap_proto.floor` and `hostcap_proto.limits`), so a pipeline test meets the same
 refusals a real host gives: files live beneath roots with tiers (a path
 leaving them is `PATH_ESCAPES_ROOT`, a symlink leaving them
 `SYMLINK_REFUSED`), protected and secret patterns, read and write ceilings,
@@ -18,6 +19,7 @@ write is recorded with its labels (`MemoryProcess.spawns`,
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import mimetypes
 import posixpath
@@ -25,6 +27,16 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from hostcap_proto.floor import (
+    DEV_ENV_ALLOWLIST,
+    FORBIDDEN_ENV,
+    MAX_READ_BYTES,
+    MAX_WRITE_BYTES,
+    PROTECTED_PATHS,
+    SECRET_PATHS,
+)
+from hostcap_proto.limits import DEV_CEILING, DEV_DEFAULT
 
 from hostcap.approval import path_matches
 from hostcap.errors import HostError
@@ -45,14 +57,11 @@ from hostcap.host import (
 )
 from hostcap.output_store import MemoryOutputStore
 
-KiB = 1024
-MiB = 1024 * KiB
 #: Labels every spawn and write must carry.
 REQUIRED_LABELS = ("session", "node_id", "tool_call_id")
 #: The daemon's default floor patterns (its `FsSettings` defaults).
-DEFAULT_PROTECTED = ("**/.git/hooks/**", "**/.git/config")
-DEFAULT_SECRET = ("**/.env", "**/.env.*", "**/*.pem", "**/*.key", "**/.ssh/**", "**/id_*")
-_NEVER_ENV = ("LD_", "NOTIFY_SOCKET", "PYTHONPATH", "PYTHONHOME")
+DEFAULT_PROTECTED = PROTECTED_PATHS
+DEFAULT_SECRET = SECRET_PATHS
 
 
 def _require_labels(labels: Mapping[str, str]) -> None:
@@ -91,8 +100,8 @@ class MemoryFs:
         *,
         protected_paths: Iterable[str] = DEFAULT_PROTECTED,
         secret_paths: Iterable[str] = DEFAULT_SECRET,
-        max_read_bytes: int = 16 * MiB,
-        max_write_bytes: int = 64 * MiB,
+        max_read_bytes: int = MAX_READ_BYTES,
+        max_write_bytes: int = MAX_WRITE_BYTES,
         max_list_entries: int = 10_000,
     ) -> None:
         if not roots or not all(posixpath.isabs(root.path) for root in roots):
@@ -406,10 +415,8 @@ STOCK_PROGRAMS: Mapping[str, Program] = {
     "echo": _echo, "cat": _cat, "sleep": _sleep, "true": _true, "false": _false, "seq": _seq,
 }  # fmt: skip
 
-DEFAULT_CEILINGS = ProcessLimits(
-    cpu_seconds=3600, memory_bytes=4 * 1024 * MiB, wall_seconds=3600, pids=1024,
-    output_bytes=256 * MiB, file_size_bytes=4 * 1024 * MiB, open_files=4096,
-)  # fmt: skip
+#: The ``--dev`` tenant's ceilings (`hostcap_proto.limits.DEV_CEILING`).
+DEFAULT_CEILINGS = ProcessLimits(**dataclasses.asdict(DEV_CEILING))
 
 
 class MemoryProcess:
@@ -420,20 +427,9 @@ class MemoryProcess:
         programs: Mapping[str, Program] = STOCK_PROGRAMS,
         *,
         fs: MemoryFs | None = None,
-        env_allowlist: Iterable[str] = (
-            "TERM",
-            "LANG",
-            "LC_ALL",
-            "TZ",
-            "NO_COLOR",
-            "CI",
-            "GIT_AUTHOR_NAME",
-            "GIT_AUTHOR_EMAIL",
-            "GIT_COMMITTER_NAME",
-            "GIT_COMMITTER_EMAIL",
-        ),
+        env_allowlist: Iterable[str] = DEV_ENV_ALLOWLIST,
         ceilings: ProcessLimits = DEFAULT_CEILINGS,
-        default_output_bytes: int = 1 * MiB,
+        default_output_bytes: int = DEV_DEFAULT.output_bytes or 0,
         max_concurrent_spawns: int = 8,
     ) -> None:
         self.programs = dict(programs)
@@ -471,7 +467,7 @@ class MemoryProcess:
         if program is None:
             raise HostError("EXECUTABLE_NOT_FOUND", "not on PATH")
         for name in declared_env:
-            if name.startswith(_NEVER_ENV) or name not in self.env_allowlist:
+            if FORBIDDEN_ENV.match(name) or name not in self.env_allowlist:
                 raise HostError("ENV_NOT_ALLOWED", "a declared variable is not allowed")
         self._check_limits(opts.limits)
         cwd = self.fs.resolve(opts.cwd or ".")[0] if self.fs is not None else (opts.cwd or "/")

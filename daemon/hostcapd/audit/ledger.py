@@ -85,3 +85,19 @@ def resolve_summaries(ledger: dict[str, dict[str, Any]], log_path: Path) -> None
                     continue
                 if record.get("event") == "process.exec" and record.get("spawn_id") in spawn_ids:
                     ledger[record["spawn_id"]] = record
+
+
+def orphan_exit(spawn: Mapping[str, Any], reason_message: str) -> dict[str, Any]:
+    """The process.exit fields that close an open spawn (a ledger entry) with
+    outcome DAEMON_SHUTDOWN."""
+    fields: dict[str, Any] = {
+        "tenant": spawn["tenant"],
+        "spawn_id": spawn["spawn_id"],
+        "labels": spawn.get("labels", {}),
+        "outcome": "DAEMON_SHUTDOWN",
+        "message": reason_message,
+    }
+    for key in ("request_id", "pid"):
+        if spawn.get(key) is not None:
+            fields[key] = spawn[key]
+    return fields

@@ -53,7 +53,7 @@ from hostcapd.audit.files import (
 )
 from hostcapd.audit.fsync import GroupCommit, sync_files
 from hostcapd.audit.journal import JOURNAL_SOCKET, JournalMirror
-from hostcapd.audit.ledger import file_ledger, resolve_summaries, summary
+from hostcapd.audit.ledger import file_ledger, orphan_exit, resolve_summaries, summary
 from hostcapd.audit.redact import bound_argv, redact_argv
 from hostcapd.audit.subscriptions import AuditSubscription
 from hostcapd.config import AuditSettings
@@ -410,17 +410,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         without an exit). Returns how many were closed."""
         orphans = self.open_spawns()
         for spawn in orphans:
-            fields: dict[str, Any] = {
-                "tenant": spawn["tenant"],
-                "spawn_id": spawn["spawn_id"],
-                "labels": spawn.get("labels", {}),
-                "outcome": "DAEMON_SHUTDOWN",
-                "message": reason_message,
-            }
-            for key in ("request_id", "pid"):
-                if spawn.get(key) is not None:
-                    fields[key] = spawn[key]
-            self.write("process.exit", **fields)
+            self.write("process.exit", **orphan_exit(spawn, reason_message))
         return len(orphans)
 
     # --- subscribers and closing -------------------------------------------------

@@ -113,27 +113,24 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._ledger = ledger
         self._journal = journal
         self._gid = gid
-        self._appended = 0
-        self._synced = 0
-        self._retired: list[int] = []
-        self._dir_dirty = False
-        #: The fsync in flight (resolved on the loop when it ends), if any.
-        self._sync_future: asyncio.Future[None] | None = None
-        #: (generation, future) of each durable write waiting for its fsync.
-        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
-        self._flush_handle: asyncio.TimerHandle | None = None
         self._failure: str | None = None
         self._closed = False
         self._subscribers: set[AuditSubscription] = set()
+        # The group commit's state (see `GroupCommit` for what each is).
+        self._appended = 0
+        self._synced = 0
+        self._retired = []
+        self._dir_dirty = False
+        self._sync_future = None
+        self._waiters = []
+        self._flush_handle = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="hostcapd-audit-fsync"
         )
-        #: fsyncs done so far (group commit makes this far fewer than durable writes).
         self.sync_count = 0
-        #: Records that found no room (ENOSPC, EIO on write), written as soon
-        #: as the log takes a record again: see `write_or_defer`.
-        self._deferred: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
-        self._retry_handle: asyncio.TimerHandle | None = None
+        # The deferred queue's (see `DeferredQueue`).
+        self._deferred = collections.deque()
+        self._retry_handle = None
 
     # --- opening ----------------------------------------------------------------
 

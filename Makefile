@@ -32,7 +32,7 @@ test: venv
 	$(PY) -m pytest -q
 
 lint: venv
-	$(VENV)/bin/ruff check proto/generate.py proto/hostcap_proto/*.py daemon client tests bench
+	$(VENV)/bin/ruff check proto/generate.py proto/hostcap_proto/*.py proto/hostcap_proto/audit daemon client tests bench
 	$(VENV)/bin/ruff format --check daemon client tests bench
 	$(VENV)/bin/mypy daemon/hostcapd client/hostcap proto/hostcap_proto
 

@@ -56,7 +56,9 @@ class RecordedResponses:
         if index >= len(self.bodies):
             return httpx2.Response(
                 500,
-                json={"error": {"type": "recording_exhausted", "message": "no recorded response left"}},
+                json={
+                    "error": {"type": "recording_exhausted", "message": "no recorded response left"}
+                },
             )
         return httpx2.Response(200, json=self.bodies[index])
 

@@ -134,7 +134,8 @@ def render_outcome(outcome: ToolDispatchOutcome) -> str:
     """The model-facing text of a successful call: the bounded result, fenced as untrusted."""
     body = outcome.tool_result.unwrap().replace(_CLOSE_PREFIX, _CLOSE_QUOTED)
     tool = outcome.tool_id
-    return f"{UNTRUSTED_OPEN.format(tool=tool)}\n{body}\n{UNTRUSTED_CLOSE.format(tool=tool)}"
+    end = "" if body.endswith("\n") else "\n"
+    return f"{UNTRUSTED_OPEN.format(tool=tool)}\n{body}{end}{UNTRUSTED_CLOSE.format(tool=tool)}"
 
 
 def render_error(error: ToolDispatchError) -> str:

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
-
 import hostcap
 from hostcap import ApprovalPolicy, DispatchContext, ToolPolicy, ToolResultLimits
 from hostcap.adapters import anthropic as hostcap_anthropic

@@ -27,9 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import openai
-
 import hostcap
+import openai
 from hostcap import ApprovalPolicy, DispatchContext, ToolPolicy, ToolResultLimits
 from hostcap.adapters import openai as hostcap_openai
 from hostcap.adapters.replay import RecordedResponses

@@ -258,3 +258,50 @@ def test_a_bad_policy_file_is_refused(tmp_path: Path) -> None:
         capture_output=True, text=True, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert out.returncode == 2 and "unknown keys: granted_tool" in out.stderr
+
+
+async def test_cancellation_while_streaming_kills_the_tree(
+    mcp_daemon: Daemon, tmp_path: Path, marker: str
+) -> None:
+    policy = write_policy(tmp_path / "p.toml", mode="auto")
+    seen: list[str] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append(message or "")
+
+    async with Client(server(mcp_daemon, policy), mode="legacy") as client:
+        call = asyncio.ensure_future(
+            client.call_tool(
+                "run_command",
+                {"command": "sh", "args": ["-c", f"echo started; sleep 300; echo {marker}"]},
+                progress_callback=progress,
+            )
+        )
+        for _ in range(400):
+            if processes_with(marker) and seen:
+                break
+            await asyncio.sleep(0.05)
+        assert processes_with(marker) and "started" in "".join(seen)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert wait_gone(marker, timeout=15) == []
+
+
+async def test_a_2026_connection_lists_calls_and_fails_closed_on_cards(
+    mcp_daemon: Daemon, tmp_path: Path
+) -> None:
+    # The modern era forbids server-to-client requests: no elicitation, so a card is a denial.
+    elicit = answering("approve")
+    policy = write_policy(tmp_path / "p.toml")
+    async with Client(
+        server(mcp_daemon, policy), mode="auto", elicitation_callback=elicit
+    ) as client:
+        assert client.protocol_version >= "2026-07-28"
+        listed = await client.list_tools()
+        assert "read_file" in {tool.name for tool in listed.tools}
+        read = await client.call_tool("read_file", {"path": "notes.txt"})
+        assert not read.is_error and "hello over mcp" in text_of(read)
+        denied = await client.call_tool("run_command", {"command": "echo", "args": ["x"]})
+    assert denied.is_error and "no_approval_hook" in text_of(denied)
+    assert elicit.answered == []

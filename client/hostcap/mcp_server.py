@@ -26,8 +26,10 @@ contract, the daemon's floor. What this module adds is the MCP side:
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -63,8 +65,20 @@ SERVER_NAME = "hostcap"
 #: Largest streamed-output piece one progress notification carries.
 PROGRESS_CHUNK = 4096
 
-_request: contextvars.ContextVar[ServerRequestContext[Any] | None] = contextvars.ContextVar(
-    "hostcap_mcp_request", default=None
+
+@dataclass
+class _CallState:
+    """The MCP request a dispatch serves, for the approval prompt."""
+
+    ctx: ServerRequestContext[Any]
+    #: 2026-07-28: the client's answers to our earlier InputRequiredResult.
+    input_responses: Mapping[str, Any]
+    #: 2026-07-28: the cards to ask for in an InputRequiredResult.
+    pending: dict[str, types.ElicitRequest] = field(default_factory=dict)
+
+
+_call: contextvars.ContextVar[_CallState | None] = contextvars.ContextVar(
+    "hostcap_mcp_call", default=None
 )
 OutputSink = Callable[[str, str], Awaitable[None]]
 _output_sink: contextvars.ContextVar[OutputSink | None] = contextvars.ContextVar(
@@ -243,23 +257,27 @@ class HostcapMcpServer:
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         call_id = f"mcp-{ctx.request_id}-{uuid.uuid4().hex[:8]}"
         try:
             call = ToolCall(call_id, params.name, dict(params.arguments or {}))
         except TypeError as error:
             return _error_content(f"error (tool_failed): invalid call: {error}")
-        request_token = _request.set(ctx)
+        state = _CallState(ctx, dict(params.input_responses or {}))
+        call_token = _call.set(state)
         sink_token = _output_sink.set(
             _progress_sink(ctx) if progress_token_from_params(ctx.params) is not None else None
         )
         try:
             outcome = await self.registry.dispatch(call, self.context())
         except ToolDispatchError as error:
+            if state.pending:
+                # Nothing ran: the card goes to the client, which retries with the answer.
+                return types.InputRequiredResult(input_requests=dict(state.pending))
             return _error_content(render_error(error))
         finally:
             _output_sink.reset(sink_token)
-            _request.reset(request_token)
+            _call.reset(call_token)
         content: list[types.ContentBlock] = [types.TextContent(text=render_outcome(outcome))]
         if outcome.spilled is not None:
             uri = outcome.spilled.handle
@@ -280,8 +298,8 @@ class HostcapMcpServer:
     async def _confirm(self, request: ToolApprovalRequest) -> ToolApprovalDecision:
         """The policy's decision; a card goes to the user by elicitation, and
         where the client cannot be asked the call is denied with the reason."""
-        ctx = _request.get()
-        if ctx is not None and _can_elicit(ctx):
+        state = _call.get()
+        if state is not None and _can_elicit(state.ctx):
             return await self.approval.confirm(request)
         decided = self.approval.verdict(request)
         if decided.verdict == "approve":
@@ -296,9 +314,10 @@ class HostcapMcpServer:
     async def _prompt(self, card: ApprovalCard) -> str:
         """The approval card as an MCP elicitation; decline or cancel rejects.
         Without a client that can be asked, the caller denies (fail closed)."""
-        ctx = _request.get()
-        if ctx is None or not _can_elicit(ctx):
+        state = _call.get()
+        if state is None or not _can_elicit(state.ctx):
             raise _NoElicitation
+        ctx = state.ctx
         target = card.preview.command or card.preview.path or card.preview.host or card.tool_id
         message = (
             f"hostcap: {card.tool_id} wants to {card.action.replace('_', ' ')}: {target}\n"
@@ -316,7 +335,22 @@ class HostcapMcpServer:
             },
             "required": ["decision"],
         }
-        result = await ctx.session.elicit_form(message, schema, related_request_id=ctx.request_id)
+        if ctx.session.can_send_request:
+            result = await ctx.session.elicit_form(
+                message, schema, related_request_id=ctx.request_id
+            )
+        else:
+            # 2026-07-28: no server-to-client requests; the card rides an
+            # InputRequiredResult, keyed by what it approves, so an answer can
+            # only ever approve the same tool and target on the retry.
+            key = _card_key(card)
+            answer = state.input_responses.get(key)
+            if not isinstance(answer, types.ElicitResult):
+                state.pending[key] = types.ElicitRequest(
+                    params=types.ElicitRequestFormParams(message=message, requested_schema=schema)
+                )
+                raise _NoElicitation
+            result = answer
         if result.action != "accept" or not result.content:
             return "reject"
         decision = result.content.get("decision")
@@ -362,12 +396,22 @@ class _NoElicitation(Exception):
 
 
 def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
+    """The client declared elicitation: asked directly on a handshake-era
+    connection, through an InputRequiredResult on a 2026-07-28 one."""
     capabilities = ctx.session.client_capabilities
     return bool(
-        ctx.session.can_send_request
-        and capabilities is not None
+        capabilities is not None
         and capabilities.elicitation is not None
+        and (ctx.session.can_send_request or ctx.method == "tools/call")
     )
+
+
+def _card_key(card: ApprovalCard) -> str:
+    preview = card.preview
+    what = "\x00".join(
+        [card.tool_id, card.action, preview.command or "", preview.path or "", preview.host or ""]
+    )
+    return "hostcap-approval-" + hashlib.sha256(what.encode()).hexdigest()[:24]
 
 
 def _progress_sink(ctx: ServerRequestContext[Any]) -> OutputSink:

@@ -288,11 +288,15 @@ async def test_cancellation_while_streaming_kills_the_tree(
         assert wait_gone(marker, timeout=15) == []
 
 
-async def test_a_2026_connection_lists_calls_and_fails_closed_on_cards(
-    mcp_daemon: Daemon, tmp_path: Path
+@pytest.mark.parametrize(
+    ("decision", "runs"), [("approve", True), (None, False), ("not-a-choice", False)]
+)
+async def test_a_2026_connection_asks_through_input_required(
+    mcp_daemon: Daemon, tmp_path: Path, decision: str | None, runs: bool
 ) -> None:
-    # The modern era forbids server-to-client requests: no elicitation, so a card is a denial.
-    elicit = answering("approve")
+    # The modern era forbids server-to-client requests: the card rides an
+    # InputRequiredResult and the client retries with the user's answer.
+    elicit = answering(decision)
     policy = write_policy(tmp_path / "p.toml")
     async with Client(
         server(mcp_daemon, policy), mode="auto", elicitation_callback=elicit
@@ -302,6 +306,20 @@ async def test_a_2026_connection_lists_calls_and_fails_closed_on_cards(
         assert "read_file" in {tool.name for tool in listed.tools}
         read = await client.call_tool("read_file", {"path": "notes.txt"})
         assert not read.is_error and "hello over mcp" in text_of(read)
+        result = await client.call_tool(
+            "run_command", {"command": "echo", "args": ["asked", "first"]}
+        )
+    assert len(elicit.answered) == 1 and "echo asked first" in elicit.answered[0]
+    if runs:
+        assert not result.is_error and "asked first" in text_of(result)
+    else:
+        assert result.is_error and "user_rejected" in text_of(result)
+
+
+async def test_a_2026_connection_without_elicitation_fails_closed(
+    mcp_daemon: Daemon, tmp_path: Path
+) -> None:
+    async with Client(server(mcp_daemon, write_policy(tmp_path / "p.toml")), mode="auto") as client:
+        assert client.protocol_version >= "2026-07-28"
         denied = await client.call_tool("run_command", {"command": "echo", "args": ["x"]})
     assert denied.is_error and "no_approval_hook" in text_of(denied)
-    assert elicit.answered == []

@@ -11,9 +11,10 @@ contract, the daemon's floor. What this module adds is the MCP side:
   `idempotentHint`, `openWorldHint`), so a client can apply its own approval
   on top (never instead) of ours;
 - a call that needs approval shows its card to the user through MCP
-  elicitation (form mode) when the client supports it; otherwise (or on a
-  2026-07-28 connection, where the server cannot send requests) it is denied
-  with the reason, never run;
+  elicitation (form mode) when the client declared it: an elicitation
+  request on a handshake-era connection, an `InputRequiredResult` on a
+  2026-07-28 one (the client retries with the answer; nothing runs before);
+  a client that cannot be asked gets a denial with the reason, never a run;
 - results are MCP content: the bounded text fenced as untrusted data
   (`isError` on a denial or failure); output cut by bounding stays readable
   as an MCP resource (`hostcap-spill:...`, linked from the result);

@@ -26,6 +26,7 @@ contract, the daemon's floor. What this module adds is the MCP side:
 
 from __future__ import annotations
 
+import codecs
 import contextvars
 import hashlib
 import uuid
@@ -136,6 +137,10 @@ class StreamingProcessArm:
             request.stdin = opts.stdin
         call = self._stub.Spawn(request)
         out = {common_pb2.STDOUT: bytearray(), common_pb2.STDERR: bytearray()}
+        # Per stream, so a character split across two chunks reaches the client whole.
+        decoders = {
+            stream: codecs.getincrementaldecoder("utf-8")(errors="replace") for stream in out
+        }
         started: Any = None
         exited: Any = None
         try:
@@ -145,8 +150,13 @@ class StreamingProcessArm:
                     started = event.started
                 elif kind == "output":
                     out.setdefault(event.output.stream, bytearray()).extend(event.output.data)
-                    stream = "stderr" if event.output.stream == common_pb2.STDERR else "stdout"
-                    await sink(stream, bytes(event.output.data).decode("utf-8", errors="replace"))
+                    which = event.output.stream
+                    decoder = decoders.setdefault(
+                        which, codecs.getincrementaldecoder("utf-8")(errors="replace")
+                    )
+                    text = decoder.decode(bytes(event.output.data))
+                    if text:
+                        await sink("stderr" if which == common_pb2.STDERR else "stdout", text)
                 elif kind == "exited":
                     exited = event.exited
         except grpc.RpcError as error:

@@ -1,0 +1,365 @@
+"""Per-tool approval: the confirm hook, permission modes, grants.
+
+The registry asks "may this governed call proceed?" through the confirm
+hook of `DispatchContext.approval`, and honours the answer; it stays
+mode-agnostic. `ApprovalPolicy` is hostcap's implementation of that hook:
+
+    policy = ApprovalPolicy("accept-edits", contract="plan", prompt=ask_the_user)
+    ctx = DispatchContext(..., approval=policy.context())
+
+The permission `mode` decides governed calls (fs write, a process with a
+model-controlled command, egress, os):
+
+- `ask`: the read-only chat. Every governed call is denied without a card.
+- `accept-edits`: fs writes inside the scope are approved, except protected
+  paths, which take a card; process, egress and os take a card.
+- `auto`: approved, except protected paths, which take a card.
+
+A `contract` (see `hostcap.contract`) only restricts further: the registry
+refuses what it denies, and marks the calls it cards (`contract_card`),
+which then take a card even under `auto`. A contract never turns a denial
+of the mode into a card: `ask` stays read-only.
+
+Grants: a card offers `approve` (once), `reject`, `allow-session` (suppresses
+later cards for this exact tool in this session only) and, except for
+interpreters, shells and protected paths, `always` (this exact tool and
+target, for the policy's lifetime). Protected paths always take a card.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import lru_cache
+from typing import Any, Literal
+
+from hostcap.contract import Contract
+from hostcap.policy import FsScope, ToolActionClass
+
+
+class PermissionMode(StrEnum):
+    ASK = "ask"
+    ACCEPT_EDITS = "accept-edits"
+    AUTO = "auto"
+
+
+PromptChoice = Literal["approve", "reject", "allow-session", "always"]
+PROMPT_CHOICES: tuple[PromptChoice, ...] = ("approve", "reject", "allow-session", "always")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolActionPreview:
+    """What a call targets, for display. Secret-scrubbed by the registry: a
+    field may contain `[redacted]` and is never to be parsed."""
+
+    path: str | None = None
+    command: str | None = None
+    host: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolApprovalRequest:
+    """What the registry asks the confirm hook.
+
+    `unredacted_preview` is the same field selection unscrubbed, for
+    in-process classification only (the protected-path check): it is
+    excluded from `repr` and from `to_event()`, and must never be
+    serialised, logged or forwarded.
+    """
+
+    tool_id: str
+    tool_call_id: str
+    action: ToolActionClass
+    preview: ToolActionPreview
+    session_id: str | None
+    fs_scope: FsScope
+    #: The active contract requires a card for this tool, whatever the mode.
+    contract_card: bool = False
+    unredacted_preview: ToolActionPreview | None = field(default=None, repr=False, compare=False)
+
+    def to_event(self) -> dict[str, Any]:
+        """The serialisable approval-requested event: never the unredacted preview."""
+        return {
+            "tool_id": self.tool_id,
+            "tool_call_id": self.tool_call_id,
+            "action": self.action,
+            "preview": {k: v for k, v in vars(self.preview).items() if v is not None},
+            "session_id": self.session_id,
+            "contract_card": self.contract_card,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolApprovalDecision:
+    """The hook's answer. `no_prompt` means a card was needed and nobody can be
+    asked (fail-closed); `label` is a display-safe reason."""
+
+    outcome: Literal["approve", "reject", "no_prompt"]
+    label: str | None = None
+
+
+ConfirmActionHook = Callable[[ToolApprovalRequest], Awaitable[ToolApprovalDecision]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalVerdict:
+    """What the policy decides before any prompt: approve, deny, or a card."""
+
+    verdict: Literal["approve", "deny", "card"]
+    why: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolApprovalContext:
+    """What `DispatchContext.approval` takes. Present means the interactive
+    approval regime is active: a governed call needs `confirm`'s decision,
+    and an absent `confirm` is denied (`no_approval_hook`)."""
+
+    confirm: ConfirmActionHook | None = None
+    contract: Contract | None = None
+    #: The pure decision, without prompting; `registry.explain` uses it.
+    preview_verdict: Callable[[ToolApprovalRequest], ApprovalVerdict] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApprovalCard:
+    """The card shown to a human: secret-free, display-only."""
+
+    tool_id: str
+    action: ToolActionClass
+    preview: ToolActionPreview
+    choices: tuple[PromptChoice, ...]
+    why: str
+    session_id: str | None
+
+
+Prompt = Callable[[ApprovalCard], Awaitable[str]]
+
+
+class ApprovalProtocolError(Exception):
+    """The prompt answered something the card did not offer."""
+
+
+#: Programs for which "always" is never offered: approving one forever would
+#: approve arbitrary code.
+INTERPRETERS: frozenset[str] = frozenset(
+    {
+        "sh", "bash", "dash", "zsh", "ksh", "mksh", "csh", "tcsh", "fish", "ash", "busybox",
+        "env", "sudo", "su", "doas", "pkexec", "runuser", "setpriv", "chroot", "nsenter", "unshare",
+        "xargs", "nohup", "timeout", "nice", "ionice", "stdbuf", "time", "watch", "script", "expect",
+        "python", "pypy", "perl", "ruby", "node", "nodejs", "deno", "bun", "php", "lua", "luajit",
+        "tclsh", "wish", "awk", "gawk", "mawk", "sed", "osascript", "pwsh", "powershell", "cmd",
+        "java", "jshell", "R", "Rscript", "julia", "ghci", "irb", "make", "ssh", "docker", "podman",
+        "npx", "uv", "uvx", "pipx", "poetry", "pip", "npm", "yarn", "pnpm", "find", "git",
+    }
+)  # fmt: skip
+_VERSION_SUFFIX = re.compile(r"[0-9][0-9.]*$")
+
+#: Paths whose writes always take a card (the daemon's floor is separate and
+#: is never overridden by an approval).
+DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
+    ".git/**",
+    ".hostcap/**",
+    ".github/workflows/**",
+    ".env",
+    ".env.*",
+    "**/.ssh/**",
+    ".bashrc",
+    ".profile",
+    ".zshrc",
+    "Makefile",
+    "pyproject.toml",
+    "package.json",
+)
+
+
+def is_interpreter(command: str) -> bool:
+    """Whether `command` (a bare name or a path) is a shell, interpreter or launcher."""
+    name = posixpath.basename(command)
+    stripped = _VERSION_SUFFIX.sub("", name).rstrip("-.")
+    return name in INTERPRETERS or stripped in INTERPRETERS
+
+
+@lru_cache(maxsize=256)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out = []
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:[^/]*/)*")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    return re.compile("".join(out) + r"\Z")
+
+
+def path_matches(path: str, patterns: Iterable[str]) -> bool:
+    """Whether `path` matches a protected pattern. A pattern without "/" matches
+    a name anywhere; one with "/" matches from any directory down, because the
+    client does not know where the host's roots start: it errs toward a card."""
+    normal = posixpath.normpath(path.replace("\\", "/")).lstrip("/")
+    parts = normal.split("/")
+    suffixes = ["/".join(parts[i:]) for i in range(len(parts))]
+    for pattern in patterns:
+        regex = _glob_regex(pattern.lstrip("/"))
+        if "/" not in pattern.rstrip("/"):
+            if any(regex.match(part) for part in parts):
+                return True
+        elif any(regex.match(suffix) for suffix in suffixes):
+            return True
+    return False
+
+
+def in_workspace_scope(path: str, fs_scope: FsScope) -> bool:
+    """A write the client can see stays inside the workspace: a relative path
+    that does not climb out, under the workspace-write tier."""
+    if fs_scope != "workspace-write" or path.startswith("/") or "\x00" in path:
+        return False
+    normal = posixpath.normpath(path)
+    return normal != ".." and not normal.startswith("../")
+
+
+class ApprovalPolicy:
+    """hostcap's confirm hook: a permission mode, an optional contract, a
+    prompt that shows cards to a human, and the grants they give."""
+
+    def __init__(
+        self,
+        mode: PermissionMode | str,
+        contract: Contract | str | None = None,
+        *,
+        prompt: Prompt | None = None,
+        protected_paths: Iterable[str] = DEFAULT_PROTECTED_PATHS,
+    ) -> None:
+        try:
+            self.mode = PermissionMode(mode)
+        except ValueError:
+            raise ValueError(
+                f"unknown permission mode {mode!r}; expected one of {[m.value for m in PermissionMode]}"
+            ) from None
+        try:
+            self.contract = Contract(contract) if contract is not None else None
+        except ValueError:
+            raise ValueError(
+                f"unknown contract {contract!r}; expected one of {[c.value for c in Contract]} or None"
+            ) from None
+        self.prompt = prompt
+        self.protected_paths = tuple(protected_paths)
+        self._session_grants: dict[str, set[str]] = {}
+        self._always: set[tuple[str, str, str]] = set()
+
+    def context(self) -> ToolApprovalContext:
+        """The value `DispatchContext.approval` takes."""
+        return ToolApprovalContext(
+            confirm=self.confirm, contract=self.contract, preview_verdict=self.verdict
+        )
+
+    # ------------------------------------------------------------------ grants
+
+    def session_grants(self, session_id: str) -> frozenset[str]:
+        """Tools granted `allow-session` in `session_id`."""
+        return frozenset(self._session_grants.get(session_id, ()))
+
+    def end_session(self, session_id: str) -> None:
+        """Forget the session's grants."""
+        self._session_grants.pop(session_id, None)
+
+    @staticmethod
+    def _target(request: ToolApprovalRequest) -> str:
+        preview = request.unredacted_preview or request.preview
+        return preview.command or preview.path or preview.host or ""
+
+    def _protected(self, request: ToolApprovalRequest) -> bool:
+        # Classify on the unscrubbed copy: the scrub can make a protected path look harmless.
+        path = (request.unredacted_preview or request.preview).path
+        return (
+            request.action == "fs_write"
+            and path is not None
+            and path_matches(path, self.protected_paths)
+        )
+
+    def _choices(self, request: ToolApprovalRequest) -> tuple[PromptChoice, ...]:
+        choices: list[PromptChoice] = ["approve", "reject"]
+        if request.session_id is not None:
+            choices.append("allow-session")
+        command = (request.unredacted_preview or request.preview).command
+        always_unsafe = self._protected(request) or (
+            request.action == "process" and (command is None or is_interpreter(command))
+        )
+        if not always_unsafe and self._target(request):
+            choices.append("always")
+        return tuple(choices)
+
+    # ---------------------------------------------------------------- deciding
+
+    def verdict(self, request: ToolApprovalRequest) -> ApprovalVerdict:
+        """The decision before any prompt: pure, so `explain` can show it."""
+        if self.mode is PermissionMode.ASK:
+            return ApprovalVerdict(verdict="deny", why="ask mode is read-only")
+        if self._protected(request):
+            return ApprovalVerdict(verdict="card", why="the path is protected")
+        if (request.tool_id, request.action, self._target(request)) in self._always:
+            return ApprovalVerdict(verdict="approve", why="always allowed")
+        granted = request.session_id is not None and request.tool_id in self._session_grants.get(
+            request.session_id, ()
+        )
+        if request.contract_card:
+            if granted:
+                return ApprovalVerdict(verdict="approve", why="allowed for this session")
+            return ApprovalVerdict(
+                verdict="card", why=f"the {self.contract} contract asks before this tool"
+            )
+        if self.mode is PermissionMode.AUTO:
+            return ApprovalVerdict(verdict="approve", why="auto mode")
+        if request.action == "fs_write" and in_workspace_scope(
+            (request.unredacted_preview or request.preview).path or "", request.fs_scope
+        ):
+            return ApprovalVerdict(
+                verdict="approve", why="accept-edits: a write inside the workspace"
+            )
+        if granted:
+            return ApprovalVerdict(verdict="approve", why="allowed for this session")
+        return ApprovalVerdict(verdict="card", why=f"accept-edits asks before {request.action}")
+
+    async def confirm(self, request: ToolApprovalRequest) -> ToolApprovalDecision:
+        """The confirm hook: decide, show a card when one is needed, record grants."""
+        decided = self.verdict(request)
+        if decided.verdict == "approve":
+            return ToolApprovalDecision(outcome="approve", label=decided.why)
+        if decided.verdict == "deny":
+            return ToolApprovalDecision(outcome="reject", label=decided.why)
+        if self.prompt is None:
+            return ToolApprovalDecision(outcome="no_prompt", label=decided.why)
+        card = ApprovalCard(
+            tool_id=request.tool_id,
+            action=request.action,
+            preview=request.preview,
+            choices=self._choices(request),
+            why=decided.why,
+            session_id=request.session_id,
+        )
+        answer = await self.prompt(card)
+        if answer not in card.choices:
+            raise ApprovalProtocolError(
+                f"the prompt answered {answer!r}, not one of {card.choices}"
+            )
+        if answer == "reject":
+            return ToolApprovalDecision(outcome="reject", label="rejected by the user")
+        if answer == "allow-session" and request.session_id is not None:
+            self._session_grants.setdefault(request.session_id, set()).add(request.tool_id)
+        elif answer == "always":
+            self._always.add((request.tool_id, request.action, self._target(request)))
+        return ToolApprovalDecision(outcome="approve", label=f"approved ({answer})")

@@ -1,0 +1,1 @@
+"""hostcapctl: the ops and scripting CLI (a thin layer over the wire contract)."""

@@ -1,0 +1,201 @@
+"""``hostcapctl --admin-socket S ps | kill | health | reload``: the ops commands.
+
+    hostcapctl --admin-socket /run/hostcap/admin.sock ps            # live spawns, every tenant
+    hostcapctl --admin-socket /run/hostcap/admin.sock ps --json     # [{spawn_id, tenant, pid, argv, age_s, limits}]
+    hostcapctl --admin-socket /run/hostcap/admin.sock kill 3f2a...  # the spawn's tree; ends CANCELLED
+    hostcapctl --admin-socket /run/hostcap/admin.sock health        # exit 0 when SERVING
+    hostcapctl --admin-socket /run/hostcap/admin.sock reload        # like SIGHUP, but says what happened
+
+The admin socket is root's and the admin group's only (the kernel refuses
+anyone else at connect). `audit tail -f` and `audit query` over the same
+socket are in `hostcap.ctl.audit`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc, common_pb2, process_pb2
+
+from hostcap.ctl.common import EXIT_REFUSED, channel, report_error, socket_of, wire_error
+
+#: health: the daemon answered, but not SERVING.
+EXIT_NOT_SERVING = 1
+#: health: the daemon could not be reached at all.
+EXIT_UNREACHABLE = 2
+
+
+def admin_stub(ch: grpc.Channel) -> admin_pb2_grpc.AdminServiceStub:
+    return admin_pb2_grpc.AdminServiceStub(ch)  # type: ignore[no-untyped-call]
+
+
+def spawn_json(info: process_pb2.SpawnInfo) -> dict[str, Any]:
+    """One live spawn as `ps --json` prints it."""
+    return {
+        "spawn_id": info.spawn_id,
+        "tenant": info.tenant,
+        "pid": info.pid,
+        "argv": list(info.argv),
+        "age_s": round(info.age_seconds, 3),
+        "limits": {f.name: v for f, v in info.limits.ListFields()},
+    }
+
+
+def _printable(text: str) -> str:
+    # argv is the tenant's: never let its control characters reach the terminal raw.
+    return "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text)
+
+
+def _age(seconds: float) -> str:
+    s = int(seconds)
+    if s < 120:
+        return f"{seconds:.1f}s"
+    if s < 7200:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def cmd_ps(args: argparse.Namespace) -> int:
+    with channel(socket_of(args, admin=True)) as ch:
+        try:
+            response = admin_stub(ch).ListSpawns(admin_pb2.ListSpawnsRequest(tenant=args.tenant))
+        except grpc.RpcError as error:
+            report_error(wire_error(error), as_json=args.json)
+            return EXIT_REFUSED
+    if args.json:
+        print(json.dumps([spawn_json(s) for s in response.spawns]))
+        return 0
+    print(f"{'SPAWN':<32} {'TENANT':<12} {'PID':>8} {'AGE':>8}  COMMAND")
+    for s in response.spawns:
+        command = _printable(shlex.join(s.argv))
+        print(
+            f"{s.spawn_id:<32} {_printable(s.tenant):<12} {s.pid:>8} {_age(s.age_seconds):>8}  {command}"
+        )
+    return 0
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    with channel(socket_of(args, admin=True)) as ch:
+        try:
+            response = admin_stub(ch).Kill(admin_pb2.KillRequest(spawn_id=args.spawn_id))
+        except grpc.RpcError as error:
+            report_error(wire_error(error), as_json=args.json)
+            return EXIT_REFUSED
+    outcome = (
+        common_pb2.Outcome.Name(response.exited.outcome) if response.HasField("exited") else None
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "spawn_id": response.spawn_id,
+                    "tenant": response.tenant,
+                    "outcome": outcome,
+                    "message": response.exited.message if outcome else None,
+                }
+            )
+        )
+        return 0
+    ended = f"{outcome}: {response.exited.message}" if outcome else "it had not started"
+    print(f"killed spawn {response.spawn_id} of tenant {response.tenant}: {ended}")
+    return 0
+
+
+def cmd_health(args: argparse.Namespace) -> int:
+    # The admin socket when given, else a tenant socket: both serve grpc.health.v1.
+    path = args.admin_socket if args.admin_socket is not None else socket_of(args)
+    with channel(path) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        try:
+            response = stub.Check(
+                health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
+            )
+        except grpc.RpcError as error:
+            wire = wire_error(error)
+            if wire.reason in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+                print(f"UNREACHABLE {path}: {wire.message}", file=sys.stderr)
+                return EXIT_UNREACHABLE
+            report_error(wire, as_json=False)
+            return EXIT_NOT_SERVING
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
+    print(status)
+    return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else EXIT_NOT_SERVING
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    with channel(socket_of(args, admin=True)) as ch:
+        try:
+            response = admin_stub(ch).Reload(admin_pb2.ReloadRequest())
+        except grpc.RpcError as error:
+            wire = wire_error(error)
+            if args.json:
+                report_error(wire, as_json=True)
+            else:
+                print(
+                    f"hostcapctl: reload rejected ({wire.reason}); the previous config keeps "
+                    f"serving:\n{wire.message}",
+                    file=sys.stderr,
+                )
+            return EXIT_REFUSED
+    result = {
+        "added": list(response.added),
+        "removed": list(response.removed),
+        "changed": list(response.changed),
+    }
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    if not any(result.values()):
+        print("reloaded: no tenant changed")
+        return 0
+    print(
+        "reloaded: "
+        + "; ".join(f"{key} {', '.join(names)}" for key, names in result.items() if names)
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``ps``, ``kill``, ``health`` and ``reload`` to hostcapctl."""
+    ps = sub.add_parser("ps", help="live spawns across tenants (admin socket)")
+    ps.add_argument("--tenant", default="", help="only this tenant's spawns")
+    ps.add_argument(
+        "--json",
+        action="store_true",
+        help="a JSON list of {spawn_id, tenant, pid, argv, age_s, limits}",
+    )
+    ps.set_defaults(func=cmd_ps)
+
+    kill = sub.add_parser(
+        "kill",
+        help="kill a spawn's whole tree (admin socket); it ends CANCELLED",
+        description="Kill a live spawn's process tree. Returns once the tree is gone; the spawn "
+        "ends CANCELLED and its audit record says an administrator killed it.",
+    )
+    kill.add_argument("spawn_id", metavar="SPAWN_ID", help="as `ps` shows it")
+    kill.add_argument("--json", action="store_true")
+    kill.set_defaults(func=cmd_kill)
+
+    health = sub.add_parser(
+        "health",
+        help="is hostcapd serving? exit 0 SERVING, 1 not serving, 2 unreachable",
+        description="Check grpc.health.v1 on the admin socket (or, without --admin-socket, on "
+        "--socket). Exit 0 when SERVING, 1 when the daemon answers otherwise, 2 when it "
+        "cannot be reached.",
+    )
+    health.add_argument("--service", default="", help="a service name (default: the whole daemon)")
+    health.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")
+    health.set_defaults(func=cmd_health)
+
+    reload = sub.add_parser(
+        "reload",
+        help="re-read the config (admin socket); a bad one is refused and the old one serves",
+    )
+    reload.add_argument("--json", action="store_true")
+    reload.set_defaults(func=cmd_reload)

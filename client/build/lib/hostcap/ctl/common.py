@@ -1,0 +1,59 @@
+"""Shared helpers of hostcapctl commands: channels, refusals, exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+from hostcap_proto.errors import WireError, from_rpc_error
+
+#: Exit status of hostcapctl for a refusal or daemon error.
+EXIT_REFUSED = 125
+EXIT_NOT_FOUND = 127
+EXIT_TIMEOUT = 124
+
+
+def socket_of(args: argparse.Namespace, admin: bool = False) -> Path:
+    path = args.admin_socket if admin else args.socket
+    if path is None:
+        flag = "--admin-socket" if admin else "--socket"
+        raise SystemExit(
+            f"hostcapctl: {flag} is required (or set HOSTCAP_{'ADMIN_' if admin else ''}SOCKET)"
+        )
+    return Path(path)
+
+
+def channel(path: Path) -> grpc.Channel:
+    return grpc.insecure_channel(
+        f"unix:{path}",
+        options=[
+            ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+            ("grpc.max_send_message_length", 80 * 1024 * 1024),
+        ],
+    )
+
+
+def wire_error(error: grpc.RpcError) -> WireError:
+    """The refusal a failed call carries, or a transport error as one."""
+    found = from_rpc_error(error)
+    if found is not None:
+        return found
+    code = error.code() if hasattr(error, "code") else None
+    details = error.details() if hasattr(error, "details") else str(error)
+    name = code.name if code is not None else "UNKNOWN"
+    return WireError("UNAVAILABLE" if name == "UNAVAILABLE" else name, details or name)
+
+
+def report_error(error: WireError, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"error": {"reason": error.reason, "message": error.message}}))
+    else:
+        print(f"hostcapctl: {error.reason}: {error.message}", file=sys.stderr)
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, indent=None, sort_keys=False))

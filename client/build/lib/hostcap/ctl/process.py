@@ -1,0 +1,211 @@
+"""hostcapctl run / capabilities."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from hostcap_proto.v1 import common_pb2, host_pb2, host_pb2_grpc, process_pb2, process_pb2_grpc
+
+from hostcap.ctl.common import (
+    EXIT_NOT_FOUND,
+    EXIT_REFUSED,
+    EXIT_TIMEOUT,
+    channel,
+    report_error,
+    socket_of,
+    wire_error,
+)
+
+
+def register(sub: Any) -> None:
+    run = sub.add_parser("run", help="run a command through hostcapd")
+    run.add_argument("--timeout", type=float, help="wall-clock limit, seconds")
+    run.add_argument("--cpu", type=float, help="CPU-time limit, seconds")
+    run.add_argument("--memory", type=int, help="memory limit, bytes")
+    run.add_argument("--pids", type=int, help="process limit")
+    run.add_argument("--output-bytes", type=int, help="output kept per stream, bytes")
+    run.add_argument("--cwd", default="", help="working directory (relative to the primary root)")
+    run.add_argument("--env", action="append", default=[], metavar="K=V", help="declared variable")
+    run.add_argument("--stdin-file", type=Path, help="file fed to the child's stdin")
+    run.add_argument("--request-id", default="", help="idempotency key")
+    run.add_argument("--label", action="append", default=[], metavar="K=V", help="audit label")
+    run.add_argument("--dry-run", action="store_true", help="resolve and report, run nothing")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
+    run.set_defaults(func=cmd_run)
+
+    caps = sub.add_parser("capabilities", help="what this host enforces for the tenant")
+    caps.add_argument("--json", action="store_true")
+    caps.set_defaults(func=cmd_capabilities)
+
+
+def _pairs(values: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for item in values:
+        if "=" not in item:
+            raise SystemExit(f"hostcapctl: {what} {item!r} must be K=V")
+        key, value = item.split("=", 1)
+        out[key] = value
+    return out
+
+
+def build_request(args: argparse.Namespace) -> process_pb2.SpawnRequest:
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise SystemExit("hostcapctl run: a command is required after --")
+    limits = common_pb2.Limits()
+    for field, value in (
+        ("wall_seconds", args.timeout),
+        ("cpu_seconds", args.cpu),
+        ("memory_bytes", args.memory),
+        ("pids", args.pids),
+        ("output_bytes", args.output_bytes),
+    ):
+        if value is not None:
+            setattr(limits, field, value)
+    request = process_pb2.SpawnRequest(
+        argv=argv,
+        cwd=args.cwd,
+        env=_pairs(args.env, "--env"),
+        limits=limits,
+        request_id=args.request_id,
+        dry_run=args.dry_run,
+        labels=_pairs(args.label, "--label"),
+    )
+    if args.stdin_file is not None:
+        request.stdin = args.stdin_file.read_bytes()
+    return request
+
+
+def exit_status(exited: process_pb2.Exited) -> int:
+    outcome = common_pb2.Outcome.Name(exited.outcome)
+    if outcome == "TIMEOUT":
+        return EXIT_TIMEOUT
+    if outcome == "SPAWN_FAILED":
+        return EXIT_REFUSED
+    if exited.signal:
+        return 128 + exited.signal
+    return exited.exit_code
+
+
+def _refusal_status(reason: str) -> int:
+    return EXIT_NOT_FOUND if reason == "EXECUTABLE_NOT_FOUND" else EXIT_REFUSED
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def run_json(result: process_pb2.RunResult) -> dict[str, Any]:
+    s, e = result.started, result.exited
+    limits = {f.name: v for f, v in s.limits.ListFields()}
+    return {
+        "spawn_id": s.spawn_id,
+        "pid": s.pid,
+        "executable": {"path": s.executable.path, "sha256": s.executable.sha256},
+        "outcome": common_pb2.Outcome.Name(e.outcome) if result.HasField("exited") else None,
+        "exit_code": e.exit_code,
+        "signal": e.signal_name or None,
+        "message": e.message,
+        "duration_s": e.duration_seconds,
+        "stdout": _text(result.stdout),
+        "stderr": _text(result.stderr),
+        "stdout_dropped_bytes": e.stdout.dropped_bytes,
+        "stderr_dropped_bytes": e.stderr.dropped_bytes,
+        "rusage": {
+            "user_s": e.rusage.user_seconds,
+            "system_s": e.rusage.system_seconds,
+            "max_rss_bytes": e.rusage.max_rss_bytes,
+        },
+        "peak_memory_bytes": e.peak_memory_bytes if e.HasField("peak_memory_bytes") else None,
+        "failed_step": e.failed_step or None,
+        "limits": limits,
+        "protections": [p.name for p in s.protections if p.applied],
+        "dry_run": s.dry_run,
+    }
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    request = build_request(args)
+    with channel(socket_of(args)) as ch:
+        stub = process_pb2_grpc.ProcessServiceStub(ch)  # type: ignore[no-untyped-call]
+        if args.json or args.dry_run:
+            try:
+                result = stub.Run(request)
+            except grpc.RpcError as error:
+                wire = wire_error(error)
+                report_error(wire, as_json=True)
+                return _refusal_status(wire.reason)
+            print(json.dumps(run_json(result)))
+            return exit_status(result.exited) if result.HasField("exited") else 0
+        return _stream(stub, request)
+
+
+def _stream(stub: process_pb2_grpc.ProcessServiceStub, request: process_pb2.SpawnRequest) -> int:
+    call = stub.Spawn(request)
+    out, err = sys.stdout.buffer, sys.stderr.buffer
+    try:
+        for event in call:
+            kind = event.WhichOneof("event")
+            if kind == "output":
+                target = out if event.output.stream == common_pb2.STDOUT else err
+                target.write(event.output.data)
+                target.flush()
+            elif kind == "exited":
+                e = event.exited
+                print(
+                    f"hostcapctl: {common_pb2.Outcome.Name(e.outcome)}: {e.message}",
+                    file=sys.stderr,
+                )
+                return exit_status(e)
+    except grpc.RpcError as error:
+        wire = wire_error(error)
+        report_error(wire, as_json=False)
+        return _refusal_status(wire.reason)
+    except KeyboardInterrupt:
+        call.cancel()  # the daemon kills the tree
+        return 130
+    print("hostcapctl: the stream ended without an exit report", file=sys.stderr)
+    return EXIT_REFUSED
+
+
+def cmd_capabilities(args: argparse.Namespace) -> int:
+    with channel(socket_of(args)) as ch:
+        try:
+            caps = host_pb2_grpc.HostServiceStub(ch).Capabilities(  # type: ignore[no-untyped-call]
+                host_pb2.CapabilitiesRequest()
+            )
+        except grpc.RpcError as error:
+            report_error(wire_error(error), as_json=args.json)
+            return EXIT_REFUSED
+    data = json_format.MessageToDict(
+        caps, preserving_proto_field_name=True, always_print_fields_with_no_presence=True
+    )
+    data["protections"] = [
+        {"name": p.name, "applied": p.applied, "reason": p.reason, "required": p.required}
+        for p in caps.protections
+    ]
+    if args.json:
+        print(json.dumps(data))
+        return 0
+    print(
+        f"tenant {caps.tenant} (hostcapd {caps.daemon_version}), children as uid {caps.run_as_uid} gid {caps.run_as_gid}"
+    )
+    for root in caps.roots:
+        print(f"  root {root.path} ({host_pb2.Tier.Name(root.tier).lower().replace('_', '-')})")
+    print(
+        f"  memory limit by {caps.memory_limit_mechanism}; landlock ABI {caps.landlock_abi or 'none'};"
+        f" cgroup {caps.cgroup_version or 'none'}"
+    )
+    for p in caps.protections:
+        mark = "yes" if p.applied else "NO "
+        print(f"  [{mark}] {p.name:16} {p.reason}")
+    return 0

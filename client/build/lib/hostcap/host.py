@@ -1,0 +1,276 @@
+"""The ToolHost seam: the engine's only path to a side effect.
+
+A `ToolHost` offers capability arms, each optional: `process` (spawn a
+command, shell-free, the host resolving the executable and building the
+environment), `fs` (read, write, list, stat, jailed by the host), `egress`,
+`os`, `mcp`, and the `output_store` that holds spilled results. A tool whose
+arm is absent fails with `ToolUnavailableError` naming the arm.
+
+`hostcap.connect()` gives a ToolHost backed by hostcapd; `hostcap.memory`
+holds an in-memory one. An engine may supply its own: anything with these
+attributes satisfies the protocol.
+
+Arms report refusals by raising `hostcap.errors.HostError` with a wire
+reason. Cancellation is task cancellation: cancelling the awaiting task
+cancels the host call (for hostcapd, the RPC, which kills the process tree).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+
+class Outcome(StrEnum):
+    """Every way a spawn ends (the wire contract's Outcome, lower case)."""
+
+    EXITED = "exited"
+    SIGNALED = "signaled"
+    TIMEOUT = "timeout"
+    CPU_LIMIT = "cpu_limit"
+    MEMORY_LIMIT = "memory_limit"
+    OUTPUT_LIMIT = "output_limit"
+    PIDS_LIMIT = "pids_limit"
+    CANCELLED = "cancelled"
+    DAEMON_SHUTDOWN = "daemon_shutdown"
+    SPAWN_FAILED = "spawn_failed"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessLimits:
+    """Limits a spawn asks for; each may only narrow the host's ceiling."""
+
+    cpu_seconds: float | None = None
+    memory_bytes: int | None = None
+    wall_seconds: float | None = None
+    pids: int | None = None
+    output_bytes: int | None = None
+    file_size_bytes: int | None = None
+    open_files: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpawnOptions:
+    """How to run a command. `labels` tie the host's audit records to the
+    engine's decision (session, node_id, tool_call_id) and are required."""
+
+    labels: Mapping[str, str]
+    cwd: str | None = None
+    limits: ProcessLimits = field(default_factory=ProcessLimits)
+    stdin: bytes | None = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessResult:
+    """A finished spawn. stdout/stderr are what the host kept (head and tail
+    within its output limit), decoded as UTF-8 with replacement."""
+
+    spawn_id: str
+    outcome: Outcome
+    exit_code: int | None
+    signal_name: str | None = None
+    stdout: str = ""
+    stderr: str = ""
+    stdout_dropped_bytes: int = 0
+    stderr_dropped_bytes: int = 0
+    duration_seconds: float = 0.0
+    message: str = ""
+    executable: str | None = None
+    executable_sha256: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileRead:
+    path: str
+    data: bytes
+    size: int
+    truncated: bool
+    is_binary: bool
+    media_type: str
+    sha256: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileWritten:
+    path: str
+    size: int
+    sha256: str
+    created: bool
+    previous_sha256: str | None = None
+
+
+class FileType(StrEnum):
+    REGULAR = "regular"
+    DIRECTORY = "directory"
+    SYMLINK = "symlink"
+    OTHER = "other"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DirEntry:
+    name: str
+    type: FileType
+    size: int = 0
+    mtime: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DirListing:
+    path: str
+    entries: tuple[DirEntry, ...]
+    truncated: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class FileStat:
+    path: str
+    type: FileType
+    size: int
+    mode: int
+    mtime: float
+    writable: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class EgressRequest:
+    method: str
+    url: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: str | None = None
+    #: An opaque secret-store reference the host resolves inside its boundary.
+    credential_ref: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class EgressResponse:
+    status: int
+    headers: Mapping[str, str]
+    body: str
+    media_type: str = "text/plain"
+
+
+@dataclass(frozen=True, kw_only=True)
+class McpCallInput:
+    server: str
+    tool: str
+    arguments: Mapping[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpilledResult:
+    """A result held by the output store: an opaque handle and its size."""
+
+    handle: str
+    byte_length: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MediaHandle:
+    """Binary content held by the output store, referenced by handle."""
+
+    handle: str
+    media_type: str
+    byte_length: int
+    sha256: str
+
+
+class ProcessCapability(Protocol):
+    async def spawn(
+        self, command: str, args: Sequence[str], declared_env: Mapping[str, str], opts: SpawnOptions
+    ) -> ProcessResult:
+        """Run an already policy-checked command, shell-free. The host resolves
+        the executable and builds the minimal base environment, admitting only
+        the declared variables its allowlist names."""
+        ...
+
+
+class FsCapability(Protocol):
+    async def read_file(self, path: str, *, max_bytes: int | None = None) -> FileRead: ...
+
+    async def write_file(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        labels: Mapping[str, str],
+        create_parents: bool = True,
+        expected_sha256: str | None = None,
+    ) -> FileWritten: ...
+
+    async def list_directory(
+        self,
+        path: str,
+        *,
+        max_entries: int | None = None,
+        depth: int | None = None,
+        include_hidden: bool = False,
+    ) -> DirListing: ...
+
+    async def stat(self, path: str) -> FileStat: ...
+
+
+class EgressCapability(Protocol):
+    async def fetch(self, request: EgressRequest) -> EgressResponse:
+        """An already policy-checked HTTPS request; the host runs its SSRF checks."""
+        ...
+
+
+class OsCapability(Protocol):
+    async def read_clipboard(self) -> str: ...
+
+    async def notify(self, title: str, body: str) -> None: ...
+
+
+class McpCapability(Protocol):
+    async def call(self, request: McpCallInput) -> Any: ...
+
+
+class ToolOutputStore(Protocol):
+    """A run-scoped store for over-ceiling results and binary content,
+    swept when the run ends."""
+
+    async def spill(self, text: str) -> SpilledResult: ...
+
+    async def store_media(self, data: bytes, media_type: str) -> MediaHandle: ...
+
+    async def open(self, handle: str) -> bytes: ...
+
+    async def sweep(self) -> None: ...
+
+
+@runtime_checkable
+class ToolHost(Protocol):
+    """The capability arms an engine's tools run against. Each may be None."""
+
+    @property
+    def process(self) -> ProcessCapability | None: ...
+
+    @property
+    def fs(self) -> FsCapability | None: ...
+
+    @property
+    def egress(self) -> EgressCapability | None: ...
+
+    @property
+    def os(self) -> OsCapability | None: ...
+
+    @property
+    def mcp(self) -> McpCapability | None: ...
+
+    @property
+    def output_store(self) -> ToolOutputStore | None: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class StaticToolHost:
+    """A ToolHost assembled from arms: what an engine builds to combine its own."""
+
+    process: ProcessCapability | None = None
+    fs: FsCapability | None = None
+    egress: EgressCapability | None = None
+    os: OsCapability | None = None
+    mcp: McpCapability | None = None
+    output_store: ToolOutputStore | None = None

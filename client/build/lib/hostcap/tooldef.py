@@ -1,0 +1,145 @@
+"""`ToolDef`: a registered tool.
+
+A ToolDef carries its identity, a pydantic model that validates the complete
+effective arguments (and is the source of the model-visible JSON Schema, with
+the config-only parameters removed), its policy class, where its guardrail
+target lives, and a dispatch coroutine that performs its effect only through
+the `ToolHost` it is given.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from hostcap.errors import Arm, ToolArgsInvalidError, ToolRegistrationError, ToolUnavailableError
+from hostcap.host import ToolHost
+from hostcap.policy import FsScope, PolicyTarget, ToolPolicyClass
+
+ToolSource = Literal["builtin", "mcp", "plugin"]
+JsonSchema = Mapping[str, Any]
+
+A = TypeVar("A", bound=BaseModel)
+R = TypeVar("R", bound=BaseModel)
+
+
+class ModelFacing(Protocol):
+    """A result that renders its own model-facing text (else it is shown as JSON)."""
+
+    def model_text(self) -> str: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolRunContext:
+    """What a tool's dispatch sees of the call, besides its validated arguments."""
+
+    tool_id: str
+    tool_call_id: str
+    node_id: str
+    session_id: str | None
+    fs_scope: FsScope
+    #: Correlation labels every spawn and write must carry to the host.
+    labels: Mapping[str, str]
+    invoke_agent: Callable[[str, Any], Awaitable[Any]] | None = None
+
+
+Dispatch = Callable[[A, ToolHost, ToolRunContext], Awaitable[R]]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolDef(Generic[A, R]):
+    """A tool the registry can dispatch.
+
+    `config_only_params` name argument fields whose values come only from the
+    node's config: they are removed from the model-visible schema and a model
+    argument naming one is refused. `policy_target` extracts the guardrail
+    target from validated arguments; a tool that spawns a process or reaches
+    the network must supply it (registration refuses one that does not:
+    an omitted target would silently skip the allowlist). `arms` are the
+    ToolHost capabilities it needs; `credential_params` the arguments that
+    may legitimately carry a secret-tainted value; `plan_safe_actions` what
+    a plugin tool declares it does under a contract mode.
+    """
+
+    id: str
+    source: ToolSource
+    description: str
+    args_model: type[A]
+    result_model: type[R]
+    policy: ToolPolicyClass
+    dispatch: Dispatch[A, R]
+    arms: frozenset[Arm] = frozenset()
+    config_only_params: frozenset[str] = frozenset()
+    policy_target: Callable[[A], PolicyTarget] | None = None
+    credential_params: frozenset[str] = frozenset()
+    plan_safe_actions: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.id or not self.id.replace("_", "").replace("-", "").isalnum():
+            raise ToolRegistrationError(
+                f"tool id {self.id!r} must be a non-empty [A-Za-z0-9_-] name"
+            )
+        fields = set(self.args_model.model_fields)
+        missing = (self.config_only_params | self.credential_params) - fields
+        if missing:
+            raise ToolRegistrationError(
+                f"tool {self.id!r}: parameters {sorted(missing)} are not fields of {self.args_model.__name__}"
+            )
+        if (self.policy.spawns_process or self.policy.egress) and self.policy_target is None:
+            # The seed's fail-open warning made fail-closed: without a target the
+            # command / domain allowlist would be skipped.
+            raise ToolRegistrationError(
+                f"tool {self.id!r} spawns a process or reaches the network and must declare a policy_target"
+            )
+        if self.source == "plugin" and not all(
+            isinstance(a, str) and a for a in self.plan_safe_actions
+        ):
+            raise ToolRegistrationError(
+                f"tool {self.id!r}: plan_safe_actions must be non-empty strings"
+            )
+
+    def parse_args(self, raw: Mapping[str, Any]) -> A:
+        """Validate the complete effective arguments. The error names fields and
+        what is wrong with them, never the values."""
+        try:
+            return self.args_model.model_validate(dict(raw))
+        except ValidationError as error:
+            problems = []
+            names = []
+            for item in error.errors(include_input=False, include_url=False, include_context=False):
+                where = ".".join(str(part) for part in item["loc"]) or "(arguments)"
+                names.append(where)
+                problems.append(f"{where}: {item['msg']}")
+            raise ToolArgsInvalidError("; ".join(problems), tool_id=self.id, fields=names) from None
+
+    def target(self, args: A) -> PolicyTarget | None:
+        return self.policy_target(args) if self.policy_target is not None else None
+
+    @cached_property
+    def llm_visible_params(self) -> JsonSchema:
+        """The model-visible JSON Schema: the args schema without config-only parameters."""
+        schema = copy.deepcopy(self.args_model.model_json_schema())
+        properties: dict[str, Any] = schema.get("properties", {})
+        for name in self.config_only_params:
+            properties.pop(name, None)
+        if "required" in schema:
+            schema["required"] = [n for n in schema["required"] if n not in self.config_only_params]
+            if not schema["required"]:
+                del schema["required"]
+        schema["properties"] = properties
+        schema.pop("title", None)
+        schema["additionalProperties"] = False
+        return schema
+
+
+def require_arm(host: ToolHost, arm: Arm, tool_id: str) -> Any:
+    """The host's `arm`, or ToolUnavailableError naming it."""
+    value = getattr(host, arm, None) if arm != "invoke_agent" else None
+    if value is None:
+        raise ToolUnavailableError(tool_id=tool_id, arm=arm)
+    return value

@@ -1,0 +1,201 @@
+from hostcap_proto.v1 import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SpawnRequest(_message.Message):
+    __slots__ = ("argv", "cwd", "env", "stdin", "limits", "request_id", "dry_run", "labels")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    cwd: str
+    env: _containers.ScalarMap[str, str]
+    stdin: bytes
+    limits: _common_pb2.Limits
+    request_id: str
+    dry_run: bool
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., request_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class Executable(_message.Message):
+    __slots__ = ("path", "device", "inode", "sha256")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    INODE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    device: int
+    inode: int
+    sha256: str
+    def __init__(self, path: _Optional[str] = ..., device: _Optional[int] = ..., inode: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
+class Started(_message.Message):
+    __slots__ = ("spawn_id", "pid", "executable", "limits", "protections", "cwd", "env_names", "dry_run", "attached", "request_id")
+    SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    PROTECTIONS_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    ENV_NAMES_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    ATTACHED_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    spawn_id: str
+    pid: int
+    executable: Executable
+    limits: _common_pb2.Limits
+    protections: _containers.RepeatedCompositeFieldContainer[_common_pb2.Protection]
+    cwd: str
+    env_names: _containers.RepeatedScalarFieldContainer[str]
+    dry_run: bool
+    attached: bool
+    request_id: str
+    def __init__(self, spawn_id: _Optional[str] = ..., pid: _Optional[int] = ..., executable: _Optional[_Union[Executable, _Mapping]] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., cwd: _Optional[str] = ..., env_names: _Optional[_Iterable[str]] = ..., dry_run: _Optional[bool] = ..., attached: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class Output(_message.Message):
+    __slots__ = ("stream", "data")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    stream: _common_pb2.Stream
+    data: bytes
+    def __init__(self, stream: _Optional[_Union[_common_pb2.Stream, str]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class StreamStats(_message.Message):
+    __slots__ = ("total_bytes", "kept_bytes", "dropped_bytes")
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    KEPT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    total_bytes: int
+    kept_bytes: int
+    dropped_bytes: int
+    def __init__(self, total_bytes: _Optional[int] = ..., kept_bytes: _Optional[int] = ..., dropped_bytes: _Optional[int] = ...) -> None: ...
+
+class Exited(_message.Message):
+    __slots__ = ("outcome", "exit_code", "signal", "signal_name", "message", "failed_step", "errno", "rusage", "peak_memory_bytes", "duration_seconds", "stdout", "stderr", "oom_kills")
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_NAME_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FAILED_STEP_FIELD_NUMBER: _ClassVar[int]
+    ERRNO_FIELD_NUMBER: _ClassVar[int]
+    RUSAGE_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    DURATION_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    OOM_KILLS_FIELD_NUMBER: _ClassVar[int]
+    outcome: _common_pb2.Outcome
+    exit_code: int
+    signal: int
+    signal_name: str
+    message: str
+    failed_step: str
+    errno: int
+    rusage: _common_pb2.Rusage
+    peak_memory_bytes: int
+    duration_seconds: float
+    stdout: StreamStats
+    stderr: StreamStats
+    oom_kills: int
+    def __init__(self, outcome: _Optional[_Union[_common_pb2.Outcome, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., signal_name: _Optional[str] = ..., message: _Optional[str] = ..., failed_step: _Optional[str] = ..., errno: _Optional[int] = ..., rusage: _Optional[_Union[_common_pb2.Rusage, _Mapping]] = ..., peak_memory_bytes: _Optional[int] = ..., duration_seconds: _Optional[float] = ..., stdout: _Optional[_Union[StreamStats, _Mapping]] = ..., stderr: _Optional[_Union[StreamStats, _Mapping]] = ..., oom_kills: _Optional[int] = ...) -> None: ...
+
+class SpawnEvent(_message.Message):
+    __slots__ = ("started", "output", "exited")
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    started: Started
+    output: Output
+    exited: Exited
+    def __init__(self, started: _Optional[_Union[Started, _Mapping]] = ..., output: _Optional[_Union[Output, _Mapping]] = ..., exited: _Optional[_Union[Exited, _Mapping]] = ...) -> None: ...
+
+class RunResult(_message.Message):
+    __slots__ = ("started", "stdout", "stderr", "exited")
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    started: Started
+    stdout: bytes
+    stderr: bytes
+    exited: Exited
+    def __init__(self, started: _Optional[_Union[Started, _Mapping]] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., exited: _Optional[_Union[Exited, _Mapping]] = ...) -> None: ...
+
+class SignalRequest(_message.Message):
+    __slots__ = ("spawn_id", "pid", "signal")
+    SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    spawn_id: str
+    pid: int
+    signal: int
+    def __init__(self, spawn_id: _Optional[str] = ..., pid: _Optional[int] = ..., signal: _Optional[int] = ...) -> None: ...
+
+class SignalResponse(_message.Message):
+    __slots__ = ("spawn_id",)
+    SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
+    spawn_id: str
+    def __init__(self, spawn_id: _Optional[str] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SpawnInfo(_message.Message):
+    __slots__ = ("spawn_id", "tenant", "pid", "argv", "age_seconds", "limits", "labels", "request_id")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    ARGV_FIELD_NUMBER: _ClassVar[int]
+    AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    spawn_id: str
+    tenant: str
+    pid: int
+    argv: _containers.RepeatedScalarFieldContainer[str]
+    age_seconds: float
+    limits: _common_pb2.Limits
+    labels: _containers.ScalarMap[str, str]
+    request_id: str
+    def __init__(self, spawn_id: _Optional[str] = ..., tenant: _Optional[str] = ..., pid: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., age_seconds: _Optional[float] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("spawns",)
+    SPAWNS_FIELD_NUMBER: _ClassVar[int]
+    spawns: _containers.RepeatedCompositeFieldContainer[SpawnInfo]
+    def __init__(self, spawns: _Optional[_Iterable[_Union[SpawnInfo, _Mapping]]] = ...) -> None: ...

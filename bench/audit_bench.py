@@ -4,7 +4,7 @@
     results = run(quick=True)                    # from the bench harness
 
 Writes process.exec and process.exit records shaped like the daemon's (the
-fields of ``Spawn._exec_record`` and ``Tenant.audit_exit``, default profile:
+fields of ``hostcapd.process.records`` (exec_record, exit_record), default profile:
 twelve protections, eight limits) through `AuditLog.write` into a log in a
 temporary directory, with the event loop running so the batched fdatasyncs
 run on the writer's own thread, as in the daemon. Each batch is timed with

@@ -37,11 +37,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import prctl
-from hostcapd import environment, executable
-from hostcapd import limits as limits_mod
 from hostcapd.audit import AuditLog
 from hostcapd.config import AuditSettings, Tenant, parse_config
-from hostcapd.executable import HashCache
+from hostcapd.process import environment, executable
+from hostcapd.process import limits as limits_mod
+from hostcapd.process.executable import HashCache
 from hostcapd.sandbox import identity, rlimits
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile, prepare, probe_host

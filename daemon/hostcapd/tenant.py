@@ -10,16 +10,18 @@ import asyncio
 import itertools
 import logging
 from collections import OrderedDict
-from typing import Any
 
-from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
-from hostcapd.executable import HashCache
 from hostcapd.fs.runtime import FsRuntime
+from hostcapd.process import request as request_mod
+from hostcapd.process.executable import HashCache
+from hostcapd.process.report import Outcome, Report
+from hostcapd.process.request import Prepared, SpawnRequest
+from hostcapd.process.spawn import Spawn, SpawnDeps
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile
-from hostcapd.spawn import Outcome, Report, Spawn, SpawnRequest, prepare, signal_name
 from hostcapd.spawner.client import SpawnerClient
 
 log = logging.getLogger("hostcapd.tenant")
@@ -39,21 +41,18 @@ class TenantRuntime:
         cgroups: CgroupHost,
         kill_grace: float,
     ) -> None:
-        self.tenant = tenant
-        self.profile = profile
-        self.spawner = spawner
-        self.audit = audit
-        self.cgroups = cgroups
-        self.kill_grace = kill_grace
-        self.hash_cache = HashCache()
+        #: This runtime's own profile in the spawner: a reload's replacement
+        #: registers a new one, so no order of the old runtime meets the new.
+        profile_key = f"{tenant.name}#{next(_PROFILE_KEYS)}"
+        #: What each spawn is given; fixed for this runtime's life.
+        self.deps = SpawnDeps(
+            tenant, profile, profile_key, spawner, audit, cgroups, kill_grace, HashCache()
+        )
         self.spawns: dict[str, Spawn] = {}
         self._by_request: dict[str, Spawn] = {}
         self._finished: OrderedDict[str, Spawn] = OrderedDict()
         self._tasks: set[asyncio.Task[Report | None]] = set()
         self.accepting = True
-        #: This runtime's own profile in the spawner: a reload's replacement
-        #: registers a new one, so no order of the old runtime meets the new.
-        self.profile_key = f"{tenant.name}#{next(_PROFILE_KEYS)}"
         #: Spawn/Run calls still sending to their clients (shutdown waits for them).
         self.active_calls = 0
         #: The tenant's FsService runtime, once the server has started it.
@@ -61,7 +60,31 @@ class TenantRuntime:
 
     @property
     def name(self) -> str:
-        return self.tenant.name
+        return self.deps.tenant.name
+
+    @property
+    def tenant(self) -> Tenant:
+        return self.deps.tenant
+
+    @property
+    def profile(self) -> TenantProfile:
+        return self.deps.profile
+
+    @property
+    def profile_key(self) -> str:
+        return self.deps.profile_key
+
+    @property
+    def spawner(self) -> SpawnerClient:
+        return self.deps.spawner
+
+    @property
+    def audit(self) -> AuditLog:
+        return self.deps.audit
+
+    @property
+    def cgroups(self) -> CgroupHost:
+        return self.deps.cgroups
 
     def register_with_spawner(self) -> None:
         self.spawner.register_profile(
@@ -84,6 +107,13 @@ class TenantRuntime:
             return None
         return self._by_request.get(request_id) or self._finished.get(request_id)
 
+    def prepare(self, request: SpawnRequest) -> Prepared:
+        """Validate and resolve a request: the one entry for a dry run and a
+        real one (which `start` admits first)."""
+        return request_mod.prepare(
+            request, self.tenant, self.profile.protections, self.deps.hash_cache
+        )
+
     def start(self, request: SpawnRequest, streaming: bool) -> Spawn:
         """Validate, admit and start a spawn; its task is owned here."""
         if not self.accepting:
@@ -93,8 +123,8 @@ class TenantRuntime:
                 "QUOTA_EXCEEDED",
                 f"tenant {self.name} already runs {len(self.spawns)} spawns (quota {self.tenant.max_concurrent_spawns})",
             )
-        prepared = prepare(request, self)
-        spawn = Spawn(self, request, prepared, streaming)
+        prepared = self.prepare(request)
+        spawn = Spawn(self.deps, request, prepared, streaming)
         self.spawns[spawn.id] = spawn
         if request.request_id:
             self._by_request[request.request_id] = spawn
@@ -122,54 +152,6 @@ class TenantRuntime:
             if pid and spawn.pid == pid:
                 return spawn
         return None
-
-    def audit_exit(self, spawn: Spawn, report: Report) -> None:
-        record: dict[str, Any] = {
-            "tenant": self.name,
-            "spawn_id": spawn.id,
-            "request_id": spawn.request.request_id,
-            "labels": dict(spawn.request.labels),
-            "pid": spawn.pid,
-            "outcome": report.outcome.value,
-            "exit_code": report.exit_code,
-            "signal": report.signal,
-            "message": report.message,
-            "signal_name": signal_name(report.signal) if report.signal else None,
-            "rusage": {
-                "user_seconds": report.rusage[0],
-                "system_seconds": report.rusage[1],
-                "max_rss_bytes": report.rusage[2] * 1024,
-                "voluntary_context_switches": report.rusage[3],
-                "involuntary_context_switches": report.rusage[4],
-                "block_input_ops": report.rusage[5],
-                "block_output_ops": report.rusage[6],
-            },
-            "peak_memory_bytes": report.peak_memory_bytes,
-            "oom_kills": report.oom_kills,
-            "duration_s": round(report.duration, 6),
-            "stdout": {
-                "total": spawn.stdout.total,
-                "kept": spawn.stdout.kept,
-                "dropped": spawn.stdout.dropped,
-            },
-            "stderr": {
-                "total": spawn.stderr.total,
-                "kept": spawn.stderr.kept,
-                "dropped": spawn.stderr.dropped,
-            },
-        }
-        if report.failed_step:
-            record["failed_step"] = report.failed_step
-            record["errno"] = report.errno
-        try:
-            if not self.audit.write_or_defer("process.exit", **record):
-                log.error(
-                    "no room for the exit record of spawn %s: kept, written once the "
-                    "audit log takes records again",
-                    spawn.id,
-                )
-        except AuditUnavailable as error:
-            log.error("could not audit the exit of spawn %s: %s", spawn.id, error)
 
     async def shutdown(self) -> None:
         """Refuse new spawns; end running ones as DAEMON_SHUTDOWN and wait for them."""

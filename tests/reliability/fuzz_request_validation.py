@@ -23,14 +23,14 @@ with atheris.instrument_imports(include=["hostcapd", "hostcap_proto"]):
     from google.protobuf.message import DecodeError
     from hostcap_proto.errors import REASONS
     from hostcap_proto.v1 import fs_pb2, process_pb2
-    from hostcapd import environment, executable
-    from hostcapd import limits as limits_mod
     from hostcapd.config import parse_config
     from hostcapd.errors import Refusal
     from hostcapd.frontend.convert import request_from_wire
     from hostcapd.fs.errors import FsRefusal
     from hostcapd.fs.scope import FsScope, RootSpec
-    from hostcapd.spawn import resolve_cwd, validate_argv
+    from hostcapd.process import environment, executable
+    from hostcapd.process import limits as limits_mod
+    from hostcapd.process.request import resolve_cwd, validate_argv
 
 STATE = Path(tempfile.mkdtemp(prefix="hostcap-fuzz-"))
 WORKSPACE, REFERENCE = STATE / "workspace", STATE / "reference"

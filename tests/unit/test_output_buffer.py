@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import tracemalloc
 
-from hostcapd.output import TAIL_PIECE, StreamBuffer, marker
+from hostcapd.process.output import TAIL_PIECE, StreamBuffer, marker
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -33,7 +33,8 @@ from hostcapd.audit.redact import redact_argv
 from hostcapd.errors import Refusal
 from hostcapd.frontend import convert
 from hostcapd.frontend.context import Context
-from hostcapd.spawn import Outcome, Report, Spawn
+from hostcapd.process.report import Outcome, Report
+from hostcapd.process.spawn import Spawn
 from hostcapd.tenant import TenantRuntime
 
 log = logging.getLogger("hostcapd.admin")
@@ -196,7 +197,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.ListSpawnsResponse:
         response = admin_pb2.ListSpawnsResponse()
         for spawn in self._live_spawns():
-            if spawn.pid and (not request.tenant or spawn.runtime.name == request.tenant):
+            if spawn.pid and (not request.tenant or spawn.deps.tenant.name == request.tenant):
                 info = convert.spawn_info(spawn)
                 # As the audit log shows it: an ops screen is no place for a token.
                 info.argv[:] = redact_argv(info.argv)
@@ -209,10 +210,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         spawn = next((s for s in self._live_spawns() if s.id == request.spawn_id), None)
         if not request.spawn_id or spawn is None:
             await _refuse(context, "NOT_FOUND", f"no live spawn has the id {request.spawn_id!r}")
-        log.warning("admin kill of spawn %s (tenant %s)", spawn.id, spawn.runtime.name)
+        log.warning("admin kill of spawn %s (tenant %s)", spawn.id, spawn.deps.tenant.name)
         spawn.cancel(Outcome.CANCELLED, KILLED_BY_ADMIN)
-        response = admin_pb2.KillResponse(spawn_id=spawn.id, tenant=spawn.runtime.name)
-        wait = spawn.runtime.kill_grace + KILL_WAIT_MARGIN_S
+        response = admin_pb2.KillResponse(spawn_id=spawn.id, tenant=spawn.deps.tenant.name)
+        wait = spawn.deps.kill_grace + KILL_WAIT_MARGIN_S
         try:
             report: Report = await asyncio.wait_for(asyncio.shield(spawn.done), wait)
         except TimeoutError:

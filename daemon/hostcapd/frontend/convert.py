@@ -5,9 +5,10 @@ from __future__ import annotations
 from hostcap_proto.v1 import common_pb2, process_pb2
 
 from hostcapd.config import LIMIT_NAMES, Limits
+from hostcapd.process.report import Report, signal_name
+from hostcapd.process.request import Prepared, SpawnRequest
+from hostcapd.process.spawn import Spawn
 from hostcapd.sandbox.profile import ProtectionStatus
-from hostcapd.spawn import Prepared, Report, Spawn, SpawnRequest, signal_name
-from hostcapd.tenant import TenantRuntime
 
 
 def limits_from_wire(message: common_pb2.Limits) -> dict[str, float | int]:
@@ -43,7 +44,6 @@ def protections_to_wire(statuses: tuple[ProtectionStatus, ...]) -> list[common_p
 
 
 def started_to_wire(
-    runtime: TenantRuntime,
     request: SpawnRequest,
     p: Prepared,
     spawn_id: str = "",
@@ -68,9 +68,7 @@ def started_to_wire(
 
 
 def started_of(spawn: Spawn, attached: bool = False) -> process_pb2.Started:
-    return started_to_wire(
-        spawn.runtime, spawn.request, spawn.prepared, spawn.id, spawn.pid, attached=attached
-    )
+    return started_to_wire(spawn.request, spawn.prepared, spawn.id, spawn.pid, attached=attached)
 
 
 def exited_to_wire(spawn: Spawn, report: Report) -> process_pb2.Exited:
@@ -113,7 +111,7 @@ def exited_to_wire(spawn: Spawn, report: Report) -> process_pb2.Exited:
 def spawn_info(spawn: Spawn) -> process_pb2.SpawnInfo:
     return process_pb2.SpawnInfo(
         spawn_id=spawn.id,
-        tenant=spawn.runtime.name,
+        tenant=spawn.deps.tenant.name,
         pid=spawn.pid,
         argv=list(spawn.prepared.argv),
         age_seconds=spawn.age(),

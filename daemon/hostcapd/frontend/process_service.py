@@ -12,7 +12,8 @@ from hostcapd.errors import Refusal
 from hostcapd.frontend import convert
 from hostcapd.frontend.context import Context
 from hostcapd.frontend.refusals import refuse
-from hostcapd.spawn import Spawn, SpawnRequest, prepare
+from hostcapd.process.request import SpawnRequest
+from hostcapd.process.spawn import Spawn
 from hostcapd.tenant import TenantRuntime
 
 _VALID_SIGNALS = {int(s) for s in signal_mod.Signals}
@@ -53,11 +54,11 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
                 await existing.started
                 return existing, convert.started_of(existing, attached=True), True
             if request.dry_run:
-                prepared = prepare(request, self.runtime)
+                prepared = self.runtime.prepare(request)
                 prepared.close()
                 return (
                     None,
-                    convert.started_to_wire(self.runtime, request, prepared, dry_run=True),
+                    convert.started_to_wire(request, prepared, dry_run=True),
                     False,
                 )
             return self.runtime.start(request, streaming=streaming), None, False

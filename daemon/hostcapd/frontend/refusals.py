@@ -9,7 +9,7 @@ from typing import NoReturn
 from hostcapd.audit import AuditUnavailable
 from hostcapd.errors import Refusal, shorten
 from hostcapd.frontend.context import Context
-from hostcapd.spawn import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_REQUEST_ID
+from hostcapd.process.request import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_REQUEST_ID
 from hostcapd.tenant import TenantRuntime
 
 log = logging.getLogger("hostcapd.frontend")

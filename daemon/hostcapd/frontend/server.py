@@ -51,6 +51,8 @@ from hostcapd.frontend.handlers import add_servicer
 from hostcapd.frontend.host_service import HostServicer
 from hostcapd.frontend.process_service import ProcessServicer
 from hostcapd.fs import FsRuntime, FsWorkerUnavailable, start_fs_service
+from hostcapd.process.report import Outcome
+from hostcapd.process.spawn import EOF_GRACE
 from hostcapd.sandbox.profile import (
     HostSupport,
     ProtectionUnavailable,
@@ -58,7 +60,6 @@ from hostcapd.sandbox.profile import (
     prepare,
     probe_host,
 )
-from hostcapd.spawn import EOF_GRACE, Outcome
 from hostcapd.spawner.client import SpawnerClient, SpawnerLost
 from hostcapd.tenant import TenantRuntime
 
@@ -289,7 +290,7 @@ class TenantService:
         """How long a spawn of this tenant can live at most: the wall ceiling,
         the kill grace and the pipe-EOF wait."""
         wall = self.tenant.limits.ceiling.wall_seconds or 0.0
-        return wall + self.runtime.kill_grace + EOF_GRACE
+        return wall + self.runtime.deps.kill_grace + EOF_GRACE
 
 
 class Daemon:

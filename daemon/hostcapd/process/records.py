@@ -1,0 +1,107 @@
+"""The two audit records of a spawn: `process.exec`, written ahead of the
+exec (no record, no exec), and `process.exit`, which closes it. Both carry
+the same correlation fields; their schemas are in hostcap_proto.audit."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.config import Tenant
+from hostcapd.process.output import StreamBuffer
+from hostcapd.process.report import Report, signal_name
+from hostcapd.process.request import Prepared, SpawnRequest
+
+log = logging.getLogger("hostcapd.spawn")
+
+
+def _correlation(tenant: str, spawn_id: str, request: SpawnRequest) -> dict[str, Any]:
+    return {
+        "tenant": tenant,
+        "spawn_id": spawn_id,
+        "request_id": request.request_id,
+        "labels": dict(request.labels),
+    }
+
+
+def exec_record(
+    tenant: Tenant, spawn_id: str, request: SpawnRequest, p: Prepared
+) -> dict[str, Any]:
+    """What will run, as decided: the fields of `process.exec`."""
+    return {
+        **_correlation(tenant.name, spawn_id, request),
+        "argv": list(p.argv),
+        "env_names": sorted(p.env),
+        "executable": {
+            "path": p.exe.path,
+            "sha256": p.exe.sha256,
+            "device": p.exe.device,
+            "inode": p.exe.inode,
+        },
+        "cwd": p.cwd.path,
+        "uid": tenant.uid,
+        "gid": tenant.gid,
+        "limits": p.limits.model_dump(exclude_none=True),
+        "protections": [
+            {"name": s.name, "applied": s.applied, "reason": s.reason} for s in p.protections
+        ],
+    }
+
+
+def _stream(buf: StreamBuffer) -> dict[str, int]:
+    return {"total": buf.total, "kept": buf.kept, "dropped": buf.dropped}
+
+
+def exit_record(
+    tenant: str,
+    spawn_id: str,
+    request: SpawnRequest,
+    pid: int,
+    report: Report,
+    stdout: StreamBuffer,
+    stderr: StreamBuffer,
+) -> dict[str, Any]:
+    """How it ended: the fields of `process.exit`."""
+    r = report.rusage
+    record: dict[str, Any] = {
+        **_correlation(tenant, spawn_id, request),
+        "pid": pid,
+        "outcome": report.outcome.value,
+        "exit_code": report.exit_code,
+        "signal": report.signal,
+        "message": report.message,
+        "signal_name": signal_name(report.signal) if report.signal else None,
+        "rusage": {
+            "user_seconds": r[0],
+            "system_seconds": r[1],
+            "max_rss_bytes": r[2] * 1024,
+            "voluntary_context_switches": r[3],
+            "involuntary_context_switches": r[4],
+            "block_input_ops": r[5],
+            "block_output_ops": r[6],
+        },
+        "peak_memory_bytes": report.peak_memory_bytes,
+        "oom_kills": report.oom_kills,
+        "duration_s": round(report.duration, 6),
+        "stdout": _stream(stdout),
+        "stderr": _stream(stderr),
+    }
+    if report.failed_step:
+        record["failed_step"] = report.failed_step
+        record["errno"] = report.errno
+    return record
+
+
+def write_exit(audit: AuditLog, spawn_id: str, record: dict[str, Any]) -> None:
+    """Append the exit record, or queue it when the log has no room (it is
+    written once the log takes records again); never raises."""
+    try:
+        if not audit.write_or_defer("process.exit", **record):
+            log.error(
+                "no room for the exit record of spawn %s: kept, written once the "
+                "audit log takes records again",
+                spawn_id,
+            )
+    except AuditUnavailable as error:
+        log.error("could not audit the exit of spawn %s: %s", spawn_id, error)

@@ -1,0 +1,178 @@
+"""A spawn request, validated and resolved before anything runs (step 1 of
+the spawn sequence): argv, correlation fields, cwd, environment, limits and
+the executable, each refused with its reason."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from hostcapd.config import Limits, Tenant
+from hostcapd.errors import Refusal
+from hostcapd.fs.syscalls import RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, openat2
+from hostcapd.process import environment, executable
+from hostcapd.process import limits as limits_mod
+from hostcapd.sandbox.profile import ProtectionStatus
+
+MAX_ARGV_BYTES = 1024 * 1024
+MAX_ARG_BYTES = 128 * 1024
+MAX_LABELS = 32
+MAX_LABEL_KEY = 128
+MAX_LABEL_VALUE = 1024
+MAX_REQUEST_ID = 256
+PATH_MAX = 4096
+
+
+@dataclass(frozen=True)
+class SpawnRequest:
+    """A spawn request as plain values (the front-end converts the wire message)."""
+
+    argv: tuple[str, ...]
+    cwd: str = ""
+    env: Mapping[str, str] = field(default_factory=dict)
+    stdin: bytes | None = None
+    limits: Mapping[str, float | int] = field(default_factory=dict)
+    request_id: str = ""
+    dry_run: bool = False
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Prepared:
+    """Everything decided before anything runs."""
+
+    exe: executable.ResolvedExecutable
+    argv: tuple[str, ...]
+    cwd: Cwd
+    env: dict[str, str]
+    limits: Limits
+    #: The protections as applied to this spawn (the profile's, adjusted).
+    protections: tuple[ProtectionStatus, ...]
+
+    def close(self) -> None:
+        self.exe.close()
+
+    @property
+    def by_fd(self) -> bool:
+        return any(s.name == "exec_by_fd" and s.applied for s in self.protections)
+
+
+@dataclass(frozen=True)
+class Cwd:
+    """A validated cwd: the root it lies beneath and the path relative to it.
+    The child opens it again beneath the root in its own mount namespace."""
+
+    path: str
+    root: str
+    relative: str
+
+
+def resolve_cwd(cwd: str, tenant: Tenant) -> Cwd:
+    """Check the cwd resolves beneath a root, with openat2(RESOLVE_BENEATH):
+    no `..`, symlink or magic link may leave it."""
+    if "\0" in cwd:
+        raise Refusal("INVALID_ARGUMENT", "cwd contains a NUL byte")
+    if os.path.isabs(cwd):
+        lexical = os.path.normpath(cwd)
+        for root in tenant.roots:
+            r = str(root.path)
+            if lexical == r or lexical.startswith(r + "/"):
+                base, rel = r, os.path.relpath(lexical, r)
+                break
+        else:
+            raise Refusal("PATH_ESCAPES_ROOT", f"cwd {cwd!r} is outside the tenant's roots")
+    else:
+        base, rel = str(tenant.primary_root.path), cwd or "."
+    try:
+        root_fd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise Refusal("NOT_FOUND", "the tenant root does not exist") from None
+    try:
+        fd = openat2(
+            root_fd, rel, os.O_PATH | os.O_DIRECTORY, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
+        )
+    except OSError as error:
+        if error.errno in (errno.EXDEV, errno.ELOOP):
+            raise Refusal(
+                "PATH_ESCAPES_ROOT", f"cwd {cwd!r} resolves outside the tenant's roots"
+            ) from None
+        raise Refusal(
+            "NOT_FOUND", f"cwd {cwd!r} is not a directory in the tenant's roots"
+        ) from None
+    finally:
+        os.close(root_fd)
+    try:
+        resolved = os.readlink(f"/proc/self/fd/{fd}")
+    finally:
+        os.close(fd)
+    return Cwd(resolved, base, rel)
+
+
+def validate_argv(argv: tuple[str, ...]) -> None:
+    if not argv:
+        raise Refusal("INVALID_ARGUMENT", "argv must not be empty")
+    total = 0
+    for arg in argv:
+        if "\0" in arg:
+            raise Refusal("INVALID_ARGUMENT", "argv contains a NUL byte")
+        size = len(arg.encode())
+        if size > MAX_ARG_BYTES:
+            raise Refusal("TOO_LARGE", f"an argument is longer than {MAX_ARG_BYTES} bytes")
+        total += size + 1 + 8
+        if total > MAX_ARGV_BYTES:
+            raise Refusal("TOO_LARGE", f"argv is larger than {MAX_ARGV_BYTES} bytes")
+
+
+def validate_correlation(labels: Mapping[str, str], request_id: str) -> None:
+    """Labels and request_id go whole into fsynced audit records: bound them."""
+    if len(request_id) > MAX_REQUEST_ID:
+        raise Refusal("INVALID_ARGUMENT", f"request_id is longer than {MAX_REQUEST_ID} characters")
+    if len(labels) > MAX_LABELS:
+        raise Refusal("INVALID_ARGUMENT", f"more than {MAX_LABELS} labels")
+    for key, value in labels.items():
+        if not key or len(key) > MAX_LABEL_KEY or len(value) > MAX_LABEL_VALUE:
+            raise Refusal(
+                "INVALID_ARGUMENT",
+                f"a label key must be 1-{MAX_LABEL_KEY} and a value at most "
+                f"{MAX_LABEL_VALUE} characters",
+            )
+
+
+def prepare(
+    request: SpawnRequest,
+    tenant: Tenant,
+    protections: tuple[ProtectionStatus, ...],
+    hash_cache: executable.HashCache,
+) -> Prepared:
+    """Step 1 of the spawn sequence: validate and resolve everything, for a
+    dry run and a real one alike. `protections` are the tenant profile's."""
+    validate_correlation(request.labels, request.request_id)
+    validate_argv(request.argv)
+    if len(request.cwd.encode()) > PATH_MAX:
+        raise Refusal("INVALID_ARGUMENT", f"cwd is longer than {PATH_MAX} bytes")
+    applied = limits_mod.apply(dict(request.limits), tenant.limits)
+    env = environment.build(tenant, request.env)
+    cwd = resolve_cwd(request.cwd, tenant)
+    exe = executable.resolve(
+        request.argv[0], tenant.path, tenant.allowed_executable_dirs, hash_cache
+    )
+    if exe.is_script:
+        # The kernel cannot hand a close-on-exec fd to a script's interpreter.
+        protections = tuple(
+            ProtectionStatus(
+                s.name, False, "a #! script is exec'd by its resolved path", s.required
+            )
+            if s.name == "exec_by_fd" and s.applied
+            else s
+            for s in protections
+        )
+    return Prepared(
+        exe=exe,
+        argv=request.argv,
+        cwd=cwd,
+        env=env,
+        limits=applied,
+        protections=protections,
+    )

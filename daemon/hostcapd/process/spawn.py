@@ -1,0 +1,544 @@
+"""One spawn, from a validated request to its final report.
+
+A `Spawn` owns everything of one run — its process tree, cgroup, pipes,
+cancel eventfd, timers — and releases all of it on every way out
+(completion, cancel, timeout, limit, shutdown), the way a value is dropped.
+It runs as its own task owned by the tenant runtime, so a client that goes
+away cancels the tree but never skips the cleanup or the exit audit record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.config import Tenant
+from hostcapd.errors import Refusal
+from hostcapd.process import environment, records
+from hostcapd.process.executable import HashCache
+from hostcapd.process.output import StreamBuffer
+from hostcapd.process.report import Outcome, Report, classify
+from hostcapd.process.request import Prepared, SpawnRequest
+from hostcapd.sandbox import identity, rlimits
+from hostcapd.sandbox.cgroups import CgroupError, CgroupHost, CgroupStats, SpawnCgroup
+from hostcapd.sandbox.profile import TenantProfile
+from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerClient, SpawnerLost
+
+log = logging.getLogger("hostcapd.spawn")
+
+#: Largest read of an output pipe: a whole pipe, and the largest Output event.
+READ_CHUNK = 1024 * 1024
+PIPE_SIZE = 1024 * 1024
+#: Streamed-but-unsent bytes above which we stop reading the pipe (back-pressure
+#: on a slow client for the kept head; what is dropped is always drained).
+#: At 0 a pipe is read again only once what it gave has been sent: the pipe
+#: is the buffer, and each read takes all that piled up during the send, so
+#: a fast writer is streamed in few large events (measured: bench/README.md,
+#: "Stream tuning"), and a slow one without delay.
+HIGH_WATER = 0
+EOF_GRACE = 2.0
+
+
+@dataclass(frozen=True)
+class SpawnDeps:
+    """What a spawn needs of its tenant's runtime, fixed for the runtime's life
+    (a reload makes a new runtime, and new deps, for new spawns)."""
+
+    tenant: Tenant
+    profile: TenantProfile
+    #: The profile's key in the spawner (one per runtime).
+    profile_key: str
+    spawner: SpawnerClient
+    audit: AuditLog
+    cgroups: CgroupHost
+    kill_grace: float
+    hash_cache: HashCache
+
+
+class Spawn:
+    def __init__(
+        self, deps: SpawnDeps, request: SpawnRequest, prepared: Prepared, streaming: bool
+    ) -> None:
+        self.deps = deps
+        self.request = request
+        self.prepared = prepared
+        self.id = uuid.uuid4().hex
+        self.streaming = streaming
+        self.pid = 0
+        self.started_at = time.monotonic()
+        # A streaming caller gets the head as it comes: it is not kept here.
+        keep = prepared.limits.output_bytes or 0
+        self.stdout = StreamBuffer(keep, retain_head=not streaming)
+        self.stderr = StreamBuffer(keep, retain_head=not streaming)
+        #: Streamed events for the owning caller: ("started"|"output"|"exited", payload).
+        self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        self.pending_bytes = 0
+        self.report: Report | None = None
+        self.done = asyncio.get_running_loop().create_future()
+        self.started = asyncio.get_running_loop().create_future()
+        self._kill_reason: Outcome | None = None
+        self._kill_message = ""
+        self._kill_task: asyncio.Task[None] | None = None
+        self._cancel_fd = -1
+        self._exit: asyncio.Future[ExitStatus] | None = None
+        self._readers: dict[int, tuple[StreamBuffer, int]] = {}
+        self._eof = asyncio.Event()
+        self._paused: set[int] = set()
+        self._cgroup: SpawnCgroup | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._exec_time = 0.0
+        self._exec_audited = False
+        self._go_fd = -1
+        self._audit_failure: AuditUnavailable | None = None
+        # Set-up state: the child's fds (closed once the spawner has them), the
+        # read ends until their readers take them, the spawner's futures.
+        self._child_fds: list[int] = []
+        self._read_ends: list[int] = []
+        self._stdin_w = -1
+        self._ruleset_fd = -1
+        self._cgroup_fds: list[int] = []
+        self._spawner_started: asyncio.Future[int] | None = None
+
+    # --- control from outside -------------------------------------------
+
+    def cancel(self, reason: Outcome = Outcome.CANCELLED, message: str = "") -> None:
+        """Kill the tree (once) for `reason`; safe to call at any time."""
+        self._terminate(
+            reason, message or ("cancelled by the client" if reason is Outcome.CANCELLED else "")
+        )
+
+    def signal(self, sig: int) -> None:
+        if self.pid:
+            self.deps.spawner.kill(self.id, self.pid, sig)
+
+    def consumed(self, nbytes: int) -> None:
+        """The caller sent `nbytes` of streamed output: lift back-pressure."""
+        self.pending_bytes -= nbytes
+        if self._paused and self.pending_bytes <= HIGH_WATER // 2:
+            loop = asyncio.get_running_loop()
+            for fd in list(self._paused):
+                self._paused.discard(fd)
+                loop.add_reader(fd, self._on_readable, fd)
+
+    # --- the run ----------------------------------------------------------
+
+    async def run(self) -> Report | None:
+        """The spawn sequence; None when refused before anything ran."""
+        try:
+            synced = self._write_exec_record()
+            self._make_cgroup()
+            self._make_pipes()
+            await self._send_order()
+            await self._release_on_durable(synced)
+            assert self._spawner_started is not None
+            self.pid = await self._spawner_started
+            self._exec_time = time.monotonic()
+            self.started.set_result(self.pid)
+            self.events.put_nowait(("started", self.pid))
+            stdin_task = self._stream()
+            try:
+                status = await self._wait_end()
+            finally:
+                if stdin_task:
+                    stdin_task.cancel()
+            return self._finish(status)
+        except _Refused as refused:
+            self._refuse(refused.refusal)
+            return None
+        except _Cancelled:
+            return self._finish_unstarted(Outcome.CANCELLED, "", 0, self._kill_message)
+        except SetupFailed as error:
+            if self._audit_failure is not None:
+                self._refuse(_audit_refusal(self._audit_failure))
+                return None
+            if self._kill_reason is not None:  # cancel wins over a simultaneous error
+                return self._finish_unstarted(self._kill_reason, "", 0, self._kill_message)
+            return self._finish_unstarted(
+                Outcome.SPAWN_FAILED,
+                error.step,
+                error.errno,
+                f"set-up step {error.step} failed: {os.strerror(error.errno) if error.errno else error.detail}",
+            )
+        except SpawnerLost:
+            return self._finish_unstarted(
+                Outcome.SPAWN_FAILED, "spawner", 0, "the spawner died during set-up"
+            )
+        except Exception as error:
+            # A daemon bug must still end the call and leave nothing behind.
+            log.exception("spawn %s failed inside the daemon", self.id)
+            if not self._exec_audited:
+                refusal = Refusal(
+                    "INVALID_ARGUMENT",
+                    f"the daemon could not start the spawn: {type(error).__name__}",
+                )
+                self._refuse(refusal)
+                return None
+            self._kill_tree(signal.SIGKILL)
+            return self._finish_unstarted(
+                Outcome.SPAWN_FAILED, "daemon", 0, f"internal error: {type(error).__name__}"
+            )
+        finally:
+            self._release()
+
+    # Step 2: the write-ahead exec record, appended first and fsynced while
+    # the cgroup, the pipes and the child's set-up are made (the fsync is the
+    # longest of them); the child waits right before exec for the go given
+    # once the record is durable. No record, no exec.
+
+    def _write_exec_record(self) -> asyncio.Future[Any]:
+        deps = self.deps
+        try:
+            _, synced = deps.audit.write_pending(
+                "process.exec",
+                **records.exec_record(deps.tenant, self.id, self.request, self.prepared),
+            )
+        except AuditUnavailable as error:
+            raise _Refused(_audit_refusal(error)) from None
+        synced.add_done_callback(_retrieve)
+        self._exec_audited = True
+        if self._kill_reason is not None:
+            raise _Cancelled()
+        return synced
+
+    def _make_cgroup(self) -> None:
+        if not self.deps.profile.has("cgroup"):
+            return
+        limits = self.prepared.limits
+        try:
+            self._cgroup = self.deps.cgroups.create(self.id, limits.memory_bytes, limits.pids)
+        except CgroupError as error:
+            # Recorded as tried: it ends SPAWN_FAILED at step "cgroup", and
+            # its exit record closes the exec record.
+            raise SetupFailed("cgroup", 0, str(error)) from None
+
+    def _make_pipes(self) -> None:
+        """Pipes, eventfds and the landlock ruleset. The child's ends go to the
+        spawner and are closed here once it has them (`_child_fds`)."""
+        out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        with contextlib.suppress(OSError):
+            # Fewer, larger reads for a fast writer (the child's cgroup pays).
+            fcntl.fcntl(out_r, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        self._read_ends += [out_r, err_r]
+        os.set_blocking(out_w, True)
+        os.set_blocking(err_w, True)
+        if self.request.stdin is not None:
+            in_r, self._stdin_w = os.pipe2(os.O_CLOEXEC)
+            os.set_blocking(self._stdin_w, False)
+        else:
+            in_r = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+        self._child_fds += [in_r, out_w, err_w]
+        self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._ruleset_fd = self.deps.profile.new_ruleset()
+        if self._ruleset_fd >= 0:
+            self._child_fds.append(self._ruleset_fd)
+        self._cgroup_fds = self._cgroup.procs_fds() if self._cgroup else []
+        self._child_fds += self._cgroup_fds
+
+    def _order(self) -> dict[str, Any]:
+        p, profile = self.prepared, self.deps.profile
+        ident = identity.plan(self.deps.tenant.uid, self.deps.tenant.gid, set(profile.applied))
+        return {
+            "op": "spawn",
+            "id": self.id,
+            "profile": self.deps.profile_key,
+            "by_fd": p.by_fd,
+            "exe_path": p.exe.path.encode(),
+            "argv": [a.encode() for a in p.argv],
+            "envp": environment.encode(p.env),
+            "cwd_root": p.cwd.root.encode(),
+            "cwd": p.cwd.relative.encode(),
+            "rlimits": rlimits.plan(p.limits, profile.has("cgroup"), profile.has("cgroup"))
+            if profile.has("rlimits")
+            else [],
+            "ids": ident.ids,
+            "loginuid": ident.loginuid,
+            "landlock": self._ruleset_fd >= 0,
+            "go": True,
+        }
+
+    # Step 3: the spawner clones; the C set-up runs and waits for the go.
+
+    async def _send_order(self) -> None:
+        in_r, out_w, err_w = self._child_fds[:3]
+        fds = [
+            self.prepared.exe.fd,
+            in_r,
+            out_w,
+            err_w,
+            self._cancel_fd,
+            self._go_fd,
+            *([self._ruleset_fd] if self._ruleset_fd >= 0 else []),
+            *self._cgroup_fds,
+        ]
+        order = self._order()
+        spawner = self.deps.spawner
+        for attempt in (1, 2):
+            await spawner.ready()
+            try:
+                self._spawner_started, self._exit = spawner.spawn(order, fds)
+                break
+            except SpawnerLost:
+                # Found dead on sending: nothing was sent, so nothing ran.
+                if attempt == 2:
+                    raise
+        for fd in self._child_fds:
+            os.close(fd)
+        self._child_fds.clear()
+
+    async def _release_on_durable(self, synced: asyncio.Future[Any]) -> None:
+        """The go once the exec record is durable; a cancel if it cannot be."""
+        try:
+            await synced
+        except AuditUnavailable as error:
+            # Not durable: the child must not run. Cancel it and refuse.
+            self._exec_audited = False
+            self._audit_failure = error
+            with contextlib.suppress(OSError):
+                os.eventfd_write(self._cancel_fd, 1)
+        else:
+            os.eventfd_write(self._go_fd, 1)
+
+    # Step 4: stream output, feed stdin, run the wall clock.
+
+    def _stream(self) -> asyncio.Future[None] | None:
+        loop = asyncio.get_running_loop()
+        out_r, err_r = self._read_ends
+        for fd, buf in ((out_r, self.stdout), (err_r, self.stderr)):
+            self._readers[fd] = (buf, 1 if buf is self.stdout else 2)
+            loop.add_reader(fd, self._on_readable, fd)
+        self._read_ends.clear()
+        stdin_task = None
+        if self._stdin_w >= 0:
+            stdin_task = asyncio.ensure_future(
+                self._feed_stdin(self._stdin_w, self.request.stdin or b"")
+            )
+            self._stdin_w = -1  # _feed_stdin closes it
+        wall = self.prepared.limits.wall_seconds
+        if wall is not None:
+            self._timer = loop.call_later(
+                wall, self._terminate, Outcome.TIMEOUT, f"wall-clock limit of {wall:g} s exceeded"
+            )
+        if self._kill_reason is not None:  # cancelled while the exec was in flight
+            self._terminate(self._kill_reason, self._kill_message, force=True)
+        return stdin_task
+
+    # Step 5: done only when the child is reaped and both pipes are at EOF.
+
+    async def _wait_end(self) -> ExitStatus | None:
+        assert self._exit is not None
+        try:
+            status: ExitStatus | None = await self._exit
+        except SpawnerLost:
+            status = None
+        # Whatever the main process left behind dies with it. In a pid
+        # namespace the kernel has done that already: init was reaped.
+        if not self.deps.profile.has("pid_namespace"):
+            self._kill_tree(signal.SIGKILL)
+        if not self._eof.is_set():  # (wait_for costs a task and a timer)
+            with contextlib.suppress(TimeoutError):
+                # After the grace an escaped holder of the pipe is ignored.
+                await asyncio.wait_for(self._eof.wait(), EOF_GRACE)
+        return status
+
+    def _release(self) -> None:
+        """Every way out: close what is open, stop the timers, remove the cgroup."""
+        for fd in self._child_fds + self._read_ends + [self._stdin_w]:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._child_fds.clear()
+        self._read_ends.clear()
+        self._stdin_w = -1
+        self._close_readers()
+        if self._cancel_fd >= 0:
+            os.close(self._cancel_fd)
+            self._cancel_fd = -1
+        if self._go_fd >= 0:
+            os.close(self._go_fd)
+            self._go_fd = -1
+        if self._timer:
+            self._timer.cancel()
+        if self._kill_task and not self._kill_task.done():
+            self._kill_task.cancel()
+        self.prepared.close()
+        if self._cgroup is not None:
+            try:
+                self._cgroup.remove()
+            except CgroupError:
+                self._cgroup.kill()  # something outlived the tree kill
+                self._cgroup.remove()
+        if not self.started.done():
+            self.started.set_result(0)
+
+    # --- output -----------------------------------------------------------
+
+    def _on_readable(self, fd: int) -> None:
+        buf, stream = self._readers[fd]
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            asyncio.get_running_loop().remove_reader(fd)
+            self._paused.discard(fd)
+            os.close(fd)
+            del self._readers[fd]
+            if not self._readers:
+                self._eof.set()
+            return
+        head = buf.feed(data)
+        if head and self.streaming:
+            self.pending_bytes += len(head)
+            self.events.put_nowait(("output", (stream, head)))
+            if self.pending_bytes > HIGH_WATER:
+                asyncio.get_running_loop().remove_reader(fd)
+                self._paused.add(fd)
+        total = self.stdout.total + self.stderr.total
+        ceiling = self.prepared.limits.total_output_bytes
+        if ceiling is not None and total > ceiling and self._kill_reason is None:
+            self._terminate(
+                Outcome.OUTPUT_LIMIT, f"total output passed the limit of {ceiling} bytes"
+            )
+
+    def _close_readers(self) -> None:
+        loop = asyncio.get_running_loop()
+        for fd in list(self._readers):
+            loop.remove_reader(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._readers.clear()
+        self._paused.clear()
+
+    async def _feed_stdin(self, fd: int, data: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        view = memoryview(data)
+        try:
+            while view:
+                try:
+                    n = os.write(fd, view[:READ_CHUNK])
+                    view = view[n:]
+                except BlockingIOError:
+                    writable = loop.create_future()
+                    loop.add_writer(fd, writable.set_result, None)
+                    try:
+                        await writable
+                    finally:
+                        loop.remove_writer(fd)
+        except (BrokenPipeError, OSError):
+            pass
+        finally:
+            os.close(fd)
+
+    # --- killing ----------------------------------------------------------
+
+    def _terminate(self, reason: Outcome, message: str, force: bool = False) -> None:
+        if self._kill_reason is not None and not force:
+            return
+        if self._kill_reason is None:
+            self._kill_reason, self._kill_message = reason, message
+        if self._cancel_fd >= 0:
+            # A child still in set-up sees this right before exec and does not run.
+            with contextlib.suppress(OSError):
+                os.eventfd_write(self._cancel_fd, 1)
+        if self.pid and (self._kill_task is None or force):
+            self._kill_task = asyncio.ensure_future(self._kill_sequence())
+
+    async def _kill_sequence(self) -> None:
+        """SIGTERM the tree, give it the grace period, then SIGKILL it."""
+        grace = self.deps.kill_grace
+        if grace > 0:
+            self._kill_tree(signal.SIGTERM)
+            assert self._exit is not None
+            with contextlib.suppress(TimeoutError, SpawnerLost, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(self._exit), grace)
+        self._kill_tree(signal.SIGKILL)
+
+    def _kill_tree(self, sig: int) -> None:
+        # pid namespace (kill its init) and process group, through the spawner
+        # that owns the children; then the cgroup, which a setsid cannot leave.
+        if self.pid:
+            self.deps.spawner.kill(self.id, self.pid, sig)
+        if sig == signal.SIGKILL and self._cgroup is not None:
+            self._cgroup.kill()
+
+    # --- reports ----------------------------------------------------------
+
+    def _finish(self, status: ExitStatus | None) -> Report:
+        killed = (self._kill_reason, self._kill_message) if self._kill_reason else None
+        duration = time.monotonic() - (self._exec_time or self.started_at)
+        return self._complete(
+            classify(status, self._cgroup_stats(), self.prepared.limits, killed, duration)
+        )
+
+    def _refuse(self, refusal: Refusal) -> None:
+        """Nothing ran: the caller gets the refusal (None is run()'s answer)."""
+        self.events.put_nowait(("refused", refusal))
+        self.done.set_exception(refusal)
+        self.done.add_done_callback(_retrieve)
+
+    def _finish_unstarted(self, outcome: Outcome, step: str, err: int, message: str) -> Report:
+        return self._complete(Report(outcome, failed_step=step, errno=err, message=message))
+
+    def _cgroup_stats(self) -> CgroupStats:
+        if self._cgroup is None:
+            return CgroupStats(None, 0, 0)
+        try:
+            return self._cgroup.stats()
+        except OSError:
+            return CgroupStats(None, 0, 0)
+
+    def _complete(self, report: Report) -> Report:
+        self.report = report
+        if self._exec_audited:
+            record = records.exit_record(
+                self.deps.tenant.name,
+                self.id,
+                self.request,
+                self.pid,
+                report,
+                self.stdout,
+                self.stderr,
+            )
+            records.write_exit(self.deps.audit, self.id, record)
+        self.events.put_nowait(("exited", report))
+        if not self.done.done():
+            self.done.set_result(report)
+        return report
+
+    def age(self) -> float:
+        return time.monotonic() - self.started_at
+
+
+class _Cancelled(Exception):
+    pass
+
+
+def _audit_refusal(error: AuditUnavailable) -> Refusal:
+    return Refusal(
+        "AUDIT_UNAVAILABLE", f"the audit log cannot be written, nothing was run: {error}"
+    )
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as seen (its owner reports it otherwise)."""
+    if not future.cancelled():
+        future.exception()
+
+
+class _Refused(Exception):
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal

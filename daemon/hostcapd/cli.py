@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 2
-    from hostcapd.frontend.server import Daemon  # gRPC is imported only here
+    from hostcapd.daemon import Daemon  # gRPC is imported only here
 
     return asyncio.run(Daemon(config, path, reload_source).serve())
 

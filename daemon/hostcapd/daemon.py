@@ -1,0 +1,339 @@
+"""The daemon's life: start-up (the audit log and its crash sweep, the host
+probe, the spawner, one server per tenant, the admin socket), serving until
+SIGTERM/SIGINT, SIGHUP reloads (`hostcapd.reload`), and the drain at stop;
+and the service manager's notifications.
+
+    daemon = Daemon(config, config_path)     # or reload_source=... for --dev
+    exit_code = await daemon.serve()         # SIGTERM/SIGINT drain, SIGHUP reloads
+
+Every tenant is a `TenantService` (`hostcapd.frontend.servers`): its runtime,
+its fs worker and the gRPC server bound to its socket, owned together and
+released together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from hostcapd import __version__, sdnotify
+from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.config import Config, Tenant
+from hostcapd.frontend.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
+from hostcapd.frontend.servers import HealthReporter, TenantService, serve_admin, serve_tenant
+from hostcapd.frontend.sockets import StartupError, file_id_of, unlink_if_ours
+from hostcapd.fs import FsWorkerUnavailable
+from hostcapd.reload import STOP_GRACE_S, Reloads, notify
+from hostcapd.sandbox.profile import (
+    HostSupport,
+    ProtectionUnavailable,
+    TenantProfile,
+    prepare,
+    probe_host,
+)
+from hostcapd.spawner.client import SpawnerClient
+from hostcapd.tenant import TenantRuntime
+
+log = logging.getLogger("hostcapd")
+
+#: After the last call of a shutdown has sent its final event, how long the
+#: connections stay open for clients to read it.
+LINGER_S = 0.2
+
+
+def _ctl() -> str:
+    """How to call hostcapctl from here: the one beside this interpreter (a
+    virtualenv's bin/) when there is one, else from PATH."""
+    beside = Path(sys.executable).parent / "hostcapctl"
+    if not beside.exists() or shutil.which("hostcapctl") == str(beside):
+        return "hostcapctl"
+    relative = os.path.relpath(beside)
+    return str(beside) if relative.startswith("..") else relative
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+async def _watchdog() -> None:
+    try:
+        await sdnotify.watchdog_loop()
+    except sdnotify.NotifyError as error:
+        log.error("no watchdog pings: %s", error)
+
+
+class Daemon:
+    def __init__(
+        self,
+        config: Config,
+        config_path: Path | None = None,
+        reload_source: Callable[[], Config] | None = None,
+    ) -> None:
+        """`reload_source` gives the config a reload applies (raising
+        ConfigError); by default the file at `config_path` is read again, and
+        without a file the running config is re-applied (a no-op)."""
+        self.config = config
+        self.config_path = config_path
+        self._reload_source = reload_source
+        self.tenants: dict[str, TenantService] = {}
+        self.spawner = SpawnerClient()
+        self._stop = asyncio.Event()
+        self.host: HostSupport | None = None
+        self.audit: AuditLog | None = None
+        self._admin: grpc.aio.Server | None = None
+        self._admin_servicer: AdminServicer | None = None
+        self._admin_health: HealthReporter | None = None
+        self._admin_id: tuple[int, int] | None = None
+        self.reloads = Reloads(self)
+        self._serving = False
+        self._stopping = False
+        self._hup_pending = False
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- the view the admin service has ----------------------------------------
+
+    def live_runtimes(self) -> Iterable[TenantRuntime]:
+        return [s.runtime for s in (*self.tenants.values(), *self.reloads.retiring)]
+
+    # --- serving ------------------------------------------------------------------
+
+    async def serve(self) -> int:
+        """Start, serve until SIGTERM/SIGINT, drain; the exit code."""
+        loop = asyncio.get_running_loop()
+        # Before start(): a signal during start-up must not kill the process
+        # with its default action (SIGHUP's is to terminate).
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self._on_sighup)
+        try:
+            await self.start()
+        except (
+            StartupError,
+            ProtectionUnavailable,
+            AuditUnavailable,
+            FsWorkerUnavailable,
+            OSError,
+        ) as error:
+            print(f"hostcapd: {error}", file=sys.stderr)
+            notify(sdnotify.status, f"start-up failed: {error}")
+            await self.stop()
+            return 2
+        self.announce()
+        self._serving = True
+        notify(sdnotify.status, self._status_line())
+        notify(sdnotify.ready)
+        self._spawn_task(_watchdog())
+        if self._hup_pending:
+            self._on_sighup()
+        await self._stop.wait()
+        await self.stop()
+        return 0
+
+    def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _status_line(self) -> str:
+        names = ", ".join(sorted(self.tenants)) or "none"
+        return f"serving {len(self.tenants)} tenant(s): {names}"
+
+    async def start(self) -> None:
+        cfg = self.config
+        self._check_admin_socket(cfg)
+        self.audit = AuditLog.open(cfg.audit, boot_id())
+        # The job ledger: spawns a crashed daemon left without an exit record.
+        closed = self.audit.close_orphans(
+            "hostcapd restarted: the spawn ended with the previous daemon"
+        )
+        if closed:
+            log.warning("closed %d spawns left open by the previous daemon", closed)
+        self.host = probe_host(cfg.daemon.cgroup_parent, cfg.daemon.cgroup_favor_dynmods)
+        profiles: dict[str, TenantProfile] = {}
+        try:
+            for tenant in cfg.tenants:
+                profiles[tenant.name] = prepare(tenant, self.host)
+            swept = self.host.cgroups.sweep_stale()
+            if swept:
+                log.warning("swept %d stale spawn cgroups", swept)
+            await self.spawner.start()
+            self.spawner.on_restart = self._spawner_restarted
+            for tenant in cfg.tenants:
+                service = await self._prepare_tenant(tenant, profiles.pop(tenant.name))
+                self._commit(service)
+        finally:
+            for p in profiles.values():
+                p.close()
+        await self._serve_admin()
+        self.audit.write(
+            "daemon.start",
+            version=__version__,
+            tenants=sorted(self.tenants),
+            config_path=str(self.config_path) if self.config_path else None,
+            pid=os.getpid(),
+        )
+
+    def _check_admin_socket(self, cfg: Config) -> None:
+        if cfg.admin is not None and cfg.admin.socket in {t.socket for t in cfg.tenants}:
+            raise StartupError(f"admin.socket {cfg.admin.socket} is also a tenant's socket")
+
+    def _spawner_restarted(self) -> None:
+        for service in self.tenants.values():
+            service.runtime.register_with_spawner()
+
+    async def _prepare_tenant(self, tenant: Tenant, profile: TenantProfile) -> TenantService:
+        """Everything a tenant needs to serve, listening under a temporary name,
+        not yet registered with the spawner nor visible at its socket path.
+        Takes ownership of `profile`: on failure nothing is left behind."""
+        assert self.audit is not None and self.host is not None
+        runtime = TenantRuntime(
+            tenant,
+            profile,
+            self.spawner,
+            self.audit,
+            self.host.cgroups,
+            self.config.daemon.kill_grace_seconds,
+        )
+        return await serve_tenant(runtime)
+
+    def _commit(self, service: TenantService) -> None:
+        """Make a prepared tenant the one serving: its profile goes to the
+        spawner, then its socket replaces whatever was at the path (one
+        rename, so the path is never missing). No await: nothing runs between."""
+        assert service.temp is not None
+        service.runtime.register_with_spawner()
+        os.rename(service.temp, service.tenant.socket)
+        service.temp = None
+        service.socket_id = file_id_of(service.tenant.socket)
+        self.tenants[service.name] = service
+
+    async def _serve_admin(self) -> None:
+        admin = self.config.admin
+        if admin is None:
+            return
+        self._admin_servicer = AdminServicer(self)
+        self._admin, self._admin_health, self._admin_id = await serve_admin(
+            admin, self._admin_servicer
+        )
+
+    def announce(self) -> None:
+        for service in self.tenants.values():
+            runtime = service.runtime
+            t = runtime.tenant
+            applied = [s.name for s in runtime.profile.protections if s.applied]
+            missing = [
+                f"{s.name} ({s.reason})" for s in runtime.profile.protections if not s.applied
+            ]
+            print(f"hostcapd {__version__}: tenant {t.name!r} on {t.socket}", file=sys.stderr)
+            print(
+                f"  children run as uid {t.uid} gid {t.gid}; roots: "
+                + ", ".join(f"{r.path} ({r.tier.value})" for r in t.roots),
+                file=sys.stderr,
+            )
+            print(f"  protections applied: {', '.join(applied) or 'none'}", file=sys.stderr)
+            if missing:
+                print(f"  not applied: {'; '.join(missing)}", file=sys.stderr)
+            print(f"  connect: {_ctl()} --socket {t.socket} run -- echo hello", file=sys.stderr)
+            print(f"       or: grpcurl -plaintext -unix {t.socket} list", file=sys.stderr)
+        if self.audit is not None:
+            print(f"  audit log: {self.config.audit.path}", file=sys.stderr)
+        if self.config.admin is not None:
+            print(
+                f"  admin: {_ctl()} --admin-socket {self.config.admin.socket} ps",
+                file=sys.stderr,
+            )
+        sys.stderr.flush()
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    # --- reload --------------------------------------------------------------------
+
+    def _on_sighup(self) -> None:
+        if not self._serving:
+            self._hup_pending = not self._stopping  # applied once start-up is done
+            return
+        self._hup_pending = False
+        self._spawn_task(self._reload_on_signal())
+
+    async def _reload_on_signal(self) -> None:
+        try:
+            await self.reload()
+        except ReloadRejected:
+            pass  # logged, audited and notified already
+        except Exception:
+            log.exception("the reload failed inside the daemon")
+
+    async def reload(self) -> ReloadOutcome:
+        """Re-read the config and apply it (SIGHUP, AdminService.Reload); see
+        `hostcapd.reload`."""
+        return await self.reloads.reload()
+
+    # --- shutdown ------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop accepting, end running trees as DAEMON_SHUTDOWN, remove sockets."""
+        self._stopping = True
+        self._serving = False
+        draining = sum(len(rt.spawns) for rt in self.live_runtimes())
+        notify(sdnotify.stopping)
+        notify(sdnotify.status, f"stopping: ending {draining} running spawn(s)")
+        async with self.reloads.lock:  # a reload in progress finishes first
+            pass
+        services = [*self.tenants.values(), *self.reloads.retiring]
+        admin_stop: asyncio.Task[None] | None = None
+        if self._admin is not None:
+            if self._admin_health is not None:
+                await self._admin_health.enter_graceful_shutdown()
+            if self._admin_servicer is not None:
+                self._admin_servicer.end_follows()
+            admin_stop = asyncio.ensure_future(self._admin.stop(1))
+        # Running spawns end DAEMON_SHUTDOWN (new ones are refused meanwhile);
+        # their calls send the final events; only then do the servers close
+        # their connections, after a moment for the clients to read them (a
+        # client that writes to a connection closed under it loses what it
+        # had not read yet).
+        await asyncio.gather(*(s.runtime.shutdown() for s in services), return_exceptions=True)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while any(s.runtime.active_calls for s in services) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(LINGER_S)
+        for service in services:
+            service.stop_server(1)
+        await asyncio.gather(*(t for s in services for t in s.stops), return_exceptions=True)
+        if admin_stop is not None:
+            await asyncio.gather(admin_stop, return_exceptions=True)
+        for service in self.tenants.values():
+            unlink_if_ours(service.tenant.socket, service.socket_id)
+        if self.config.admin is not None:
+            unlink_if_ours(self.config.admin.socket, self._admin_id)
+        await asyncio.gather(*self.reloads.retiring.values(), return_exceptions=True)
+        await asyncio.gather(*(s.fs.close() for s in self.tenants.values()), return_exceptions=True)
+        await self.spawner.close()
+        for service in self.tenants.values():
+            service.runtime.profile.close()
+        if self.host is not None:
+            self.host.cgroups.release()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.audit is not None:
+            with contextlib.suppress(AuditUnavailable):
+                self.audit.write("daemon.stop", version=__version__, pid=os.getpid())
+            await self.audit.close()
+            self.audit = None

@@ -33,7 +33,7 @@ from hostcapd.config import Config, Tenant
 from hostcapd.frontend.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
 from hostcapd.frontend.servers import HealthReporter, TenantService, serve_admin, serve_tenant
 from hostcapd.frontend.sockets import StartupError, file_id_of, unlink_if_ours
-from hostcapd.fs import FsWorkerUnavailable
+from hostcapd.fs.client import FsWorkerUnavailable
 from hostcapd.reload import STOP_GRACE_S, Reloads, notify
 from hostcapd.sandbox.profile import (
     HostSupport,

@@ -1,11 +1,26 @@
-"""The daemon's typed refusal: a reason of the wire contract and a message.
+"""The daemon's one typed refusal: a reason and a message.
 
-Mechanism code raises `Refusal`; only the front-end turns it into a gRPC
-status (`hostcap_proto.errors.WireError`)."""
+Mechanism code (the spawn's preparation, the fs worker, the fs front-end)
+raises `Refusal`; only the front-end turns it into a gRPC status
+(`hostcapd.frontend.refusals.refuse`). The reason is the name of a
+`hostcap.v1.ErrorReason` value (`hostcap_proto.errors.REASONS`), or one of the
+two transport conditions below, which travel as gRPC's own status codes.
+This module imports nothing of gRPC or protobuf: the fs worker, which never
+loads them, raises the same type.
+"""
 
 from __future__ import annotations
 
-from hostcap_proto.errors import REASONS, WireError
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hostcap_proto.errors import WireError
+
+#: Not wire reasons: an unexpected failure (gRPC INTERNAL) and a mechanism
+#: that is not there right now, such as the fs worker (gRPC UNAVAILABLE).
+INTERNAL = "INTERNAL"
+UNAVAILABLE = "UNAVAILABLE"
+TRANSPORT_REASONS = frozenset({INTERNAL, UNAVAILABLE})
 
 #: Longest message a refusal carries: messages may quote request values, and
 #: the status travels in a trailer with a size limit (and in the audit log).
@@ -17,12 +32,19 @@ def shorten(text: str, limit: int = MAX_MESSAGE) -> str:
 
 
 class Refusal(Exception):
+    """A request refused, or an operation failed, with a typed reason."""
+
     def __init__(self, reason: str, message: str) -> None:
-        assert reason in REASONS, reason
         message = shorten(message)
         super().__init__(message)
         self.reason = reason
         self.message = message
 
+    def __repr__(self) -> str:
+        return f"Refusal({self.reason!r}, {self.message!r})"
+
     def wire(self) -> WireError:
+        from hostcap_proto.errors import REASONS, WireError
+
+        assert self.reason in REASONS, self.reason
         return WireError(self.reason, self.message)

@@ -25,7 +25,7 @@ from hostcapd.config import Config, ConfigError, load_config
 from hostcapd.frontend.admin_service import ReloadOutcome, ReloadRejected
 from hostcapd.frontend.servers import TenantService
 from hostcapd.frontend.sockets import StartupError, unlink_if_ours
-from hostcapd.fs import FsWorkerUnavailable
+from hostcapd.fs.client import FsWorkerUnavailable
 from hostcapd.process.report import Outcome
 from hostcapd.sandbox.profile import ProtectionUnavailable, TenantProfile, prepare
 from hostcapd.spawner.client import SpawnerLost

@@ -10,11 +10,11 @@ import asyncio
 import itertools
 import logging
 from collections import OrderedDict
+from typing import TYPE_CHECKING
 
 from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
-from hostcapd.fs.runtime import FsRuntime
 from hostcapd.process import request as request_mod
 from hostcapd.process.executable import HashCache
 from hostcapd.process.report import Outcome, Report
@@ -23,6 +23,9 @@ from hostcapd.process.spawn import Spawn, SpawnDeps
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile
 from hostcapd.spawner.client import SpawnerClient
+
+if TYPE_CHECKING:
+    from hostcapd.frontend.fs_runtime import FsRuntime
 
 log = logging.getLogger("hostcapd.tenant")
 

@@ -26,7 +26,6 @@ with atheris.instrument_imports(include=["hostcapd", "hostcap_proto"]):
     from hostcapd.config import parse_config
     from hostcapd.errors import Refusal
     from hostcapd.frontend.convert import request_from_wire
-    from hostcapd.fs.errors import FsRefusal
     from hostcapd.fs.scope import FsScope, RootSpec
     from hostcapd.process import environment, executable
     from hostcapd.process import limits as limits_mod
@@ -98,7 +97,7 @@ def file_request(data: bytes) -> None:
         return
     try:
         SCOPE.locate(message.path)
-    except FsRefusal as refusal:
+    except Refusal as refusal:
         typed(refusal.reason, "fs scope")
 
 

@@ -47,24 +47,41 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
     async def _begin(
         self, request: SpawnRequest, context: Context, method: str, streaming: bool
     ) -> tuple[Spawn | None, process_pb2.Started | None, bool]:
-        """Start (or find) the spawn; a dry run returns only its Started."""
+        """Start (or find) the spawn and wait until it has started or ended:
+        (spawn, its Started once it runs (None if it never did), attached).
+        A dry run returns no spawn, only its Started. A refusal, whether met
+        before anything ran or by the spawn itself (the audit log), reaches
+        the caller here, for Run and Spawn alike."""
+        spawn: Spawn | None = None
+        attached = False
         try:
             existing = self.runtime.existing(request.request_id)
             if existing is not None:
-                await existing.started
-                return existing, convert.started_of(existing, attached=True), True
-            if request.dry_run:
+                spawn, attached = existing, True
+            elif request.dry_run:
                 prepared = self.runtime.prepare(request)
                 prepared.close()
-                return (
-                    None,
-                    convert.started_to_wire(request, prepared, dry_run=True),
-                    False,
-                )
-            return self.runtime.start(request, streaming=streaming), None, False
+                return None, convert.started_to_wire(request, prepared, dry_run=True), False
+            else:
+                spawn = self.runtime.start(request, streaming=streaming)
+            # Shielded: a caller that goes away must not cancel the spawn's own future.
+            pid = await asyncio.shield(spawn.started)
         except Refusal as refusal:
-            await refuse(context, self.runtime, method, refusal, request.labels, request.request_id)
-            raise AssertionError("unreachable") from None
+            await refuse(
+                context,
+                self.runtime.audit,
+                self.runtime.name,
+                method,
+                refusal,
+                request.labels,
+                request.request_id,
+            )
+        except asyncio.CancelledError:
+            if spawn is not None and not attached:
+                spawn.cancel()  # the client went away during the set-up
+            raise
+        started = convert.started_of(spawn, attached=attached) if pid or attached else None
+        return spawn, started, attached
 
     async def Spawn(
         self, request: process_pb2.SpawnRequest, context: Context
@@ -81,28 +98,22 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
     ) -> AsyncIterator[process_pb2.SpawnEvent | bytes]:
         req = convert.request_from_wire(request)
         spawn, started, attached = await self._begin(req, context, "Spawn", streaming=True)
-        if spawn is None:
+        if started is not None:
             yield process_pb2.SpawnEvent(started=started)
+        if spawn is None:
             return
         if attached:
             # Output went to the original caller; a retry gets the start and the end.
-            yield process_pb2.SpawnEvent(started=started)
             report = await asyncio.shield(spawn.done)
             yield process_pb2.SpawnEvent(exited=convert.exited_to_wire(spawn, report))
             return
         try:
             while True:
                 kind, payload = await spawn.events.get()
-                if kind == "started":
-                    yield process_pb2.SpawnEvent(started=convert.started_of(spawn))
-                elif kind == "output":
+                if kind == "output":
                     stream, data = payload
                     yield output_event(stream, data)
                     spawn.consumed(len(data))
-                elif kind == "refused":
-                    await refuse(
-                        context, self.runtime, "Spawn", payload, req.labels, req.request_id
-                    )
                 else:
                     for stream, buf in ((1, spawn.stdout), (2, spawn.stderr)):
                         tail = memoryview(buf.tail())
@@ -133,9 +144,6 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
             return process_pb2.RunResult(started=started)
         try:
             report = await asyncio.shield(spawn.done)
-        except Refusal as refusal:
-            await refuse(context, self.runtime, "Run", refusal, req.labels, req.request_id)
-            raise
         finally:
             if not spawn.done.done():
                 spawn.cancel()
@@ -160,8 +168,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
             if spawn is None or not spawn.pid:
                 raise Refusal("NOT_FOUND", "no such live spawn for this tenant")
         except Refusal as refusal:
-            await refuse(context, self.runtime, "Signal", refusal, {}, "")
-            raise
+            await refuse(context, self.runtime.audit, self.runtime.name, "Signal", refusal, {}, "")
         spawn.signal(request.signal)
         return process_pb2.SignalResponse(spawn_id=spawn.id)
 

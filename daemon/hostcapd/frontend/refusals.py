@@ -1,48 +1,56 @@
-"""Refusing a call: audit it as policy.deny, then abort with the typed status."""
+"""Refusing a call, for every service: audit it as policy.deny, then abort
+with the typed status (an ErrorInfo reason), or with gRPC's own INTERNAL or
+UNAVAILABLE for the two transport conditions."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from hostcapd.audit import AuditUnavailable
-from hostcapd.errors import Refusal, shorten
+import grpc
+
+from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.errors import INTERNAL, UNAVAILABLE, Refusal, shorten
 from hostcapd.frontend.context import Context
-from hostcapd.process.request import MAX_LABEL_KEY, MAX_LABEL_VALUE, MAX_LABELS, MAX_REQUEST_ID
-from hostcapd.tenant import TenantRuntime
+from hostcapd.labels import MAX_REQUEST_ID, bounded_labels
 
 log = logging.getLogger("hostcapd.frontend")
 
 
-def bounded_labels(labels: Mapping[str, str]) -> dict[str, str]:
-    """At most MAX_LABELS labels, keys and values cut to their bounds."""
-    return {
-        shorten(k, MAX_LABEL_KEY): shorten(v, MAX_LABEL_VALUE)
-        for k, v in list(labels.items())[:MAX_LABELS]
-    }
-
-
 async def refuse(
     context: Context,
-    runtime: TenantRuntime,
+    audit: AuditLog,
+    tenant: str,
     method: str,
     refusal: Refusal,
     labels: Mapping[str, str],
     request_id: str,
+    *,
+    path: str | None = None,
+    audited: bool = True,
 ) -> NoReturn:
-    try:
-        runtime.audit.write(
-            "policy.deny",
-            tenant=runtime.name,
-            method=method,
-            reason=refusal.reason,
-            message=refusal.message,
+    """`audited` False for refusals not worth a line (a missing file read)."""
+    if audited:
+        fields: dict[str, Any] = {
+            "tenant": tenant,
+            "method": method,
+            "reason": refusal.reason,
+            "message": refusal.message,
             # The request may be refused for these very fields: record them bounded.
-            labels=bounded_labels(labels),
-            request_id=shorten(request_id, MAX_REQUEST_ID),
-        )
-    except AuditUnavailable as error:
-        log.error("could not audit a refusal: %s", error)
+            "labels": bounded_labels(labels),
+            "request_id": shorten(request_id, MAX_REQUEST_ID),
+        }
+        if path is not None:
+            fields["path"] = path
+        try:
+            audit.write("policy.deny", **fields)
+        except AuditUnavailable as error:
+            # the request is refused anyway; its own reason says more
+            log.error("could not audit a refusal: %s", error)
+    if refusal.reason == UNAVAILABLE:
+        await context.abort(grpc.StatusCode.UNAVAILABLE, refusal.message)
+    if refusal.reason == INTERNAL:
+        await context.abort(grpc.StatusCode.INTERNAL, refusal.message)
     await context.abort_with_status(refusal.wire().to_status())  # type: ignore[attr-defined]
     raise AssertionError("abort_with_status returned")

@@ -21,11 +21,11 @@ from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd.config import AdminSettings, Tenant
 from hostcapd.frontend.admin_service import AdminServicer
+from hostcapd.frontend.fs_runtime import FsRuntime, start_fs_service
 from hostcapd.frontend.handlers import add_servicer
 from hostcapd.frontend.host_service import HostServicer
 from hostcapd.frontend.process_service import ProcessServicer
 from hostcapd.frontend.sockets import admin_socket_access, bind_socket, file_id_of
-from hostcapd.fs import FsRuntime, start_fs_service
 from hostcapd.process.spawn import EOF_GRACE
 from hostcapd.tenant import TenantRuntime
 

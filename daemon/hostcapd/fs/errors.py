@@ -1,9 +1,8 @@
-"""Refusals of a file operation, as plain values (no gRPC here).
+"""The refusal for a kernel error met by a file operation.
 
-The worker raises `FsRefusal(reason, message)`; the reason is the name of a
-`hostcap.v1.ErrorReason` value, which the front-end puts on the wire
-unchanged. Messages are secret-free and never name a path outside the
-tenant's roots (nor a symlink's target).
+The worker raises `hostcapd.errors.Refusal`, as every mechanism does; the
+front-end puts its reason on the wire unchanged. Messages are secret-free and
+never name a path outside the tenant's roots (nor a symlink's target).
 """
 
 from __future__ import annotations
@@ -11,40 +10,10 @@ from __future__ import annotations
 import errno
 import os
 
-PATH_ESCAPES_ROOT = "PATH_ESCAPES_ROOT"
-SYMLINK_REFUSED = "SYMLINK_REFUSED"
-PROTECTED_PATH = "PROTECTED_PATH"
-SECRET_PATH = "SECRET_PATH"
-READ_ONLY_TIER = "READ_ONLY_TIER"
-NOT_FOUND = "NOT_FOUND"
-TOO_LARGE = "TOO_LARGE"
-LIMIT_INVALID = "LIMIT_INVALID"
-QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
-CONFLICT = "CONFLICT"
-AUDIT_UNAVAILABLE = "AUDIT_UNAVAILABLE"
-PROTECTION_UNAVAILABLE = "PROTECTION_UNAVAILABLE"
-INVALID_ARGUMENT = "INVALID_ARGUMENT"
-#: Not a wire reason: an unexpected failure, sent as gRPC INTERNAL.
-INTERNAL = "INTERNAL"
-
-#: The kernel refused the run-as identity (EACCES / EPERM). The wire has no
-#: reason of its own for it yet; see `hostcapd.fs.servicer.access_denied_reason`.
-ACCESS_DENIED = "ACCESS_DENIED"
+from hostcapd.errors import INTERNAL, Refusal
 
 
-class FsRefusal(Exception):
-    """A file operation refused or failed with a typed reason."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-    def __repr__(self) -> str:
-        return f"FsRefusal({self.reason!r}, {self.message!r})"
-
-
-def refusal_from_errno(error: OSError, what: str) -> FsRefusal:
+def refusal_from_errno(error: OSError, what: str) -> Refusal:
     """The refusal for a kernel error met while doing `what` ("open", "write")
     on a path that is lexically beneath a root.
 
@@ -52,26 +21,26 @@ def refusal_from_errno(error: OSError, what: str) -> FsRefusal:
     resolved lexically and found inside, only a symlink can have caused them."""
     code = error.errno
     if code in (errno.ENOENT, errno.ENOTDIR):
-        return FsRefusal(NOT_FOUND, f"{what}: no such file or directory")
+        return Refusal("NOT_FOUND", f"{what}: no such file or directory")
     if code in (errno.EXDEV, errno.ELOOP):
-        return FsRefusal(
-            SYMLINK_REFUSED,
+        return Refusal(
+            "SYMLINK_REFUSED",
             f"{what}: a symlink on the path leads outside the root or is not followed",
         )
     if code in (errno.EACCES, errno.EPERM):
-        return FsRefusal(
-            ACCESS_DENIED, f"{what}: permission denied for the tenant's run-as identity"
+        return Refusal(
+            "ACCESS_DENIED", f"{what}: permission denied for the tenant's run-as identity"
         )
     if code == errno.EROFS:
-        return FsRefusal(READ_ONLY_TIER, f"{what}: the file system is read-only")
+        return Refusal("READ_ONLY_TIER", f"{what}: the file system is read-only")
     if code in (errno.ENOSPC, errno.EFBIG):
-        return FsRefusal(TOO_LARGE, f"{what}: no space for the content ({errno.errorcode[code]})")
+        return Refusal("TOO_LARGE", f"{what}: no space for the content ({errno.errorcode[code]})")
     if code == errno.EDQUOT:
-        return FsRefusal(QUOTA_EXCEEDED, f"{what}: disk quota exceeded")
+        return Refusal("QUOTA_EXCEEDED", f"{what}: disk quota exceeded")
     if code == errno.EEXIST:
-        return FsRefusal(CONFLICT, f"{what}: the file already exists")
+        return Refusal("CONFLICT", f"{what}: the file already exists")
     if code in (errno.ENAMETOOLONG, errno.EISDIR, errno.ENXIO, errno.ENODEV, errno.EINVAL):
-        return FsRefusal(INVALID_ARGUMENT, f"{what}: {os.strerror(code).lower()}")
+        return Refusal("INVALID_ARGUMENT", f"{what}: {os.strerror(code).lower()}")
     if code == errno.EAGAIN:
-        return FsRefusal(CONFLICT, f"{what}: the path changed while it was resolved; retry")
-    return FsRefusal(INTERNAL, f"{what}: {errno.errorcode.get(code or 0, 'unknown error')}")
+        return Refusal("CONFLICT", f"{what}: the path changed while it was resolved; retry")
+    return Refusal(INTERNAL, f"{what}: {errno.errorcode.get(code or 0, 'unknown error')}")

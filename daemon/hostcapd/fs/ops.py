@@ -32,20 +32,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hostcapd.errors import Refusal
 from hostcapd.fs import syscalls
-from hostcapd.fs.errors import (
-    ACCESS_DENIED,
-    CONFLICT,
-    INVALID_ARGUMENT,
-    NOT_FOUND,
-    PATH_ESCAPES_ROOT,
-    PROTECTED_PATH,
-    READ_ONLY_TIER,
-    SECRET_PATH,
-    SYMLINK_REFUSED,
-    FsRefusal,
-    refusal_from_errno,
-)
+from hostcapd.fs.errors import refusal_from_errno
 from hostcapd.fs.policy import PathPolicy
 from hostcapd.fs.scope import FsScope, Located, _normalise
 
@@ -138,9 +127,9 @@ class FsOperations:
 
     # --- resolution -----------------------------------------------------
 
-    def _refusal(self, error: OSError, what: str) -> FsRefusal:
+    def _refusal(self, error: OSError, what: str) -> Refusal:
         if error.errno in (errno.ELOOP, errno.EXDEV) and not self.follow_symlinks:
-            return FsRefusal(SYMLINK_REFUSED, f"{what}: symlinks are not followed for this tenant")
+            return Refusal("SYMLINK_REFUSED", f"{what}: symlinks are not followed for this tenant")
         return refusal_from_errno(error, what)
 
     def _open(
@@ -156,7 +145,7 @@ class FsOperations:
             except OSError as error:
                 if error.errno != errno.EAGAIN:
                     raise self._refusal(error, what) from None
-        raise FsRefusal(CONFLICT, f"{what}: the path kept changing while it was resolved; retry")
+        raise Refusal("CONFLICT", f"{what}: the path kept changing while it was resolved; retry")
 
     def _real_parts(self, root: int, fd: int) -> tuple[str, ...]:
         """Where `fd` really is, as components beneath root `root`."""
@@ -169,7 +158,7 @@ class FsOperations:
             here.endswith(" (deleted)") and os.fstat(fd).st_nlink == 0
         ):
             # moved out from under us (or removed) between open and now
-            raise FsRefusal(NOT_FOUND, "the file was moved or removed while it was being opened")
+            raise Refusal("NOT_FOUND", "the file was moved or removed while it was being opened")
         return tuple(here[len(prefix) :].split("/"))
 
     def _check(
@@ -178,15 +167,15 @@ class FsOperations:
         """Tier and pattern checks; returns the innermost root and the path below it."""
         root, rel = self.scope.innermost_root(anchor, parts)
         if self.policy.is_secret(rel):
-            raise FsRefusal(
-                SECRET_PATH, "the path matches a secret pattern: its content is not served"
+            raise Refusal(
+                "SECRET_PATH", "the path matches a secret pattern: its content is not served"
             )
         if write:
             if self.scope.roots[root].read_only:
-                raise FsRefusal(READ_ONLY_TIER, "the path lies in a read-only root")
+                raise Refusal("READ_ONLY_TIER", "the path lies in a read-only root")
             if self.policy.is_protected(rel):
-                raise FsRefusal(
-                    PROTECTED_PATH, "the path matches a protected pattern: writes are refused"
+                raise Refusal(
+                    "PROTECTED_PATH", "the path matches a protected pattern: writes are refused"
                 )
         return root, rel
 
@@ -206,9 +195,9 @@ class FsOperations:
             root, rel = self._check(located.root, real, write=False)
             mode = os.fstat(fd).st_mode
             if stat.S_ISDIR(mode):
-                raise FsRefusal(INVALID_ARGUMENT, "read: the path is a directory")
+                raise Refusal("INVALID_ARGUMENT", "read: the path is a directory")
             if not stat.S_ISREG(mode):
-                raise FsRefusal(INVALID_ARGUMENT, "read: not a regular file")
+                raise Refusal("INVALID_ARGUMENT", "read: not a regular file")
             file_fd = self._reopen(fd, _READ_FLAGS, "read")
         finally:
             os.close(fd)
@@ -278,7 +267,7 @@ class FsOperations:
             parent = self._open(
                 anchor, real[:-1], os.O_PATH | os.O_DIRECTORY, "stat", syscalls.BENEATH
             )
-        except FsRefusal:
+        except Refusal:
             return False
         try:
             return os.access(_proc(parent), os.W_OK | os.X_OK)
@@ -297,7 +286,7 @@ class FsOperations:
             real = self._real_parts(located.root, fd)
             root, rel = self._check(located.root, real, write=False)
             if not stat.S_ISDIR(os.fstat(fd).st_mode):
-                raise FsRefusal(INVALID_ARGUMENT, "list: not a directory")
+                raise Refusal("INVALID_ARGUMENT", "list: not a directory")
             dir_fd = self._reopen(fd, os.O_RDONLY | os.O_DIRECTORY, "list")
         finally:
             os.close(fd)
@@ -441,12 +430,12 @@ class FsOperations:
         content written and fsynced in an unnamed file beside the target.
         `commit_write` or `abort_write` must follow."""
         if self.pending is not None:
-            raise FsRefusal(INVALID_ARGUMENT, "a prepared write is still pending")
+            raise Refusal("INVALID_ARGUMENT", "a prepared write is still pending")
         located = self._locate(path)
         if not located.parts:
-            raise FsRefusal(INVALID_ARGUMENT, "write: the path names a root directory")
+            raise Refusal("INVALID_ARGUMENT", "write: the path names a root directory")
         if located.trailing_slash:
-            raise FsRefusal(INVALID_ARGUMENT, "write: the path names a directory")
+            raise Refusal("INVALID_ARGUMENT", "write: the path names a directory")
         self._check(located.root, located.parts, write=True)
         anchor = located.root
         created: list[tuple[int, str]] = []
@@ -457,17 +446,17 @@ class FsOperations:
             )
             root, rel = self._check(anchor, (*dir_real, name), write=True)
             if replaces is not None and exclusive:
-                raise FsRefusal(CONFLICT, "write: the file already exists (exclusive)")
+                raise Refusal("CONFLICT", "write: the file already exists (exclusive)")
             if replaces is not None and expected_sha256 == "":
-                raise FsRefusal(CONFLICT, "write: the file exists but was expected not to")
+                raise Refusal("CONFLICT", "write: the file exists but was expected not to")
             previous = ""
             mode = self.file_mode
             if replaces is not None:
                 previous, mode = self._inspect_replaced(dir_fd, name, replaces)
             if expected_sha256 and previous != expected_sha256:
                 # (a missing file with an expected hash was refused when found missing)
-                raise FsRefusal(
-                    CONFLICT, "write: the current content does not match expected_sha256"
+                raise Refusal(
+                    "CONFLICT", "write: the current content does not match expected_sha256"
                 )
             tmp_fd, tmp_name = self._write_temp(dir_fd, data, mode)
             fds.remove(dir_fd)
@@ -503,18 +492,18 @@ class FsOperations:
         flags = os.O_PATH | (0 if self.follow_symlinks else os.O_NOFOLLOW)
         try:
             fd = self._open(anchor, located.parts, flags, "write")
-        except FsRefusal as refusal:
-            if refusal.reason != NOT_FOUND:
+        except Refusal as refusal:
+            if refusal.reason != "NOT_FOUND":
                 raise
             return self._find_new_target(located, create_parents, expected_sha256, created, fds)
         try:
             st = os.fstat(fd)
             if stat.S_ISLNK(st.st_mode):
-                raise FsRefusal(SYMLINK_REFUSED, "write: symlinks are not followed for this tenant")
+                raise Refusal("SYMLINK_REFUSED", "write: symlinks are not followed for this tenant")
             if stat.S_ISDIR(st.st_mode):
-                raise FsRefusal(INVALID_ARGUMENT, "write: the path is a directory")
+                raise Refusal("INVALID_ARGUMENT", "write: the path is a directory")
             if not stat.S_ISREG(st.st_mode):
-                raise FsRefusal(INVALID_ARGUMENT, "write: not a regular file")
+                raise Refusal("INVALID_ARGUMENT", "write: not a regular file")
             real = self._real_parts(anchor, fd)
         finally:
             os.close(fd)
@@ -522,7 +511,7 @@ class FsOperations:
         dir_fd = self._open_real_dir(anchor, dir_real, fds)
         replaces = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if _identity(dir_fd, name) != replaces:
-            raise FsRefusal(CONFLICT, "write: the file changed while it was being opened; retry")
+            raise Refusal("CONFLICT", "write: the file changed while it was being opened; retry")
         return dir_real, name, replaces, dir_fd
 
     def _find_new_target(
@@ -536,14 +525,14 @@ class FsOperations:
         anchor = located.root
         parent, name = located.parts[:-1], located.parts[-1]
         if expected_sha256:
-            raise FsRefusal(CONFLICT, "write: the file does not exist")
+            raise Refusal("CONFLICT", "write: the file does not exist")
         try:
             fd = self._open(anchor, parent, os.O_PATH | os.O_DIRECTORY, "write")
-        except FsRefusal as refusal:
-            if refusal.reason != NOT_FOUND:
+        except Refusal as refusal:
+            if refusal.reason != "NOT_FOUND":
                 raise
             if not create_parents:
-                raise FsRefusal(NOT_FOUND, "write: the parent directory does not exist") from None
+                raise Refusal("NOT_FOUND", "write: the parent directory does not exist") from None
             fd = self._make_parents(anchor, parent, name, created)
         try:
             dir_real = self._real_parts(anchor, fd)
@@ -555,10 +544,10 @@ class FsOperations:
         except FileNotFoundError:
             return dir_real, name, None, dir_fd
         if stat.S_ISLNK(st.st_mode):
-            raise FsRefusal(
-                SYMLINK_REFUSED, "write: the path is a symlink whose target does not exist"
+            raise Refusal(
+                "SYMLINK_REFUSED", "write: the path is a symlink whose target does not exist"
             )
-        raise FsRefusal(CONFLICT, "write: the file appeared while it was being opened; retry")
+        raise Refusal("CONFLICT", "write: the file appeared while it was being opened; retry")
 
     def _open_real_dir(self, anchor: int, dir_real: tuple[str, ...], fds: list[int]) -> int:
         # A real path holds no symlink; one there now means a swap raced us.
@@ -585,8 +574,8 @@ class FsOperations:
                     nxt = self._open(
                         anchor, parts[: index + 1], os.O_PATH | os.O_DIRECTORY, "write"
                     )
-                except FsRefusal as refusal:
-                    if refusal.reason != NOT_FOUND:
+                except Refusal as refusal:
+                    if refusal.reason != "NOT_FOUND":
                         raise
                     if not created:
                         self._check(
@@ -630,12 +619,12 @@ class FsOperations:
         st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         if st.st_nlink > 1:
             # the other name may live anywhere, outside the roots included
-            raise FsRefusal(
-                PATH_ESCAPES_ROOT, "write: the file has other hard links; writing it is refused"
+            raise Refusal(
+                "PATH_ESCAPES_ROOT", "write: the file has other hard links; writing it is refused"
             )
         if not os.access(name, os.W_OK, dir_fd=dir_fd):
-            raise FsRefusal(
-                ACCESS_DENIED, "write: the file is not writable by the tenant's run-as identity"
+            raise Refusal(
+                "ACCESS_DENIED", "write: the file is not writable by the tenant's run-as identity"
             )
         try:
             fd = syscalls.openat2(
@@ -649,8 +638,8 @@ class FsOperations:
             raise self._refusal(error, "write: read the current content") from None
         try:
             if _identity_fd(fd) != replaces:
-                raise FsRefusal(
-                    CONFLICT, "write: the file changed while it was being opened; retry"
+                raise Refusal(
+                    "CONFLICT", "write: the file changed while it was being opened; retry"
                 )
             previous = _hash_fd(fd)
         finally:
@@ -697,17 +686,17 @@ class FsOperations:
         """Rename the prepared content into place and make it durable."""
         pending = self.pending
         if pending is None:
-            raise FsRefusal(INVALID_ARGUMENT, "no write is prepared")
+            raise Refusal("INVALID_ARGUMENT", "no write is prepared")
         self.pending = None
         committed = False
         try:
             if self._real_parts(pending.anchor, pending.dir_fd) != pending.dir_real:
-                raise FsRefusal(CONFLICT, "write: the directory was moved during the write; retry")
+                raise Refusal("CONFLICT", "write: the directory was moved during the write; retry")
             if (
                 pending.replaces is not None
                 and _identity(pending.dir_fd, pending.name) != pending.replaces
             ):
-                raise FsRefusal(CONFLICT, "write: the file changed during the write; retry")
+                raise Refusal("CONFLICT", "write: the file changed during the write; retry")
             self._rename_into_place(pending)
             committed = True
             os.fsync(pending.dir_fd)
@@ -738,7 +727,7 @@ class FsOperations:
                 os.rename(pending.tmp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             pending.tmp_name = None
         except FileExistsError:
-            raise FsRefusal(CONFLICT, "write: the file appeared during the write") from None
+            raise Refusal("CONFLICT", "write: the file appeared during the write") from None
 
     def abort_write(self) -> None:
         """Drop the prepared write: nothing of it stays behind."""

@@ -3,13 +3,13 @@
     scope = FsScope([RootSpec("/srv/ws", read_only=False), RootSpec("/srv/ref", read_only=True)])
     scope.locate("src/../main.py")      # Located(root=0, parts=("main.py",))
     scope.locate("/srv/ref/doc.md")      # Located(root=1, parts=("doc.md",))
-    scope.locate("../../etc/passwd")     # FsRefusal PATH_ESCAPES_ROOT
+    scope.locate("../../etc/passwd")     # Refusal "PATH_ESCAPES_ROOT"
 
 A relative path is taken beneath the primary (first) root, an absolute one
 beneath the root that contains it (the deepest, when roots nest). `..` is
 resolved lexically, the way a shell's `cd` does, so the kernel lookup never
 sees one: a path whose `..` climbs above its root is refused here as
-PATH_ESCAPES_ROOT without asking the file system anything (which is also
+"PATH_ESCAPES_ROOT" without asking the file system anything (which is also
 why a refusal never tells whether something outside exists). Everything
 after this — symlinks, races — is the kernel's job under openat2's rules.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hostcapd.fs.errors import INVALID_ARGUMENT, PATH_ESCAPES_ROOT, FsRefusal
+from hostcapd.errors import Refusal
 
 PATH_MAX = 4096
 NAME_MAX = 255
@@ -62,11 +62,11 @@ class FsScope:
 
     def locate(self, path: str) -> Located:
         if not path:
-            raise FsRefusal(INVALID_ARGUMENT, "path is empty")
+            raise Refusal("INVALID_ARGUMENT", "path is empty")
         if "\0" in path:
-            raise FsRefusal(INVALID_ARGUMENT, "path contains a NUL byte")
+            raise Refusal("INVALID_ARGUMENT", "path contains a NUL byte")
         if len(path.encode("utf-8", "surrogatepass")) >= PATH_MAX:
-            raise FsRefusal(INVALID_ARGUMENT, "path is too long")
+            raise Refusal("INVALID_ARGUMENT", "path is too long")
         trailing = path.endswith("/")
         if path.startswith("/"):
             # POSIX: ".." at "/" stays at "/".
@@ -74,16 +74,16 @@ class FsScope:
             assert absolute is not None
             index = self._containing_root(absolute)
             if index is None:
-                raise FsRefusal(PATH_ESCAPES_ROOT, "path is outside the tenant's roots")
+                raise Refusal("PATH_ESCAPES_ROOT", "path is outside the tenant's roots")
             located = Located(index, absolute[len(self._root_parts[index]) :], trailing)
         else:
             parts = _normalise(_components(path), clamp=False)
             if parts is None:
-                raise FsRefusal(PATH_ESCAPES_ROOT, "path climbs above the tenant's root")
+                raise Refusal("PATH_ESCAPES_ROOT", "path climbs above the tenant's root")
             located = Located(0, parts, trailing)
         for part in located.parts:
             if len(part.encode("utf-8", "surrogatepass")) > NAME_MAX:
-                raise FsRefusal(INVALID_ARGUMENT, "a path component is too long")
+                raise Refusal("INVALID_ARGUMENT", "a path component is too long")
         return located
 
     def _containing_root(self, parts: tuple[str, ...]) -> int | None:

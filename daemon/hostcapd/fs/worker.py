@@ -2,7 +2,7 @@
 
     python -I -m hostcapd.fs.worker FD
 
-started by the front-end (`hostcapd.fs.process.FsWorker`) as a fresh
+started by the front-end (`hostcapd.fs.client.FsWorker`) as a fresh
 interpreter (never a fork of the gRPC process), with one end of a
 socketpair as FD. The front-end has already opened, as root, what the
 worker inherits (`Handover`): a directory fd per root and the landlock
@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hostcapd.errors import Refusal
 from hostcapd.fs import syscalls
-from hostcapd.fs.errors import INTERNAL, PROTECTION_UNAVAILABLE, FsRefusal
 from hostcapd.fs.ops import FsOperations
 from hostcapd.fs.policy import PathPolicy
 from hostcapd.fs.protocol import ProtocolError, read_frame, write_frame
@@ -326,18 +326,18 @@ def handle(operations: FsOperations, header: dict[str, Any], data: bytearray) ->
             return {"ok": True, **reply}, b"", None
         if op == "stat":
             return {"ok": True, **operations.stat(str(header["path"]))}, b"", None
-        raise FsRefusal(INTERNAL, f"unknown operation {op!r}")
-    except FsRefusal as refusal:
+        raise Refusal("INTERNAL", f"unknown operation {op!r}")
+    except Refusal as refusal:
         return {"ok": False, "reason": refusal.reason, "message": refusal.message}, b"", None
     except OSError as error:
         # an errno nobody mapped: name it, never the path Python attaches
         name = errno.errorcode.get(error.errno or 0, "unknown")
-        return {"ok": False, "reason": INTERNAL, "message": f"{op}: unexpected {name}"}, b"", None
+        return {"ok": False, "reason": "INTERNAL", "message": f"{op}: unexpected {name}"}, b"", None
     except (KeyError, TypeError, ValueError) as error:
         return (
             {
                 "ok": False,
-                "reason": INTERNAL,
+                "reason": "INTERNAL",
                 "message": f"{op}: malformed request ({type(error).__name__})",
             },
             b"",
@@ -375,10 +375,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EOFError:
         return 0
     except Unavailable as error:
-        write_frame(sock, {"ok": False, "reason": PROTECTION_UNAVAILABLE, "message": str(error)})
+        write_frame(sock, {"ok": False, "reason": "PROTECTION_UNAVAILABLE", "message": str(error)})
         return 1
     except (ProtocolError, KeyError, TypeError, ValueError) as error:
-        write_frame(sock, {"ok": False, "reason": INTERNAL, "message": f"bad hello frame: {error}"})
+        write_frame(
+            sock, {"ok": False, "reason": "INTERNAL", "message": f"bad hello frame: {error}"}
+        )
         return 2
     write_frame(sock, {"ok": True, "pid": os.getpid(), "protections": [asdict(a) for a in applied]})
     try:

@@ -12,16 +12,13 @@ from dataclasses import dataclass, field
 from hostcapd.config import Limits, Tenant
 from hostcapd.errors import Refusal
 from hostcapd.fs.syscalls import RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, openat2
+from hostcapd.labels import validate_correlation
 from hostcapd.process import environment, executable
 from hostcapd.process import limits as limits_mod
 from hostcapd.sandbox.profile import ProtectionStatus
 
 MAX_ARGV_BYTES = 1024 * 1024
 MAX_ARG_BYTES = 128 * 1024
-MAX_LABELS = 32
-MAX_LABEL_KEY = 128
-MAX_LABEL_VALUE = 1024
-MAX_REQUEST_ID = 256
 PATH_MAX = 4096
 
 
@@ -123,21 +120,6 @@ def validate_argv(argv: tuple[str, ...]) -> None:
         total += size + 1 + 8
         if total > MAX_ARGV_BYTES:
             raise Refusal("TOO_LARGE", f"argv is larger than {MAX_ARGV_BYTES} bytes")
-
-
-def validate_correlation(labels: Mapping[str, str], request_id: str) -> None:
-    """Labels and request_id go whole into fsynced audit records: bound them."""
-    if len(request_id) > MAX_REQUEST_ID:
-        raise Refusal("INVALID_ARGUMENT", f"request_id is longer than {MAX_REQUEST_ID} characters")
-    if len(labels) > MAX_LABELS:
-        raise Refusal("INVALID_ARGUMENT", f"more than {MAX_LABELS} labels")
-    for key, value in labels.items():
-        if not key or len(key) > MAX_LABEL_KEY or len(value) > MAX_LABEL_VALUE:
-            raise Refusal(
-                "INVALID_ARGUMENT",
-                f"a label key must be 1-{MAX_LABEL_KEY} and a value at most "
-                f"{MAX_LABEL_VALUE} characters",
-            )
 
 
 def prepare(

@@ -79,7 +79,7 @@ class Spawn:
         keep = prepared.limits.output_bytes or 0
         self.stdout = StreamBuffer(keep, retain_head=not streaming)
         self.stderr = StreamBuffer(keep, retain_head=not streaming)
-        #: Streamed events for the owning caller: ("started"|"output"|"exited", payload).
+        #: Streamed events for the owning caller: ("output"|"exited", payload).
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.pending_bytes = 0
         self.report: Report | None = None
@@ -143,7 +143,6 @@ class Spawn:
             self.pid = await self._spawner_started
             self._exec_time = time.monotonic()
             self.started.set_result(self.pid)
-            self.events.put_nowait(("started", self.pid))
             stdin_task = self._stream()
             try:
                 status = await self._wait_end()
@@ -484,8 +483,9 @@ class Spawn:
         )
 
     def _refuse(self, refusal: Refusal) -> None:
-        """Nothing ran: the caller gets the refusal (None is run()'s answer)."""
-        self.events.put_nowait(("refused", refusal))
+        """Nothing ran: the caller learns it from `started` (None is run()'s answer)."""
+        self.started.set_exception(refusal)
+        self.started.add_done_callback(_retrieve)
         self.done.set_exception(refusal)
         self.done.add_done_callback(_retrieve)
 

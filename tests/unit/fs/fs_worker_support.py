@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hostcapd.errors import Refusal
+from hostcapd.fs.client import FsWorker
 from hostcapd.fs.content import read_range
-from hostcapd.fs.errors import FsRefusal
-from hostcapd.fs.process import FsWorker
 from hostcapd.fs.scope import RootSpec
 from hostcapd.fs.worker import WorkerSettings
 
@@ -133,9 +133,9 @@ class WorkerClient:
     async def stat(self, path: str) -> dict[str, Any]:
         return await self.call({"op": "stat", "path": path})
 
-    async def refusal(self, coroutine: Any) -> FsRefusal:
+    async def refusal(self, coroutine: Any) -> Refusal:
         """The refusal `coroutine` ends with (fails the test if it succeeds)."""
-        with pytest.raises(FsRefusal) as refused:
+        with pytest.raises(Refusal) as refused:
             await coroutine
         return refused.value
 

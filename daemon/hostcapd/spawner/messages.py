@@ -124,6 +124,25 @@ def _ints(value: Any, n: int) -> bool:
     )
 
 
+def _is_rlimit(r: Any) -> bool:
+    return (
+        (type(r) is tuple or type(r) is list)
+        and len(r) == 3
+        and type(r[0]) is int
+        and type(r[1]) is int
+        and type(r[2]) is int
+    )
+
+
+def _is_ids(ids: Any) -> bool:
+    return (
+        (type(ids) is tuple or type(ids) is list)
+        and len(ids) == 2
+        and type(ids[0]) is int
+        and type(ids[1]) is int
+    )
+
+
 def _opt_b(value: Any) -> bool:
     return value is None or type(value) is bytes
 
@@ -292,6 +311,53 @@ class SpawnOrder:
 
     @classmethod
     def from_wire(cls, m: Mapping[str, Any]) -> SpawnOrder:
+        # One pass of plain type checks for an order as the front-end sends
+        # it (the spawn path); anything else is taken apart field by field
+        # to say what is wrong.
+        keys = m.keys()
+        if _SPAWN_REQUIRED <= keys <= _SPAWN_KEYS and m["op"] == "spawn":
+            get = m.get
+            sid, argv, envp, rlimits, ids = m["id"], m["argv"], m["envp"], m["rlimits"], m["ids"]
+            cwd_root, cwd, loginuid, go = m["cwd_root"], m["cwd"], m["loginuid"], get("go", False)
+            if (
+                type(sid) is str
+                and type(m["profile"]) is str
+                and type(m["by_fd"]) is bool
+                and type(m["exe_path"]) is bytes
+                and type(m["landlock"]) is bool
+                and type(go) is bool
+                and (cwd_root is None or type(cwd_root) is bytes)
+                and (cwd is None or type(cwd) is bytes)
+                and (loginuid is None or type(loginuid) is bytes)
+                and (type(argv) is list or type(argv) is tuple)
+                and not [a for a in argv if type(a) is not bytes]
+                and (type(envp) is list or type(envp) is tuple)
+                and not [e for e in envp if type(e) is not bytes]
+                and (type(rlimits) is list or type(rlimits) is tuple)
+                and not [r for r in rlimits if not _is_rlimit(r)]
+                and (ids is None or _is_ids(ids))
+            ):
+                return cls(
+                    sid,
+                    m["profile"],
+                    m["by_fd"],
+                    m["exe_path"],
+                    argv,
+                    envp,
+                    cwd_root,
+                    cwd,
+                    rlimits,
+                    None if ids is None else (ids[0], ids[1]),
+                    loginuid,
+                    m["landlock"],
+                    go,
+                )
+        return cls._explained(m)
+
+    @classmethod
+    def _explained(cls, m: Mapping[str, Any]) -> SpawnOrder:
+        """from_wire, field by field: raises MalformedMessage naming the first
+        field that is wrong."""
         op = cls.OP
         sid = m.get("id")
         if type(sid) is not str:
@@ -325,6 +391,7 @@ class SpawnOrder:
 
 
 _SPAWN_KEYS = _wire_keys(SpawnOrder)
+_SPAWN_REQUIRED = _SPAWN_KEYS - {"go"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,14 +547,20 @@ class Exited:
         op = cls.OP
         _keys(m, op, _EXITED_KEYS)
         usage = m.get("rusage")
-        if (
-            (type(usage) is not tuple and type(usage) is not list)
-            or len(usage) != 7
-            or not all(type(x) is float or type(x) is int for x in usage[:2])
-            or not all(type(x) is int for x in usage[2:])
+        if not (
+            (type(usage) is tuple or type(usage) is list)
+            and len(usage) == 7
+            and (type(usage[0]) is float or type(usage[0]) is int)
+            and (type(usage[1]) is float or type(usage[1]) is int)
+            and not [x for x in usage[2:] if type(x) is not int]
         ):
             raise _missing(op, "rusage", None)
-        return cls(_str(m, op, "id"), _int(m, op, "pid"), _int(m, op, "status"), tuple(usage))
+        return cls(
+            _str(m, op, "id"),
+            _int(m, op, "pid"),
+            _int(m, op, "status"),
+            (usage[0], usage[1], usage[2], usage[3], usage[4], usage[5], usage[6]),
+        )
 
 
 _EXITED_KEYS = _wire_keys(Exited)

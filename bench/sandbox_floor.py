@@ -1,6 +1,6 @@
 """The C set-up alone: the least a spawn of the default profile can cost.
 
-`SandboxFloor.true()` runs /bin/true through `_childsetup.spawn` in this
+`SandboxFloor.true()` runs /bin/true through `childsetup.spawn` in this
 process with the `nocg` tenant's prepared profile (pid/net/ipc/uts/mount
 namespaces, the new root, landlock, seccomp, rlimits, uid drop, exec by fd)
 and both namespace pools, as the spawner does, timed until it is reaped.
@@ -18,7 +18,7 @@ import os
 import time
 import tomllib
 
-from hostcapd import _childsetup, environment, limits  # type: ignore[attr-defined]
+from hostcapd import childsetup, environment, limits
 from hostcapd.config import Tenant, parse_config
 from hostcapd.sandbox import identity, rlimits
 from hostcapd.sandbox.profile import TenantProfile, prepare, probe_host
@@ -70,7 +70,7 @@ class SandboxFloor:
         ruleset = self.profile.new_ruleset()
         try:
             start = time.perf_counter()
-            pid = _childsetup.spawn(
+            plan = childsetup.ChildPlan(
                 exe_fd=exe,
                 exe_path=TRUE.encode(),
                 argv=[TRUE.encode()],
@@ -99,6 +99,7 @@ class SandboxFloor:
                 mntns_fd=mntns_fd,
                 netns_fd=netns_fd,
             )
+            pid = childsetup.spawn(plan)
             _, status = os.waitpid(pid, 0)
             seconds = time.perf_counter() - start
         finally:

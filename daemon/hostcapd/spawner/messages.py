@@ -25,14 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from hostcapd.childsetup import LandlockRule, Mount, RLimit
+
 Wire = dict[str, Any]
 
-#: (kind, source, target, fstype, flags, data, clear), as the C set-up takes them.
-Mount = tuple[int, bytes | None, bytes | None, bytes | None, int, bytes | None, int]
-#: (resource, soft, hard)
-RLimit = tuple[int, int, int]
-#: (path, access) a child adds to its landlock ruleset after its mounts.
-LandlockRule = tuple[bytes, int]
 #: ru_utime, ru_stime, ru_maxrss, ru_nvcsw, ru_nivcsw, ru_inblock, ru_oublock
 Rusage = tuple[float, float, int, int, int, int, int]
 

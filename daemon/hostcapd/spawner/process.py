@@ -2,7 +2,7 @@
 set-up, reaps them with wait4 and reports their exits.
 
 Single-threaded by construction (this module never imports gRPC or starts a
-thread), so the vfork-style clone in `_childsetup` is safe. It is a child
+thread), so the vfork-style clone in `childsetup.spawn` is safe. It is a child
 subreaper and dies with the front-end (PR_SET_PDEATHSIG); its children in
 turn die with it, and a child that is still in set-up when it dies sees the
 life pipe hang up and does not exec.
@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import prctl
 
-from hostcapd import _childsetup  # type: ignore[attr-defined]
+from hostcapd import childsetup
+from hostcapd.childsetup import ChildPlan
 from hostcapd.spawner import channel, messages, netns
 from hostcapd.spawner.messages import MalformedMessage, RegisterProfile
 from hostcapd.spawner.mntns import MountNamespacePool, Mounts
@@ -165,7 +166,7 @@ class Spawner:
                 clone_flags &= ~CLONE_NEWNS
                 mounts = profile.join_mounts
         try:
-            pid = _childsetup.spawn(
+            plan = ChildPlan(
                 exe_fd=exe_fd if m.by_fd else -1,
                 exe_path=m.exe_path,
                 argv=m.argv,
@@ -196,7 +197,8 @@ class Spawner:
                 netns_fd=netns_fd,
                 mntns_fd=mntns_fd,
             )
-        except _childsetup.SetupError as error:
+            pid = childsetup.spawn(plan)
+        except childsetup.SetupError as error:
             _close(netns_fd, mntns_fd)
             step, err = error.args
             self.report(messages.Failed(spawn_id, step, err))

@@ -6,6 +6,7 @@ tests of this folder as `sandbox_attempts`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -236,42 +237,41 @@ def start_in_cgroup(fds: list[int], mode: str, *args: str) -> subprocess.Popen[s
 
 
 def run_through_setup(argv: list[bytes], **plan: Any) -> tuple[int, str]:
-    """Run `argv` through the C child set-up (hostcapd._childsetup.spawn) with
+    """Run `argv` through the C child set-up (hostcapd.childsetup.spawn) with
     `plan` over a do-nothing default; returns (exit code, stdout + stderr)."""
-    from hostcapd import _childsetup  # type: ignore[attr-defined]
+    from hostcapd import childsetup
 
     exe = os.open(argv[0], os.O_RDONLY | os.O_CLOEXEC)
     out_r, out_w = os.pipe()
-    settings: dict[str, Any] = {
-        "exe_fd": exe,
-        "exe_path": None,
-        "argv": argv,
-        "envp": [b"PATH=/usr/bin:/bin"],
-        "stdio": (0, out_w, out_w),
-        "cwd_root": None,
-        "cwd": None,
-        "umask": -1,
-        "clone_flags": 0,
-        "mounts": [],
-        "hostname": None,
-        "loopback_up": False,
-        "cgroup_fds": [],
-        "rlimits": [],
-        "oom_score_adj": None,
-        "loginuid": None,
-        "drop_caps": False,
-        "ids": None,
-        "no_new_privs": True,
-        "landlock_fd": -1,
-        "landlock_rules": [],
-        "seccomp_filter": b"",
-        "pdeathsig": 0,
-        "cancel_fd": -1,
-        "life_fd": -1,
-    }
-    settings.update(plan)
+    settings = childsetup.ChildPlan(
+        exe_fd=exe,
+        exe_path=None,
+        argv=argv,
+        envp=[b"PATH=/usr/bin:/bin"],
+        stdio=(0, out_w, out_w),
+        cwd_root=None,
+        cwd=None,
+        umask=-1,
+        clone_flags=0,
+        mounts=[],
+        hostname=None,
+        loopback_up=False,
+        cgroup_fds=[],
+        rlimits=[],
+        oom_score_adj=None,
+        loginuid=None,
+        drop_caps=False,
+        ids=None,
+        no_new_privs=True,
+        landlock_fd=-1,
+        landlock_rules=[],
+        seccomp_filter=b"",
+        pdeathsig=0,
+        cancel_fd=-1,
+        life_fd=-1,
+    )
     try:
-        pid = _childsetup.spawn(**settings)
+        pid = childsetup.spawn(dataclasses.replace(settings, **plan))
     finally:
         os.close(exe)
         os.close(out_w)

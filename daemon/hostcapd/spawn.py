@@ -28,7 +28,7 @@ from hostcapd import limits as limits_mod
 from hostcapd.audit import AuditUnavailable
 from hostcapd.config import Limits, Tenant
 from hostcapd.errors import Refusal
-from hostcapd.fs.syscalls import RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, openat2
+from hostcapd.linux import RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, openat2
 from hostcapd.output import StreamBuffer
 from hostcapd.sandbox import identity, rlimits
 from hostcapd.sandbox.cgroups import CgroupError, CgroupStats, SpawnCgroup

@@ -5,8 +5,8 @@
     fs_pb2_grpc.add_FsServiceServicer_to_server(runtime.servicer, server)
     await runtime.close()
 
-Modules, from the kernel up: `syscalls` (openat2, renameat2, landlock
-restrict), `scope` (lexical location of a path beneath a root), `policy`
+Modules, from the kernel up (its calls, openat2, renameat2, landlock restrict,
+are `hostcapd.linux`'s): `scope` (lexical location of a path beneath a root), `policy`
 (protected and secret patterns), `content` (text or binary, media type),
 `ops` (the operations on root fds), `worker` (the per-tenant process that
 runs them as the tenant, confined), `protocol` (its frames), `process` (the

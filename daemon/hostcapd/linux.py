@@ -174,29 +174,3 @@ def setns(fd: int, nstype: int) -> None:
     """setns(2): this thread into the namespace `fd` refers to."""
     if libc.setns(fd, nstype) != 0:
         raise _fail()
-
-
-PR_SET_PDEATHSIG = 1
-PR_SET_DUMPABLE = 4
-PR_SET_NO_NEW_PRIVS = 38
-libc.prctl.argtypes = [_c.c_int, _c.c_ulong, _c.c_ulong, _c.c_ulong, _c.c_ulong]
-libc.prctl.restype = ctypes.c_int
-
-
-def _prctl(option: int, value: int) -> None:
-    if libc.prctl(option, value, 0, 0, 0) != 0:
-        raise _fail()
-
-
-def set_no_new_privs() -> None:
-    _prctl(PR_SET_NO_NEW_PRIVS, 1)
-
-
-def set_parent_death_signal(signal_number: int) -> None:
-    _prctl(PR_SET_PDEATHSIG, signal_number)
-
-
-def set_not_dumpable() -> None:
-    """No core dumps and no ptrace by other processes of the same uid: the
-    tenant's own spawns run as the worker's uid and must not attach to it."""
-    _prctl(PR_SET_DUMPABLE, 0)

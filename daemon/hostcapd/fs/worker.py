@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import prctl
+
 from hostcapd import linux
 from hostcapd.fs.errors import INTERNAL, PROTECTION_UNAVAILABLE, FsRefusal
 from hostcapd.fs.ops import FsOperations
@@ -260,12 +262,14 @@ def confine(settings: WorkerSettings, handover: Handover) -> tuple[list[Applied]
     """The confinement sequence of the module docstring; raises Unavailable."""
     os.umask(settings.umask)
     applied = [_drop_identity(settings)]
-    linux.set_parent_death_signal(signal.SIGKILL)
+    prctl.set_pdeathsig(signal.SIGKILL)
     if os.getppid() != settings.parent_pid:
         raise Unavailable("the front-end went away during start-up")
-    linux.set_not_dumpable()
+    # No core dumps and no ptrace by other processes of the same uid: the
+    # tenant's own spawns run as the worker's uid and must not attach to it.
+    prctl.set_dumpable(False)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    linux.set_no_new_privs()
+    prctl.set_no_new_privs(1)
     applied.append(Applied("no_new_privs", True, "set on the fs worker", False))
     applied.append(_restrict(handover))
     for root, fd in zip(settings.roots, handover.root_fds, strict=True):

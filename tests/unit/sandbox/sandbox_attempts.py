@@ -19,6 +19,7 @@ import pytest
 #: landlock and/or seccomp applied to itself, then the attempts.
 CHILD = r"""
 import ctypes, errno, json, os, socket, sys
+import prctl
 from hostcapd.sandbox import landlock
 
 spec = json.loads(sys.argv[1])
@@ -41,7 +42,7 @@ for op in spec.get("setup", []):
     elif kind == "rule":
         landlock.add_path_rule(spec["ruleset_fd"], op[1], op[2])
 if "ruleset_fd" in spec:
-    check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
+    prctl.set_no_new_privs(1)
     check(libc.syscall(446, spec["ruleset_fd"], 0), "landlock_restrict_self")
 
 def attempt(op, arg):
@@ -109,6 +110,7 @@ def require_root() -> None:
 #: own so one call's effect (a persona, a namespace) cannot colour the next.
 SECCOMP_CHILD = r"""
 import ctypes, errno, json, os, subprocess, sys, threading
+import prctl
 spec = json.loads(sys.argv[1])
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -129,7 +131,7 @@ if spec.get("filter"):
     program = bytes.fromhex(spec["filter"])
     buf = ctypes.create_string_buffer(program, len(program))
     fprog = SockFprog(len(program) // 8, ctypes.addressof(buf))
-    check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
+    prctl.set_no_new_privs(1)
     check(libc.syscall(317, 1, 0, ctypes.byref(fprog)), "seccomp")
 
 def arg(a):

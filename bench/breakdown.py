@@ -46,6 +46,7 @@ from hostcapd.sandbox import identity, rlimits
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile, prepare, probe_host
 from hostcapd.spawner.client import SpawnerClient
+from hostcapd.spawner.messages import SpawnOrder
 
 from bench.audit_bench import exit_fields
 from bench.baselines import Baselines
@@ -72,7 +73,7 @@ class SpawnerSteps:
         self.tenant = tenant
         self.profile = profile
         self.cache = HashCache()
-        spawner.register_profile(tenant.name, profile.spawner_message(tenant.name), [])
+        spawner.register_profile(profile.spawner_message(tenant.name))
 
     async def spawn(self) -> tuple[float, float]:
         """Seconds until the child exec'd and until it was reaped."""
@@ -85,22 +86,21 @@ class SpawnerSteps:
         cancel = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         ruleset = p.new_ruleset()
         ident = identity.plan(t.uid, t.gid, set(p.applied))
-        order = {
-            "op": "spawn",
-            "id": uuid.uuid4().hex,
-            "profile": t.name,
-            "by_fd": p.has("exec_by_fd"),
-            "exe_path": exe.path.encode(),
-            "argv": [b"/bin/true"],
-            "envp": environment.encode(dict(t.env)),
+        order = SpawnOrder(
+            id=uuid.uuid4().hex,
+            profile=t.name,
+            by_fd=p.has("exec_by_fd"),
+            exe_path=exe.path.encode(),
+            argv=[b"/bin/true"],
+            envp=environment.encode(dict(t.env)),
             # As Spawn.run sends it (the spawner's order format of this commit).
-            "cwd_root": str(t.primary_root.path).encode(),
-            "cwd": b".",
-            "rlimits": rlimits.plan(applied, False, False) if p.has("rlimits") else [],
-            "ids": ident.ids,
-            "loginuid": ident.loginuid,
-            "landlock": ruleset >= 0,
-        }
+            cwd_root=str(t.primary_root.path).encode(),
+            cwd=b".",
+            rlimits=rlimits.plan(applied, False, False) if p.has("rlimits") else [],
+            ids=ident.ids,
+            loginuid=ident.loginuid,
+            landlock=ruleset >= 0,
+        )
         fds = [exe.fd, in_r, out_w, err_w, cancel, *([ruleset] if ruleset >= 0 else [])]
         start = time.perf_counter()
         try:

@@ -1,6 +1,6 @@
 """The C set-up alone: the least a spawn of the default profile can cost.
 
-`SandboxFloor.true()` runs /bin/true through `_childsetup.spawn` in this
+`SandboxFloor.true()` runs /bin/true through `childsetup.spawn` in this
 process with the `nocg` tenant's prepared profile (pid/net/ipc/uts/mount
 namespaces, the new root, landlock, seccomp, rlimits, uid drop, exec by fd)
 and both namespace pools, as the spawner does, timed until it is reaped.
@@ -17,9 +17,8 @@ from __future__ import annotations
 import os
 import time
 import tomllib
-from typing import Any
 
-from hostcapd import _childsetup, environment, limits  # type: ignore[attr-defined]
+from hostcapd import childsetup, environment, limits
 from hostcapd.config import Tenant, parse_config
 from hostcapd.sandbox import identity, rlimits
 from hostcapd.sandbox.profile import TenantProfile, prepare, probe_host
@@ -40,8 +39,7 @@ class SandboxFloor:
         self.profile: TenantProfile = prepare(self.tenant, probe_host(config.daemon.cgroup_parent))
         if "cgroup" in self.profile.applied:
             raise BenchError(f"sandbox floor: tenant {tenant} must have no cgroup")
-        m = self.profile.spawner_message(tenant)
-        self.message: dict[str, Any] = m
+        self.message = self.profile.spawner_message(tenant)
         self.pooled = list(self.profile.ns.pooled_mounts)
         self.join = list(self.profile.ns.join_mounts)
         self.mntns = MountNamespacePool(size=1)
@@ -61,7 +59,7 @@ class SandboxFloor:
         self.netns.fill_one()
         mntns_fd, netns_fd = self.mntns.take("floor"), self.netns.take()
         # As the spawner does: a namespace the pool could not make is made by the child.
-        flags = m["clone_flags"]
+        flags = m.clone_flags
         mounts = self.join if mntns_fd >= 0 else list(self.profile.ns.mounts)
         if mntns_fd >= 0:
             flags &= ~CLONE_NEWNS
@@ -72,7 +70,7 @@ class SandboxFloor:
         ruleset = self.profile.new_ruleset()
         try:
             start = time.perf_counter()
-            pid = _childsetup.spawn(
+            plan = childsetup.ChildPlan(
                 exe_fd=exe,
                 exe_path=TRUE.encode(),
                 argv=[TRUE.encode()],
@@ -80,27 +78,28 @@ class SandboxFloor:
                 stdio=(null, null, null),
                 cwd_root=str(self.tenant.primary_root.path).encode(),
                 cwd=b".",
-                umask=m["umask"],
+                umask=m.umask,
                 clone_flags=flags,
                 mounts=mounts,
-                hostname=m["hostname"],
-                loopback_up=m["loopback_up"] and netns_fd < 0,
+                hostname=m.hostname,
+                loopback_up=m.loopback_up and netns_fd < 0,
                 cgroup_fds=[],
                 rlimits=self.rlimits,
-                oom_score_adj=m["oom_score_adj"],
+                oom_score_adj=m.oom_score_adj,
                 loginuid=self.ident.loginuid,
-                drop_caps=m["drop_caps"],
+                drop_caps=m.drop_caps,
                 ids=self.ident.ids,
-                no_new_privs=m["no_new_privs"],
+                no_new_privs=m.no_new_privs,
                 landlock_fd=ruleset,
-                landlock_rules=[tuple(r) for r in m["landlock_rules"]] if ruleset >= 0 else [],
-                seccomp_filter=m["seccomp"],
-                pdeathsig=m["pdeathsig"],
+                landlock_rules=m.landlock_rules if ruleset >= 0 else [],
+                seccomp_filter=m.seccomp,
+                pdeathsig=m.pdeathsig,
                 cancel_fd=-1,
                 life_fd=-1,
                 mntns_fd=mntns_fd,
                 netns_fd=netns_fd,
             )
+            pid = childsetup.spawn(plan)
             _, status = os.waitpid(pid, 0)
             seconds = time.perf_counter() - start
         finally:

@@ -79,44 +79,51 @@
 #define MAX_RLIMITS 16
 #define MAX_CGROUP_FDS 8
 
-/* The steps, in the order the child runs them. Names are what Python sees. */
-enum step {
-    STEP_NONE = 0,
-    STEP_SIGNALS,
-    STEP_SETSID,
-    STEP_PDEATHSIG,
-    STEP_CGROUP,
-    STEP_MOUNT,
-    STEP_HOSTNAME,
-    STEP_NETNS,
-    STEP_LOOPBACK,
-    STEP_STDIO,
-    STEP_CHDIR,
-    STEP_RLIMITS,
-    STEP_OOM_SCORE,
-    STEP_LOGINUID,
-    STEP_CAPS_BOUNDING,
-    STEP_GROUPS,
-    STEP_GID,
-    STEP_UID,
-    STEP_CAPS,
-    STEP_NO_NEW_PRIVS,
-    STEP_LANDLOCK,
-    STEP_SECCOMP,
-    STEP_CLOSE_FDS,
-    STEP_CANCELLED,
-    STEP_PARENT_GONE,
-    STEP_EXEC,
-    STEP_CLONE,
-    STEP_MNTNS,
-};
+/* The steps a set-up can fail at: the enum and the names SetupError carries
+ * (what Python sees) come from this one list, so they cannot drift apart.
+ * The list is not the order the steps run in (child_main is): pdeathsig and
+ * chdir run twice, mntns runs before mount, cwd's root is opened before
+ * stdio, and clone (the clone itself) and mntns (also mount_namespace's
+ * child) fail outside child_main. */
+#define SETUP_STEPS(X)                      \
+    X(STEP_NONE, "none")                    \
+    X(STEP_SIGNALS, "signals")              \
+    X(STEP_SETSID, "setsid")                \
+    X(STEP_PDEATHSIG, "pdeathsig")          \
+    X(STEP_CGROUP, "cgroup")                \
+    X(STEP_MOUNT, "mount")                  \
+    X(STEP_HOSTNAME, "hostname")            \
+    X(STEP_NETNS, "netns")                  \
+    X(STEP_LOOPBACK, "loopback")            \
+    X(STEP_STDIO, "stdio")                  \
+    X(STEP_CHDIR, "chdir")                  \
+    X(STEP_RLIMITS, "limits")               \
+    X(STEP_OOM_SCORE, "oom_score_adj")      \
+    X(STEP_LOGINUID, "loginuid")            \
+    X(STEP_CAPS_BOUNDING, "caps_bounding")  \
+    X(STEP_GROUPS, "groups")                \
+    X(STEP_GID, "gid")                      \
+    X(STEP_UID, "uid")                      \
+    X(STEP_CAPS, "caps")                    \
+    X(STEP_NO_NEW_PRIVS, "no_new_privs")    \
+    X(STEP_LANDLOCK, "landlock")            \
+    X(STEP_SECCOMP, "seccomp")              \
+    X(STEP_CLOSE_FDS, "close_fds")          \
+    X(STEP_CANCELLED, "cancelled")          \
+    X(STEP_PARENT_GONE, "parent_gone")      \
+    X(STEP_EXEC, "exec")                    \
+    X(STEP_CLONE, "clone")                  \
+    X(STEP_MNTNS, "mntns")
 
-static const char *const step_names[] = {
-    "none", "signals", "setsid", "pdeathsig", "cgroup", "mount", "hostname",
-    "netns", "loopback", "stdio", "chdir", "limits", "oom_score_adj", "loginuid", "caps_bounding",
-    "groups", "gid", "uid", "caps", "no_new_privs", "landlock", "seccomp",
-    "close_fds", "cancelled", "parent_gone", "exec", "clone", "mntns",
-};
+#define STEP_ENUM(id, name) id,
+enum step { SETUP_STEPS(STEP_ENUM) N_STEPS };
+#undef STEP_ENUM
+/* A zeroed plan has failed at no step. */
+_Static_assert(STEP_NONE == 0, "STEP_NONE must be 0");
+
+#define STEP_NAME(id, name) [id] = name,
+static const char *const step_names[N_STEPS] = { SETUP_STEPS(STEP_NAME) };
+#undef STEP_NAME
 
 /* A mount step. MOUNT_CALL is mount(2). MOUNT_KEEP clones the tree at
  * `source` (before later mounts hide it) into slot `flags`; MOUNT_RESTORE

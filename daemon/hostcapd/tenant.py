@@ -90,9 +90,7 @@ class TenantRuntime:
         return self.deps.cgroups
 
     def register_with_spawner(self) -> None:
-        self.spawner.register_profile(
-            self.profile_key, self.profile.spawner_message(self.profile_key), []
-        )
+        self.spawner.register_profile(self.profile.spawner_message(self.profile_key))
 
     def adopt_requests(self, previous: TenantRuntime) -> None:
         """Take over the request_id table of the runtime this one replaces (a

@@ -154,7 +154,7 @@ def test_the_documented_exposure_is_the_one_systemd_computes() -> None:
 PROBE = textwrap.dedent(
     r"""
     import json, os, signal, socket, subprocess, sys, tempfile
-    from hostcapd import _childsetup
+    from hostcapd import childsetup
 
     NOBODY = (65534, 65534)
     FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x20000000 | 0x40000000
@@ -168,7 +168,7 @@ PROBE = textwrap.dedent(
         exe = os.open(argv[0], os.O_PATH | os.O_CLOEXEC)
         r, w = os.pipe()
         try:
-            pid = _childsetup.spawn(
+            pid = childsetup.spawn(childsetup.ChildPlan(
                 exe_fd=exe, exe_path=None, argv=[a.encode() for a in argv],
                 envp=[b"PATH=/usr/bin:/bin"], stdio=(0, w, w), cwd_root=cwd, cwd=None, umask=0o022,
                 clone_flags=FLAGS if sandboxed else 0, mounts=MOUNTS if sandboxed else [],
@@ -176,7 +176,7 @@ PROBE = textwrap.dedent(
                 cgroup_fds=[], rlimits=[(7, 256, 256)], oom_score_adj=b"500",
                 loginuid=b"65534" if sandboxed else None, drop_caps=True, ids=NOBODY,
                 no_new_privs=True, landlock_fd=-1, landlock_rules=[], seccomp_filter=b"",
-                pdeathsig=signal.SIGKILL, cancel_fd=-1, life_fd=-1)
+                pdeathsig=signal.SIGKILL, cancel_fd=-1, life_fd=-1))
         finally:
             os.close(w)
             os.close(exe)

@@ -32,8 +32,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hostcapd import linux
 from hostcapd.errors import Refusal
-from hostcapd.fs import syscalls
 from hostcapd.fs.errors import refusal_from_errno
 from hostcapd.fs.policy import PathPolicy
 from hostcapd.fs.scope import FsScope, Located, _normalise
@@ -122,7 +122,7 @@ class FsOperations:
         self.follow_symlinks = follow_symlinks
         self.file_mode = file_mode & ~umask & 0o7777
         self.dir_mode = dir_mode & 0o7777
-        self.resolve = syscalls.BENEATH | (0 if follow_symlinks else syscalls.RESOLVE_NO_SYMLINKS)
+        self.resolve = linux.BENEATH | (0 if follow_symlinks else linux.RESOLVE_NO_SYMLINKS)
         self.pending: PendingWrite | None = None
 
     # --- resolution -----------------------------------------------------
@@ -139,7 +139,7 @@ class FsOperations:
         path = "/".join(parts) or "."
         for _ in range(RESOLVE_RETRIES):
             try:
-                return syscalls.openat2(
+                return linux.openat2(
                     self.root_fds[root], path, flags, self.resolve if resolve is None else resolve
                 )
             except OSError as error:
@@ -265,7 +265,7 @@ class FsOperations:
         # the write replaces the file by a rename in its directory
         try:
             parent = self._open(
-                anchor, real[:-1], os.O_PATH | os.O_DIRECTORY, "stat", syscalls.BENEATH
+                anchor, real[:-1], os.O_PATH | os.O_DIRECTORY, "stat", linux.BENEATH
             )
         except Refusal:
             return False
@@ -351,11 +351,11 @@ class FsOperations:
                 yield self._entry(anchor, dir_fd, dir_real, prefix, name, st)
                 continue
             try:
-                child = syscalls.openat2(
+                child = linux.openat2(
                     dir_fd,
                     name,
                     os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
-                    syscalls.BENEATH | syscalls.RESOLVE_NO_SYMLINKS,
+                    linux.BENEATH | linux.RESOLVE_NO_SYMLINKS,
                 )
             except OSError:
                 continue  # replaced or removed meanwhile, or not readable by the tenant
@@ -402,8 +402,8 @@ class FsOperations:
         except OSError:
             return ""
         try:
-            fd = syscalls.openat2(
-                self.root_fds[anchor], "/".join((*dir_real, name)), os.O_PATH, syscalls.BENEATH
+            fd = linux.openat2(
+                self.root_fds[anchor], "/".join((*dir_real, name)), os.O_PATH, linux.BENEATH
             )
         except OSError as error:
             if error.errno != errno.ENOENT or text.startswith("/"):
@@ -556,7 +556,7 @@ class FsOperations:
             dir_real,
             os.O_RDONLY | os.O_DIRECTORY,
             "write",
-            syscalls.BENEATH | syscalls.RESOLVE_NO_SYMLINKS,
+            linux.BENEATH | linux.RESOLVE_NO_SYMLINKS,
         )
         fds.append(fd)
         return fd
@@ -583,9 +583,7 @@ class FsOperations:
                             (*self._real_parts(anchor, cur), *parts[index:], name),
                             write=True,
                         )
-                    parent = syscalls.openat2(
-                        cur, ".", os.O_RDONLY | os.O_DIRECTORY, syscalls.BENEATH
-                    )
+                    parent = linux.openat2(cur, ".", os.O_RDONLY | os.O_DIRECTORY, linux.BENEATH)
                     try:
                         os.mkdir(part, self.dir_mode, dir_fd=parent)
                     except FileExistsError:
@@ -596,11 +594,11 @@ class FsOperations:
                     else:
                         created.append((parent, part))
                     try:
-                        nxt = syscalls.openat2(
+                        nxt = linux.openat2(
                             cur,
                             part,
                             os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW,
-                            syscalls.BENEATH | syscalls.RESOLVE_NO_SYMLINKS,
+                            linux.BENEATH | linux.RESOLVE_NO_SYMLINKS,
                         )
                     except OSError as error:
                         raise self._refusal(error, "create parent directory") from None
@@ -627,11 +625,11 @@ class FsOperations:
                 "ACCESS_DENIED", "write: the file is not writable by the tenant's run-as identity"
             )
         try:
-            fd = syscalls.openat2(
+            fd = linux.openat2(
                 dir_fd,
                 name,
                 _READ_FLAGS | os.O_NOFOLLOW,
-                syscalls.BENEATH | syscalls.RESOLVE_NO_SYMLINKS,
+                linux.BENEATH | linux.RESOLVE_NO_SYMLINKS,
             )
         except OSError as error:
             # the audit record needs the sha256 of what is replaced
@@ -715,14 +713,12 @@ class FsOperations:
             if pending.tmp_name is None:
                 if pending.replaces is None:
                     # linking the unnamed inode is itself the no-replace create
-                    syscalls.link_tmpfile(pending.tmp_fd, dir_fd, name)
+                    linux.link_tmpfile(pending.tmp_fd, dir_fd, name)
                     return
                 pending.tmp_name = f".hostcap-{os.urandom(8).hex()}.tmp"
-                syscalls.link_tmpfile(pending.tmp_fd, dir_fd, pending.tmp_name)
+                linux.link_tmpfile(pending.tmp_fd, dir_fd, pending.tmp_name)
             if pending.replaces is None:
-                syscalls.renameat2(
-                    dir_fd, pending.tmp_name, dir_fd, name, syscalls.RENAME_NOREPLACE
-                )
+                linux.renameat2(dir_fd, pending.tmp_name, dir_fd, name, linux.RENAME_NOREPLACE)
             else:
                 os.rename(pending.tmp_name, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
             pending.tmp_name = None

@@ -40,8 +40,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import prctl
+
+from hostcapd import linux
 from hostcapd.errors import Refusal
-from hostcapd.fs import syscalls
 from hostcapd.fs.ops import FsOperations
 from hostcapd.fs.policy import PathPolicy
 from hostcapd.fs.protocol import ProtocolError, read_frame, write_frame
@@ -241,7 +243,7 @@ def _restrict(handover: Handover) -> Applied:
     if handover.ruleset_fd is None:
         return decision
     try:
-        syscalls.landlock_restrict_self(handover.ruleset_fd)
+        linux.landlock_restrict_self(handover.ruleset_fd)
     except OSError as error:
         if decision.required:
             raise Unavailable(f"landlock is required but could not be applied: {error}") from None
@@ -260,12 +262,14 @@ def confine(settings: WorkerSettings, handover: Handover) -> tuple[list[Applied]
     """The confinement sequence of the module docstring; raises Unavailable."""
     os.umask(settings.umask)
     applied = [_drop_identity(settings)]
-    syscalls.set_parent_death_signal(signal.SIGKILL)
+    prctl.set_pdeathsig(signal.SIGKILL)
     if os.getppid() != settings.parent_pid:
         raise Unavailable("the front-end went away during start-up")
-    syscalls.set_not_dumpable()
+    # No core dumps and no ptrace by other processes of the same uid: the
+    # tenant's own spawns run as the worker's uid and must not attach to it.
+    prctl.set_dumpable(False)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    syscalls.set_no_new_privs()
+    prctl.set_no_new_privs(1)
     applied.append(Applied("no_new_privs", True, "set on the fs worker", False))
     applied.append(_restrict(handover))
     for root, fd in zip(settings.roots, handover.root_fds, strict=True):

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from hostcapd.config import Limits, Tenant
 from hostcapd.errors import Refusal
-from hostcapd.fs.syscalls import RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, openat2
 from hostcapd.labels import validate_correlation
+from hostcapd.linux import RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, openat2
 from hostcapd.process import environment, executable
 from hostcapd.process import limits as limits_mod
 from hostcapd.sandbox.profile import ProtectionStatus

@@ -32,6 +32,7 @@ from hostcapd.sandbox import identity, rlimits
 from hostcapd.sandbox.cgroups import CgroupError, CgroupHost, CgroupStats, SpawnCgroup
 from hostcapd.sandbox.profile import TenantProfile
 from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerClient, SpawnerLost
+from hostcapd.spawner.messages import SpawnOrder
 
 log = logging.getLogger("hostcapd.spawn")
 
@@ -244,27 +245,26 @@ class Spawn:
         self._cgroup_fds = self._cgroup.procs_fds() if self._cgroup else []
         self._child_fds += self._cgroup_fds
 
-    def _order(self) -> dict[str, Any]:
+    def _order(self) -> SpawnOrder:
         p, profile = self.prepared, self.deps.profile
         ident = identity.plan(self.deps.tenant.uid, self.deps.tenant.gid, set(profile.applied))
-        return {
-            "op": "spawn",
-            "id": self.id,
-            "profile": self.deps.profile_key,
-            "by_fd": p.by_fd,
-            "exe_path": p.exe.path.encode(),
-            "argv": [a.encode() for a in p.argv],
-            "envp": environment.encode(p.env),
-            "cwd_root": p.cwd.root.encode(),
-            "cwd": p.cwd.relative.encode(),
-            "rlimits": rlimits.plan(p.limits, profile.has("cgroup"), profile.has("cgroup"))
+        return SpawnOrder(
+            id=self.id,
+            profile=self.deps.profile_key,
+            by_fd=p.by_fd,
+            exe_path=p.exe.path.encode(),
+            argv=[a.encode() for a in p.argv],
+            envp=environment.encode(p.env),
+            cwd_root=p.cwd.root.encode(),
+            cwd=p.cwd.relative.encode(),
+            rlimits=rlimits.plan(p.limits, profile.has("cgroup"), profile.has("cgroup"))
             if profile.has("rlimits")
             else [],
-            "ids": ident.ids,
-            "loginuid": ident.loginuid,
-            "landlock": self._ruleset_fd >= 0,
-            "go": True,
-        }
+            ids=ident.ids,
+            loginuid=ident.loginuid,
+            landlock=self._ruleset_fd >= 0,
+            go=True,
+        )
 
     # Step 3: the spawner clones; the C set-up runs and waits for the go.
 

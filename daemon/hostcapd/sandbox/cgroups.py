@@ -30,7 +30,6 @@ kernel lets the directory go).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
 import re
@@ -39,6 +38,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from hostcapd import linux
 
 SUBTREE = "hostcapd"
 SPAWN_PREFIX = "spawn-"
@@ -434,10 +435,10 @@ def favor_dynamic_modifications() -> str | None:
     if not v2 or any("favordynmods" in m.options for m in v2):
         return None
     target = v2[0].point
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.mount(None, bytes(target), None, _MS_REMOUNT, b"favordynmods") != 0:
-        err = ctypes.get_errno()
-        raise CgroupError(f"cannot remount {target} with favordynmods: {os.strerror(err)}")
+    try:
+        linux.mount(None, bytes(target), None, _MS_REMOUNT, b"favordynmods")
+    except OSError as error:
+        raise CgroupError(f"cannot remount {target} with favordynmods: {error.strerror}") from None
     return f"remounted {target} with favordynmods (cheap cgroup migration for every spawn)"
 
 

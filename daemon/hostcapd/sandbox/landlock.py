@@ -39,11 +39,8 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-# x86_64 syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl).
-_SYS_LANDLOCK_CREATE_RULESET = 444
-_SYS_LANDLOCK_ADD_RULE = 445
+from hostcapd import linux
 
-_CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
 _RULE_NET_PORT = 2
 
@@ -76,9 +73,6 @@ FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | FS_TRUNCATE | FS_IOCTL
 
 READ_ONLY = FS_READ_FILE | FS_READ_DIR
 READ_EXEC = READ_ONLY | FS_EXECUTE
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
 
 
 class LandlockError(Exception):
@@ -153,20 +147,16 @@ def rights_summary(abi: int) -> str:
 
 def probe() -> LandlockSupport:
     """Ask the kernel which landlock ABI it offers."""
-    abi = _libc.syscall(
-        _SYS_LANDLOCK_CREATE_RULESET,
-        None,
-        ctypes.c_size_t(0),
-        ctypes.c_uint32(_CREATE_RULESET_VERSION),
-    )
-    if abi < 0:
-        err = ctypes.get_errno()
+    try:
+        abi = linux.landlock_create_ruleset(None, 0, linux.LANDLOCK_CREATE_RULESET_VERSION)
+    except OSError as error:
+        err = error.errno or 0
         if err == errno.ENOSYS:
             return LandlockSupport(0, "kernel built without landlock (ENOSYS)")
         if err == errno.EOPNOTSUPP:
             return LandlockSupport(0, "landlock is disabled at boot (not in the lsm= list)")
         return LandlockSupport(0, f"landlock unavailable: {os.strerror(err)}")
-    return LandlockSupport(int(abi), rights_summary(int(abi)))
+    return LandlockSupport(abi, rights_summary(abi))
 
 
 def _ruleset_attr(abi: int, restrict_tcp: bool, scope: bool) -> bytes:
@@ -186,9 +176,12 @@ def _path_beneath(parent_fd: int, access: int) -> ctypes.Array[ctypes.c_char]:
 
 
 def _add_rule(ruleset_fd: int, attr: ctypes.Array[ctypes.c_char], what: object) -> None:
-    if _libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset_fd, _RULE_PATH_BENEATH, attr, 0) < 0:
-        err = ctypes.get_errno()
-        raise LandlockError(f"landlock: cannot add a rule for {what}: {os.strerror(err)}", err)
+    try:
+        linux.landlock_add_rule(ruleset_fd, _RULE_PATH_BENEATH, attr)
+    except OSError as error:
+        raise LandlockError(
+            f"landlock: cannot add a rule for {what}: {error.strerror}", error.errno or 0
+        ) from None
 
 
 def _open_beneath(path: Path | str, access: int) -> tuple[int, int] | None:
@@ -207,13 +200,12 @@ def _open_beneath(path: Path | str, access: int) -> tuple[int, int] | None:
 
 
 def _create_ruleset(attr: ctypes.Array[ctypes.c_char]) -> int:
-    fd = _libc.syscall(
-        _SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(len(attr)), ctypes.c_uint32(0)
-    )
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise LandlockError(f"landlock: cannot create a ruleset: {os.strerror(err)}", err)
-    return int(fd)
+    try:
+        return linux.landlock_create_ruleset(attr, len(attr))
+    except OSError as error:
+        raise LandlockError(
+            f"landlock: cannot create a ruleset: {error.strerror}", error.errno or 0
+        ) from None
 
 
 def add_path_rule(ruleset_fd: int, path: Path | str, access: int) -> bool:

@@ -8,6 +8,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from hostcapd.childsetup import Mount
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
@@ -29,8 +31,6 @@ NAMESPACES: dict[str, tuple[int, str]] = {
     "mount_namespace": (CLONE_NEWNS, "mnt"),
 }
 
-#: (kind, source, target, fstype, flags, data, clear), as the C set-up takes them.
-Mount = tuple[int, bytes | None, bytes | None, bytes | None, int, bytes | None, int]
 (
     MOUNT_CALL,
     MOUNT_KEEP,

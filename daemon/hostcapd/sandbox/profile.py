@@ -14,10 +14,10 @@ import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
 from hostcapd.sandbox import cgroups, landlock, namespaces, seccomp
+from hostcapd.spawner.messages import RegisterProfile
 
 log = logging.getLogger("hostcapd.sandbox")
 
@@ -134,24 +134,23 @@ class TenantProfile:
     def memory_mechanism(self) -> str:
         return "cgroup" if self.has("cgroup") else "rlimit_as"
 
-    def spawner_message(self, key: str) -> dict[str, Any]:
+    def spawner_message(self, key: str) -> RegisterProfile:
         """The registration the spawner keeps for this tenant's spawns."""
-        return {
-            "op": "profile",
-            "key": key,
-            "clone_flags": self.ns.clone_flags,
-            "mounts": [list(m) for m in self.ns.mounts],
-            "join_mounts": [list(m) for m in self.ns.join_mounts],
-            "hostname": self.ns.hostname,
-            "loopback_up": self.ns.loopback_up,
-            "umask": self.umask,
-            "landlock_rules": [list(r) for r in self.landlock_mount_rules],
-            "seccomp": self.seccomp_filter,
-            "drop_caps": self.drop_caps,
-            "no_new_privs": self.no_new_privs,
-            "oom_score_adj": str(self.oom_score_adj).encode() if os.geteuid() == 0 else None,
-            "pdeathsig": int(signal.SIGKILL),
-        }
+        return RegisterProfile(
+            key=key,
+            clone_flags=self.ns.clone_flags,
+            mounts=tuple(self.ns.mounts),
+            join_mounts=tuple(self.ns.join_mounts),
+            hostname=self.ns.hostname,
+            loopback_up=self.ns.loopback_up,
+            umask=self.umask,
+            landlock_rules=tuple(self.landlock_mount_rules),
+            seccomp=self.seccomp_filter,
+            drop_caps=self.drop_caps,
+            no_new_privs=self.no_new_privs,
+            oom_score_adj=str(self.oom_score_adj).encode() if os.geteuid() == 0 else None,
+            pdeathsig=int(signal.SIGKILL),
+        )
 
     def new_ruleset(self) -> int:
         """A landlock ruleset fd for one spawn (-1 without landlock)."""

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 import resource
 
+from hostcapd.childsetup import RLimit
 from hostcapd.config import Limits
-
-RLimit = tuple[int, int, int]
 
 
 def plan(limits: Limits, memory_by_cgroup: bool, pids_by_cgroup: bool) -> list[RLimit]:

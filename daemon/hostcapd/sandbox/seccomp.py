@@ -23,11 +23,12 @@ the program at all.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import platform
 import struct
 from dataclasses import dataclass
+
+from hostcapd import linux
 
 #: x86_64 syscall numbers, from the kernel's arch/x86/entry/syscalls/syscall_64.tbl.
 #: Only the syscalls the filter and its examples name; no runtime lookup.
@@ -138,7 +139,6 @@ TIOCGWINSZ = 0x5413
 SECCOMP_RET_KILL_PROCESS = 0x80000000
 SECCOMP_RET_ERRNO = 0x00050000
 SECCOMP_RET_ALLOW = 0x7FFF0000
-_SECCOMP_GET_ACTION_AVAIL = 2
 
 # struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6].
 _OFF_NR = 0
@@ -406,17 +406,11 @@ def probe() -> SeccompSupport:
     machine = platform.machine()
     if machine != "x86_64":
         return SeccompSupport(False, f"the filter is built for x86_64; this host is {machine}")
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
     for action, label in ((SECCOMP_RET_KILL_PROCESS, "kill-process"), (SECCOMP_RET_ERRNO, "errno")):
-        value = ctypes.c_uint32(action)
-        if (
-            libc.syscall(
-                X86_64_SYSCALLS["seccomp"], _SECCOMP_GET_ACTION_AVAIL, 0, ctypes.byref(value)
-            )
-            != 0
-        ):
-            err = ctypes.get_errno()
+        try:
+            linux.seccomp_action_available(action)
+        except OSError as error:
+            err = error.errno or 0
             if err in (errno.ENOSYS, errno.EINVAL):
                 return SeccompSupport(False, "kernel built without seccomp filters")
             return SeccompSupport(

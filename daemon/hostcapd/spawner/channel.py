@@ -1,7 +1,8 @@
 """Framing of the front-end <-> spawner channel.
 
-One message is one SOCK_SEQPACKET datagram: a marshal-encoded dict, with any
-fds attached as SCM_RIGHTS. marshal is used because both ends are this
+One message is one SOCK_SEQPACKET datagram: a marshal-encoded dict (a
+`messages` class's to_wire(), read back with its from_wire()), with any fds
+attached as SCM_RIGHTS. marshal is used because both ends are this
 daemon's own code (trusted), it round-trips bytes/int/str/list/dict exactly,
 and it is several times faster than JSON or pickle on the spawn path.
 """

@@ -17,9 +17,8 @@ import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from hostcapd.spawner import channel
+from hostcapd.spawner import channel, messages
 
 log = logging.getLogger("hostcapd.spawner")
 
@@ -51,7 +50,7 @@ class SpawnerClient:
         self.pid = 0
         self._started: dict[str, asyncio.Future[int]] = {}
         self._exits: dict[str, asyncio.Future[ExitStatus]] = {}
-        self._profiles: dict[str, tuple[dict[str, Any], list[int]]] = {}
+        self._profiles: dict[str, messages.RegisterProfile] = {}
         self._hello: asyncio.Future[int] | None = None
         self._closing = False
         self.restarts = 0
@@ -77,8 +76,8 @@ class SpawnerClient:
         loop.add_reader(ours.fileno(), self._readable, ours)
         try:
             await asyncio.wait_for(self._hello, 30)
-            for key, (message, fds) in self._profiles.items():
-                channel.send(ours, message, fds)
+            for key, profile in self._profiles.items():
+                channel.send(ours, profile.to_wire())
                 log.debug("registered profile %s", key)
         except BaseException:
             loop.remove_reader(ours.fileno())
@@ -97,17 +96,17 @@ class SpawnerClient:
         except TimeoutError:
             raise SpawnerLost(f"no spawner became ready within {timeout:g} s") from None
 
-    def register_profile(self, key: str, message: dict[str, Any], fds: list[int]) -> None:
+    def register_profile(self, profile: messages.RegisterProfile) -> None:
         """Register (or replace) a tenant's prepared profile; kept for restarts
         (a spawner being started gets it before it takes any order)."""
-        self._profiles[key] = (message, fds)
+        self._profiles[profile.key] = profile
         if self._sock is not None:
-            channel.send(self._sock, message, fds)
+            channel.send(self._sock, profile.to_wire())
 
     def drop_profile(self, key: str) -> None:
         self._profiles.pop(key, None)
         if self._sock is not None:
-            channel.send(self._sock, {"op": "drop_profile", "key": key})
+            channel.send(self._sock, messages.DropProfile(key).to_wire())
 
     def _require(self) -> socket.socket:
         if self._sock is None:
@@ -115,7 +114,7 @@ class SpawnerClient:
         return self._sock
 
     def spawn(
-        self, order: dict[str, Any], fds: list[int]
+        self, order: messages.SpawnOrder, fds: list[int]
     ) -> tuple[asyncio.Future[int], asyncio.Future[ExitStatus]]:
         """Send a spawn order now (the fds are duplicated into the message, so
         the caller may close its copies on return). The first future gives the
@@ -123,12 +122,12 @@ class SpawnerClient:
         the second, its exit. Raises SpawnerLost at once, having sent
         nothing, if the spawner is already gone."""
         loop = asyncio.get_running_loop()
-        spawn_id = order["id"]
+        spawn_id = order.id
         started: asyncio.Future[int] = loop.create_future()
         exited: asyncio.Future[ExitStatus] = loop.create_future()
         sock = self._require()
         try:
-            channel.send(sock, order, fds)
+            channel.send(sock, order.to_wire(), fds)
         except OSError as error:
             # It died and we have not read its EOF yet: nothing was sent, so
             # nothing ran. Start the replacement now; the caller may retry.
@@ -141,47 +140,47 @@ class SpawnerClient:
     def kill(self, spawn_id: str, pid: int, sig: int) -> None:
         if self._sock is not None:
             with contextlib.suppress(OSError):
-                channel.send(
-                    self._sock, {"op": "kill", "id": spawn_id, "pid": pid, "sig": int(sig)}
-                )
+                channel.send(self._sock, messages.Kill(spawn_id, pid, int(sig)).to_wire())
 
     def _readable(self, sock: socket.socket) -> None:
         while True:
+            report: messages.FromSpawner | None = None
             try:
                 received = channel.receive(sock)
+                if received is not None:
+                    for fd in received[1]:
+                        os.close(fd)
+                    # A report that is not one of ours: the channel is not
+                    # trusted further (the spawner is replaced, fail closed).
+                    report = messages.from_spawner(received[0])
             except BlockingIOError:
                 return
             except (OSError, ValueError) as error:
                 log.error("spawner channel failed: %s", error)
-                received = None
-            if received is None:
+            if report is None:
                 self._lost(sock)
                 return
-            message, fds = received
-            for fd in fds:
-                os.close(fd)
-            self._dispatch(message)
+            self._dispatch(report)
 
-    def _dispatch(self, m: dict[str, Any]) -> None:
-        op = m.get("op")
-        if op == "hello":
-            if self._hello and not self._hello.done():
-                self._hello.set_result(m["pid"])
-        elif op == "started":
-            fut = self._started.pop(m["id"], None)
+    def _dispatch(self, m: messages.FromSpawner) -> None:
+        if isinstance(m, messages.Started):
+            fut = self._started.pop(m.id, None)
             if fut and not fut.done():
-                fut.set_result(m["pid"])
-        elif op == "failed":
-            self._exits.pop(m["id"], None)
-            fut = self._started.pop(m["id"], None)
-            if fut and not fut.done():
-                fut.set_exception(SetupFailed(m["step"], m["errno"], m.get("detail", "")))
-        elif op == "exited":
-            ex = self._exits.pop(m["id"], None)
+                fut.set_result(m.pid)
+        elif isinstance(m, messages.Exited):
+            ex = self._exits.pop(m.id, None)
             if ex and not ex.done():
-                ex.set_result(ExitStatus(m["pid"], m["status"], tuple(m["rusage"])))
+                ex.set_result(ExitStatus(m.pid, m.status, m.rusage))
+        elif isinstance(m, messages.Failed):
+            self._exits.pop(m.id, None)
+            fut = self._started.pop(m.id, None)
+            if fut and not fut.done():
+                fut.set_exception(SetupFailed(m.step, m.errno, m.detail))
+        elif isinstance(m, messages.Hello):
+            if self._hello and not self._hello.done():
+                self._hello.set_result(m.pid)
         else:
-            log.warning("unexpected spawner message %r", m)
+            log.warning("the spawner refused a message: %s", m.message)
 
     def _lost(self, sock: socket.socket) -> None:
         self._ready.clear()
@@ -241,7 +240,7 @@ class SpawnerClient:
         sock = self._sock
         if sock is not None:
             with contextlib.suppress(OSError):
-                channel.send(sock, {"op": "shutdown"})
+                channel.send(sock, messages.Shutdown().to_wire())
         await self._reap_process()
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())

@@ -6,7 +6,7 @@ request path, for a copy of the host's mount table and some 25 steps that
 build its new root (clones of the shown trees, a staging tmpfs, pivot_root,
 the read-only locks): about 1.5 ms here. Those steps depend only on the
 tenant's profile, so the spawner runs them ahead of need in a short-lived
-child (`_childsetup.mount_namespace`) and keeps the namespace's fd. A spawn
+child (`childsetup.mount_namespace`) and keeps the namespace's fd. A spawn
 joins one with setns(2) and makes only its own steps (a fresh /proc for its
 pid namespace). Each namespace serves one spawn (the spawner closes its fd
 once that spawn is reaped: decision 0009): its /tmp, /dev/shm and mounts are
@@ -20,10 +20,12 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from collections.abc import Sequence
 
-from hostcapd import _childsetup  # type: ignore[attr-defined]
+from hostcapd import childsetup
+from hostcapd.childsetup import Mount
 
-Mounts = list[tuple[int, bytes | None, bytes | None, bytes | None, int, bytes | None]]
+Mounts = Sequence[Mount]
 
 
 class MountNamespacePool:
@@ -53,8 +55,8 @@ class MountNamespacePool:
 
     def fill_one(self, key: str, mounts: Mounts) -> None:
         try:
-            fd = _childsetup.mount_namespace(mounts=mounts)
-        except (_childsetup.SetupError, OSError, ValueError, TypeError) as error:
+            fd = childsetup.mount_namespace(mounts)
+        except (childsetup.SetupError, OSError, ValueError, TypeError) as error:
             self.failed[key] = str(error)
             return
         self._ready.setdefault(key, deque()).append((time.monotonic(), fd))

@@ -10,11 +10,13 @@ so spawns never share a network.
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import os
 import socket
 import struct
+from collections.abc import Callable
+
+from hostcapd import linux
 
 CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS = 0x8913
@@ -22,20 +24,20 @@ _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 _IFF_RUNNING = 0x40
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
 
 def _loopback_up() -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         ifreq = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(s, _SIOCGIFFLAGS, ifreq))[1]
         fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP | _IFF_RUNNING))
+
+
+def _named(call: Callable[..., None], *args: int, what: str) -> None:
+    """`call`, its OSError saying which step failed (kept in `failed`)."""
+    try:
+        call(*args)
+    except OSError as error:
+        raise OSError(error.errno, f"{what}: {error.strerror}") from None
 
 
 class NetnsPool:
@@ -58,12 +60,12 @@ class NetnsPool:
     def fill_one(self) -> None:
         """Make one namespace: unshare, loopback up, keep its fd, come back."""
         try:
-            _check(_libc.unshare(CLONE_NEWNET), "unshare(CLONE_NEWNET)")
+            _named(linux.unshare, CLONE_NEWNET, what="unshare(CLONE_NEWNET)")
             try:
                 _loopback_up()
                 fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
             finally:
-                _check(_libc.setns(self._home, CLONE_NEWNET), "setns back")
+                _named(linux.setns, self._home, CLONE_NEWNET, what="setns back")
         except OSError as error:
             self.failed = str(error)  # the children create their own instead
             return

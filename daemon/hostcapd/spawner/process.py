@@ -2,7 +2,7 @@
 set-up, reaps them with wait4 and reports their exits.
 
 Single-threaded by construction (this module never imports gRPC or starts a
-thread), so the vfork-style clone in `_childsetup` is safe. It is a child
+thread), so the vfork-style clone in `childsetup.spawn` is safe. It is a child
 subreaper and dies with the front-end (PR_SET_PDEATHSIG); its children in
 turn die with it, and a child that is still in set-up when it dies sees the
 life pipe hang up and does not exec.
@@ -17,12 +17,13 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import prctl
 
-from hostcapd import _childsetup  # type: ignore[attr-defined]
-from hostcapd.spawner import channel, netns
+from hostcapd import childsetup
+from hostcapd.childsetup import ChildPlan
+from hostcapd.spawner import channel, messages, netns
+from hostcapd.spawner.messages import MalformedMessage, RegisterProfile
 from hostcapd.spawner.mntns import MountNamespacePool, Mounts
 
 CLONE_NEWNS = 0x00020000
@@ -43,34 +44,11 @@ FILL_QUIET = 0.05
 
 
 @dataclass
-class Profile:
-    """A tenant's prepared sandbox values, registered once, used per spawn."""
-
-    clone_flags: int
-    mounts: Mounts
-    #: The trailing steps of `mounts` a spawn makes itself in a pooled namespace.
-    join_mounts: Mounts
-    hostname: bytes | None
-    loopback_up: bool
-    umask: int
-    landlock_rules: list[tuple[bytes, int]]
-    seccomp: bytes
-    drop_caps: bool
-    no_new_privs: bool
-    oom_score_adj: bytes | None
-    pdeathsig: int
-
-    @property
-    def pooled_mounts(self) -> Mounts:
-        """The steps a pooled namespace is made with (as NamespacePlan's)."""
-        return self.mounts[: len(self.mounts) - len(self.join_mounts)]
-
-
-@dataclass
 class Spawner:
     sock: socket.socket
     life_read: int
-    profiles: dict[str, Profile] = field(default_factory=dict)
+    #: A tenant's prepared sandbox values, registered once, used per spawn.
+    profiles: dict[str, RegisterProfile] = field(default_factory=dict)
     #: live main processes: pid -> spawn id
     children: dict[int, str] = field(default_factory=dict)
     #: Network namespaces made while idle (root only).
@@ -87,23 +65,29 @@ class Spawner:
 
     # --- orders from the front-end ---
 
-    def handle(self, message: dict[str, Any], fds: list[int]) -> None:
-        op = message.get("op")
+    def handle(self, wire: messages.Wire, fds: list[int]) -> None:
         try:
-            if op == "spawn":
+            try:
+                message = messages.to_spawner(wire)
+            except MalformedMessage as error:
+                # Nothing is done on half a message; a spawn it named fails.
+                if error.spawn_id is not None:
+                    self.report(messages.Failed(error.spawn_id, "prepare", 0, str(error)))
+                else:
+                    self.report(messages.OrderRefused(str(error)))
+                return
+            if isinstance(message, messages.SpawnOrder):
                 self.spawn(message, fds)
-            elif op == "kill":
-                self.kill(message["id"], message["pid"], message["sig"])
-            elif op == "profile":
-                self.add_profile(message, fds)
-            elif op == "drop_profile":
-                self.profiles.pop(message["key"], None)
+            elif isinstance(message, messages.Kill):
+                self.kill(message.id, message.pid, message.sig)
+            elif isinstance(message, RegisterProfile):
+                self.add_profile(message)
+            elif isinstance(message, messages.DropProfile):
+                self.profiles.pop(message.key, None)
                 if self.mntns is not None:
-                    self.mntns.drop(message["key"])
-            elif op == "shutdown":
-                self.running = False
+                    self.mntns.drop(message.key)
             else:
-                self.report({"op": "error", "message": f"unknown op {op!r}"})
+                self.running = False  # Shutdown
         finally:
             for fd in fds:
                 with contextlib.suppress(OSError):
@@ -155,33 +139,20 @@ class Spawner:
         """How long an idle spawner sleeps before its next idle_work."""
         return self.fill_deferred() or IDLE_RECHECK
 
-    def add_profile(self, m: dict[str, Any], fds: list[int]) -> None:
+    def add_profile(self, profile: RegisterProfile) -> None:
         if self.mntns is not None:
-            self.mntns.drop(m["key"])  # made from an older registration
-        self.profiles[m["key"]] = Profile(
-            clone_flags=m["clone_flags"],
-            mounts=[tuple(x) for x in m["mounts"]],
-            join_mounts=[tuple(x) for x in m["join_mounts"]],
-            hostname=m["hostname"],
-            loopback_up=m["loopback_up"],
-            umask=m["umask"],
-            landlock_rules=[tuple(x) for x in m["landlock_rules"]],
-            seccomp=m["seccomp"],
-            drop_caps=m["drop_caps"],
-            no_new_privs=m["no_new_privs"],
-            oom_score_adj=m["oom_score_adj"],
-            pdeathsig=m["pdeathsig"],
-        )
+            self.mntns.drop(profile.key)  # made from an older registration
+        self.profiles[profile.key] = profile
 
-    def spawn(self, m: dict[str, Any], fds: list[int]) -> None:
-        spawn_id = m["id"]
-        profile = self.profiles.get(m["profile"])
+    def spawn(self, m: messages.SpawnOrder, fds: list[int]) -> None:
+        spawn_id = m.id
+        profile = self.profiles.get(m.profile)
         if profile is None or len(fds) < 5:
-            self.report({"op": "failed", "id": spawn_id, "step": "profile", "errno": 0})
+            self.report(messages.Failed(spawn_id, "profile", 0))
             return
         exe_fd, stdin, stdout, stderr, cancel_fd, *rest = fds
-        go_fd = rest.pop(0) if m.get("go") else -1
-        landlock_fd = rest.pop(0) if m["landlock"] else -1
+        go_fd = rest.pop(0) if m.go else -1
+        landlock_fd = rest.pop(0) if m.landlock else -1
         clone_flags, loopback, netns_fd = profile.clone_flags, profile.loopback_up, -1
         if clone_flags & netns.CLONE_NEWNET and self.netns is not None:
             netns_fd = self.netns.take()
@@ -190,30 +161,30 @@ class Spawner:
                 loopback = False
         mounts, mntns_fd = profile.mounts, -1
         if clone_flags & CLONE_NEWNS and self.mntns is not None:
-            mntns_fd = self.mntns.take(m["profile"])
+            mntns_fd = self.mntns.take(m.profile)
             if mntns_fd >= 0:  # its new root assembled while idle
                 clone_flags &= ~CLONE_NEWNS
                 mounts = profile.join_mounts
         try:
-            pid = _childsetup.spawn(
-                exe_fd=exe_fd if m["by_fd"] else -1,
-                exe_path=m["exe_path"],
-                argv=m["argv"],
-                envp=m["envp"],
+            plan = ChildPlan(
+                exe_fd=exe_fd if m.by_fd else -1,
+                exe_path=m.exe_path,
+                argv=m.argv,
+                envp=m.envp,
                 stdio=(stdin, stdout, stderr),
-                cwd_root=m["cwd_root"],
-                cwd=m["cwd"],
+                cwd_root=m.cwd_root,
+                cwd=m.cwd,
                 umask=profile.umask,
                 clone_flags=clone_flags,
                 mounts=mounts,
                 hostname=profile.hostname,
                 loopback_up=loopback,
                 cgroup_fds=rest,
-                rlimits=m["rlimits"],
+                rlimits=m.rlimits,
                 oom_score_adj=profile.oom_score_adj,
-                loginuid=m["loginuid"],
+                loginuid=m.loginuid,
                 drop_caps=profile.drop_caps,
-                ids=m["ids"],
+                ids=m.ids,
                 no_new_privs=profile.no_new_privs,
                 landlock_fd=landlock_fd,
                 landlock_rules=profile.landlock_rules if landlock_fd >= 0 else [],
@@ -226,21 +197,16 @@ class Spawner:
                 netns_fd=netns_fd,
                 mntns_fd=mntns_fd,
             )
-        except _childsetup.SetupError as error:
+            pid = childsetup.spawn(plan)
+        except childsetup.SetupError as error:
             _close(netns_fd, mntns_fd)
             step, err = error.args
-            self.report({"op": "failed", "id": spawn_id, "step": step, "errno": err})
+            self.report(messages.Failed(spawn_id, step, err))
             return
         except (OSError, ValueError, TypeError) as error:
             _close(netns_fd, mntns_fd)
             self.report(
-                {
-                    "op": "failed",
-                    "id": spawn_id,
-                    "step": "prepare",
-                    "errno": getattr(error, "errno", 0) or 0,
-                    "detail": str(error),
-                }
+                messages.Failed(spawn_id, "prepare", getattr(error, "errno", 0) or 0, str(error))
             )
             return
         # Held until the child is reaped: were ours the last reference, the
@@ -250,7 +216,7 @@ class Spawner:
         self.held[pid] = (netns_fd, mntns_fd)
         self.children[pid] = spawn_id
         self.last_start = time.monotonic()
-        self.report({"op": "started", "id": spawn_id, "pid": pid})
+        self.report(messages.Started(spawn_id, pid))
 
     def kill(self, spawn_id: str, pid: int, sig: int) -> None:
         # Only a child we have not reaped yet: its pid cannot have been reused.
@@ -275,29 +241,22 @@ class Spawner:
             spawn_id = self.children.pop(pid, None)
             if spawn_id is None:
                 continue  # an orphan reparented to us (no pid namespace): already gone
-            self.report(
-                {
-                    "op": "exited",
-                    "id": spawn_id,
-                    "pid": pid,
-                    "status": status,
-                    "rusage": (
-                        usage.ru_utime,
-                        usage.ru_stime,
-                        usage.ru_maxrss,
-                        usage.ru_nvcsw,
-                        usage.ru_nivcsw,
-                        usage.ru_inblock,
-                        usage.ru_oublock,
-                    ),
-                }
+            rusage = (
+                usage.ru_utime,
+                usage.ru_stime,
+                usage.ru_maxrss,
+                usage.ru_nvcsw,
+                usage.ru_nivcsw,
+                usage.ru_inblock,
+                usage.ru_oublock,
             )
+            self.report(messages.Exited(spawn_id, pid, status, rusage))
             if len(self.released) > MAX_RELEASED:  # never idle: do not pile them up
                 self.close_released()
 
-    def report(self, message: dict[str, Any]) -> None:
+    def report(self, message: messages.FromSpawner) -> None:
         try:
-            channel.send(self.sock, message)
+            channel.send(self.sock, message.to_wire())
         except OSError:
             self.running = False  # the front-end is gone; we are about to die too
 
@@ -338,7 +297,7 @@ def main(argv: list[str]) -> int:
     selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ, "sock")
     selector.register(wake_read, selectors.EVENT_READ, "wake")
-    channel.send(sock, {"op": "hello", "pid": os.getpid()})
+    channel.send(sock, messages.Hello(os.getpid()).to_wire())
     busy = True
     try:
         while spawner.running:

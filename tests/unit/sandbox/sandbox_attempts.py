@@ -6,6 +6,7 @@ tests of this folder as `sandbox_attempts`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 #: landlock and/or seccomp applied to itself, then the attempts.
 CHILD = r"""
 import ctypes, errno, json, os, socket, sys
+import prctl
 from hostcapd.sandbox import landlock
 
 spec = json.loads(sys.argv[1])
@@ -40,7 +42,7 @@ for op in spec.get("setup", []):
     elif kind == "rule":
         landlock.add_path_rule(spec["ruleset_fd"], op[1], op[2])
 if "ruleset_fd" in spec:
-    check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
+    prctl.set_no_new_privs(1)
     check(libc.syscall(446, spec["ruleset_fd"], 0), "landlock_restrict_self")
 
 def attempt(op, arg):
@@ -108,6 +110,7 @@ def require_root() -> None:
 #: own so one call's effect (a persona, a namespace) cannot colour the next.
 SECCOMP_CHILD = r"""
 import ctypes, errno, json, os, subprocess, sys, threading
+import prctl
 spec = json.loads(sys.argv[1])
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -128,7 +131,7 @@ if spec.get("filter"):
     program = bytes.fromhex(spec["filter"])
     buf = ctypes.create_string_buffer(program, len(program))
     fprog = SockFprog(len(program) // 8, ctypes.addressof(buf))
-    check(libc.prctl(38, 1, 0, 0, 0), "no_new_privs")
+    prctl.set_no_new_privs(1)
     check(libc.syscall(317, 1, 0, ctypes.byref(fprog)), "seccomp")
 
 def arg(a):
@@ -236,42 +239,41 @@ def start_in_cgroup(fds: list[int], mode: str, *args: str) -> subprocess.Popen[s
 
 
 def run_through_setup(argv: list[bytes], **plan: Any) -> tuple[int, str]:
-    """Run `argv` through the C child set-up (hostcapd._childsetup.spawn) with
+    """Run `argv` through the C child set-up (hostcapd.childsetup.spawn) with
     `plan` over a do-nothing default; returns (exit code, stdout + stderr)."""
-    from hostcapd import _childsetup  # type: ignore[attr-defined]
+    from hostcapd import childsetup
 
     exe = os.open(argv[0], os.O_RDONLY | os.O_CLOEXEC)
     out_r, out_w = os.pipe()
-    settings: dict[str, Any] = {
-        "exe_fd": exe,
-        "exe_path": None,
-        "argv": argv,
-        "envp": [b"PATH=/usr/bin:/bin"],
-        "stdio": (0, out_w, out_w),
-        "cwd_root": None,
-        "cwd": None,
-        "umask": -1,
-        "clone_flags": 0,
-        "mounts": [],
-        "hostname": None,
-        "loopback_up": False,
-        "cgroup_fds": [],
-        "rlimits": [],
-        "oom_score_adj": None,
-        "loginuid": None,
-        "drop_caps": False,
-        "ids": None,
-        "no_new_privs": True,
-        "landlock_fd": -1,
-        "landlock_rules": [],
-        "seccomp_filter": b"",
-        "pdeathsig": 0,
-        "cancel_fd": -1,
-        "life_fd": -1,
-    }
-    settings.update(plan)
+    settings = childsetup.ChildPlan(
+        exe_fd=exe,
+        exe_path=None,
+        argv=argv,
+        envp=[b"PATH=/usr/bin:/bin"],
+        stdio=(0, out_w, out_w),
+        cwd_root=None,
+        cwd=None,
+        umask=-1,
+        clone_flags=0,
+        mounts=[],
+        hostname=None,
+        loopback_up=False,
+        cgroup_fds=[],
+        rlimits=[],
+        oom_score_adj=None,
+        loginuid=None,
+        drop_caps=False,
+        ids=None,
+        no_new_privs=True,
+        landlock_fd=-1,
+        landlock_rules=[],
+        seccomp_filter=b"",
+        pdeathsig=0,
+        cancel_fd=-1,
+        life_fd=-1,
+    )
     try:
-        pid = _childsetup.spawn(**settings)
+        pid = childsetup.spawn(dataclasses.replace(settings, **plan))
     finally:
         os.close(exe)
         os.close(out_w)

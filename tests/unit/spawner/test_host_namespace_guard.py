@@ -20,8 +20,8 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the steps tried need 
 
 PROBE = textwrap.dedent(
     """
-    import ctypes, json, os, socket, tempfile
-    from hostcapd import _childsetup
+    import ctypes, dataclasses, json, os, socket, tempfile
+    from hostcapd import childsetup
     from hostcapd.sandbox import namespaces
 
     # "The host" here is this probe's own UTS and mount namespaces, private
@@ -31,7 +31,7 @@ PROBE = textwrap.dedent(
     assert libc.mount(None, b"/", None, 0x4000 | 0x40000, None) == 0  # MS_REC | MS_PRIVATE
 
     target = tempfile.mkdtemp(prefix="hostcap-guard-")
-    base = dict(
+    base = childsetup.ChildPlan(
         exe_fd=-1, exe_path=b"/bin/true", argv=[b"true"], envp=[], stdio=(0, 1, 2),
         cwd_root=None, cwd=None, umask=0o022, clone_flags=0, mounts=[], hostname=None,
         loopback_up=False, cgroup_fds=[], rlimits=[], oom_score_adj=None, loginuid=None,
@@ -49,7 +49,7 @@ PROBE = textwrap.dedent(
     outcome = {}
     for name, change in attempts.items():
         try:
-            pid = _childsetup.spawn(**{**base, **change})
+            pid = childsetup.spawn(dataclasses.replace(base, **change))
         except ValueError as error:
             outcome[name] = str(error)
         else:
@@ -57,8 +57,9 @@ PROBE = textwrap.dedent(
             outcome[name] = "ran"
     after = (socket.gethostname(), open("/proc/self/mountinfo").read())
     # The same steps in their own namespaces are accepted (the guard is exact).
-    pid = _childsetup.spawn(**{**base, "hostname": b"renamed-by-hostcap", "mounts": [tmpfs],
-                               "clone_flags": namespaces.CLONE_NEWUTS | namespaces.CLONE_NEWNS})
+    pid = childsetup.spawn(dataclasses.replace(
+        base, hostname=b"renamed-by-hostcap", mounts=[tmpfs],
+        clone_flags=namespaces.CLONE_NEWUTS | namespaces.CLONE_NEWNS))
     _, status = os.waitpid(pid, 0)
     print(json.dumps({
         "outcome": outcome, "hostname_kept": after[0] == before[0],

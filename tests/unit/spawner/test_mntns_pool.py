@@ -19,7 +19,7 @@ PROBE = textwrap.dedent(
     """
     import errno, json, os, sys, tempfile
     from pathlib import Path
-    from hostcapd import _childsetup
+    from hostcapd import childsetup
     from hostcapd.sandbox import namespaces
     from hostcapd.spawner.mntns import MountNamespacePool
 
@@ -38,13 +38,13 @@ PROBE = textwrap.dedent(
     def run(clone_flags, mounts, mntns_fd=-1):
         r, w = os.pipe()
         exe = os.open("/bin/sh", os.O_RDONLY | os.O_CLOEXEC)
-        pid = _childsetup.spawn(
+        pid = childsetup.spawn(childsetup.ChildPlan(
             exe_fd=exe, exe_path=None, argv=[b"sh", b"-c", SCRIPT], envp=[b"PATH=/usr/bin:/bin"],
             stdio=(0, w, 2), cwd_root=None, cwd=None, umask=0o022, clone_flags=clone_flags,
             mounts=list(mounts), hostname=None, loopback_up=False, cgroup_fds=[], rlimits=[],
             oom_score_adj=None, loginuid=None, drop_caps=False, ids=None, no_new_privs=True,
             landlock_fd=-1, landlock_rules=[], seccomp_filter=b"", pdeathsig=9, cancel_fd=-1,
-            life_fd=-1, mntns_fd=mntns_fd)
+            life_fd=-1, mntns_fd=mntns_fd))
         os.close(w); os.close(exe)
         with os.fdopen(r) as f:
             out = f.read()
@@ -76,9 +76,9 @@ PROBE = textwrap.dedent(
     # A set-up step that fails: the error names it, nothing is left open.
     bad = [*plan.pooled_mounts[:1], (namespaces.MOUNT_KEEP, b"/nonexistent-hostcap", None, None, 0, None, 0)]
     try:
-        _childsetup.mount_namespace(mounts=bad)
+        childsetup.mount_namespace(bad)
         failure = None
-    except _childsetup.SetupError as error:
+    except childsetup.SetupError as error:
         failure = list(error.args)
     broken = MountNamespacePool()
     broken.fill_one("b", bad)

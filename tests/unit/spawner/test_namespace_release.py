@@ -20,7 +20,7 @@ PROBE = textwrap.dedent(
     import json, os, select, socket, tempfile, time
     from pathlib import Path
     from hostcapd.sandbox import namespaces
-    from hostcapd.spawner import channel, netns
+    from hostcapd.spawner import channel, messages, netns
     from hostcapd.spawner.mntns import MountNamespacePool
     from hostcapd.spawner.process import FILL_QUIET, Spawner
 
@@ -42,23 +42,22 @@ PROBE = textwrap.dedent(
     life_read, life_write = os.pipe2(os.O_CLOEXEC)
     spawner = Spawner(theirs, life_read, netns=netns.NetnsPool(size=1),
                       mntns=MountNamespacePool(size=1))
-    spawner.add_profile({
-        "key": "t", "clone_flags": plan.clone_flags, "mounts": plan.mounts,
-        "join_mounts": plan.join_mounts, "hostname": None, "loopback_up": plan.loopback_up,
-        "umask": 0o022, "landlock_rules": [], "seccomp": b"", "drop_caps": False,
-        "no_new_privs": True, "oom_score_adj": None, "pdeathsig": 9,
-    }, [])
+    spawner.add_profile(messages.RegisterProfile(
+        key="t", clone_flags=plan.clone_flags, mounts=plan.mounts,
+        join_mounts=plan.join_mounts, hostname=None, loopback_up=plan.loopback_up,
+        umask=0o022, landlock_rules=(), seccomp=b"", drop_caps=False,
+        no_new_privs=True, oom_score_adj=None, pdeathsig=9,
+    ))
     while spawner.idle_work():  # both pools filled, as an idle spawner does
         pass
     fds_before = sorted(int(n) for n in os.listdir("/proc/self/fd"))
 
     r, w = os.pipe2(os.O_CLOEXEC)
-    order = {
-        "op": "spawn", "id": "s1", "profile": "t", "by_fd": True, "exe_path": b"/bin/sh",
-        "argv": [b"sh", b"-c", b"read x"], "envp": [b"PATH=/usr/bin:/bin"],
-        "cwd_root": None, "cwd": None, "rlimits": [], "ids": None, "loginuid": None,
-        "landlock": False,
-    }
+    order = messages.SpawnOrder(
+        id="s1", profile="t", by_fd=True, exe_path=b"/bin/sh",
+        argv=[b"sh", b"-c", b"read x"], envp=[b"PATH=/usr/bin:/bin"],
+        cwd_root=None, cwd=None, rlimits=[], ids=None, loginuid=None, landlock=False,
+    ).to_wire()
     fds = [os.open("/bin/sh", os.O_RDONLY | os.O_CLOEXEC), r,
            os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC),
            os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC),

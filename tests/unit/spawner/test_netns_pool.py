@@ -15,7 +15,7 @@ needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="namespaces need root"
 PROBE = textwrap.dedent(
     """
     import json, os, socket
-    from hostcapd import _childsetup
+    from hostcapd import childsetup
     from hostcapd.spawner.netns import NetnsPool
     home = os.readlink("/proc/self/ns/net")
     pool = NetnsPool(size=2)
@@ -31,13 +31,13 @@ PROBE = textwrap.dedent(
             "import os, socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen();"
             "c = socket.create_connection(s.getsockname()); print(os.readlink('/proc/self/ns/net'))"
         )
-        pid = _childsetup.spawn(
+        pid = childsetup.spawn(childsetup.ChildPlan(
             exe_fd=exe, exe_path=None, argv=[b"python3", b"-c", code.encode()], envp=[],
             stdio=(0, w, 2), cwd_root=None, cwd=None, umask=0o022, clone_flags=0, mounts=[],
             hostname=None, loopback_up=False, cgroup_fds=[], rlimits=[], oom_score_adj=None,
             loginuid=None, drop_caps=True, ids=(65534, 65534), no_new_privs=True, landlock_fd=-1,
             landlock_rules=[], seccomp_filter=b"", pdeathsig=9, cancel_fd=-1, life_fd=-1,
-            netns_fd=fd)
+            netns_fd=fd))
         os.close(w); os.close(fd); os.close(exe)
         out = os.read(r, 4096).decode().strip()
         _, status = os.waitpid(pid, 0)

@@ -1,0 +1,125 @@
+"""The C child set-up (`_childsetup`) as Python calls it: one ChildPlan value,
+one call.
+
+    plan = ChildPlan(exe_fd=fd, exe_path=None, argv=[b"true"], envp=[], ...)
+    pid = childsetup.spawn(plan)        # SetupError(step, errno) if a step failed
+    fd = childsetup.mount_namespace(profile.pooled_mounts)
+
+The spawner builds the plan from a tenant's registered profile and a spawn
+order; the tests and the bench build theirs directly, through the same
+`spawn`. Every field but the last four must be given: a plan that forgets
+one (the identity, the seccomp filter) is a TypeError, not a weaker child.
+What each field means is the C's docstring (`_childsetup.spawn.__doc__`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hostcapd import _childsetup  # type: ignore[attr-defined]
+
+#: (kind, source, target, fstype, flags, data, clear): one step of the
+#: child's mounts (kinds in sandbox/namespaces.py).
+Mount = tuple[int, bytes | None, bytes | None, bytes | None, int, bytes | None, int]
+#: (resource, soft, hard)
+RLimit = tuple[int, int, int]
+#: (path, access) added to the landlock ruleset after the child's mounts.
+LandlockRule = tuple[bytes, int]
+
+#: A set-up step failed in the child: args are (step, errno); nothing ran.
+SetupError: type[Exception] = _childsetup.SetupError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChildPlan:
+    """Everything one child's set-up needs, prepared: the C only applies it."""
+
+    #: >= 0: execveat(exe_fd, "", AT_EMPTY_PATH); else execve(exe_path).
+    exe_fd: int
+    exe_path: bytes | None
+    argv: Sequence[bytes]
+    envp: Sequence[bytes]
+    #: The fds that become 0, 1 and 2.
+    stdio: tuple[int, int, int]
+    #: cwd is opened beneath cwd_root (RESOLVE_BENEATH), entered after the uid switch.
+    cwd_root: bytes | None
+    cwd: bytes | None
+    #: -1: inherit.
+    umask: int
+    clone_flags: int
+    mounts: Sequence[Mount]
+    #: Needs CLONE_NEWUTS (refused otherwise: it would rename the host).
+    hostname: bytes | None
+    #: Needs CLONE_NEWNET.
+    loopback_up: bool
+    #: cgroup.procs fds the child writes "0" to.
+    cgroup_fds: Sequence[int]
+    rlimits: Sequence[RLimit]
+    oom_score_adj: bytes | None
+    loginuid: bytes | None
+    drop_caps: bool
+    #: (uid, gid) to switch to (supplementary groups cleared), or None.
+    ids: tuple[int, int] | None
+    no_new_privs: bool
+    landlock_fd: int
+    landlock_rules: Sequence[LandlockRule]
+    #: struct sock_filter[] as bytes; empty: no filter.
+    seccomp_filter: bytes
+    pdeathsig: int
+    #: Readable before exec: the spawn was cancelled, nothing runs.
+    cancel_fd: int
+    #: Hung up before exec: the spawner is gone, nothing runs.
+    life_fd: int
+    #: >= 0: wait (up to go_timeout_ms) for it to be readable right before exec.
+    go_fd: int = -1
+    go_timeout_ms: int = 30_000
+    #: >= 0: join this fresh network namespace (instead of CLONE_NEWNET).
+    netns_fd: int = -1
+    #: >= 0: join this mount namespace (made by mount_namespace) before the mounts.
+    mntns_fd: int = -1
+
+
+def spawn(plan: ChildPlan) -> int:
+    """Clone a child that applies `plan` in order and execs; its pid once it
+    has exec'd. Raises SetupError(step, errno) if a step failed (the child is
+    reaped), ValueError or TypeError for a plan the C refuses before cloning."""
+    pid: int = _childsetup.spawn(
+        exe_fd=plan.exe_fd,
+        exe_path=plan.exe_path,
+        argv=plan.argv,
+        envp=plan.envp,
+        stdio=plan.stdio,
+        cwd_root=plan.cwd_root,
+        cwd=plan.cwd,
+        umask=plan.umask,
+        clone_flags=plan.clone_flags,
+        mounts=plan.mounts,
+        hostname=plan.hostname,
+        loopback_up=plan.loopback_up,
+        cgroup_fds=plan.cgroup_fds,
+        rlimits=plan.rlimits,
+        oom_score_adj=plan.oom_score_adj,
+        loginuid=plan.loginuid,
+        drop_caps=plan.drop_caps,
+        ids=plan.ids,
+        no_new_privs=plan.no_new_privs,
+        landlock_fd=plan.landlock_fd,
+        landlock_rules=plan.landlock_rules,
+        seccomp_filter=plan.seccomp_filter,
+        pdeathsig=plan.pdeathsig,
+        cancel_fd=plan.cancel_fd,
+        life_fd=plan.life_fd,
+        go_fd=plan.go_fd,
+        go_timeout_ms=plan.go_timeout_ms,
+        netns_fd=plan.netns_fd,
+        mntns_fd=plan.mntns_fd,
+    )
+    return pid
+
+
+def mount_namespace(mounts: Sequence[Mount]) -> int:
+    """A new mount namespace with `mounts` made in it (by a short-lived
+    child), as an O_CLOEXEC fd for one spawn's `mntns_fd`. Raises SetupError."""
+    fd: int = _childsetup.mount_namespace(mounts=mounts)
+    return fd

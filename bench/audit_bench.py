@@ -72,7 +72,7 @@ def _rounds(quick: bool) -> int:
 
 
 def exec_fields(index: int) -> dict[str, Any]:
-    """The fields the daemon passes for a process.exec (see spawn.py)."""
+    """The fields the daemon passes for a process.exec (see hostcapd.process.records)."""
     return {
         "tenant": "full",
         "spawn_id": uuid.uuid4().hex,

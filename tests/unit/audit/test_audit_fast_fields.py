@@ -25,7 +25,7 @@ PROTECTIONS = [
 
 
 def daemon_exec(spawn_id: str) -> dict[str, Any]:
-    """A process.exec as spawn.py builds it: every limit, twelve protections."""
+    """A process.exec as process/records.py builds it: every limit, twelve protections."""
     return exec_fields(
         spawn_id,
         request_id="",

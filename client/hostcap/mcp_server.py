@@ -329,18 +329,17 @@ class HostcapMcpServer:
         if state is None or not _can_elicit(state.ctx):
             raise _NoElicitation
         ctx = state.ctx
-        target = card.preview.command or card.preview.path or card.preview.host or card.tool_id
-        message = (
-            f"hostcap: {card.tool_id} wants to {card.action.replace('_', ' ')}: {target}\n"
-            f"Why a card: {card.why}"
-        )
+        # Every choice with its scope: `always` and `allow-session` approve different things.
+        message = f"hostcap: {card.describe()}"
         schema: dict[str, Any] = {
             "type": "object",
             "properties": {
                 "decision": {
                     "type": "string",
                     "title": "Decision",
-                    "description": "approve once, reject, allow this tool for the session, or always",
+                    "description": "; ".join(
+                        f"{choice}: {card.scopes.get(choice, choice)}" for choice in card.choices
+                    ),
                     "enum": list(card.choices),
                 }
             },

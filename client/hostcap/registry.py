@@ -673,10 +673,13 @@ def _approval_request(
     action: ToolActionClass = admitted.action or (
         "egress" if admitted.tool.source == "mcp" else "process"
     )
-    # The unredacted preview carries the bare command (not the joined line): it is
-    # what the protected-path and interpreter classification read.
+    # The unredacted preview carries the bare command (not the joined line) and
+    # its argument vector: the protected-path and interpreter classification
+    # read the one, an `always` grant is keyed on both.
     target = admitted.target or PolicyTarget()
-    unredacted = ToolActionPreview(path=raw.path, command=target.command, host=raw.host)
+    unredacted = ToolActionPreview(
+        path=raw.path, command=target.command, host=raw.host, args=tuple(target.args)
+    )
     return ToolApprovalRequest(
         tool_id=admitted.tool.id,
         tool_call_id=call.id,

@@ -446,15 +446,21 @@ async def test_always_covers_the_exact_target_across_sessions(make_ctx: MakeCtx)
         make_ctx(approval=policy.context(), session_id="A"),
     )
     await registry.dispatch(
-        ToolCall("c", "run_command", {"command": "echo", "args": ["x"]}),
+        ToolCall("c", "run_command", {"command": "echo"}),
         make_ctx(approval=policy.context(), session_id="B"),
     )
     assert len(seen) == 1
+    # The same program with other arguments is another target (issue 16).
+    await registry.dispatch(
+        ToolCall("c", "run_command", {"command": "echo", "args": ["x"]}),
+        make_ctx(approval=policy.context(), session_id="B"),
+    )
+    assert len(seen) == 2
     await registry.dispatch(
         ToolCall("c", "run_command", {"command": "cat"}),
         make_ctx(approval=policy.context(), session_id="B"),
     )
-    assert len(seen) == 2
+    assert len(seen) == 3
 
 
 @pytest.mark.parametrize(

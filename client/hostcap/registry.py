@@ -510,6 +510,7 @@ class ToolRegistry:
                 f"dispatch returned {type(result).__name__}, not {tool.result_model.__name__}",
                 tool_id=tool.id,
                 recoverable=False,
+                retryable=False,
             )
         return cast(BaseModel, result)
 
@@ -762,6 +763,7 @@ def _apply_output_mapping(
                     f"output_mapping path {path!r} is not in the result",
                     tool_id=tool.id,
                     recoverable=False,
+                    retryable=False,
                 )
         updates[state_key] = value
     return updates

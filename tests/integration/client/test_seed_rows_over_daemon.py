@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
+import hostcap
 import pytest
-from client_daemon import Daemon, make_ctx, require_fs
+from client_daemon import Daemon, make_ctx, require_fs, start_daemon, stop_daemon
 from hostcap import (
     ApprovalPolicy,
     GrpcToolHost,
     ToolCall,
     ToolDeniedByUserError,
+    ToolHostDeniedError,
     ToolPolicy,
+    ToolPolicyError,
     ToolRegistry,
+    ToolUnavailableError,
 )
 from hostcap.approval import ApprovalCard
 
@@ -56,3 +62,81 @@ async def test_always_for_one_rm_does_not_approve_another(
     assert len(cards) == 2
     executed: Any = daemon.records_for("it-scope-3", "process.exec")
     assert executed and executed[0]["argv"] == ["rm", "-f", "scratch.tmp"]
+
+
+# ------------------------------------------------------- retryable, recoverable
+
+
+async def test_a_cwd_escape_is_a_fatal_denial_and_a_read_escape_the_recoverable_one(
+    host: GrpcToolHost, registry: ToolRegistry
+) -> None:
+    await require_fs(host)
+    with pytest.raises(ToolHostDeniedError) as process_escape:
+        await registry.dispatch(
+            ToolCall("it-cwd-escape", "run_command", {"command": "echo", "cwd": "../../.."}),
+            make_ctx(),
+        )
+    assert process_escape.value.reason == "path_escapes_root"
+    assert not process_escape.value.recoverable and not process_escape.value.retryable
+    with pytest.raises(ToolHostDeniedError) as read_escape:
+        await registry.dispatch(
+            ToolCall("it-read-escape", "read_file", {"path": "../../../etc/hostname"}), make_ctx()
+        )
+    assert read_escape.value.recoverable and not read_escape.value.retryable
+
+
+async def test_a_policy_denial_is_not_retryable_and_a_daemon_gone_is(
+    registry: ToolRegistry,
+) -> None:
+    with pytest.raises(ToolPolicyError) as denied:
+        await registry.dispatch(
+            ToolCall("it-denied-retry", "run_command", {"command": "rm", "args": ["-rf", "."]}),
+            make_ctx(),
+        )
+    assert not denied.value.retryable and not denied.value.recoverable
+    daemon = start_daemon()
+    try:
+        async with hostcap.connect(daemon.socket) as gone_host:
+            gone = hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=gone_host)
+            stop_daemon(daemon)
+            with pytest.raises(ToolUnavailableError) as caught:
+                await gone.dispatch(
+                    ToolCall("it-gone-retry", "run_command", {"command": "echo"}), make_ctx()
+                )
+        assert caught.value.host_reason == "UNREACHABLE"
+        assert caught.value.retryable and not caught.value.recoverable
+    finally:
+        stop_daemon(daemon)
+
+
+async def test_a_used_up_spawn_quota_is_retryable(daemon: Daemon, host: GrpcToolHost) -> None:
+    """The dev tenant allows a bounded number of concurrent spawns: fill it
+    with sleepers, and the next spawn is the retryable quota refusal."""
+    registry = hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=host)
+    signal = asyncio.Event()
+    capabilities: Any = await host.capabilities()
+    quota = int(capabilities.max_concurrent_spawns)
+    assert 0 < quota <= 256
+    sleepers = [
+        asyncio.create_task(
+            registry.dispatch(
+                ToolCall(f"it-quota-{i}", "run_command", {"command": "sleep", "args": ["300"]}),
+                make_ctx(signal=signal),
+            )
+        )
+        for i in range(quota)
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while len(await host.process.live_spawns()) < quota:
+            assert time.monotonic() < deadline, "the sleepers never all started"
+            await asyncio.sleep(0.05)
+        with pytest.raises(ToolUnavailableError) as caught:
+            await registry.dispatch(
+                ToolCall("it-quota-over", "run_command", {"command": "echo"}), make_ctx()
+            )
+        assert caught.value.host_reason == "QUOTA_EXCEEDED"
+        assert caught.value.retryable and not caught.value.recoverable
+    finally:
+        signal.set()
+        await asyncio.gather(*sleepers, return_exceptions=True)

@@ -139,6 +139,9 @@ class ToolApprovalContext:
     contract: Contract | None = None
     #: The pure decision, without prompting; `registry.explain` uses it.
     preview_verdict: Callable[[ToolApprovalRequest], ApprovalVerdict] | None = None
+    #: The regime refuses every governed call without a card (the `ask`
+    #: mode): tools that can only be denied are not offered in the catalogue.
+    read_only: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -293,7 +296,10 @@ class ApprovalPolicy:
     def context(self) -> ToolApprovalContext:
         """The value `DispatchContext.approval` takes."""
         return ToolApprovalContext(
-            confirm=self.confirm, contract=self.contract, preview_verdict=self.verdict
+            confirm=self.confirm,
+            contract=self.contract,
+            preview_verdict=self.verdict,
+            read_only=self.mode is PermissionMode.ASK,
         )
 
     # ------------------------------------------------------------------ grants

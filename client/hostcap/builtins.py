@@ -514,13 +514,14 @@ RUN_COMMAND = ToolDef(
 GIT_STATUS = ToolDef(
     id="git_status", source="builtin", description="Show the git status of the workspace.",
     args_model=GitStatusArgs, result_model=GitResult, dispatch=_git_status,
-    policy=ToolPolicyClass(spawns_process=True), arms=frozenset({"process"}),
+    policy=ToolPolicyClass(spawns_process=True, fixed_command=True), arms=frozenset({"process"}),
     policy_target=lambda a: PolicyTarget(command="git", args=("status",), command_fixed=True),
 )  # fmt: skip
 GIT_COMMIT = ToolDef(
     id="git_commit", source="builtin", description="Commit every change in the workspace with a message.",
     args_model=GitCommitArgs, result_model=GitResult, dispatch=_git_commit,
-    policy=ToolPolicyClass(spawns_process=True, requires_gate_approval=True), arms=frozenset({"process"}),
+    policy=ToolPolicyClass(spawns_process=True, requires_gate_approval=True, fixed_command=True),
+    arms=frozenset({"process"}),
     config_only_params=frozenset({"author_name", "author_email"}),
     policy_target=lambda a: PolicyTarget(command="git", args=("commit",), command_fixed=True),
 )  # fmt: skip

@@ -230,6 +230,7 @@ class HostcapMcpServer:
                 confirm=self._confirm,
                 contract=self.approval.contract,
                 preview_verdict=self.approval.verdict,
+                read_only=self.approval.context().read_only,
             ),
             session_id=self.session_id,
             limits=self.config.limits,

@@ -36,6 +36,10 @@ class ToolPolicyClass:
     os: bool = False
     #: Needs a human-gate approval before it may run (git_commit).
     requires_gate_approval: bool = False
+    #: A process tool that pins the program it runs (git_status, git_commit):
+    #: its calls are never a model-controlled process. A policy target's
+    #: `command_fixed` is honoured only for a tool that declares this.
+    fixed_command: bool = False
 
     @property
     def idempotent_read(self) -> bool:

@@ -33,6 +33,7 @@ every step's decision.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shlex
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
@@ -43,6 +44,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hostcap.admission import READ_ONLY_LABEL, Offer, tool_admission
 from hostcap.approval import (
     ToolActionPreview,
     ToolApprovalContext,
@@ -50,7 +52,7 @@ from hostcap.approval import (
     ToolApprovalRequest,
 )
 from hostcap.bounding import DEFAULT_TOOL_RESULT_LIMITS, ToolResultLimits, bound_text
-from hostcap.contract import Admission, Contract, contract_admission
+from hostcap.contract import Admission, Contract
 from hostcap.errors import (
     HostError,
     ToolArgsInvalidError,
@@ -201,7 +203,8 @@ class ToolDispatchOutcome:
 
     `tool_result` is the bounded model-facing text, `Untrusted`; `result` the
     full structured result, also `Untrusted`; `state_updates` what
-    `output_mapping` took from the full result (state key to value);
+    `output_mapping` took from the full result (state key to value, each
+    value `Untrusted`: it is tool output, whatever state it lands in);
     `spilled` where the full text went when bounding cut it; `media` the
     handle of binary content a tool stored instead of returning inline.
     """
@@ -210,7 +213,7 @@ class ToolDispatchOutcome:
     tool_id: str
     tool_result: Untrusted[str]
     result: Untrusted[Any]
-    state_updates: Mapping[str, Any]
+    state_updates: Mapping[str, Untrusted[Any]]
     truncated: bool = False
     spilled: SpilledResult | None = None
     media: Untrusted[MediaHandle] | None = None
@@ -284,13 +287,16 @@ class ToolRegistry:
 
     def catalogue(self, ctx: DispatchContext | None = None) -> tuple[AnyToolDef, ...]:
         """The tools to offer the model: granted to the node (when `ctx` is
-        given) and not denied by its contract (the same predicate dispatch uses)."""
-        contract = ctx.contract if ctx is not None else None
+        given) and not denied by its approval regime: its contract, or a
+        read-only (`ask`) mode for a tool that could only be denied. The
+        predicate is `hostcap.admission.tool_admission`, the one the
+        dispatch guard uses."""
+        approval = ctx.approval if ctx is not None else None
         return tuple(
             tool
             for tool_id, tool in sorted(self._tools.items())
             if (ctx is None or tool_id in ctx.granted_tool_ids)
-            and contract_admission(tool, contract) is not Admission.DENY
+            and not tool_admission(tool, approval).denied
         )
 
     def openai_tools(self, ctx: DispatchContext | None = None) -> list[dict[str, Any]]:
@@ -393,7 +399,9 @@ class ToolRegistry:
         # 2. Exact-id resolution, then the node's grant.
         tool = self._tools.get(call.name)
         if tool is None:
-            raise deny("resolve", UnknownToolError(call.name, self._tools))
+            # Only what this node is offered: the model never learns of tools it cannot call.
+            offered = [t.id for t in self.catalogue(ctx)]
+            raise deny("resolve", UnknownToolError(call.name, offered))
         trace.append(StepDecision("resolve", "pass", tool.id))
         if tool.id not in ctx.granted_tool_ids:
             raise deny("grant", ToolPolicyError("not_granted", tool_id=tool.id))
@@ -419,14 +427,24 @@ class ToolRegistry:
 
         # 5. Guardrails on the effective arguments, the contract, the arms.
         target = tool.target(args)
+        if target is not None and target.command_fixed and not tool.policy.fixed_command:
+            # Fail closed: only a tool declaring a fixed command may skip the allowlist.
+            target = dataclasses.replace(target, command_fixed=False)
         try:
             _guardrails(tool, target, ctx)
         except ToolDispatchError as error:
             raise deny("guardrails", error) from None
         trace.append(StepDecision("guardrails", "pass"))
-        admission = contract_admission(tool, ctx.contract)
-        if admission is Admission.DENY:
+        offer = tool_admission(tool, ctx.approval)
+        if offer is Offer.MODE_DENIED:
             raise deny("contract", ToolPolicyError("mode_denied", tool_id=tool.id))
+        if offer is Offer.READ_ONLY_DENIED:
+            # The catalogue withheld it: the same predicate refuses it here.
+            raise deny(
+                "contract",
+                ToolDeniedByUserError("user_rejected", tool_id=tool.id, label=READ_ONLY_LABEL),
+            )
+        admission = Admission.CARD if offer is Offer.CARD else Admission.ORDINARY
         trace.append(
             StepDecision(
                 "contract",
@@ -520,7 +538,7 @@ class ToolRegistry:
         call: ToolCall,
         ctx: DispatchContext,
         result: BaseModel,
-        state_updates: Mapping[str, Any],
+        state_updates: Mapping[str, Untrusted[Any]],
     ) -> ToolDispatchOutcome:
         limits = ctx.limits or DEFAULT_TOOL_RESULT_LIMITS
         text = model_text(result)
@@ -745,12 +763,12 @@ async def _cancel_and_wait(task: asyncio.Future[Any]) -> None:
 
 def _apply_output_mapping(
     tool: AnyToolDef, result: BaseModel, output_mapping: Mapping[str, str]
-) -> dict[str, Any]:
+) -> dict[str, Untrusted[Any]]:
     """`output_mapping` over the FULL result: workflow state gets the real value, never the preview."""
     if not output_mapping:
         return {}
     full = result.model_dump(mode="json")
-    updates: dict[str, Any] = {}
+    updates: dict[str, Untrusted[Any]] = {}
     for path, state_key in output_mapping.items():
         value: Any = full
         for part in path.split("."):
@@ -765,5 +783,5 @@ def _apply_output_mapping(
                     recoverable=False,
                     retryable=False,
                 )
-        updates[state_key] = value
+        updates[state_key] = Untrusted(value)
     return updates

@@ -200,9 +200,11 @@ async def test_mode_and_contract_table(
             type(explained.error) is error_type
             and getattr(explained.error, "reason", None) == expected
         )
-    # The catalogue offered to the model uses the same predicate as the guard.
+    # The catalogue offered to the model uses the same predicate as the guard:
+    # a tool that can only be denied (a contract's mode denial, or any
+    # governed tool under the read-only ask mode) is not offered.
     offered = {tool.id for tool in registry.catalogue(ctx)}
-    assert (CALLS[call].name in offered) is (expected != MODE_DENIED)
+    assert (CALLS[call].name in offered) is (expected not in (MODE_DENIED, REJECTED))
 
 
 async def test_plan_guard_decides_from_the_registered_tooldef_not_from_the_caller(

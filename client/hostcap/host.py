@@ -17,12 +17,15 @@ cancels the host call (for hostcapd, the RPC, which kills the process tree).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 from hostcap_proto.limits import LimitValues
+
+from hostcap.bounding import ToolResultLimits
 
 
 class Outcome(StrEnum):
@@ -227,7 +230,13 @@ class ToolOutputStore(Protocol):
     """A run-scoped store for over-ceiling results and binary content,
     swept when the run ends."""
 
-    async def spill(self, text: str) -> SpilledResult: ...
+    async def spill(
+        self, text: str, limits: ToolResultLimits, signal: asyncio.Event | None = None
+    ) -> SpilledResult:
+        """Keep the full `text` of an over-ceiling result under `limits`
+        (`max_spill_bytes`); refuse entry once `signal` is set. Refusals
+        raise `hostcap.output_store.OutputStoreError` with its `kind`."""
+        ...
 
     async def store_media(self, data: bytes, media_type: str) -> MediaHandle: ...
 

@@ -16,15 +16,39 @@ import tempfile
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
+from hostcap.bounding import DEFAULT_TOOL_RESULT_LIMITS, ToolResultLimits
 from hostcap.host import MediaHandle, SpilledResult
 
 #: Default ceiling of everything one run's store may hold.
 DEFAULT_MAX_TOTAL_BYTES = 256 * 1024 * 1024
 
 
+StoreRefusal = Literal["full", "swept", "unknown_handle", "too_large", "cancelled"]
+
+#: What the marker line says for each refusal of a spill.
+NOT_KEPT: dict[str, str] = {
+    "full": "output store full",
+    "swept": "output store swept: its run has ended",
+    "too_large": "larger than the spill limit",
+    "cancelled": "cancelled",
+    "unknown_handle": "output store refused it",
+}
+
+
 class OutputStoreError(Exception):
-    """The store cannot take or give the content (swept, full, unknown handle)."""
+    """The store cannot take or give the content; `kind` says why (swept,
+    full, too large for one spill, cancelled, unknown handle)."""
+
+    def __init__(self, message: str, *, kind: StoreRefusal) -> None:
+        super().__init__(message)
+        self.kind: StoreRefusal = kind
+
+    @property
+    def not_kept(self) -> str:
+        """The refusal as the bounding marker line words it."""
+        return NOT_KEPT.get(self.kind, "output store refused it")
 
 
 class _StoreBase:
@@ -40,9 +64,9 @@ class _StoreBase:
 
     def _next_handle(self, size: int, kind: str) -> str:
         if self._swept:
-            raise OutputStoreError("the output store was swept: its run has ended")
+            raise OutputStoreError("the output store was swept: its run has ended", kind="swept")
         if self._used + size > self.max_total_bytes:
-            raise OutputStoreError("the output store is full")
+            raise OutputStoreError("the output store is full", kind="full")
         self._used += size
         self._count += 1
         return f"hostcap-{kind}:{self.run_id}/{self._count:04d}"
@@ -50,6 +74,13 @@ class _StoreBase:
     @property
     def swept(self) -> bool:
         return self._swept
+
+    @staticmethod
+    def _admit_spill(size: int, limits: ToolResultLimits, signal: asyncio.Event | None) -> None:
+        if signal is not None and signal.is_set():
+            raise OutputStoreError("the spill was cancelled", kind="cancelled")
+        if limits.max_spill_bytes is not None and size > limits.max_spill_bytes:
+            raise OutputStoreError("the result is larger than the spill limit", kind="too_large")
 
 
 class MemoryOutputStore(_StoreBase):
@@ -61,8 +92,14 @@ class MemoryOutputStore(_StoreBase):
         super().__init__(run_id, max_total_bytes)
         self._items: dict[str, bytes] = {}
 
-    async def spill(self, text: str) -> SpilledResult:
+    async def spill(
+        self,
+        text: str,
+        limits: ToolResultLimits = DEFAULT_TOOL_RESULT_LIMITS,
+        signal: asyncio.Event | None = None,
+    ) -> SpilledResult:
         data = text.encode()
+        self._admit_spill(len(data), limits, signal)
         handle = self._next_handle(len(data), "spill")
         self._items[handle] = data
         return SpilledResult(handle=handle, byte_length=len(data))
@@ -81,7 +118,9 @@ class MemoryOutputStore(_StoreBase):
         try:
             return self._items[handle]
         except KeyError:
-            raise OutputStoreError("unknown or swept output handle") from None
+            raise OutputStoreError(
+                "unknown or swept output handle", kind="unknown_handle"
+            ) from None
 
     async def sweep(self) -> None:
         self._items.clear()
@@ -123,8 +162,14 @@ class LocalOutputStore(_StoreBase):
             self._files[handle] = path
             return handle
 
-    async def spill(self, text: str) -> SpilledResult:
+    async def spill(
+        self,
+        text: str,
+        limits: ToolResultLimits = DEFAULT_TOOL_RESULT_LIMITS,
+        signal: asyncio.Event | None = None,
+    ) -> SpilledResult:
         data = text.encode()
+        self._admit_spill(len(data), limits, signal)
         return SpilledResult(handle=await self._put(data, "spill"), byte_length=len(data))
 
     async def store_media(self, data: bytes, media_type: str) -> MediaHandle:
@@ -139,7 +184,7 @@ class LocalOutputStore(_StoreBase):
     async def open(self, handle: str) -> bytes:
         path = self._files.get(handle)
         if path is None or self._swept:
-            raise OutputStoreError("unknown or swept output handle")
+            raise OutputStoreError("unknown or swept output handle", kind="unknown_handle")
         return await asyncio.to_thread(path.read_bytes)
 
     async def sweep(self) -> None:

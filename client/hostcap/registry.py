@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import shlex
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
@@ -51,7 +52,12 @@ from hostcap.approval import (
     ToolApprovalDecision,
     ToolApprovalRequest,
 )
-from hostcap.bounding import DEFAULT_TOOL_RESULT_LIMITS, ToolResultLimits, bound_text
+from hostcap.bounding import (
+    DEFAULT_TOOL_RESULT_LIMITS,
+    NO_OUTPUT_STORE,
+    ToolResultLimits,
+    bound_text,
+)
 from hostcap.contract import Admission, Contract
 from hostcap.errors import (
     HostError,
@@ -87,26 +93,69 @@ T = TypeVar("T")
 AnyToolDef = ToolDef[Any, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ToolCall:
-    """A tool call as the model (or a tool node) made it."""
+    """A tool call as the model (or a tool node) made it.
+
+    `args` is a mapping, or the JSON text of one (as OpenAI sends a call's
+    arguments): the text is parsed here. Text that is not JSON, or JSON that
+    is not an object with string keys, is kept as `args_error`, and
+    `dispatch` refuses the call with a `ToolArgsInvalidError` (loop
+    correctable: the model sees what was wrong) once the tool is resolved
+    and granted, never with a TypeError.
+    """
 
     id: str
     name: str
-    args: Mapping[str, Any] = field(default_factory=dict)
-    provider_executed: bool = False
+    args: Mapping[str, Any]
+    provider_executed: bool
+    #: Why `args` text could not be taken (then `args` is empty).
+    args_error: str | None = field(compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
+    def __init__(
+        self,
+        id: str,
+        name: str,
+        args: Mapping[str, Any] | str | bytes | None = None,
+        provider_executed: bool = False,
+    ) -> None:
+        if not isinstance(id, str) or not id:
             raise TypeError("ToolCall.id must be a non-empty string")
-        if not isinstance(self.name, str):
+        if not isinstance(name, str):
             raise TypeError("ToolCall.name must be a string")
-        if not isinstance(self.args, Mapping):
+        problem: str | None = None
+        if args is None:
+            args = {}
+        elif isinstance(args, (str, bytes, bytearray)):
+            args, problem = _parse_json_args(args)
+        elif not isinstance(args, Mapping):
             raise TypeError("ToolCall.args must be a mapping of argument names to values")
-        if not all(isinstance(key, str) for key in self.args):
+        elif not all(isinstance(key, str) for key in args):
             raise TypeError("ToolCall.args keys must be strings")
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "name", name)
         # A copy, so a caller mutating its dict later cannot change what was checked.
-        object.__setattr__(self, "args", MappingProxyType(dict(self.args)))
+        object.__setattr__(self, "args", MappingProxyType(dict(args)))
+        object.__setattr__(self, "provider_executed", bool(provider_executed))
+        object.__setattr__(self, "args_error", problem)
+
+
+def _parse_json_args(text: str | bytes | bytearray) -> tuple[dict[str, Any], str | None]:
+    """The arguments a JSON text stands for, or why it stands for none."""
+    if not text.strip():
+        return {}, None
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        where = (
+            f": {error.msg} at character {error.pos}"
+            if isinstance(error, json.JSONDecodeError)
+            else ""
+        )
+        return {}, f"the arguments are not valid JSON{where}"
+    if not isinstance(parsed, dict) or not all(isinstance(key, str) for key in parsed):
+        return {}, "the arguments must be a JSON object"
+    return parsed, None
 
 
 class ToolNodeConfig(BaseModel):
@@ -409,6 +458,8 @@ class ToolRegistry:
 
         # 3. Effective arguments.
         try:
+            if call.args_error is not None:
+                raise ToolArgsInvalidError(call.args_error, tool_id=tool.id)
             effective = _assemble(tool, call, ctx.node_config)
         except ToolDispatchError as error:
             raise deny("assemble", error) from None
@@ -546,12 +597,19 @@ class ToolRegistry:
         spilled: SpilledResult | None = None
         if bounded.truncated:
             store = self._host.output_store
+            not_kept = NO_OUTPUT_STORE
             if store is not None:
+                _refuse_if_cancelled(ctx, admitted.tool.id)
                 try:
-                    spilled = await store.spill(text)
-                except OutputStoreError:
-                    spilled = None  # the marker then says the full text was not kept
-            bounded = bound_text(text, limits, spilled.handle if spilled else None)
+                    spilled = await _guarded(
+                        store.spill(text, limits, ctx.signal), ctx.signal, admitted.tool.id
+                    )
+                except OutputStoreError as error:
+                    if error.kind == "cancelled":
+                        raise ToolCancelledError(tool_id=admitted.tool.id) from None
+                    # The marker then says why the full text was not kept.
+                    not_kept = error.not_kept
+            bounded = bound_text(text, limits, spilled.handle if spilled else None, not_kept)
         media = getattr(result, "media", None)
         return ToolDispatchOutcome(
             tool_call_id=call.id,

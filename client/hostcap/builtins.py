@@ -256,6 +256,7 @@ async def _spawn(
         cwd=cwd,
         limits=ProcessLimits(wall_seconds=timeout_s),
         request_id=f"{ctx.tool_call_id}:{uuid.uuid4().hex[:12]}",
+        deadline=ctx.deadline,
     )
     return _finished(await process.spawn(command, args, env or {}, options))
 

@@ -237,6 +237,21 @@ class ToolHostDeniedError(ToolDispatchError):
         )
 
 
+class ToolDispatchVetoedError(ToolDispatchError):
+    """The engine's `before_dispatch` hook vetoed the call, after every other
+    check and before the host call (reason `dispatch_vetoed`). `label` is
+    the hook's reason, bounded and scrubbed. Fatal, never retryable."""
+
+    code: ClassVar[ErrorCode] = "tool_denied"
+
+    def __init__(self, *, tool_id: str, label: str) -> None:
+        self.reason = "dispatch_vetoed"
+        self.label = label
+        super().__init__(
+            f"{tool_id}: the call was vetoed before dispatch: {label}", tool_id=tool_id
+        )
+
+
 class ToolCancelledError(ToolDispatchError):
     """The dispatch was cancelled (its signal fired, or the host call was cancelled)."""
 
@@ -293,7 +308,15 @@ class HostReason:
 
 #: Reasons the client itself produces for a host failure that carries no wire reason.
 CLIENT_HOST_REASONS: frozenset[str] = frozenset(
-    {"UNREACHABLE", "UNIMPLEMENTED", "DAEMON_SHUTDOWN", "SPAWN_FAILED", "CANCELLED", "HOST_FAILURE"}
+    {
+        "UNREACHABLE",
+        "UNIMPLEMENTED",
+        "DAEMON_SHUTDOWN",
+        "SPAWN_FAILED",
+        "CANCELLED",
+        "DEADLINE_EXCEEDED",
+        "HOST_FAILURE",
+    }
 )
 
 _D = HostDisposition
@@ -342,6 +365,11 @@ HOST_REASONS: Mapping[str, HostReason] = {
     ),
     "SPAWN_FAILED": HostReason(_D.EXECUTION, "the process could not be started", retryable=True),
     "CANCELLED": HostReason(_D.CANCELLED, "the host call was cancelled"),
+    # The engine's own deadline (host_call_options): the call was stopped; a
+    # retry with a fresh deadline may finish.
+    "DEADLINE_EXCEEDED": HostReason(
+        _D.EXECUTION, "the host call passed its deadline", retryable=True
+    ),
     "HOST_FAILURE": HostReason(_D.EXECUTION, "the host call failed", retryable=True),
 }
 

@@ -50,7 +50,7 @@ from hostcap.approval import (
     ToolApprovalRequest,
 )
 from hostcap.errors import HostError, ToolDispatchError
-from hostcap.grpc_host import GrpcToolHost, host_error
+from hostcap.grpc_host import GrpcToolHost, host_error, rpc_timeout
 from hostcap.host import (
     Outcome,
     ProcessCapability,
@@ -135,7 +135,7 @@ class StreamingProcessArm:
                 setattr(request.limits, name, value)
         if opts.stdin is not None:
             request.stdin = opts.stdin
-        call = self._stub.Spawn(request)
+        call = self._stub.Spawn(request, timeout=rpc_timeout(opts.deadline))
         out = {common_pb2.STDOUT: bytearray(), common_pb2.STDERR: bytearray()}
         # Per stream, so a character split across two chunks reaches the client whole.
         decoders = {

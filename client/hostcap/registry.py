@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import inspect
 import json
 import shlex
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -65,6 +67,7 @@ from hostcap.errors import (
     ToolCancelledError,
     ToolDeniedByUserError,
     ToolDispatchError,
+    ToolDispatchVetoedError,
     ToolExecutionError,
     ToolPolicyError,
     ToolRegistrationError,
@@ -72,7 +75,16 @@ from hostcap.errors import (
     UnknownToolError,
     from_host_error,
 )
-from hostcap.host import MediaHandle, SpilledResult, ToolHost
+from hostcap.events import (
+    EventCallback,
+    EventKind,
+    ToolEvent,
+    clip,
+    deliver,
+    summarize_input,
+    summarize_output,
+)
+from hostcap.host import HostCallOptions, MediaHandle, SpilledResult, ToolHost
 from hostcap.output_store import OutputStoreError
 from hostcap.policy import (
     FS_SCOPES,
@@ -91,6 +103,13 @@ from hostcap.untrusted import Untrusted
 
 T = TypeVar("T")
 AnyToolDef = ToolDef[Any, Any]
+#: `(tool_id, policy target) -> None | veto reason`, synchronous.
+BeforeDispatch = Callable[[str, PolicyTarget | None], object]
+#: How long past a `host_call_options` deadline the registry waits for the
+#: host to report it before abandoning the call itself.
+DEADLINE_GRACE_S = 5.0
+#: Longest veto reason kept on the error and the event.
+VETO_LABEL_CHARS = 200
 
 
 @dataclass(frozen=True, init=False)
@@ -205,6 +224,14 @@ class DispatchContext:
     signal: asyncio.Event | None = None
     session_id: str | None = None
     invoke_agent: Callable[[str, Any], Awaitable[Any]] | None = None
+    #: Receives this dispatch's events (`hostcap.events`), sync or async.
+    on_event: EventCallback | None = None
+    #: Trusted admission check run synchronously after approval, immediately
+    #: before the host call: `(tool_id, frozen target) -> None` to proceed or
+    #: a reason string to veto. It can only refuse: anything but None vetoes.
+    before_dispatch: BeforeDispatch | None = None
+    #: Passed through to the host call (deadline, extra audit labels).
+    host_call_options: HostCallOptions | None = None
     node_config: ToolNodeConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -240,6 +267,14 @@ class DispatchContext:
             raise TypeError("DispatchContext.limits must be a ToolResultLimits")
         if self.signal is not None and not isinstance(self.signal, asyncio.Event):
             raise TypeError("DispatchContext.signal must be an asyncio.Event")
+        for name in ("on_event", "before_dispatch"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"DispatchContext.{name} must be callable")
+        if self.host_call_options is not None and not isinstance(
+            self.host_call_options, HostCallOptions
+        ):
+            raise TypeError("DispatchContext.host_call_options must be a HostCallOptions")
 
     @property
     def contract(self) -> Contract | None:
@@ -311,7 +346,13 @@ class _Admitted:
 class ToolRegistry:
     """Registered ToolDefs and one ToolHost. Performs no I/O until dispatch."""
 
-    def __init__(self, tools: Iterable[AnyToolDef], host: ToolHost) -> None:
+    def __init__(
+        self, tools: Iterable[AnyToolDef], host: ToolHost, *, on_event: EventCallback | None = None
+    ) -> None:
+        if on_event is not None and not callable(on_event):
+            raise TypeError("on_event must be callable")
+        #: Receives every dispatch's events (`hostcap.events`), sync or async.
+        self.on_event = on_event
         self._tools: dict[str, AnyToolDef] = {}
         for tool in tools:
             if not isinstance(tool, ToolDef):
@@ -376,13 +417,75 @@ class ToolRegistry:
     # ---------------------------------------------------------------- dispatch
 
     async def dispatch(self, call: ToolCall, ctx: DispatchContext) -> ToolDispatchOutcome:
-        """Run `call` through the pipeline; raises a ToolDispatchError subclass on every refusal or failure."""
-        _refuse_if_cancelled(ctx, call.name)
-        admitted = self._admit(call, ctx, [])
-        await self._approve(admitted, call, ctx)
-        result = await self._call_host(admitted, ctx)
-        state_updates = _apply_output_mapping(admitted.tool, result, ctx.node_config.output_mapping)
-        return await self._finish(admitted, call, ctx, result, state_updates)
+        """Run `call` through the pipeline; raises a ToolDispatchError subclass
+        on every refusal or failure. Emits its events (`hostcap.events`) to the
+        registry's and the context's callbacks."""
+        admitted: _Admitted | None = None
+        started = False
+        began = time.monotonic()
+        try:
+            _refuse_if_cancelled(ctx, call.name)
+            admitted = self._admit(call, ctx, [])
+            await self._approve(admitted, call, ctx)
+            self._before_dispatch(admitted, ctx)
+            _refuse_if_cancelled(ctx, admitted.tool.id)
+            await self._emit(
+                ctx,
+                _event("tool_call_started", call, ctx, admitted.tool.id,
+                       detail={"arms": sorted(admitted.tool.arms)},
+                       tool_input_summary=_input_summary(admitted, call, ctx)),
+            )  # fmt: skip
+            started = True
+            began = time.monotonic()
+            result = await self._call_host(admitted, ctx)
+            state_updates = _apply_output_mapping(
+                admitted.tool, result, ctx.node_config.output_mapping
+            )
+            outcome = await self._finish(admitted, call, ctx, result, state_updates)
+        except ToolDispatchError as error:
+            await self._emit(ctx, _error_event(error, call, ctx, admitted, started))
+            raise
+        await self._emit(
+            ctx,
+            _event("tool_call_finished", call, ctx, outcome.tool_id,
+                   detail={
+                       "truncated": outcome.truncated,
+                       "spilled_handle": outcome.spilled.handle if outcome.spilled else None,
+                       "media": outcome.media is not None,
+                       "duration_seconds": round(time.monotonic() - began, 6),
+                   },
+                   tool_output_summary=Untrusted(summarize_output(outcome.tool_result.unwrap()))),
+        )  # fmt: skip
+        return outcome
+
+    async def _emit(self, ctx: DispatchContext, event: ToolEvent) -> None:
+        await deliver(event, self.on_event, ctx.on_event)
+
+    def _before_dispatch(self, admitted: _Admitted, ctx: DispatchContext) -> None:
+        """The trusted admission hook: synchronous, after every other check. It
+        sees the resolved id and the frozen target, never the arguments, and
+        its answer can only veto (fail closed on anything but None)."""
+        hook = ctx.before_dispatch
+        if hook is None:
+            return
+        tool_id = admitted.tool.id
+        try:
+            answer = hook(tool_id, admitted.target)
+        except Exception:
+            raise ToolDispatchVetoedError(
+                tool_id=tool_id, label="the before_dispatch hook failed"
+            ) from None
+        if answer is None:
+            return
+        if inspect.isawaitable(answer):
+            if inspect.iscoroutine(answer):
+                answer.close()
+            label = "before_dispatch must be synchronous (it returned an awaitable)"
+        elif isinstance(answer, str) and answer.strip():
+            label = clip(redact_secret_shaped_text(" ".join(answer.split())), VETO_LABEL_CHARS)
+        else:
+            label = f"before_dispatch answered {type(answer).__name__}, not None or a reason"
+        raise ToolDispatchVetoedError(tool_id=tool_id, label=label)
 
     def explain(self, call: ToolCall, ctx: DispatchContext) -> DispatchExplanation:
         """Every step's decision for `call`, without prompting or calling the host."""
@@ -511,16 +614,19 @@ class ToolRegistry:
         trace.append(StepDecision("arms", "pass"))
 
         session = ctx.session_id or ""
+        options = ctx.host_call_options
+        # The engine's extra labels first: the correlation labels always win.
+        labels = dict(options.labels) if options is not None else {}
+        labels.update({"session": session, "node_id": ctx.node_id, "tool_call_id": call.id})
         run_ctx = ToolRunContext(
             tool_id=tool.id,
             tool_call_id=call.id,
             node_id=ctx.node_id,
             session_id=ctx.session_id,
             fs_scope=ctx.fs_scope,
-            labels=MappingProxyType(
-                {"session": session, "node_id": ctx.node_id, "tool_call_id": call.id}
-            ),
+            labels=MappingProxyType(labels),
             invoke_agent=ctx.invoke_agent,
+            deadline=options.deadline if options is not None else None,
         )
         return _Admitted(
             tool, args, target, governed_action(tool.policy, target), admission, run_ctx
@@ -532,18 +638,39 @@ class ToolRegistry:
         approval = ctx.approval
         assert approval is not None
         tool_id = admitted.tool.id
-        if approval.confirm is None:
-            raise ToolDeniedByUserError("no_approval_hook", tool_id=tool_id)
         request = _approval_request(admitted, call, ctx)
+        event = request.to_event()
+        preview = event.pop("preview")
+        for key in ("tool_id", "tool_call_id", "session_id"):
+            event.pop(key)
+        await self._emit(
+            ctx,
+            _event("approval_requested", call, ctx, tool_id, detail=event,
+                   preview=Untrusted(MappingProxyType(preview))),
+        )  # fmt: skip
+
+        async def answered(outcome: str, label: str | None) -> None:
+            await self._emit(
+                ctx,
+                _event("approval_answered", call, ctx, tool_id,
+                       detail={"outcome": outcome, "label": label}),
+            )  # fmt: skip
+
+        if approval.confirm is None:
+            await answered("no_approval_hook", None)
+            raise ToolDeniedByUserError("no_approval_hook", tool_id=tool_id)
         try:
             decision = await _guarded(approval.confirm(request), ctx.signal, tool_id)
         except (ToolCancelledError, asyncio.CancelledError):
             raise
         except Exception as error:
             # Consent could not be obtained: fail closed, never the retryable tool_failed.
+            await answered("approval_error", None)
             raise ToolDeniedByUserError("approval_error", tool_id=tool_id) from error
         if not isinstance(decision, ToolApprovalDecision):
+            await answered("approval_error", None)
             raise ToolDeniedByUserError("approval_error", tool_id=tool_id)
+        await answered(decision.outcome, decision.label)
         if decision.outcome == "approve":
             return
         if decision.outcome == "no_prompt":
@@ -554,10 +681,11 @@ class ToolRegistry:
         tool = admitted.tool
         _refuse_if_cancelled(ctx, tool.id)
         arm = min(tool.arms) if tool.arms else "host"
+        work = tool.dispatch(admitted.args, self._host, admitted.run_ctx)
+        if admitted.run_ctx.deadline is not None:
+            work = _within_deadline(work, admitted.run_ctx.deadline)
         try:
-            result: BaseModel = await _guarded(
-                tool.dispatch(admitted.args, self._host, admitted.run_ctx), ctx.signal, tool.id
-            )
+            result: BaseModel = await _guarded(work, ctx.signal, tool.id)
         except ToolDispatchError:
             raise  # a typed host-side denial passes through verbatim
         except asyncio.CancelledError:
@@ -623,9 +751,91 @@ class ToolRegistry:
         )
 
 
-def create_tool_registry(*, tools: Iterable[AnyToolDef], host: ToolHost) -> ToolRegistry:
-    """A registry of `tools` dispatching against `host`. No I/O, no ambient state."""
-    return ToolRegistry(tools, host)
+def create_tool_registry(
+    *, tools: Iterable[AnyToolDef], host: ToolHost, on_event: EventCallback | None = None
+) -> ToolRegistry:
+    """A registry of `tools` dispatching against `host`, reporting every
+    dispatch's events to `on_event`. No I/O, no ambient state."""
+    return ToolRegistry(tools, host, on_event=on_event)
+
+
+async def _within_deadline(work: Awaitable[T], deadline: float) -> T:
+    """`work`, abandoned a grace period after `deadline` when the host has not
+    reported the deadline itself (the host gets it as its RPC deadline)."""
+    remaining = deadline - time.time()
+    if remaining <= 0:
+        if inspect.iscoroutine(work):
+            work.close()
+        raise HostError("DEADLINE_EXCEEDED", "the deadline passed before the call")
+    try:
+        return await asyncio.wait_for(work, remaining + DEADLINE_GRACE_S)
+    except TimeoutError:
+        raise HostError("DEADLINE_EXCEEDED", "the host call passed its deadline") from None
+
+
+def _event(
+    kind: EventKind,
+    call: ToolCall,
+    ctx: DispatchContext,
+    tool_id: str | None,
+    *,
+    detail: Mapping[str, Any] | None = None,
+    tool_input_summary: str | None = None,
+    tool_output_summary: Untrusted[str] | None = None,
+    preview: Untrusted[Mapping[str, str]] | None = None,
+) -> ToolEvent:
+    return ToolEvent(
+        kind=kind,
+        tool_call_id=call.id,
+        tool_id=tool_id,
+        node_id=ctx.node_id,
+        session_id=ctx.session_id,
+        detail=MappingProxyType(dict(detail or {})),
+        tool_input_summary=Untrusted(tool_input_summary)
+        if tool_input_summary is not None
+        else None,
+        tool_output_summary=tool_output_summary,
+        preview=preview,
+    )
+
+
+def _masked_keys(tool: AnyToolDef | None, ctx: DispatchContext) -> frozenset[str]:
+    tainted = {k.split(".", 1)[0].split("[", 1)[0] for k in ctx.secret_arg_keys or ()}
+    return frozenset(tainted) | (tool.credential_params if tool is not None else frozenset())
+
+
+def _input_summary(admitted: _Admitted, call: ToolCall, ctx: DispatchContext) -> str:
+    """The effective arguments, projected: credential and tainted keys masked."""
+    args = admitted.args.model_dump(mode="json")
+    return summarize_input(args, _masked_keys(admitted.tool, ctx))
+
+
+def _error_event(
+    error: ToolDispatchError,
+    call: ToolCall,
+    ctx: DispatchContext,
+    admitted: _Admitted | None,
+    started: bool,
+) -> ToolEvent:
+    kind: EventKind = "tool_call_denied" if error.code == "tool_denied" else "tool_call_failed"
+    detail: dict[str, Any] = {
+        "code": error.code,
+        "reason": getattr(error, "reason", None) or getattr(error, "host_reason", None),
+        "error": type(error).__name__,
+        "recoverable": error.recoverable,
+        "retryable": error.retryable,
+        "after_start": started,
+    }
+    label = getattr(error, "label", None)
+    if isinstance(label, str):
+        detail["label"] = label
+    if admitted is not None:
+        summary = _input_summary(admitted, call, ctx)
+    else:
+        summary = summarize_input(call.args, _masked_keys(None, ctx))
+    # An unknown tool's name is the model's text: it is not the event's tool id.
+    tool_id = admitted.tool.id if admitted is not None else error.tool_id
+    return _event(kind, call, ctx, tool_id, detail=detail, tool_input_summary=summary)
 
 
 # --------------------------------------------------------------------- helpers

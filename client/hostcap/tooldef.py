@@ -43,9 +43,12 @@ class ToolRunContext:
     node_id: str
     session_id: str | None
     fs_scope: FsScope
-    #: Correlation labels every spawn and write must carry to the host.
+    #: Correlation labels every spawn and write must carry to the host (with
+    #: the engine's extra `host_call_options` labels).
     labels: Mapping[str, str]
     invoke_agent: Callable[[str, Any], Awaitable[Any]] | None = None
+    #: When the host call must be over (seconds since the epoch), from `host_call_options`.
+    deadline: float | None = None
 
 
 Dispatch = Callable[[A, ToolHost, ToolRunContext], Awaitable[R]]

@@ -28,8 +28,8 @@ from hostcap.adapters import openai as hc_openai
 from hostcap.adapters.common import UNTRUSTED_CLOSE, strict_schema
 from hostcap.adapters.replay import RecordedResponses
 from hostcap.errors import ToolArgsInvalidError, ToolPolicyError
-from hostcap.testing import MemoryToolHost
 from hostcap.registry import ToolRegistry
+from hostcap.testing import MemoryToolHost
 from openai.lib._pydantic import _ensure_strict_json_schema
 from openai.types.chat import ChatCompletion
 from openai.types.responses import Response

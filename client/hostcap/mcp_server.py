@@ -104,7 +104,7 @@ def tool_annotations(tool: ToolDef[Any, Any]) -> types.ToolAnnotations:
         destructive_hint=False if read_only else destructive,
         # A whole-file write repeated with the same content changes nothing more.
         idempotent_hint=read_only or (policy.fs_write and not policy.spawns_process),
-        open_world_hint=policy.egress is not None or tool.source == "mcp",
+        open_world_hint=policy.egress is not None or tool.source in ("mcp", "plugin_mcp"),
     )
 
 

@@ -61,6 +61,7 @@ class _StoreBase:
         self._count = 0
         self._swept = False
         self._lock = asyncio.Lock()
+        self._media: dict[str, MediaHandle] = {}
 
     def _next_handle(self, size: int, kind: str) -> str:
         if self._swept:
@@ -74,6 +75,14 @@ class _StoreBase:
     @property
     def swept(self) -> bool:
         return self._swept
+
+    async def media(self, handle: str) -> MediaHandle:
+        """The media this store holds under `handle`: a spill handle, another
+        run's handle or a swept one is refused."""
+        found = None if self._swept else self._media.get(handle)
+        if found is None:
+            raise OutputStoreError("no such media in this run's store", kind="unknown_handle")
+        return found
 
     @staticmethod
     def _admit_spill(size: int, limits: ToolResultLimits, signal: asyncio.Event | None) -> None:
@@ -107,12 +116,14 @@ class MemoryOutputStore(_StoreBase):
     async def store_media(self, data: bytes, media_type: str) -> MediaHandle:
         handle = self._next_handle(len(data), "media")
         self._items[handle] = bytes(data)
-        return MediaHandle(
+        media = MediaHandle(
             handle=handle,
             media_type=media_type,
             byte_length=len(data),
             sha256=hashlib.sha256(data).hexdigest(),
         )
+        self._media[handle] = media
+        return media
 
     async def open(self, handle: str) -> bytes:
         try:
@@ -124,6 +135,7 @@ class MemoryOutputStore(_StoreBase):
 
     async def sweep(self) -> None:
         self._items.clear()
+        self._media.clear()
         self._swept = True
 
     def __len__(self) -> int:
@@ -174,12 +186,14 @@ class LocalOutputStore(_StoreBase):
 
     async def store_media(self, data: bytes, media_type: str) -> MediaHandle:
         handle = await self._put(bytes(data), "media")
-        return MediaHandle(
+        media = MediaHandle(
             handle=handle,
             media_type=media_type,
             byte_length=len(data),
             sha256=hashlib.sha256(data).hexdigest(),
         )
+        self._media[handle] = media
+        return media
 
     async def open(self, handle: str) -> bytes:
         path = self._files.get(handle)
@@ -191,6 +205,7 @@ class LocalOutputStore(_StoreBase):
         async with self._lock:
             self._swept = True
             self._files.clear()
+            self._media.clear()
             await asyncio.to_thread(shutil.rmtree, self._dir, True)
 
     async def __aenter__(self) -> LocalOutputStore:

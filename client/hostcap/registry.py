@@ -232,6 +232,9 @@ class DispatchContext:
     before_dispatch: BeforeDispatch | None = None
     #: Passed through to the host call (deadline, extra audit labels).
     host_call_options: HostCallOptions | None = None
+    #: The media handles `read_media` may attach; None: media the run's own
+    #: output store holds (a handle it does not hold is refused either way).
+    media_scope: AbstractSet[str] | None = None
     node_config: ToolNodeConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -271,6 +274,10 @@ class DispatchContext:
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise TypeError(f"DispatchContext.{name} must be callable")
+        if self.media_scope is not None:
+            if isinstance(self.media_scope, str):
+                raise TypeError("DispatchContext.media_scope must be a collection of handles")
+            object.__setattr__(self, "media_scope", frozenset(self.media_scope))
         if self.host_call_options is not None and not isinstance(
             self.host_call_options, HostCallOptions
         ):
@@ -627,6 +634,8 @@ class ToolRegistry:
             labels=MappingProxyType(labels),
             invoke_agent=ctx.invoke_agent,
             deadline=options.deadline if options is not None else None,
+            contract=ctx.contract.value if ctx.contract is not None else None,
+            media_scope=cast("frozenset[str] | None", ctx.media_scope),
         )
         return _Admitted(
             tool, args, target, governed_action(tool.policy, target), admission, run_ctx
@@ -927,6 +936,11 @@ def _guardrails(tool: AnyToolDef, target: PolicyTarget | None, ctx: DispatchCont
             raise ToolPolicyError("domain_not_allowed", tool_id=tool.id)
     if policy.requires_gate_approval and not ctx.gate_approved:
         raise ToolPolicyError("gate_required", tool_id=tool.id)
+    if policy.media:
+        handle = target.media_handle if target is not None else None
+        if not handle or (ctx.media_scope is not None and handle not in ctx.media_scope):
+            # The scope-set denial: recoverable, the model may pick an in-scope handle.
+            raise ToolPolicyError("media_scope_denied", tool_id=tool.id)
 
 
 def _needs_approval(admitted: _Admitted, ctx: DispatchContext) -> bool:

@@ -217,3 +217,35 @@ async def test_a_host_call_options_deadline_ends_a_real_command(
         assert time.monotonic() < deadline, "no process.exit record"
         await asyncio.sleep(0.05)
     assert await host.process.live_spawns() == []
+
+
+# -------------------------------------------------------------------- read_media
+
+
+async def test_read_media_attaches_a_stored_binary_by_handle(
+    host: GrpcToolHost, registry: ToolRegistry
+) -> None:
+    await require_fs(host)
+    data = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR" + bytes(range(256)) * 8
+    await host.fs.write_file(
+        "media/chart.png", data, labels={"session": "s", "node_id": "n", "tool_call_id": "it-m0"}
+    )
+    read = await registry.dispatch(
+        ToolCall("it-media-read", "read_file", {"path": "media/chart.png"}), make_ctx()
+    )
+    assert read.media is not None
+    handle = read.media.unwrap().handle
+    attached = await registry.dispatch(
+        ToolCall("it-media-attach", "read_media", {"handle": handle}), make_ctx()
+    )
+    assert isinstance(attached.media, hostcap.Untrusted)
+    media = attached.media.unwrap()
+    assert media.byte_length == len(data) and media.handle == handle
+    assert "iVBOR" not in attached.tool_result.unwrap()  # never base64 in the model's text
+    assert host.output_store is not None and await host.output_store.open(handle) == data
+    with pytest.raises(ToolPolicyError) as caught:
+        await registry.dispatch(
+            ToolCall("it-media-foreign", "read_media", {"handle": "hostcap-media:elsewhere/0001"}),
+            make_ctx(),
+        )
+    assert caught.value.reason == "media_scope_denied" and caught.value.recoverable

@@ -10,7 +10,9 @@ mode-agnostic. `ApprovalPolicy` is hostcap's implementation of that hook:
 The permission `mode` decides governed calls (fs write, a process with a
 model-controlled command, egress, os):
 
-- `ask`: the read-only chat. Every governed call is denied without a card.
+- `ask`: the read-only chat. Every governed call is denied without a card,
+  and the catalogue does not offer a tool that could only be denied
+  (`hostcap.admission`, the predicate the dispatch guard shares).
 - `accept-edits`: fs writes inside the scope are approved, except protected
   paths, which take a card; process, egress and os take a card.
 - `auto`: approved, except protected paths, which take a card.

@@ -17,14 +17,19 @@ arrives by input mapping is checked like one the model wrote):
 4. check secret taint, then validate the complete effective set;
 5. guardrails on the effective arguments: exact command allowlist (opt-in
    globs, deny-all when empty), HTTPS-only exact-host domains, the human
-   gate; then the contract's admission by effect; then the arms the tool
-   needs;
+   gate, the media scope; then the admission predicate the catalogue shares
+   (`hostcap.admission`: the contract's admission by effect, the read-only
+   `ask` mode); then the arms the tool needs;
 6. per-tool approval of governed calls through the confirm hook
-   (fail-closed);
-7. the one host call, cancellable through `ctx.signal`;
-8. `output_mapping` on the full result;
-9. bound the model-facing result, spilling the full text to the output store;
-10. mark it `Untrusted`.
+   (fail-closed), reported as `approval_requested` / `approval_answered`;
+7. the engine's `before_dispatch` veto (synchronous, can only refuse);
+8. the one host call (`tool_call_started` just before it), cancellable
+   through `ctx.signal`, bounded by the `host_call_options` deadline;
+9. `output_mapping` on the full result (each value `Untrusted`);
+10. bound the model-facing result, spilling the full text to the output
+    store (`spill(text, limits, signal)`);
+11. mark it `Untrusted`; one terminal event (`tool_call_finished`,
+    `tool_call_denied` or `tool_call_failed`, see `hostcap.events`).
 
 `explain` runs steps 1-6 without prompting or calling the host and reports
 every step's decision.
@@ -451,6 +456,14 @@ class ToolRegistry:
             outcome = await self._finish(admitted, call, ctx, result, state_updates)
         except ToolDispatchError as error:
             await self._emit(ctx, _error_event(error, call, ctx, admitted, started))
+            raise
+        except asyncio.CancelledError:
+            # The caller's task was cancelled: the terminal event still goes
+            # out (best effort, shielded), then the cancellation propagates.
+            cancelled = ToolCancelledError(tool_id=admitted.tool.id if admitted else None)
+            await asyncio.shield(
+                self._emit(ctx, _error_event(cancelled, call, ctx, admitted, started))
+            )
             raise
         await self._emit(
             ctx,

@@ -301,3 +301,22 @@ async def test_a_passed_deadline_stops_the_host_call(
         )
     assert caught.value.host_reason == "DEADLINE_EXCEEDED"
     assert host.process is not None and host.process.live == {}
+
+
+async def test_a_cancelled_caller_still_gets_the_terminal_event(
+    registry: ToolRegistry, make_ctx: MakeCtx
+) -> None:
+    recorder = Recorder()
+    task = asyncio.create_task(
+        registry.dispatch(
+            ToolCall("c1", "run_command", {"command": "sleep", "args": ["3600"]}),
+            make_ctx(on_event=recorder),
+        )
+    )
+    while recorder.kinds != ["tool_call_started"]:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert recorder.kinds == ["tool_call_started", "tool_call_failed"]
+    assert recorder.events[1].detail["code"] == "cancelled"

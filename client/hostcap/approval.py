@@ -41,8 +41,12 @@ Protected paths always take a card.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import posixpath
 import re
+import secrets
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -158,6 +162,10 @@ class ApprovalCard:
     why: str
     session_id: str | None
     scopes: Mapping[PromptChoice, str] = field(default_factory=dict)
+    #: An opaque key of the exact tool and unscrubbed target (an HMAC under a
+    #: per-process secret): two cards whose scrubbed previews look alike still
+    #: differ here, so an answer keyed by it approves only its own target.
+    target_key: str = ""
 
     def describe(self) -> str:
         """The card as text: the call, why it is asked, and every choice with its scope."""
@@ -294,6 +302,7 @@ class ApprovalPolicy:
         self.protected_paths = tuple(protected_paths)
         self._session_grants: dict[str, set[str]] = {}
         self._always: set[GrantKey] = set()
+        self._key_secret = secrets.token_bytes(32)
 
     def context(self) -> ToolApprovalContext:
         """The value `DispatchContext.approval` takes."""
@@ -334,6 +343,11 @@ class ApprovalPolicy:
             preview.path,
             preview.host,
         )
+
+    def target_key(self, request: ToolApprovalRequest) -> str:
+        """`grant_key` as an opaque digest (never the target itself)."""
+        encoded = json.dumps(self.grant_key(request), ensure_ascii=False).encode()
+        return hmac.new(self._key_secret, encoded, hashlib.sha256).hexdigest()[:32]
 
     def _scopes(
         self, request: ToolApprovalRequest, choices: tuple[PromptChoice, ...]
@@ -433,6 +447,7 @@ class ApprovalPolicy:
             why=decided.why,
             session_id=request.session_id,
             scopes=self._scopes(request, choices),
+            target_key=self.target_key(request),
         )
         answer = await self.prompt(card)
         if answer not in card.choices:

@@ -418,6 +418,9 @@ def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
 
 
 def _card_key(card: ApprovalCard) -> str:
+    if card.target_key:
+        # The exact, unscrubbed target: two look-alike scrubbed previews never share an answer.
+        return "hostcap-approval-" + card.target_key[:24]
     preview = card.preview
     what = "\x00".join(
         [card.tool_id, card.action, preview.command or "", preview.path or "", preview.host or ""]

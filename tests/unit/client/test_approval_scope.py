@@ -130,3 +130,23 @@ async def test_the_always_key_reads_the_unscrubbed_target(make_ctx: MakeCtx) -> 
     await registry.dispatch(_call("echo", "token=bbbbbbbbbbbb"), ctx)
     assert len(cards) == 2
     assert cards[0].preview.command == cards[1].preview.command == "echo token=[redacted]"
+
+
+async def test_look_alike_cards_carry_different_target_keys(make_ctx: MakeCtx) -> None:
+    """`hostcap mcp` keys a card's answer by `target_key`: a scrubbed preview
+    that looks the same for two targets must not let one answer approve both."""
+    registry = create_tool_registry(tools=BUILTIN_TOOLS, host=_host())
+    cards: list[ApprovalCard] = []
+
+    async def prompt(card: ApprovalCard) -> str:
+        cards.append(card)
+        return "approve"
+
+    policy = ApprovalPolicy("accept-edits", prompt=prompt)
+    ctx = make_ctx(approval=policy.context(), tool_policy=POLICY)
+    for arg in ("token=aaaaaaaaaaaa", "token=bbbbbbbbbbbb", "token=aaaaaaaaaaaa"):
+        await registry.dispatch(_call("echo", arg), ctx)
+    first, second, again = cards
+    assert first.preview == second.preview
+    assert first.target_key != second.target_key and first.target_key == again.target_key
+    assert "aaaa" not in first.target_key  # a digest, not the target

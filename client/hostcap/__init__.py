@@ -27,6 +27,7 @@ from hostcap.errors import (
     ToolCancelledError,
     ToolDeniedByUserError,
     ToolDispatchError,
+    ToolDispatchVetoedError,
     ToolExecutionError,
     ToolHostDeniedError,
     ToolPolicyError,
@@ -34,8 +35,9 @@ from hostcap.errors import (
     ToolUnavailableError,
     UnknownToolError,
 )
+from hostcap.events import ToolEvent
 from hostcap.grpc_host import GrpcToolHost, HostUnreachableError, connect
-from hostcap.host import StaticToolHost, ToolHost
+from hostcap.host import HostCallOptions, StaticToolHost, ToolHost
 from hostcap.output_store import LocalOutputStore, MemoryOutputStore
 from hostcap.policy import PolicyTarget, ToolPolicy, ToolPolicyClass
 from hostcap.registry import (
@@ -58,6 +60,7 @@ __all__ = [
     "DispatchContext",
     "DispatchExplanation",
     "GrpcToolHost",
+    "HostCallOptions",
     "HostError",
     "HostUnreachableError",
     "LocalOutputStore",
@@ -74,6 +77,8 @@ __all__ = [
     "ToolDeniedByUserError",
     "ToolDispatchError",
     "ToolDispatchOutcome",
+    "ToolDispatchVetoedError",
+    "ToolEvent",
     "ToolExecutionError",
     "ToolHost",
     "ToolHostDeniedError",

@@ -10,7 +10,9 @@ mode-agnostic. `ApprovalPolicy` is hostcap's implementation of that hook:
 The permission `mode` decides governed calls (fs write, a process with a
 model-controlled command, egress, os):
 
-- `ask`: the read-only chat. Every governed call is denied without a card.
+- `ask`: the read-only chat. Every governed call is denied without a card,
+  and the catalogue does not offer a tool that could only be denied
+  (`hostcap.admission`, the predicate the dispatch guard shares).
 - `accept-edits`: fs writes inside the scope are approved, except protected
   paths, which take a card; process, egress and os take a card.
 - `auto`: approved, except protected paths, which take a card.
@@ -20,17 +22,32 @@ refuses what it denies, and marks the calls it cards (`contract_card`),
 which then take a card even under `auto`. A contract never turns a denial
 of the mode into a card: `ask` stays read-only.
 
-Grants: a card offers `approve` (once), `reject`, `allow-session` (suppresses
-later cards for this exact tool in this session only) and, except for
-interpreters, shells and protected paths, `always` (this exact tool and
-target, for the policy's lifetime). Protected paths always take a card.
+Grants: a card offers `approve` (once), `reject`, and two grants that are
+different answers with different scopes, each spelled out on the card
+(`ApprovalCard.scopes`):
+
+- `always`: this exact tool with this exact effective target, for the
+  policy's lifetime: for a command the same program with the same argument
+  vector and working directory, for a file the same path, for egress the
+  same host. `rm -f scratch.tmp` approved always does not approve
+  `rm -rf keep`. Never offered for interpreters, shells and launchers
+  (whose argument vector is a program) nor for protected paths.
+- `allow-session`: the broader grant, named separately: every call of this
+  tool id, whatever its target, in this session only (it does not carry to
+  another tool or another session).
+
+Protected paths always take a card.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import posixpath
 import re
-from collections.abc import Awaitable, Callable, Iterable
+import secrets
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -47,6 +64,9 @@ class PermissionMode(StrEnum):
 
 
 PromptChoice = Literal["approve", "reject", "allow-session", "always"]
+#: What an `always` grant is keyed on: tool id, action, program, argument
+#: vector, path (a command's working directory), host.
+GrantKey = tuple[str, str, str | None, tuple[str, ...], str | None, str | None]
 PROMPT_CHOICES: tuple[PromptChoice, ...] = ("approve", "reject", "allow-session", "always")
 
 
@@ -58,6 +78,9 @@ class ToolActionPreview:
     path: str | None = None
     command: str | None = None
     host: str | None = None
+    #: The argument vector after the program. Set only on the unredacted copy
+    #: (the display copy's `command` is the whole joined line).
+    args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,7 +109,7 @@ class ToolApprovalRequest:
             "tool_id": self.tool_id,
             "tool_call_id": self.tool_call_id,
             "action": self.action,
-            "preview": {k: v for k, v in vars(self.preview).items() if v is not None},
+            "preview": {k: v for k, v in vars(self.preview).items() if v},
             "session_id": self.session_id,
             "contract_card": self.contract_card,
         }
@@ -122,11 +145,15 @@ class ToolApprovalContext:
     contract: Contract | None = None
     #: The pure decision, without prompting; `registry.explain` uses it.
     preview_verdict: Callable[[ToolApprovalRequest], ApprovalVerdict] | None = None
+    #: The regime refuses every governed call without a card (the `ask`
+    #: mode): tools that can only be denied are not offered in the catalogue.
+    read_only: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
 class ApprovalCard:
-    """The card shown to a human: secret-free, display-only."""
+    """The card shown to a human: secret-free, display-only. `scopes` says,
+    for each choice, what answering it approves (a prompt must show it)."""
 
     tool_id: str
     action: ToolActionClass
@@ -134,6 +161,21 @@ class ApprovalCard:
     choices: tuple[PromptChoice, ...]
     why: str
     session_id: str | None
+    scopes: Mapping[PromptChoice, str] = field(default_factory=dict)
+    #: An opaque key of the exact tool and unscrubbed target (an HMAC under a
+    #: per-process secret): two cards whose scrubbed previews look alike still
+    #: differ here, so an answer keyed by it approves only its own target.
+    target_key: str = ""
+
+    def describe(self) -> str:
+        """The card as text: the call, why it is asked, and every choice with its scope."""
+        target = self.preview.command or self.preview.path or self.preview.host or "(no target)"
+        lines = [
+            f"{self.tool_id} wants to {self.action.replace('_', ' ')}: {target}",
+            f"Why a card: {self.why}",
+        ]
+        lines += [f"- {choice}: {self.scopes.get(choice, choice)}" for choice in self.choices]
+        return "\n".join(lines)
 
 
 Prompt = Callable[[ApprovalCard], Awaitable[str]]
@@ -259,12 +301,16 @@ class ApprovalPolicy:
         self.prompt = prompt
         self.protected_paths = tuple(protected_paths)
         self._session_grants: dict[str, set[str]] = {}
-        self._always: set[tuple[str, str, str]] = set()
+        self._always: set[GrantKey] = set()
+        self._key_secret = secrets.token_bytes(32)
 
     def context(self) -> ToolApprovalContext:
         """The value `DispatchContext.approval` takes."""
         return ToolApprovalContext(
-            confirm=self.confirm, contract=self.contract, preview_verdict=self.verdict
+            confirm=self.confirm,
+            contract=self.contract,
+            preview_verdict=self.verdict,
+            read_only=self.mode is PermissionMode.ASK,
         )
 
     # ------------------------------------------------------------------ grants
@@ -281,6 +327,55 @@ class ApprovalPolicy:
     def _target(request: ToolApprovalRequest) -> str:
         preview = request.unredacted_preview or request.preview
         return preview.command or preview.path or preview.host or ""
+
+    @staticmethod
+    def grant_key(request: ToolApprovalRequest) -> GrantKey:
+        """What an `always` grant covers: the exact tool and its exact effective
+        target (program, argument vector and working directory; path; host),
+        read from the unscrubbed copy, so two targets the scrub makes look
+        alike never share a grant."""
+        preview = request.unredacted_preview or request.preview
+        return (
+            request.tool_id,
+            request.action,
+            preview.command,
+            tuple(preview.args),
+            preview.path,
+            preview.host,
+        )
+
+    def target_key(self, request: ToolApprovalRequest) -> str:
+        """`grant_key` as an opaque digest (never the target itself)."""
+        encoded = json.dumps(self.grant_key(request), ensure_ascii=False).encode()
+        return hmac.new(self._key_secret, encoded, hashlib.sha256).hexdigest()[:32]
+
+    def _scopes(
+        self, request: ToolApprovalRequest, choices: tuple[PromptChoice, ...]
+    ) -> dict[PromptChoice, str]:
+        shown = request.preview
+        scopes: dict[PromptChoice, str] = {
+            "approve": "this call only",
+            "reject": "refuse this call; nothing is run",
+        }
+        if "allow-session" in choices:
+            scopes["allow-session"] = (
+                f"every {request.tool_id} call, whatever its target, "
+                f"for the rest of session {request.session_id} (not other tools or sessions)"
+            )
+        if "always" in choices:
+            if shown.command is not None:
+                what = f"exactly the command line {shown.command}"
+                if shown.path:
+                    what += f" in {shown.path}"
+            elif shown.path is not None:
+                what = f"exactly the path {shown.path}"
+            else:
+                what = f"exactly the host {shown.host}"
+            scopes["always"] = (
+                f"{request.tool_id} with {what}, in every session while this policy lives; "
+                "any other target still asks"
+            )
+        return scopes
 
     def _protected(self, request: ToolApprovalRequest) -> bool:
         # Classify on the unscrubbed copy: the scrub can make a protected path look harmless.
@@ -311,7 +406,7 @@ class ApprovalPolicy:
             return ApprovalVerdict(verdict="deny", why="ask mode is read-only")
         if self._protected(request):
             return ApprovalVerdict(verdict="card", why="the path is protected")
-        if (request.tool_id, request.action, self._target(request)) in self._always:
+        if self.grant_key(request) in self._always:
             return ApprovalVerdict(verdict="approve", why="always allowed")
         granted = request.session_id is not None and request.tool_id in self._session_grants.get(
             request.session_id, ()
@@ -343,13 +438,16 @@ class ApprovalPolicy:
             return ToolApprovalDecision(outcome="reject", label=decided.why)
         if self.prompt is None:
             return ToolApprovalDecision(outcome="no_prompt", label=decided.why)
+        choices = self._choices(request)
         card = ApprovalCard(
             tool_id=request.tool_id,
             action=request.action,
             preview=request.preview,
-            choices=self._choices(request),
+            choices=choices,
             why=decided.why,
             session_id=request.session_id,
+            scopes=self._scopes(request, choices),
+            target_key=self.target_key(request),
         )
         answer = await self.prompt(card)
         if answer not in card.choices:
@@ -361,5 +459,5 @@ class ApprovalPolicy:
         if answer == "allow-session" and request.session_id is not None:
             self._session_grants.setdefault(request.session_id, set()).add(request.tool_id)
         elif answer == "always":
-            self._always.add((request.tool_id, request.action, self._target(request)))
+            self._always.add(self.grant_key(request))
         return ToolApprovalDecision(outcome="approve", label=f"approved ({answer})")

@@ -21,8 +21,15 @@ class ToolResultLimits:
 
     max_bytes: int = 32 * 1024
     max_lines: int = 400
+    #: The largest full result one spill may keep (None: only the store's own
+    #: total bound applies). Above it the store refuses and the marker says so.
+    max_spill_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_spill_bytes is not None and (
+            not isinstance(self.max_spill_bytes, int) or self.max_spill_bytes <= 0
+        ):
+            raise ValueError("ToolResultLimits.max_spill_bytes must be a positive integer or None")
         if not isinstance(self.max_bytes, int) or self.max_bytes < MIN_BYTES:
             raise ValueError(f"ToolResultLimits.max_bytes must be an integer >= {MIN_BYTES}")
         if not isinstance(self.max_lines, int) or self.max_lines < MIN_LINES:
@@ -45,19 +52,31 @@ def fits(text: str, limits: ToolResultLimits) -> bool:
     return len(text.encode()) <= limits.max_bytes and _line_count(text) <= limits.max_lines
 
 
+#: Why a full result was not kept, as the marker line says it.
+NO_OUTPUT_STORE = "no output store"
+
+
 def marker_line(
-    omitted_bytes: int, omitted_lines: int, total_bytes: int, handle: str | None
+    omitted_bytes: int,
+    omitted_lines: int,
+    total_bytes: int,
+    handle: str | None,
+    not_kept: str = NO_OUTPUT_STORE,
 ) -> str:
-    """The one line standing in for the omitted middle."""
+    """The one line standing in for the omitted middle. Without a handle,
+    `not_kept` says why the full result was not kept ("output store full",
+    ...)."""
     where = (
         f"full result ({total_bytes} bytes) spilled to output store handle {handle}"
         if handle
-        else "the full result was not kept (no output store)"
+        else f"the full result was not kept ({not_kept})"
     )
     return f"[... hostcap: {omitted_bytes} bytes in {omitted_lines} lines omitted; {where} ...]"
 
 
-def bound_text(text: str, limits: ToolResultLimits, handle: str | None) -> BoundedText:
+def bound_text(
+    text: str, limits: ToolResultLimits, handle: str | None, not_kept: str = NO_OUTPUT_STORE
+) -> BoundedText:
     """`text` itself when it fits, else head + marker line + tail within both ceilings."""
     if fits(text, limits):
         return BoundedText(text, truncated=False)
@@ -65,7 +84,7 @@ def bound_text(text: str, limits: ToolResultLimits, handle: str | None) -> Bound
     total_bytes = len(data)
     # Size the marker for the largest numbers it can show, then split what is
     # left between head and tail.
-    reserve = len(marker_line(total_bytes, total_bytes, total_bytes, handle).encode()) + 2
+    reserve = len(marker_line(total_bytes, total_bytes, total_bytes, handle, not_kept).encode()) + 2
     byte_budget = max(limits.max_bytes - reserve, 0)
     line_budget = limits.max_lines - 1
     head_lines = _take_lines(text, byte_budget - byte_budget // 2, line_budget - line_budget // 2)
@@ -75,7 +94,7 @@ def bound_text(text: str, limits: ToolResultLimits, handle: str | None) -> Bound
     omitted_bytes = len(middle.encode())
     omitted_lines = _line_count(middle)
     head = head_lines if head_lines.endswith("\n") or not head_lines else head_lines + "\n"
-    marker = marker_line(omitted_bytes, omitted_lines, total_bytes, handle)
+    marker = marker_line(omitted_bytes, omitted_lines, total_bytes, handle, not_kept)
     return BoundedText(
         f"{head}{marker}\n{tail_lines}",
         truncated=True,

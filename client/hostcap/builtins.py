@@ -6,7 +6,9 @@ spawned process in the tenant's primary root). Registered with their policy
 classes and failing `ToolUnavailableError` naming the missing arm until a
 host provides it: `http_request`, `web_search` (egress), `mcp_call` (mcp),
 `read_clipboard`, `notify` (os). `invoke_agent` runs through the dispatch
-context's delegate.
+context's delegate. `read_media` (the 13th) attaches media the run's output
+store holds, by handle, under the node's media scope (`media_scope_denied`
+otherwise, the recoverable scope denial).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from hostcap.errors import HostError, ToolUnavailableError
+from hostcap.errors import HostError, ToolPolicyError, ToolUnavailableError
 from hostcap.host import (
     DirEntry,
     EgressCapability,
@@ -35,6 +37,7 @@ from hostcap.host import (
     ToolHost,
     ToolOutputStore,
 )
+from hostcap.output_store import OutputStoreError
 from hostcap.policy import PolicyTarget, ToolPolicyClass
 from hostcap.tooldef import ToolDef, ToolRunContext, require_arm
 
@@ -256,6 +259,7 @@ async def _spawn(
         cwd=cwd,
         limits=ProcessLimits(wall_seconds=timeout_s),
         request_id=f"{ctx.tool_call_id}:{uuid.uuid4().hex[:12]}",
+        deadline=ctx.deadline,
     )
     return _finished(await process.spawn(command, args, env or {}, options))
 
@@ -459,6 +463,37 @@ async def _notify(args: NotifyArgs, host: ToolHost, ctx: ToolRunContext) -> Noti
     return NotifyResult(delivered=True)
 
 
+# ------------------------------------------------------------------------ media
+
+
+class ReadMediaArgs(_Args):
+    handle: Annotated[str, Field(min_length=1, max_length=512), AfterValidator(_printable)] = Field(
+        description="A media handle an earlier result named (e.g. a binary file read_file stored)."
+    )
+
+
+class ReadMediaResult(_Result):
+    media: MediaHandle
+
+    def model_text(self) -> str:
+        # Never the bytes, never base64: the engine delivers the handle as an
+        # attachment, fenced as untrusted content.
+        return (
+            f"[media {self.media.handle}: {self.media.media_type}, {self.media.byte_length} bytes; "
+            "attached by handle as untrusted content]"
+        )
+
+
+async def _read_media(args: ReadMediaArgs, host: ToolHost, ctx: ToolRunContext) -> ReadMediaResult:
+    store: ToolOutputStore = require_arm(host, "output_store", ctx.tool_id)
+    try:
+        media = await store.media(args.handle)
+    except OutputStoreError:
+        # Not media this run holds: the scope-set denial (refused before any effect).
+        raise ToolPolicyError("media_scope_denied", tool_id=ctx.tool_id) from None
+    return ReadMediaResult(media=media)
+
+
 # ------------------------------------------------------------------ delegation
 
 
@@ -514,13 +549,14 @@ RUN_COMMAND = ToolDef(
 GIT_STATUS = ToolDef(
     id="git_status", source="builtin", description="Show the git status of the workspace.",
     args_model=GitStatusArgs, result_model=GitResult, dispatch=_git_status,
-    policy=ToolPolicyClass(spawns_process=True), arms=frozenset({"process"}),
+    policy=ToolPolicyClass(spawns_process=True, fixed_command=True), arms=frozenset({"process"}),
     policy_target=lambda a: PolicyTarget(command="git", args=("status",), command_fixed=True),
 )  # fmt: skip
 GIT_COMMIT = ToolDef(
     id="git_commit", source="builtin", description="Commit every change in the workspace with a message.",
     args_model=GitCommitArgs, result_model=GitResult, dispatch=_git_commit,
-    policy=ToolPolicyClass(spawns_process=True, requires_gate_approval=True), arms=frozenset({"process"}),
+    policy=ToolPolicyClass(spawns_process=True, requires_gate_approval=True, fixed_command=True),
+    arms=frozenset({"process"}),
     config_only_params=frozenset({"author_name", "author_email"}),
     policy_target=lambda a: PolicyTarget(command="git", args=("commit",), command_fixed=True),
 )  # fmt: skip
@@ -554,6 +590,13 @@ NOTIFY = ToolDef(
     args_model=NotifyArgs, result_model=NotifyResult, dispatch=_notify,
     policy=ToolPolicyClass(os=True), arms=frozenset({"os"}),
 )  # fmt: skip
+READ_MEDIA = ToolDef(
+    id="read_media", source="builtin",
+    description="Attach stored media (an image, a PDF) to the conversation by its handle.",
+    args_model=ReadMediaArgs, result_model=ReadMediaResult, dispatch=_read_media,
+    policy=ToolPolicyClass(media=True), arms=frozenset({"output_store"}),
+    policy_target=lambda a: PolicyTarget(media_handle=a.handle),
+)  # fmt: skip
 INVOKE_AGENT = ToolDef(
     id="invoke_agent", source="builtin", description="Run another agent node with an input and return its output.",
     args_model=InvokeAgentArgs, result_model=InvokeAgentResult, dispatch=_invoke_agent,
@@ -563,5 +606,5 @@ INVOKE_AGENT = ToolDef(
 #: Every built-in tool, in catalogue order.
 BUILTIN_TOOLS: tuple[ToolDef[Any, Any], ...] = (
     READ_FILE, WRITE_FILE, LIST_DIRECTORY, RUN_COMMAND, GIT_STATUS, GIT_COMMIT,
-    HTTP_REQUEST, WEB_SEARCH, MCP_CALL, READ_CLIPBOARD, NOTIFY, INVOKE_AGENT,
+    HTTP_REQUEST, WEB_SEARCH, MCP_CALL, READ_CLIPBOARD, NOTIFY, INVOKE_AGENT, READ_MEDIA,
 )  # fmt: skip

@@ -12,6 +12,11 @@ and the execution guard in `dispatch` both use it:
   it, and an MCP server's own risk annotation is not evidence;
 - a plugin tool is admitted only when it declares non-empty
   `plan_safe_actions` (which its runtime also enforces);
+- a plugin-contributed MCP tool is refused: its registration carries no
+  enforced plan-safe list (its execution callback refuses a contract mode
+  too, before the server is called);
+- a trusted-extension tool is withheld: it executes elsewhere, so no host
+  call is made for it and the permission path cannot see what it does;
 - everything else reaches the ordinary permission path.
 """
 
@@ -58,6 +63,7 @@ BUILTIN_CONTRACT_EFFECTS: Mapping[str, ContractEffect] = {
     "write_file": ContractEffect.ACTS_ON_STATE,
     "git_commit": ContractEffect.ACTS_ON_STATE,
     "invoke_agent": ContractEffect.ACTS_ON_STATE,
+    "read_media": ContractEffect.ORDINARY,
     "http_request": ContractEffect.ACTS_ON_STATE,
     "web_search": ContractEffect.ACTS_ON_STATE,
     "run_command": ContractEffect.OPAQUE,
@@ -97,4 +103,6 @@ def contract_admission(tool: ToolDef[Any, Any], contract: Contract | None) -> Ad
             return Admission.CARD
         case "plugin":
             return Admission.ORDINARY if tool.plan_safe_actions else Admission.DENY
+        case "plugin_mcp" | "extension":
+            return Admission.DENY
     return Admission.DENY  # an unknown source is never admitted

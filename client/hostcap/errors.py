@@ -3,7 +3,12 @@
 Every error a dispatch raises is a `ToolDispatchError`: it carries the run
 error `code` it maps to (`tool_failed`, `tool_denied`, `tool_unavailable`,
 `cancelled`), whether it is `recoverable` (safe to feed back to the model
-within the turn) and, for denials, a `reason` from a closed set. Messages are
+within the turn), whether it is `retryable` (a transient condition: a fresh
+retry of the node may succeed) and, for denials, a `reason` from a closed
+set. The two flags are distinct: `recoverable` is the stricter, within-turn
+one; a denial is never `retryable`, and exactly two denials are
+`recoverable` (the seed's scope denials: `media_scope_denied` and the fs
+arm's root escape). Messages are
 secret-free: they name a tool id or an argument name, never an argument
 value, a resolved path or a host's own message.
 
@@ -46,23 +51,37 @@ class ToolDispatchError(Exception):
     """Base of every error a dispatch raises.
 
     `code` is the run error code, `recoverable` says whether the error may
-    be fed back to the model as an error result within the turn (only
-    refusals made before any side effect, and failures of idempotent
-    reads), and `loop_correctable` whether the agent loop should let the
-    model correct its call (an unknown tool, invalid arguments).
+    be fed back to the model as an error result within the turn (only the
+    two scope denials, and failures of idempotent reads), `retryable`
+    whether a fresh retry of the node may succeed (a transient host
+    condition: the daemon restarting or unreachable, a quota used up, a
+    host failure with no deterministic reason; never a denial), and
+    `loop_correctable` whether the agent loop should let the model correct
+    its call (an unknown tool, invalid arguments).
     """
 
     code: ClassVar[ErrorCode] = "tool_failed"
     loop_correctable: ClassVar[bool] = False
 
-    def __init__(self, message: str, *, tool_id: str | None, recoverable: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        tool_id: str | None,
+        recoverable: bool = False,
+        retryable: bool = False,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.tool_id = tool_id
         self.recoverable = recoverable
+        self.retryable = retryable
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.message!r}, code={self.code!r}, recoverable={self.recoverable})"
+        return (
+            f"{type(self).__name__}({self.message!r}, code={self.code!r}, "
+            f"recoverable={self.recoverable}, retryable={self.retryable})"
+        )
 
 
 class UnknownToolError(ToolDispatchError):
@@ -146,7 +165,10 @@ class ToolArgsInvalidError(ToolDispatchError):
 
 
 class ToolUnavailableError(ToolDispatchError):
-    """A capability the tool needs is not provided (a host or wiring gap, not the model's fault)."""
+    """A capability the tool needs is not provided (a host or wiring gap, not
+    the model's fault). `retryable` when the gap is transient (the daemon is
+    restarting or unreachable, its quota is used up), not when the arm is
+    absent or a protection missing."""
 
     code: ClassVar[ErrorCode] = "tool_unavailable"
 
@@ -157,23 +179,39 @@ class ToolUnavailableError(ToolDispatchError):
         arm: str,
         detail: str | None = None,
         host_reason: str | None = None,
+        retryable: bool = False,
     ) -> None:
         self.arm = arm
         self.host_reason = host_reason
         text = detail or f"the host provides no {arm!r} capability"
-        super().__init__(f"{tool_id or 'tool'}: unavailable: {text}", tool_id=tool_id)
+        super().__init__(
+            f"{tool_id or 'tool'}: unavailable: {text}", tool_id=tool_id, retryable=retryable
+        )
 
 
 class ToolExecutionError(ToolDispatchError):
-    """The host capability failed. The cause is kept on `__cause__` for logs, off the message."""
+    """The host capability failed. The cause is kept on `__cause__` for logs, off the message.
+
+    `retryable` by default (the seed's "retryable (node budget)"): a raw
+    host failure may be transient. A failure whose host reason says the same
+    call would fail the same way again (not found, too large, invalid) is
+    not (see `HOST_REASONS`)."""
 
     code: ClassVar[ErrorCode] = "tool_failed"
 
     def __init__(
-        self, message: str, *, tool_id: str, recoverable: bool, host_reason: str | None = None
+        self,
+        message: str,
+        *,
+        tool_id: str,
+        recoverable: bool,
+        host_reason: str | None = None,
+        retryable: bool = True,
     ) -> None:
         self.host_reason = host_reason
-        super().__init__(f"{tool_id}: {message}", tool_id=tool_id, recoverable=recoverable)
+        super().__init__(
+            f"{tool_id}: {message}", tool_id=tool_id, recoverable=recoverable, retryable=retryable
+        )
 
 
 class ToolHostDeniedError(ToolDispatchError):
@@ -181,9 +219,12 @@ class ToolHostDeniedError(ToolDispatchError):
     and environment allowlists) refused the call before any side effect.
 
     `reason` is the lower-case wire reason (`path_escapes_root`, ...), and
-    `host_reason` the wire name. Only `path_escapes_root` is recoverable: the
-    model can adapt to an in-bounds path, while feeding back a protected,
-    secret or symlink refusal would only re-deny or give a probe oracle.
+    `host_reason` the wire name. Only the fs arm's `path_escapes_root` is
+    recoverable (the seed's fs scope-tier escape): the model can adapt to an
+    in-bounds path, while feeding back a protected, secret or symlink
+    refusal would only re-deny or give a probe oracle. A process's working
+    directory escaping the roots is the same host reason and stays fatal:
+    the seed names exactly two recoverable scope denials. Never retryable.
     """
 
     code: ClassVar[ErrorCode] = "tool_denied"
@@ -193,6 +234,21 @@ class ToolHostDeniedError(ToolDispatchError):
         self.reason = host_reason.lower()
         super().__init__(
             f"{tool_id}: {text} ({self.reason})", tool_id=tool_id, recoverable=recoverable
+        )
+
+
+class ToolDispatchVetoedError(ToolDispatchError):
+    """The engine's `before_dispatch` hook vetoed the call, after every other
+    check and before the host call (reason `dispatch_vetoed`). `label` is
+    the hook's reason, bounded and scrubbed. Fatal, never retryable."""
+
+    code: ClassVar[ErrorCode] = "tool_denied"
+
+    def __init__(self, *, tool_id: str, label: str) -> None:
+        self.reason = "dispatch_vetoed"
+        self.label = label
+        super().__init__(
+            f"{tool_id}: the call was vetoed before dispatch: {label}", tool_id=tool_id
         )
 
 
@@ -230,7 +286,7 @@ class HostError(Exception):
 class HostDisposition(StrEnum):
     """What a host refusal becomes in the taxonomy."""
 
-    #: ToolHostDeniedError, recoverable: refused before any effect, model may adapt.
+    #: ToolHostDeniedError, recoverable on the fs arm: refused before any effect, model may adapt.
     SCOPE_DENIAL = "scope_denial"
     #: ToolHostDeniedError, fatal.
     DENIAL = "denial"
@@ -246,11 +302,21 @@ class HostDisposition(StrEnum):
 class HostReason:
     disposition: HostDisposition
     text: str
+    #: A transient condition: a fresh retry of the node may succeed. Never for a denial.
+    retryable: bool = False
 
 
 #: Reasons the client itself produces for a host failure that carries no wire reason.
 CLIENT_HOST_REASONS: frozenset[str] = frozenset(
-    {"UNREACHABLE", "UNIMPLEMENTED", "DAEMON_SHUTDOWN", "SPAWN_FAILED", "CANCELLED", "HOST_FAILURE"}
+    {
+        "UNREACHABLE",
+        "UNIMPLEMENTED",
+        "DAEMON_SHUTDOWN",
+        "SPAWN_FAILED",
+        "CANCELLED",
+        "DEADLINE_EXCEEDED",
+        "HOST_FAILURE",
+    }
 )
 
 _D = HostDisposition
@@ -279,21 +345,32 @@ HOST_REASONS: Mapping[str, HostReason] = {
     "LIMIT_INVALID": HostReason(
         _D.EXECUTION, "a requested limit is invalid or above the host's ceiling"
     ),
-    "CONFLICT": HostReason(_D.EXECUTION, "the file changed since it was read (sha256 mismatch)"),
+    "CONFLICT": HostReason(
+        _D.EXECUTION, "the file changed since it was read (sha256 mismatch)", retryable=True
+    ),
     "INVALID_ARGUMENT": HostReason(_D.EXECUTION, "the host refused the request as malformed"),
     "AUDIT_UNAVAILABLE": HostReason(
-        _D.UNAVAILABLE, "the host's audit log is unavailable; nothing was done"
+        _D.UNAVAILABLE, "the host's audit log is unavailable; nothing was done", retryable=True
     ),
     "PROTECTION_UNAVAILABLE": HostReason(
         _D.UNAVAILABLE, "a sandbox protection the host requires is unavailable"
     ),
-    "QUOTA_EXCEEDED": HostReason(_D.UNAVAILABLE, "the host's concurrency quota is used up"),
-    "UNREACHABLE": HostReason(_D.UNAVAILABLE, "the host daemon is unreachable"),
+    "QUOTA_EXCEEDED": HostReason(
+        _D.UNAVAILABLE, "the host's concurrency quota is used up", retryable=True
+    ),
+    "UNREACHABLE": HostReason(_D.UNAVAILABLE, "the host daemon is unreachable", retryable=True),
     "UNIMPLEMENTED": HostReason(_D.UNAVAILABLE, "the host does not serve this capability"),
-    "DAEMON_SHUTDOWN": HostReason(_D.UNAVAILABLE, "the host daemon shut down during the call"),
-    "SPAWN_FAILED": HostReason(_D.EXECUTION, "the process could not be started"),
+    "DAEMON_SHUTDOWN": HostReason(
+        _D.UNAVAILABLE, "the host daemon shut down during the call", retryable=True
+    ),
+    "SPAWN_FAILED": HostReason(_D.EXECUTION, "the process could not be started", retryable=True),
     "CANCELLED": HostReason(_D.CANCELLED, "the host call was cancelled"),
-    "HOST_FAILURE": HostReason(_D.EXECUTION, "the host call failed"),
+    # The engine's own deadline (host_call_options): the call was stopped; a
+    # retry with a fresh deadline may finish.
+    "DEADLINE_EXCEEDED": HostReason(
+        _D.EXECUTION, "the host call passed its deadline", retryable=True
+    ),
+    "HOST_FAILURE": HostReason(_D.EXECUTION, "the host call failed", retryable=True),
 }
 
 
@@ -310,16 +387,27 @@ def from_host_error(
     entry = HOST_REASONS.get(error.reason, HOST_REASONS["HOST_FAILURE"])
     match entry.disposition:
         case HostDisposition.SCOPE_DENIAL:
-            return ToolHostDeniedError(error.reason, entry.text, tool_id=tool_id, recoverable=True)
+            # Only the fs arm's escape is the seed's recoverable scope denial.
+            return ToolHostDeniedError(
+                error.reason, entry.text, tool_id=tool_id, recoverable=arm == "fs"
+            )
         case HostDisposition.DENIAL:
             return ToolHostDeniedError(error.reason, entry.text, tool_id=tool_id, recoverable=False)
         case HostDisposition.UNAVAILABLE:
             return ToolUnavailableError(
-                tool_id=tool_id, arm=arm, detail=entry.text, host_reason=error.reason
+                tool_id=tool_id,
+                arm=arm,
+                detail=entry.text,
+                host_reason=error.reason,
+                retryable=entry.retryable,
             )
         case HostDisposition.CANCELLED:
             return ToolCancelledError(tool_id=tool_id, detail=entry.text)
         case HostDisposition.EXECUTION:
             return ToolExecutionError(
-                entry.text, tool_id=tool_id, recoverable=idempotent_read, host_reason=error.reason
+                entry.text,
+                tool_id=tool_id,
+                recoverable=idempotent_read,
+                host_reason=error.reason,
+                retryable=entry.retryable,
             )

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -61,6 +62,7 @@ _STATUS_REASONS: Mapping[grpc.StatusCode, str] = {
     grpc.StatusCode.UNAVAILABLE: "UNREACHABLE",
     grpc.StatusCode.UNIMPLEMENTED: "UNIMPLEMENTED",
     grpc.StatusCode.CANCELLED: "CANCELLED",
+    grpc.StatusCode.DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED",
 }
 
 _FILE_TYPES: Mapping[int, FileType] = {
@@ -83,6 +85,17 @@ def host_error(error: grpc.RpcError) -> HostError:
     reason = _STATUS_REASONS.get(code, "HOST_FAILURE") if code is not None else "HOST_FAILURE"
     details = error.details() if isinstance(error, grpc.aio.AioRpcError) else ""
     return HostError(reason, f"{code.name if code else 'error'}: {details or ''}")
+
+
+def rpc_timeout(deadline: float | None) -> float | None:
+    """The RPC timeout for an absolute `deadline` (seconds since the epoch);
+    a deadline already passed refuses entry."""
+    if deadline is None:
+        return None
+    remaining = deadline - time.time()
+    if remaining <= 0:
+        raise HostError("DEADLINE_EXCEEDED", "the deadline passed before the call")
+    return remaining
 
 
 def _limits(limits: ProcessLimits) -> common_pb2.Limits:
@@ -121,7 +134,7 @@ class GrpcProcessArm:
         if opts.stdin is not None:
             request.stdin = opts.stdin
         try:
-            response: Any = await self._stub.Run(request)
+            response: Any = await self._stub.Run(request, timeout=rpc_timeout(opts.deadline))
         except grpc.RpcError as error:
             raise host_error(error) from None
         exited = response.exited

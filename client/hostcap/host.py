@@ -17,12 +17,16 @@ cancels the host call (for hostcapd, the RPC, which kills the process tree).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from hostcap_proto.limits import LimitValues
+
+from hostcap.bounding import ToolResultLimits
 
 
 class Outcome(StrEnum):
@@ -49,13 +53,60 @@ class ProcessLimits(LimitValues):
 @dataclass(frozen=True, kw_only=True)
 class SpawnOptions:
     """How to run a command. `labels` tie the host's audit records to the
-    engine's decision (session, node_id, tool_call_id) and are required."""
+    engine's decision (session, node_id, tool_call_id) and are required.
+    `deadline` (seconds since the epoch) is when the host call must be over:
+    the host passes it on as its RPC deadline."""
 
     labels: Mapping[str, str]
     cwd: str | None = None
     limits: ProcessLimits = field(default_factory=ProcessLimits)
     stdin: bytes | None = None
     request_id: str | None = None
+    deadline: float | None = None
+
+
+#: The host's bounds on labels (hostcapd's): the correlation labels take three.
+MAX_LABELS = 32
+MAX_LABEL_KEY = 128
+MAX_LABEL_VALUE = 1024
+CORRELATION_LABELS = frozenset({"session", "node_id", "tool_call_id"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostCallOptions:
+    """Trusted, execution-only options an engine passes through to the host
+    call (`DispatchContext.host_call_options`), never through tool arguments.
+
+    `deadline` (seconds since the epoch, `time.time()`) is when the host call
+    must be over: it reaches the process arm as the RPC deadline, and the
+    registry bounds every host call by it. `labels` are extra audit labels
+    (a trace id, ...) added to every spawn and write; they can never replace
+    the correlation labels (`session`, `node_id`, `tool_call_id`)."""
+
+    deadline: float | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.deadline is not None and (
+            isinstance(self.deadline, bool) or not isinstance(self.deadline, int | float)
+        ):
+            raise TypeError("HostCallOptions.deadline must be seconds since the epoch")
+        if not isinstance(self.labels, Mapping):
+            raise TypeError("HostCallOptions.labels must be a mapping of strings")
+        labels = dict(self.labels)
+        for key, value in labels.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise TypeError("HostCallOptions.labels must map strings to strings")
+            if not key or len(key) > MAX_LABEL_KEY or len(value) > MAX_LABEL_VALUE:
+                raise ValueError(
+                    f"a label key must be 1-{MAX_LABEL_KEY} and a value at most "
+                    f"{MAX_LABEL_VALUE} characters"
+                )
+            if key in CORRELATION_LABELS:
+                raise ValueError(f"label {key!r} is the registry's correlation label")
+        if len(labels) > MAX_LABELS - len(CORRELATION_LABELS):
+            raise ValueError(f"at most {MAX_LABELS - len(CORRELATION_LABELS)} extra labels")
+        object.__setattr__(self, "labels", MappingProxyType(labels))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,9 +278,19 @@ class ToolOutputStore(Protocol):
     """A run-scoped store for over-ceiling results and binary content,
     swept when the run ends."""
 
-    async def spill(self, text: str) -> SpilledResult: ...
+    async def spill(
+        self, text: str, limits: ToolResultLimits, signal: asyncio.Event | None = None
+    ) -> SpilledResult:
+        """Keep the full `text` of an over-ceiling result under `limits`
+        (`max_spill_bytes`); refuse entry once `signal` is set. Refusals
+        raise `hostcap.output_store.OutputStoreError` with its `kind`."""
+        ...
 
     async def store_media(self, data: bytes, media_type: str) -> MediaHandle: ...
+
+    async def media(self, handle: str) -> MediaHandle:
+        """The handle of media this store holds (OutputStoreError when it holds none by that name)."""
+        ...
 
     async def open(self, handle: str) -> bytes: ...
 

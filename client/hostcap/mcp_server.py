@@ -50,7 +50,7 @@ from hostcap.approval import (
     ToolApprovalRequest,
 )
 from hostcap.errors import HostError, ToolDispatchError
-from hostcap.grpc_host import GrpcToolHost, host_error
+from hostcap.grpc_host import GrpcToolHost, host_error, rpc_timeout
 from hostcap.host import (
     Outcome,
     ProcessCapability,
@@ -104,7 +104,7 @@ def tool_annotations(tool: ToolDef[Any, Any]) -> types.ToolAnnotations:
         destructive_hint=False if read_only else destructive,
         # A whole-file write repeated with the same content changes nothing more.
         idempotent_hint=read_only or (policy.fs_write and not policy.spawns_process),
-        open_world_hint=policy.egress is not None or tool.source == "mcp",
+        open_world_hint=policy.egress is not None or tool.source in ("mcp", "plugin_mcp"),
     )
 
 
@@ -135,7 +135,7 @@ class StreamingProcessArm:
                 setattr(request.limits, name, value)
         if opts.stdin is not None:
             request.stdin = opts.stdin
-        call = self._stub.Spawn(request)
+        call = self._stub.Spawn(request, timeout=rpc_timeout(opts.deadline))
         out = {common_pb2.STDOUT: bytearray(), common_pb2.STDERR: bytearray()}
         # Per stream, so a character split across two chunks reaches the client whole.
         decoders = {
@@ -230,6 +230,7 @@ class HostcapMcpServer:
                 confirm=self._confirm,
                 contract=self.approval.contract,
                 preview_verdict=self.approval.verdict,
+                read_only=self.approval.context().read_only,
             ),
             session_id=self.session_id,
             limits=self.config.limits,
@@ -329,18 +330,17 @@ class HostcapMcpServer:
         if state is None or not _can_elicit(state.ctx):
             raise _NoElicitation
         ctx = state.ctx
-        target = card.preview.command or card.preview.path or card.preview.host or card.tool_id
-        message = (
-            f"hostcap: {card.tool_id} wants to {card.action.replace('_', ' ')}: {target}\n"
-            f"Why a card: {card.why}"
-        )
+        # Every choice with its scope: `always` and `allow-session` approve different things.
+        message = f"hostcap: {card.describe()}"
         schema: dict[str, Any] = {
             "type": "object",
             "properties": {
                 "decision": {
                     "type": "string",
                     "title": "Decision",
-                    "description": "approve once, reject, allow this tool for the session, or always",
+                    "description": "; ".join(
+                        f"{choice}: {card.scopes.get(choice, choice)}" for choice in card.choices
+                    ),
                     "enum": list(card.choices),
                 }
             },
@@ -418,6 +418,9 @@ def _can_elicit(ctx: ServerRequestContext[Any]) -> bool:
 
 
 def _card_key(card: ApprovalCard) -> str:
+    if card.target_key:
+        # The exact, unscrubbed target: two look-alike scrubbed previews never share an answer.
+        return "hostcap-approval-" + card.target_key[:24]
     preview = card.preview
     what = "\x00".join(
         [card.tool_id, card.action, preview.command or "", preview.path or "", preview.host or ""]

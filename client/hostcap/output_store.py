@@ -16,15 +16,39 @@ import tempfile
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import Literal
 
+from hostcap.bounding import DEFAULT_TOOL_RESULT_LIMITS, ToolResultLimits
 from hostcap.host import MediaHandle, SpilledResult
 
 #: Default ceiling of everything one run's store may hold.
 DEFAULT_MAX_TOTAL_BYTES = 256 * 1024 * 1024
 
 
+StoreRefusal = Literal["full", "swept", "unknown_handle", "too_large", "cancelled"]
+
+#: What the marker line says for each refusal of a spill.
+NOT_KEPT: dict[str, str] = {
+    "full": "output store full",
+    "swept": "output store swept: its run has ended",
+    "too_large": "larger than the spill limit",
+    "cancelled": "cancelled",
+    "unknown_handle": "output store refused it",
+}
+
+
 class OutputStoreError(Exception):
-    """The store cannot take or give the content (swept, full, unknown handle)."""
+    """The store cannot take or give the content; `kind` says why (swept,
+    full, too large for one spill, cancelled, unknown handle)."""
+
+    def __init__(self, message: str, *, kind: StoreRefusal) -> None:
+        super().__init__(message)
+        self.kind: StoreRefusal = kind
+
+    @property
+    def not_kept(self) -> str:
+        """The refusal as the bounding marker line words it."""
+        return NOT_KEPT.get(self.kind, "output store refused it")
 
 
 class _StoreBase:
@@ -37,12 +61,13 @@ class _StoreBase:
         self._count = 0
         self._swept = False
         self._lock = asyncio.Lock()
+        self._media: dict[str, MediaHandle] = {}
 
     def _next_handle(self, size: int, kind: str) -> str:
         if self._swept:
-            raise OutputStoreError("the output store was swept: its run has ended")
+            raise OutputStoreError("the output store was swept: its run has ended", kind="swept")
         if self._used + size > self.max_total_bytes:
-            raise OutputStoreError("the output store is full")
+            raise OutputStoreError("the output store is full", kind="full")
         self._used += size
         self._count += 1
         return f"hostcap-{kind}:{self.run_id}/{self._count:04d}"
@@ -50,6 +75,21 @@ class _StoreBase:
     @property
     def swept(self) -> bool:
         return self._swept
+
+    async def media(self, handle: str) -> MediaHandle:
+        """The media this store holds under `handle`: a spill handle, another
+        run's handle or a swept one is refused."""
+        found = None if self._swept else self._media.get(handle)
+        if found is None:
+            raise OutputStoreError("no such media in this run's store", kind="unknown_handle")
+        return found
+
+    @staticmethod
+    def _admit_spill(size: int, limits: ToolResultLimits, signal: asyncio.Event | None) -> None:
+        if signal is not None and signal.is_set():
+            raise OutputStoreError("the spill was cancelled", kind="cancelled")
+        if limits.max_spill_bytes is not None and size > limits.max_spill_bytes:
+            raise OutputStoreError("the result is larger than the spill limit", kind="too_large")
 
 
 class MemoryOutputStore(_StoreBase):
@@ -61,8 +101,14 @@ class MemoryOutputStore(_StoreBase):
         super().__init__(run_id, max_total_bytes)
         self._items: dict[str, bytes] = {}
 
-    async def spill(self, text: str) -> SpilledResult:
+    async def spill(
+        self,
+        text: str,
+        limits: ToolResultLimits = DEFAULT_TOOL_RESULT_LIMITS,
+        signal: asyncio.Event | None = None,
+    ) -> SpilledResult:
         data = text.encode()
+        self._admit_spill(len(data), limits, signal)
         handle = self._next_handle(len(data), "spill")
         self._items[handle] = data
         return SpilledResult(handle=handle, byte_length=len(data))
@@ -70,21 +116,26 @@ class MemoryOutputStore(_StoreBase):
     async def store_media(self, data: bytes, media_type: str) -> MediaHandle:
         handle = self._next_handle(len(data), "media")
         self._items[handle] = bytes(data)
-        return MediaHandle(
+        media = MediaHandle(
             handle=handle,
             media_type=media_type,
             byte_length=len(data),
             sha256=hashlib.sha256(data).hexdigest(),
         )
+        self._media[handle] = media
+        return media
 
     async def open(self, handle: str) -> bytes:
         try:
             return self._items[handle]
         except KeyError:
-            raise OutputStoreError("unknown or swept output handle") from None
+            raise OutputStoreError(
+                "unknown or swept output handle", kind="unknown_handle"
+            ) from None
 
     async def sweep(self) -> None:
         self._items.clear()
+        self._media.clear()
         self._swept = True
 
     def __len__(self) -> int:
@@ -123,29 +174,38 @@ class LocalOutputStore(_StoreBase):
             self._files[handle] = path
             return handle
 
-    async def spill(self, text: str) -> SpilledResult:
+    async def spill(
+        self,
+        text: str,
+        limits: ToolResultLimits = DEFAULT_TOOL_RESULT_LIMITS,
+        signal: asyncio.Event | None = None,
+    ) -> SpilledResult:
         data = text.encode()
+        self._admit_spill(len(data), limits, signal)
         return SpilledResult(handle=await self._put(data, "spill"), byte_length=len(data))
 
     async def store_media(self, data: bytes, media_type: str) -> MediaHandle:
         handle = await self._put(bytes(data), "media")
-        return MediaHandle(
+        media = MediaHandle(
             handle=handle,
             media_type=media_type,
             byte_length=len(data),
             sha256=hashlib.sha256(data).hexdigest(),
         )
+        self._media[handle] = media
+        return media
 
     async def open(self, handle: str) -> bytes:
         path = self._files.get(handle)
         if path is None or self._swept:
-            raise OutputStoreError("unknown or swept output handle")
+            raise OutputStoreError("unknown or swept output handle", kind="unknown_handle")
         return await asyncio.to_thread(path.read_bytes)
 
     async def sweep(self) -> None:
         async with self._lock:
             self._swept = True
             self._files.clear()
+            self._media.clear()
             await asyncio.to_thread(shutil.rmtree, self._dir, True)
 
     async def __aenter__(self) -> LocalOutputStore:

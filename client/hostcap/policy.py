@@ -36,6 +36,12 @@ class ToolPolicyClass:
     os: bool = False
     #: Needs a human-gate approval before it may run (git_commit).
     requires_gate_approval: bool = False
+    #: A process tool that pins the program it runs (git_status, git_commit):
+    #: its calls are never a model-controlled process. A policy target's
+    #: `command_fixed` is honoured only for a tool that declares this.
+    fixed_command: bool = False
+    #: Reads a stored media handle, under the node's media scope (read_media).
+    media: bool = False
 
     @property
     def idempotent_read(self) -> bool:
@@ -61,6 +67,8 @@ class PolicyTarget:
     url: str | None = None
     host: str | None = None
     path: str | None = None
+    #: The media handle a media tool reads (checked against the media scope).
+    media_handle: str | None = None
 
 
 @dataclass(frozen=True, init=False)

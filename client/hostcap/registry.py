@@ -17,14 +17,19 @@ arrives by input mapping is checked like one the model wrote):
 4. check secret taint, then validate the complete effective set;
 5. guardrails on the effective arguments: exact command allowlist (opt-in
    globs, deny-all when empty), HTTPS-only exact-host domains, the human
-   gate; then the contract's admission by effect; then the arms the tool
-   needs;
+   gate, the media scope; then the admission predicate the catalogue shares
+   (`hostcap.admission`: the contract's admission by effect, the read-only
+   `ask` mode); then the arms the tool needs;
 6. per-tool approval of governed calls through the confirm hook
-   (fail-closed);
-7. the one host call, cancellable through `ctx.signal`;
-8. `output_mapping` on the full result;
-9. bound the model-facing result, spilling the full text to the output store;
-10. mark it `Untrusted`.
+   (fail-closed), reported as `approval_requested` / `approval_answered`;
+7. the engine's `before_dispatch` veto (synchronous, can only refuse);
+8. the one host call (`tool_call_started` just before it), cancellable
+   through `ctx.signal`, bounded by the `host_call_options` deadline;
+9. `output_mapping` on the full result (each value `Untrusted`);
+10. bound the model-facing result, spilling the full text to the output
+    store (`spill(text, limits, signal)`);
+11. mark it `Untrusted`; one terminal event (`tool_call_finished`,
+    `tool_call_denied` or `tool_call_failed`, see `hostcap.events`).
 
 `explain` runs steps 1-6 without prompting or calling the host and reports
 every step's decision.
@@ -33,7 +38,11 @@ every step's decision.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
+import json
 import shlex
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -43,20 +52,27 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from hostcap.admission import READ_ONLY_LABEL, Offer, tool_admission
 from hostcap.approval import (
     ToolActionPreview,
     ToolApprovalContext,
     ToolApprovalDecision,
     ToolApprovalRequest,
 )
-from hostcap.bounding import DEFAULT_TOOL_RESULT_LIMITS, ToolResultLimits, bound_text
-from hostcap.contract import Admission, Contract, contract_admission
+from hostcap.bounding import (
+    DEFAULT_TOOL_RESULT_LIMITS,
+    NO_OUTPUT_STORE,
+    ToolResultLimits,
+    bound_text,
+)
+from hostcap.contract import Admission, Contract
 from hostcap.errors import (
     HostError,
     ToolArgsInvalidError,
     ToolCancelledError,
     ToolDeniedByUserError,
     ToolDispatchError,
+    ToolDispatchVetoedError,
     ToolExecutionError,
     ToolPolicyError,
     ToolRegistrationError,
@@ -64,7 +80,16 @@ from hostcap.errors import (
     UnknownToolError,
     from_host_error,
 )
-from hostcap.host import MediaHandle, SpilledResult, ToolHost
+from hostcap.events import (
+    EventCallback,
+    EventKind,
+    ToolEvent,
+    clip,
+    deliver,
+    summarize_input,
+    summarize_output,
+)
+from hostcap.host import HostCallOptions, MediaHandle, SpilledResult, ToolHost
 from hostcap.output_store import OutputStoreError
 from hostcap.policy import (
     FS_SCOPES,
@@ -83,28 +108,78 @@ from hostcap.untrusted import Untrusted
 
 T = TypeVar("T")
 AnyToolDef = ToolDef[Any, Any]
+#: `(tool_id, policy target) -> None | veto reason`, synchronous.
+BeforeDispatch = Callable[[str, PolicyTarget | None], object]
+#: How long past a `host_call_options` deadline the registry waits for the
+#: host to report it before abandoning the call itself.
+DEADLINE_GRACE_S = 5.0
+#: Longest veto reason kept on the error and the event.
+VETO_LABEL_CHARS = 200
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class ToolCall:
-    """A tool call as the model (or a tool node) made it."""
+    """A tool call as the model (or a tool node) made it.
+
+    `args` is a mapping, or the JSON text of one (as OpenAI sends a call's
+    arguments): the text is parsed here. Text that is not JSON, or JSON that
+    is not an object with string keys, is kept as `args_error`, and
+    `dispatch` refuses the call with a `ToolArgsInvalidError` (loop
+    correctable: the model sees what was wrong) once the tool is resolved
+    and granted, never with a TypeError.
+    """
 
     id: str
     name: str
-    args: Mapping[str, Any] = field(default_factory=dict)
-    provider_executed: bool = False
+    args: Mapping[str, Any]
+    provider_executed: bool
+    #: Why `args` text could not be taken (then `args` is empty).
+    args_error: str | None = field(compare=False, repr=False)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.id, str) or not self.id:
+    def __init__(
+        self,
+        id: str,
+        name: str,
+        args: Mapping[str, Any] | str | bytes | None = None,
+        provider_executed: bool = False,
+    ) -> None:
+        if not isinstance(id, str) or not id:
             raise TypeError("ToolCall.id must be a non-empty string")
-        if not isinstance(self.name, str):
+        if not isinstance(name, str):
             raise TypeError("ToolCall.name must be a string")
-        if not isinstance(self.args, Mapping):
+        problem: str | None = None
+        if args is None:
+            args = {}
+        elif isinstance(args, (str, bytes, bytearray)):
+            args, problem = _parse_json_args(args)
+        elif not isinstance(args, Mapping):
             raise TypeError("ToolCall.args must be a mapping of argument names to values")
-        if not all(isinstance(key, str) for key in self.args):
+        elif not all(isinstance(key, str) for key in args):
             raise TypeError("ToolCall.args keys must be strings")
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "name", name)
         # A copy, so a caller mutating its dict later cannot change what was checked.
-        object.__setattr__(self, "args", MappingProxyType(dict(self.args)))
+        object.__setattr__(self, "args", MappingProxyType(dict(args)))
+        object.__setattr__(self, "provider_executed", bool(provider_executed))
+        object.__setattr__(self, "args_error", problem)
+
+
+def _parse_json_args(text: str | bytes | bytearray) -> tuple[dict[str, Any], str | None]:
+    """The arguments a JSON text stands for, or why it stands for none."""
+    if not text.strip():
+        return {}, None
+    try:
+        parsed = json.loads(text)
+    except (ValueError, RecursionError) as error:
+        where = (
+            f": {error.msg} at character {error.pos}"
+            if isinstance(error, json.JSONDecodeError)
+            else ""
+        )
+        return {}, f"the arguments are not valid JSON{where}"
+    if not isinstance(parsed, dict) or not all(isinstance(key, str) for key in parsed):
+        return {}, "the arguments must be a JSON object"
+    return parsed, None
 
 
 class ToolNodeConfig(BaseModel):
@@ -154,6 +229,17 @@ class DispatchContext:
     signal: asyncio.Event | None = None
     session_id: str | None = None
     invoke_agent: Callable[[str, Any], Awaitable[Any]] | None = None
+    #: Receives this dispatch's events (`hostcap.events`), sync or async.
+    on_event: EventCallback | None = None
+    #: Trusted admission check run synchronously after approval, immediately
+    #: before the host call: `(tool_id, frozen target) -> None` to proceed or
+    #: a reason string to veto. It can only refuse: anything but None vetoes.
+    before_dispatch: BeforeDispatch | None = None
+    #: Passed through to the host call (deadline, extra audit labels).
+    host_call_options: HostCallOptions | None = None
+    #: The media handles `read_media` may attach; None: media the run's own
+    #: output store holds (a handle it does not hold is refused either way).
+    media_scope: AbstractSet[str] | None = None
     node_config: ToolNodeConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -189,6 +275,18 @@ class DispatchContext:
             raise TypeError("DispatchContext.limits must be a ToolResultLimits")
         if self.signal is not None and not isinstance(self.signal, asyncio.Event):
             raise TypeError("DispatchContext.signal must be an asyncio.Event")
+        for name in ("on_event", "before_dispatch"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"DispatchContext.{name} must be callable")
+        if self.media_scope is not None:
+            if isinstance(self.media_scope, str):
+                raise TypeError("DispatchContext.media_scope must be a collection of handles")
+            object.__setattr__(self, "media_scope", frozenset(self.media_scope))
+        if self.host_call_options is not None and not isinstance(
+            self.host_call_options, HostCallOptions
+        ):
+            raise TypeError("DispatchContext.host_call_options must be a HostCallOptions")
 
     @property
     def contract(self) -> Contract | None:
@@ -201,7 +299,8 @@ class ToolDispatchOutcome:
 
     `tool_result` is the bounded model-facing text, `Untrusted`; `result` the
     full structured result, also `Untrusted`; `state_updates` what
-    `output_mapping` took from the full result (state key to value);
+    `output_mapping` took from the full result (state key to value, each
+    value `Untrusted`: it is tool output, whatever state it lands in);
     `spilled` where the full text went when bounding cut it; `media` the
     handle of binary content a tool stored instead of returning inline.
     """
@@ -210,7 +309,7 @@ class ToolDispatchOutcome:
     tool_id: str
     tool_result: Untrusted[str]
     result: Untrusted[Any]
-    state_updates: Mapping[str, Any]
+    state_updates: Mapping[str, Untrusted[Any]]
     truncated: bool = False
     spilled: SpilledResult | None = None
     media: Untrusted[MediaHandle] | None = None
@@ -259,7 +358,13 @@ class _Admitted:
 class ToolRegistry:
     """Registered ToolDefs and one ToolHost. Performs no I/O until dispatch."""
 
-    def __init__(self, tools: Iterable[AnyToolDef], host: ToolHost) -> None:
+    def __init__(
+        self, tools: Iterable[AnyToolDef], host: ToolHost, *, on_event: EventCallback | None = None
+    ) -> None:
+        if on_event is not None and not callable(on_event):
+            raise TypeError("on_event must be callable")
+        #: Receives every dispatch's events (`hostcap.events`), sync or async.
+        self.on_event = on_event
         self._tools: dict[str, AnyToolDef] = {}
         for tool in tools:
             if not isinstance(tool, ToolDef):
@@ -284,13 +389,16 @@ class ToolRegistry:
 
     def catalogue(self, ctx: DispatchContext | None = None) -> tuple[AnyToolDef, ...]:
         """The tools to offer the model: granted to the node (when `ctx` is
-        given) and not denied by its contract (the same predicate dispatch uses)."""
-        contract = ctx.contract if ctx is not None else None
+        given) and not denied by its approval regime: its contract, or a
+        read-only (`ask`) mode for a tool that could only be denied. The
+        predicate is `hostcap.admission.tool_admission`, the one the
+        dispatch guard uses."""
+        approval = ctx.approval if ctx is not None else None
         return tuple(
             tool
             for tool_id, tool in sorted(self._tools.items())
             if (ctx is None or tool_id in ctx.granted_tool_ids)
-            and contract_admission(tool, contract) is not Admission.DENY
+            and not tool_admission(tool, approval).denied
         )
 
     def openai_tools(self, ctx: DispatchContext | None = None) -> list[dict[str, Any]]:
@@ -321,13 +429,83 @@ class ToolRegistry:
     # ---------------------------------------------------------------- dispatch
 
     async def dispatch(self, call: ToolCall, ctx: DispatchContext) -> ToolDispatchOutcome:
-        """Run `call` through the pipeline; raises a ToolDispatchError subclass on every refusal or failure."""
-        _refuse_if_cancelled(ctx, call.name)
-        admitted = self._admit(call, ctx, [])
-        await self._approve(admitted, call, ctx)
-        result = await self._call_host(admitted, ctx)
-        state_updates = _apply_output_mapping(admitted.tool, result, ctx.node_config.output_mapping)
-        return await self._finish(admitted, call, ctx, result, state_updates)
+        """Run `call` through the pipeline; raises a ToolDispatchError subclass
+        on every refusal or failure. Emits its events (`hostcap.events`) to the
+        registry's and the context's callbacks."""
+        admitted: _Admitted | None = None
+        started = False
+        began = time.monotonic()
+        try:
+            _refuse_if_cancelled(ctx, call.name)
+            admitted = self._admit(call, ctx, [])
+            await self._approve(admitted, call, ctx)
+            self._before_dispatch(admitted, ctx)
+            _refuse_if_cancelled(ctx, admitted.tool.id)
+            await self._emit(
+                ctx,
+                _event("tool_call_started", call, ctx, admitted.tool.id,
+                       detail={"arms": sorted(admitted.tool.arms)},
+                       tool_input_summary=_input_summary(admitted, call, ctx)),
+            )  # fmt: skip
+            started = True
+            began = time.monotonic()
+            result = await self._call_host(admitted, ctx)
+            state_updates = _apply_output_mapping(
+                admitted.tool, result, ctx.node_config.output_mapping
+            )
+            outcome = await self._finish(admitted, call, ctx, result, state_updates)
+        except ToolDispatchError as error:
+            await self._emit(ctx, _error_event(error, call, ctx, admitted, started))
+            raise
+        except asyncio.CancelledError:
+            # The caller's task was cancelled: the terminal event still goes
+            # out (best effort, shielded), then the cancellation propagates.
+            cancelled = ToolCancelledError(tool_id=admitted.tool.id if admitted else None)
+            await asyncio.shield(
+                self._emit(ctx, _error_event(cancelled, call, ctx, admitted, started))
+            )
+            raise
+        await self._emit(
+            ctx,
+            _event("tool_call_finished", call, ctx, outcome.tool_id,
+                   detail={
+                       "truncated": outcome.truncated,
+                       "spilled_handle": outcome.spilled.handle if outcome.spilled else None,
+                       "media": outcome.media is not None,
+                       "duration_seconds": round(time.monotonic() - began, 6),
+                   },
+                   tool_output_summary=Untrusted(summarize_output(outcome.tool_result.unwrap()))),
+        )  # fmt: skip
+        return outcome
+
+    async def _emit(self, ctx: DispatchContext, event: ToolEvent) -> None:
+        await deliver(event, self.on_event, ctx.on_event)
+
+    def _before_dispatch(self, admitted: _Admitted, ctx: DispatchContext) -> None:
+        """The trusted admission hook: synchronous, after every other check. It
+        sees the resolved id and the frozen target, never the arguments, and
+        its answer can only veto (fail closed on anything but None)."""
+        hook = ctx.before_dispatch
+        if hook is None:
+            return
+        tool_id = admitted.tool.id
+        try:
+            answer = hook(tool_id, admitted.target)
+        except Exception:
+            raise ToolDispatchVetoedError(
+                tool_id=tool_id, label="the before_dispatch hook failed"
+            ) from None
+        if answer is None:
+            return
+        if inspect.isawaitable(answer):
+            if inspect.iscoroutine(answer):
+                answer.close()
+            label = "before_dispatch must be synchronous (it returned an awaitable)"
+        elif isinstance(answer, str) and answer.strip():
+            label = clip(redact_secret_shaped_text(" ".join(answer.split())), VETO_LABEL_CHARS)
+        else:
+            label = f"before_dispatch answered {type(answer).__name__}, not None or a reason"
+        raise ToolDispatchVetoedError(tool_id=tool_id, label=label)
 
     def explain(self, call: ToolCall, ctx: DispatchContext) -> DispatchExplanation:
         """Every step's decision for `call`, without prompting or calling the host."""
@@ -393,7 +571,9 @@ class ToolRegistry:
         # 2. Exact-id resolution, then the node's grant.
         tool = self._tools.get(call.name)
         if tool is None:
-            raise deny("resolve", UnknownToolError(call.name, self._tools))
+            # Only what this node is offered: the model never learns of tools it cannot call.
+            offered = [t.id for t in self.catalogue(ctx)]
+            raise deny("resolve", UnknownToolError(call.name, offered))
         trace.append(StepDecision("resolve", "pass", tool.id))
         if tool.id not in ctx.granted_tool_ids:
             raise deny("grant", ToolPolicyError("not_granted", tool_id=tool.id))
@@ -401,6 +581,8 @@ class ToolRegistry:
 
         # 3. Effective arguments.
         try:
+            if call.args_error is not None:
+                raise ToolArgsInvalidError(call.args_error, tool_id=tool.id)
             effective = _assemble(tool, call, ctx.node_config)
         except ToolDispatchError as error:
             raise deny("assemble", error) from None
@@ -419,14 +601,24 @@ class ToolRegistry:
 
         # 5. Guardrails on the effective arguments, the contract, the arms.
         target = tool.target(args)
+        if target is not None and target.command_fixed and not tool.policy.fixed_command:
+            # Fail closed: only a tool declaring a fixed command may skip the allowlist.
+            target = dataclasses.replace(target, command_fixed=False)
         try:
             _guardrails(tool, target, ctx)
         except ToolDispatchError as error:
             raise deny("guardrails", error) from None
         trace.append(StepDecision("guardrails", "pass"))
-        admission = contract_admission(tool, ctx.contract)
-        if admission is Admission.DENY:
+        offer = tool_admission(tool, ctx.approval)
+        if offer is Offer.MODE_DENIED:
             raise deny("contract", ToolPolicyError("mode_denied", tool_id=tool.id))
+        if offer is Offer.READ_ONLY_DENIED:
+            # The catalogue withheld it: the same predicate refuses it here.
+            raise deny(
+                "contract",
+                ToolDeniedByUserError("user_rejected", tool_id=tool.id, label=READ_ONLY_LABEL),
+            )
+        admission = Admission.CARD if offer is Offer.CARD else Admission.ORDINARY
         trace.append(
             StepDecision(
                 "contract",
@@ -442,16 +634,21 @@ class ToolRegistry:
         trace.append(StepDecision("arms", "pass"))
 
         session = ctx.session_id or ""
+        options = ctx.host_call_options
+        # The engine's extra labels first: the correlation labels always win.
+        labels = dict(options.labels) if options is not None else {}
+        labels.update({"session": session, "node_id": ctx.node_id, "tool_call_id": call.id})
         run_ctx = ToolRunContext(
             tool_id=tool.id,
             tool_call_id=call.id,
             node_id=ctx.node_id,
             session_id=ctx.session_id,
             fs_scope=ctx.fs_scope,
-            labels=MappingProxyType(
-                {"session": session, "node_id": ctx.node_id, "tool_call_id": call.id}
-            ),
+            labels=MappingProxyType(labels),
             invoke_agent=ctx.invoke_agent,
+            deadline=options.deadline if options is not None else None,
+            contract=ctx.contract.value if ctx.contract is not None else None,
+            media_scope=cast("frozenset[str] | None", ctx.media_scope),
         )
         return _Admitted(
             tool, args, target, governed_action(tool.policy, target), admission, run_ctx
@@ -463,18 +660,39 @@ class ToolRegistry:
         approval = ctx.approval
         assert approval is not None
         tool_id = admitted.tool.id
-        if approval.confirm is None:
-            raise ToolDeniedByUserError("no_approval_hook", tool_id=tool_id)
         request = _approval_request(admitted, call, ctx)
+        event = request.to_event()
+        preview = event.pop("preview")
+        for key in ("tool_id", "tool_call_id", "session_id"):
+            event.pop(key)
+        await self._emit(
+            ctx,
+            _event("approval_requested", call, ctx, tool_id, detail=event,
+                   preview=Untrusted(MappingProxyType(preview))),
+        )  # fmt: skip
+
+        async def answered(outcome: str, label: str | None) -> None:
+            await self._emit(
+                ctx,
+                _event("approval_answered", call, ctx, tool_id,
+                       detail={"outcome": outcome, "label": label}),
+            )  # fmt: skip
+
+        if approval.confirm is None:
+            await answered("no_approval_hook", None)
+            raise ToolDeniedByUserError("no_approval_hook", tool_id=tool_id)
         try:
             decision = await _guarded(approval.confirm(request), ctx.signal, tool_id)
         except (ToolCancelledError, asyncio.CancelledError):
             raise
         except Exception as error:
             # Consent could not be obtained: fail closed, never the retryable tool_failed.
+            await answered("approval_error", None)
             raise ToolDeniedByUserError("approval_error", tool_id=tool_id) from error
         if not isinstance(decision, ToolApprovalDecision):
+            await answered("approval_error", None)
             raise ToolDeniedByUserError("approval_error", tool_id=tool_id)
+        await answered(decision.outcome, decision.label)
         if decision.outcome == "approve":
             return
         if decision.outcome == "no_prompt":
@@ -485,10 +703,11 @@ class ToolRegistry:
         tool = admitted.tool
         _refuse_if_cancelled(ctx, tool.id)
         arm = min(tool.arms) if tool.arms else "host"
+        work = tool.dispatch(admitted.args, self._host, admitted.run_ctx)
+        if admitted.run_ctx.deadline is not None:
+            work = _within_deadline(work, admitted.run_ctx.deadline)
         try:
-            result: BaseModel = await _guarded(
-                tool.dispatch(admitted.args, self._host, admitted.run_ctx), ctx.signal, tool.id
-            )
+            result: BaseModel = await _guarded(work, ctx.signal, tool.id)
         except ToolDispatchError:
             raise  # a typed host-side denial passes through verbatim
         except asyncio.CancelledError:
@@ -510,6 +729,7 @@ class ToolRegistry:
                 f"dispatch returned {type(result).__name__}, not {tool.result_model.__name__}",
                 tool_id=tool.id,
                 recoverable=False,
+                retryable=False,
             )
         return cast(BaseModel, result)
 
@@ -519,7 +739,7 @@ class ToolRegistry:
         call: ToolCall,
         ctx: DispatchContext,
         result: BaseModel,
-        state_updates: Mapping[str, Any],
+        state_updates: Mapping[str, Untrusted[Any]],
     ) -> ToolDispatchOutcome:
         limits = ctx.limits or DEFAULT_TOOL_RESULT_LIMITS
         text = model_text(result)
@@ -527,12 +747,19 @@ class ToolRegistry:
         spilled: SpilledResult | None = None
         if bounded.truncated:
             store = self._host.output_store
+            not_kept = NO_OUTPUT_STORE
             if store is not None:
+                _refuse_if_cancelled(ctx, admitted.tool.id)
                 try:
-                    spilled = await store.spill(text)
-                except OutputStoreError:
-                    spilled = None  # the marker then says the full text was not kept
-            bounded = bound_text(text, limits, spilled.handle if spilled else None)
+                    spilled = await _guarded(
+                        store.spill(text, limits, ctx.signal), ctx.signal, admitted.tool.id
+                    )
+                except OutputStoreError as error:
+                    if error.kind == "cancelled":
+                        raise ToolCancelledError(tool_id=admitted.tool.id) from None
+                    # The marker then says why the full text was not kept.
+                    not_kept = error.not_kept
+            bounded = bound_text(text, limits, spilled.handle if spilled else None, not_kept)
         media = getattr(result, "media", None)
         return ToolDispatchOutcome(
             tool_call_id=call.id,
@@ -546,9 +773,91 @@ class ToolRegistry:
         )
 
 
-def create_tool_registry(*, tools: Iterable[AnyToolDef], host: ToolHost) -> ToolRegistry:
-    """A registry of `tools` dispatching against `host`. No I/O, no ambient state."""
-    return ToolRegistry(tools, host)
+def create_tool_registry(
+    *, tools: Iterable[AnyToolDef], host: ToolHost, on_event: EventCallback | None = None
+) -> ToolRegistry:
+    """A registry of `tools` dispatching against `host`, reporting every
+    dispatch's events to `on_event`. No I/O, no ambient state."""
+    return ToolRegistry(tools, host, on_event=on_event)
+
+
+async def _within_deadline(work: Awaitable[T], deadline: float) -> T:
+    """`work`, abandoned a grace period after `deadline` when the host has not
+    reported the deadline itself (the host gets it as its RPC deadline)."""
+    remaining = deadline - time.time()
+    if remaining <= 0:
+        if inspect.iscoroutine(work):
+            work.close()
+        raise HostError("DEADLINE_EXCEEDED", "the deadline passed before the call")
+    try:
+        return await asyncio.wait_for(work, remaining + DEADLINE_GRACE_S)
+    except TimeoutError:
+        raise HostError("DEADLINE_EXCEEDED", "the host call passed its deadline") from None
+
+
+def _event(
+    kind: EventKind,
+    call: ToolCall,
+    ctx: DispatchContext,
+    tool_id: str | None,
+    *,
+    detail: Mapping[str, Any] | None = None,
+    tool_input_summary: str | None = None,
+    tool_output_summary: Untrusted[str] | None = None,
+    preview: Untrusted[Mapping[str, str]] | None = None,
+) -> ToolEvent:
+    return ToolEvent(
+        kind=kind,
+        tool_call_id=call.id,
+        tool_id=tool_id,
+        node_id=ctx.node_id,
+        session_id=ctx.session_id,
+        detail=MappingProxyType(dict(detail or {})),
+        tool_input_summary=Untrusted(tool_input_summary)
+        if tool_input_summary is not None
+        else None,
+        tool_output_summary=tool_output_summary,
+        preview=preview,
+    )
+
+
+def _masked_keys(tool: AnyToolDef | None, ctx: DispatchContext) -> frozenset[str]:
+    tainted = {k.split(".", 1)[0].split("[", 1)[0] for k in ctx.secret_arg_keys or ()}
+    return frozenset(tainted) | (tool.credential_params if tool is not None else frozenset())
+
+
+def _input_summary(admitted: _Admitted, call: ToolCall, ctx: DispatchContext) -> str:
+    """The effective arguments, projected: credential and tainted keys masked."""
+    args = admitted.args.model_dump(mode="json")
+    return summarize_input(args, _masked_keys(admitted.tool, ctx))
+
+
+def _error_event(
+    error: ToolDispatchError,
+    call: ToolCall,
+    ctx: DispatchContext,
+    admitted: _Admitted | None,
+    started: bool,
+) -> ToolEvent:
+    kind: EventKind = "tool_call_denied" if error.code == "tool_denied" else "tool_call_failed"
+    detail: dict[str, Any] = {
+        "code": error.code,
+        "reason": getattr(error, "reason", None) or getattr(error, "host_reason", None),
+        "error": type(error).__name__,
+        "recoverable": error.recoverable,
+        "retryable": error.retryable,
+        "after_start": started,
+    }
+    label = getattr(error, "label", None)
+    if isinstance(label, str):
+        detail["label"] = label
+    if admitted is not None:
+        summary = _input_summary(admitted, call, ctx)
+    else:
+        summary = summarize_input(call.args, _masked_keys(None, ctx))
+    # An unknown tool's name is the model's text: it is not the event's tool id.
+    tool_id = admitted.tool.id if admitted is not None else error.tool_id
+    return _event(kind, call, ctx, tool_id, detail=detail, tool_input_summary=summary)
 
 
 # --------------------------------------------------------------------- helpers
@@ -640,6 +949,11 @@ def _guardrails(tool: AnyToolDef, target: PolicyTarget | None, ctx: DispatchCont
             raise ToolPolicyError("domain_not_allowed", tool_id=tool.id)
     if policy.requires_gate_approval and not ctx.gate_approved:
         raise ToolPolicyError("gate_required", tool_id=tool.id)
+    if policy.media:
+        handle = target.media_handle if target is not None else None
+        if not handle or (ctx.media_scope is not None and handle not in ctx.media_scope):
+            # The scope-set denial: recoverable, the model may pick an in-scope handle.
+            raise ToolPolicyError("media_scope_denied", tool_id=tool.id)
 
 
 def _needs_approval(admitted: _Admitted, ctx: DispatchContext) -> bool:
@@ -673,10 +987,13 @@ def _approval_request(
     action: ToolActionClass = admitted.action or (
         "egress" if admitted.tool.source == "mcp" else "process"
     )
-    # The unredacted preview carries the bare command (not the joined line): it is
-    # what the protected-path and interpreter classification read.
+    # The unredacted preview carries the bare command (not the joined line) and
+    # its argument vector: the protected-path and interpreter classification
+    # read the one, an `always` grant is keyed on both.
     target = admitted.target or PolicyTarget()
-    unredacted = ToolActionPreview(path=raw.path, command=target.command, host=raw.host)
+    unredacted = ToolActionPreview(
+        path=raw.path, command=target.command, host=raw.host, args=tuple(target.args)
+    )
     return ToolApprovalRequest(
         tool_id=admitted.tool.id,
         tool_call_id=call.id,
@@ -741,12 +1058,12 @@ async def _cancel_and_wait(task: asyncio.Future[Any]) -> None:
 
 def _apply_output_mapping(
     tool: AnyToolDef, result: BaseModel, output_mapping: Mapping[str, str]
-) -> dict[str, Any]:
+) -> dict[str, Untrusted[Any]]:
     """`output_mapping` over the FULL result: workflow state gets the real value, never the preview."""
     if not output_mapping:
         return {}
     full = result.model_dump(mode="json")
-    updates: dict[str, Any] = {}
+    updates: dict[str, Untrusted[Any]] = {}
     for path, state_key in output_mapping.items():
         value: Any = full
         for part in path.split("."):
@@ -759,6 +1076,7 @@ def _apply_output_mapping(
                     f"output_mapping path {path!r} is not in the result",
                     tool_id=tool.id,
                     recoverable=False,
+                    retryable=False,
                 )
-        updates[state_key] = value
+        updates[state_key] = Untrusted(value)
     return updates

@@ -368,6 +368,7 @@ class SpawnRecord:
     labels: Mapping[str, str]
     request_id: str | None
     outcome: Outcome | None = None
+    deadline: float | None = None
 
 
 async def _echo(io: ProgramIO) -> int:
@@ -470,6 +471,8 @@ class MemoryProcess:
             if FORBIDDEN_ENV.match(name) or name not in self.env_allowlist:
                 raise HostError("ENV_NOT_ALLOWED", "a declared variable is not allowed")
         self._check_limits(opts.limits)
+        if opts.deadline is not None and opts.deadline <= time.time():
+            raise HostError("DEADLINE_EXCEEDED", "the deadline passed before the call")
         cwd = self.fs.resolve(opts.cwd or ".")[0] if self.fs is not None else (opts.cwd or "/")
         if not self.protections_available:
             raise HostError("PROTECTION_UNAVAILABLE", "a required protection is unavailable")
@@ -480,7 +483,7 @@ class MemoryProcess:
 
         record = SpawnRecord(
             spawn_id=uuid.uuid4().hex[:16], argv=argv, cwd=cwd, env_names=tuple(sorted(declared_env)),
-            labels=dict(opts.labels), request_id=opts.request_id,
+            labels=dict(opts.labels), request_id=opts.request_id, deadline=opts.deadline,
         )  # fmt: skip
         self.live[record.spawn_id] = record
         io = ProgramIO(
@@ -490,9 +493,17 @@ class MemoryProcess:
         outcome = Outcome.EXITED
         exit_code: int | None = None
         message = ""
+        wall = opts.limits.wall_seconds
+        remaining = opts.deadline - time.time() if opts.deadline is not None else None
+        by_deadline = remaining is not None and (wall is None or remaining < wall)
         try:
-            exit_code = await asyncio.wait_for(program(io), timeout=opts.limits.wall_seconds)
+            exit_code = await asyncio.wait_for(
+                program(io), timeout=remaining if by_deadline else wall
+            )
         except TimeoutError:
+            if by_deadline:
+                outcome = Outcome.CANCELLED
+                raise HostError("DEADLINE_EXCEEDED", "the call passed its deadline") from None
             outcome, message = (
                 Outcome.TIMEOUT,
                 f"wall-clock limit of {opts.limits.wall_seconds:g} s exceeded",
@@ -508,6 +519,7 @@ class MemoryProcess:
                 SpawnRecord(
                     spawn_id=record.spawn_id, argv=argv, cwd=cwd, env_names=record.env_names,
                     labels=record.labels, request_id=opts.request_id, outcome=outcome,
+                    deadline=opts.deadline,
                 )
             )  # fmt: skip
         keep = opts.limits.output_bytes or self.default_output_bytes

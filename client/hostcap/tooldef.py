@@ -21,7 +21,11 @@ from hostcap.errors import Arm, ToolArgsInvalidError, ToolRegistrationError, Too
 from hostcap.host import ToolHost
 from hostcap.policy import FsScope, PolicyTarget, ToolPolicyClass
 
-ToolSource = Literal["builtin", "mcp", "plugin"]
+#: Where a tool comes from. `plugin_mcp`: an MCP tool a plugin contributes
+#: (its registration carries no enforced plan-safe list); `extension`: a
+#: trusted extension's tool, executed elsewhere (no host call).
+ToolSource = Literal["builtin", "mcp", "plugin", "plugin_mcp", "extension"]
+TOOL_SOURCES: tuple[ToolSource, ...] = ToolSource.__args__  # type: ignore[attr-defined]
 JsonSchema = Mapping[str, Any]
 
 A = TypeVar("A", bound=BaseModel)
@@ -43,9 +47,17 @@ class ToolRunContext:
     node_id: str
     session_id: str | None
     fs_scope: FsScope
-    #: Correlation labels every spawn and write must carry to the host.
+    #: Correlation labels every spawn and write must carry to the host (with
+    #: the engine's extra `host_call_options` labels).
     labels: Mapping[str, str]
     invoke_agent: Callable[[str, Any], Awaitable[Any]] | None = None
+    #: When the host call must be over (seconds since the epoch), from `host_call_options`.
+    deadline: float | None = None
+    #: The active contract mode ("plan", "goal"), for a tool whose execution
+    #: callback refuses a contract mode itself.
+    contract: str | None = None
+    #: The media handles the node may read (`read_media`); None: the run's own.
+    media_scope: frozenset[str] | None = None
 
 
 Dispatch = Callable[[A, ToolHost, ToolRunContext], Awaitable[R]]
@@ -96,11 +108,19 @@ class ToolDef(Generic[A, R]):
             raise ToolRegistrationError(
                 f"tool {self.id!r} spawns a process or reaches the network and must declare a policy_target"
             )
+        if self.source not in TOOL_SOURCES:
+            raise ToolRegistrationError(f"tool {self.id!r}: unknown source {self.source!r}")
         if self.source == "plugin" and not all(
             isinstance(a, str) and a for a in self.plan_safe_actions
         ):
             raise ToolRegistrationError(
                 f"tool {self.id!r}: plan_safe_actions must be non-empty strings"
+            )
+        if self.source != "plugin" and self.plan_safe_actions:
+            # Only a plugin's runtime enforces a declared list: anywhere else it
+            # would be admission metadata nobody checks.
+            raise ToolRegistrationError(
+                f"tool {self.id!r}: plan_safe_actions are enforced only for a plugin tool"
             )
 
     def parse_args(self, raw: Mapping[str, Any]) -> A:

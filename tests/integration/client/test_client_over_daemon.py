@@ -183,7 +183,9 @@ async def test_a_large_output_is_bounded_and_spilled_and_swept_with_the_run(daem
         outcome = await registry.dispatch(
             ToolCall("it-big", "run_command", {"command": "seq", "args": ["20000"]}), ctx
         )
-        assert outcome.state_updates["numbers"] == "".join(f"{i}\n" for i in range(1, 20001))
+        assert outcome.state_updates["numbers"].unwrap() == "".join(
+            f"{i}\n" for i in range(1, 20001)
+        )
         assert outcome.truncated and outcome.spilled is not None
         assert outcome.spilled.handle in outcome.tool_result.unwrap()
         store: Any = host.output_store

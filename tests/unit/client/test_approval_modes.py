@@ -200,9 +200,11 @@ async def test_mode_and_contract_table(
             type(explained.error) is error_type
             and getattr(explained.error, "reason", None) == expected
         )
-    # The catalogue offered to the model uses the same predicate as the guard.
+    # The catalogue offered to the model uses the same predicate as the guard:
+    # a tool that can only be denied (a contract's mode denial, or any
+    # governed tool under the read-only ask mode) is not offered.
     offered = {tool.id for tool in registry.catalogue(ctx)}
-    assert (CALLS[call].name in offered) is (expected != MODE_DENIED)
+    assert (CALLS[call].name in offered) is (expected not in (MODE_DENIED, REJECTED))
 
 
 async def test_plan_guard_decides_from_the_registered_tooldef_not_from_the_caller(
@@ -446,15 +448,21 @@ async def test_always_covers_the_exact_target_across_sessions(make_ctx: MakeCtx)
         make_ctx(approval=policy.context(), session_id="A"),
     )
     await registry.dispatch(
-        ToolCall("c", "run_command", {"command": "echo", "args": ["x"]}),
+        ToolCall("c", "run_command", {"command": "echo"}),
         make_ctx(approval=policy.context(), session_id="B"),
     )
     assert len(seen) == 1
+    # The same program with other arguments is another target (issue 16).
+    await registry.dispatch(
+        ToolCall("c", "run_command", {"command": "echo", "args": ["x"]}),
+        make_ctx(approval=policy.context(), session_id="B"),
+    )
+    assert len(seen) == 2
     await registry.dispatch(
         ToolCall("c", "run_command", {"command": "cat"}),
         make_ctx(approval=policy.context(), session_id="B"),
     )
-    assert len(seen) == 2
+    assert len(seen) == 3
 
 
 @pytest.mark.parametrize(

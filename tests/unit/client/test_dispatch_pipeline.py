@@ -298,8 +298,10 @@ HOST_CASES = [
              ToolCall("c1", "read_file", {"path": "../../etc/passwd"}), ToolHostDeniedError, "path_escapes_root", True),
     HostCase("absolute path outside every root", ToolCall("c1", "read_file", {"path": "/etc/shadow"}),
              ToolHostDeniedError, "path_escapes_root", True),
-    HostCase("run_command with a cwd outside the scope", ToolCall("c1", "run_command", {"command": "echo", "cwd": "../.."}),
-             ToolHostDeniedError, "path_escapes_root", True),
+    # Not one of the seed's two recoverable scope denials (issue 16): fatal.
+    HostCase("run_command with a cwd outside the scope is fatal",
+             ToolCall("c1", "run_command", {"command": "echo", "cwd": "../.."}),
+             ToolHostDeniedError, "path_escapes_root", False),
     HostCase("secret path is fatal", ToolCall("c1", "read_file", {"path": "config/.env"}), ToolHostDeniedError,
              "secret_path", False),
     HostCase("symlink leaving the roots is fatal", ToolCall("c1", "read_file", {"path": "link/passwd"}),

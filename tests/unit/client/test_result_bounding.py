@@ -17,6 +17,7 @@ from hostcap import (
 from hostcap.bounding import bound_text, fits
 from hostcap.output_store import MemoryOutputStore
 from hostcap.testing import MemoryToolHost
+from hostcap.untrusted import Untrusted
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,8 +31,8 @@ async def test_a_result_over_the_ceiling_is_bounded_spilled_and_still_mapped_who
     )
     full_stdout = "".join(f"{i}\n" for i in range(1, 5001))
 
-    # output_mapping saw the full result.
-    assert outcome.state_updates == {"numbers": full_stdout, "status": 0}
+    # output_mapping saw the full result; it is still tool output (issue 16).
+    assert outcome.state_updates == {"numbers": Untrusted(full_stdout), "status": Untrusted(0)}
 
     # The model sees head + one marker line + tail, within the default ceilings.
     text = outcome.tool_result.unwrap()

@@ -42,9 +42,9 @@ def admin_stub(daemon: Daemon) -> tuple[grpc.aio.Channel, admin_pb2_grpc.AdminSe
 
 
 def test_a_non_admin_uid_is_refused_by_the_kernel(start_daemon: Callable[..., Daemon]) -> None:
-    # A tenant socket open to everyone, in the same directory, proves the
-    # directory is reachable: the refusal comes from the admin socket itself.
-    daemon = wait_admin(start_daemon(tenants={"dev": {"socket_mode": 0o666}}))
+    # A tenant socket nobody's group may reach, in the same directory, proves
+    # the directory is reachable: the refusal comes from the admin socket itself.
+    daemon = wait_admin(start_daemon(tenants={"dev": {"socket_group": NOBODY}}))
     st = daemon.admin_socket.stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o600)
 
@@ -67,7 +67,7 @@ def test_the_admin_group_may_connect_and_others_may_not(
     start_daemon: Callable[..., Daemon], state_dir: Path
 ) -> None:
     admin = {"socket": str(state_dir / "run" / "admin.sock"), "group": ADM_GID, "mode": 0o660}
-    daemon = wait_admin(start_daemon(tenants={"dev": {"socket_mode": 0o666}}, admin=admin))
+    daemon = wait_admin(start_daemon(tenants={"dev": {"socket_group": NOBODY}}, admin=admin))
     st = daemon.admin_socket.stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, ADM_GID, 0o660)
     member = hostcapctl_as(

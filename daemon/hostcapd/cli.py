@@ -37,20 +37,36 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_config(path: Path) -> int:
+    """Every check start-up and reload run, on this host; one line a problem."""
+    from hostcapd.checks import check_config, probe_host_readonly
+
+    # The probes' log lines are not findings: only problems are printed.
+    logging.getLogger("hostcapd").addHandler(logging.NullHandler())
+    logging.getLogger("hostcapd").propagate = False
+    try:
+        config = load_config(path)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
+    problems = check_config(config, probe_host_readonly(config.daemon.cgroup_parent))
+    if problems:
+        print(f"{path}: {len(problems)} problem(s)", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 2
+    print(
+        f"{path}: ok ({len(config.tenants)} tenant(s): "
+        + ", ".join(t.name for t in config.tenants)
+        + ")"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check-config":
-        try:
-            config = load_config(args.file)
-        except ConfigError as error:
-            print(error, file=sys.stderr)
-            return 2
-        print(
-            f"{args.file}: ok ({len(config.tenants)} tenant(s): "
-            + ", ".join(t.name for t in config.tenants)
-            + ")"
-        )
-        return 0
+        return _check_config(args.file)
 
     logging.basicConfig(
         level=args.log_level.upper(), format="hostcapd %(levelname)s %(name)s: %(message)s"

@@ -45,6 +45,7 @@ from hostcap_proto.v1 import (
 
 from hostcapd import __version__, sdnotify
 from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.checks import INVALID, check_config, summary
 from hostcapd.config import AdminSettings, Config, ConfigError, Tenant, load_config
 from hostcapd.frontend.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
 from hostcapd.frontend.handlers import add_servicer
@@ -382,6 +383,9 @@ class Daemon:
         if closed:
             log.warning("closed %d spawns left open by the previous daemon", closed)
         self.host = probe_host(cfg.daemon.cgroup_parent, cfg.daemon.cgroup_favor_dynmods)
+        problems = check_config(cfg, self.host)  # what check-config runs
+        if problems:
+            raise StartupError(summary(problems))
         profiles: dict[str, TenantProfile] = {}
         try:
             for tenant in cfg.tenants:
@@ -646,16 +650,17 @@ class Daemon:
                     f"the [{section}] settings changed; they apply only at start-up "
                     "(restart hostcapd, or revert them to reload the tenants)",
                 )
-        if new.admin is not None and new.admin.socket in {t.socket for t in new.tenants}:
-            raise ReloadRejected(
-                "INVALID_ARGUMENT", f"admin.socket {new.admin.socket} is also a tenant's socket"
-            )
         before = {t.name: t for t in old.tenants}
         after = {t.name: t for t in new.tenants}
         added = sorted(after.keys() - before.keys())
         removed = sorted(before.keys() - after.keys())
         changed = sorted(n for n in after.keys() & before.keys() if after[n] != before[n])
         assert self.host is not None
+        # What check-config runs, for the tenants this reload builds.
+        problems = check_config(new, self.host, (*added, *changed))
+        if problems:
+            code = next((p.code for p in problems if p.code != INVALID), INVALID)
+            raise ReloadRejected(code, summary(problems))
 
         # Everything new is built before anything serving is touched.
         profiles: dict[str, TenantProfile] = {}

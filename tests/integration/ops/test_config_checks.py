@@ -84,3 +84,94 @@ def test_reload_refuses_a_world_connectable_tenant_socket(daemon: Daemon) -> Non
     refused = hostcapctl("reload", admin=daemon.admin_socket)
     assert refused.returncode == 125 and "tenant 'dev': socket_mode 0o666" in refused.stderr
     assert oct(daemon.socket.stat().st_mode & 0o777) == oct(0o660)
+
+
+# --- 2. check-config runs what start-up and reload run -----------------------------------
+
+
+def test_check_config_passes_a_config_the_daemon_serves(state_dir: Path) -> None:
+    done = check_config(write(state_dir, {"alpha": {}, "beta": {}}))
+    assert (done.returncode, done.stderr) == (0, ""), done
+    assert done.stdout.endswith("ok (2 tenant(s): alpha, beta)\n")
+
+
+def test_check_config_refuses_a_root_run_as_user_naming_the_tenant(state_dir: Path) -> None:
+    path = write(state_dir, {"alpha": {}, "beta": {"run_as_user": 0}})
+    done = check_config(path)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        f"{path}: 1 problem(s)",
+        "  tenant 'beta': run_as_user is root: tenants never run as root",
+    ]
+
+
+def test_check_config_refuses_a_missing_root_by_tenant_name_and_index(state_dir: Path) -> None:
+    missing = state_dir / "nowhere"
+    path = write(state_dir, {"alpha": {}, "beta": {}})
+    text = path.read_text().replace(str(state_dir / "beta" / "reference"), str(missing))
+    path.write_text(text)
+    done = check_config(path)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines()[1:] == [f"  tenant 'beta': roots[1] {missing} does not exist"]
+
+
+def test_check_config_refuses_a_root_the_run_as_identity_cannot_search(state_dir: Path) -> None:
+    path = write(state_dir, {"beta": {}})
+    (state_dir / "beta" / "reference").chmod(0o700)  # root's alone
+    done = check_config(path)
+    assert done.returncode == 2, done
+    assert "tenant 'beta': roots[1]" in done.stderr
+    assert "not readable and searchable by the run-as identity" in done.stderr
+
+
+def test_check_config_refuses_a_protection_this_host_cannot_apply(state_dir: Path) -> None:
+    path = write(state_dir, {"beta": {"sandbox": {"simulate_unavailable": ["seccomp"]}}})
+    done = check_config(path)
+    assert done.returncode == 2, done
+    assert "tenant 'beta' requires seccomp, which this host cannot apply" in done.stderr
+
+
+def test_check_config_names_schema_errors_by_tenant_name(state_dir: Path) -> None:
+    path = write(state_dir, {"alpha": {}, "beta": {}})
+    head, tail = path.read_text().rsplit('"run_as_user" = 65534', 1)
+    path.write_text(head + '"run_as_user" = "no-such-user-here"' + tail)
+    done = check_config(path)
+    assert done.returncode == 2, done
+    assert done.stderr.splitlines() == [
+        f"{path}: invalid config",
+        "  tenant 'beta': unknown user 'no-such-user-here'",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [
+        ({"run_as_user": 0}, "tenant 'beta': run_as_user is root"),
+        ({"roots": [{"path": "/nonexistent-hostcap-root", "tier": "read-only"}]}, "roots[0]"),
+    ],
+)
+def test_what_check_config_refuses_start_up_and_reload_refuse_alike(
+    start_daemon: Callable[..., Daemon],
+    state_dir: Path,
+    override: dict[str, Any],
+    expected: str,
+) -> None:
+    path = write(state_dir, {"beta": override}, prepare=False)
+    assert expected in check_config(path).stderr
+    daemon = wait_admin(start_daemon(tenants={"dev": {}}))
+    daemon.config["tenants"]["beta"] = tenant_config(state_dir, "beta", **override)
+    if "roots" not in override:
+        prepare_roots(daemon.config)
+    daemon.config_path.write_text(toml.dumps(daemon.config))
+    refused = hostcapctl("reload", admin=daemon.admin_socket)
+    assert refused.returncode == 125 and expected in refused.stderr, refused
+    assert not daemon.socket_of("beta").exists()
+    daemon.stop()
+    started = subprocess.run(
+        [sys.executable, "-m", "hostcapd", "serve", "--config", str(daemon.config_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert started.returncode == 2 and expected in started.stderr, started

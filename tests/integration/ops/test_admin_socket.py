@@ -179,6 +179,41 @@ async def test_kill_ends_the_spawn_cancelled_with_its_tree_gone(
     assert json.loads(hostcapctl("ps", "--json", admin=daemon.admin_socket).stdout) == []
 
 
+async def test_kill_takes_a_unique_id_prefix_and_refuses_an_ambiguous_one(
+    daemon: Daemon, client: Client, marker: str
+) -> None:
+    wait_admin(daemon)
+    calls: list[Any] = []
+    ids: list[str] = []
+    # Sleepers until two ids share their first character (17 at most).
+    while len({i[0] for i in ids}) == len(ids):
+        call, started = await start_sleeper(client, marker)
+        calls.append(call)
+        ids.append(started.spawn_id)
+    first = ids[-1][0]
+    sharing = sorted(i for i in ids if i[0] == first)
+    ambiguous = hostcapctl("kill", first, admin=daemon.admin_socket)
+    assert ambiguous.returncode == 125, ambiguous
+    assert f"spawn id prefix {first!r} is ambiguous" in ambiguous.stderr
+    assert all(i in ambiguous.stderr for i in sharing)
+    assert sorted(
+        s["spawn_id"]
+        for s in json.loads(hostcapctl("ps", "--json", admin=daemon.admin_socket).stdout)
+    ) == sorted(ids)
+    # The shortest prefix unique among them kills exactly that spawn.
+    target = sharing[0]
+    n = 1
+    while sum(i.startswith(target[:n]) for i in ids) > 1:
+        n += 1
+    killed = hostcapctl("kill", target[:n], "--json", admin=daemon.admin_socket)
+    assert killed.returncode == 0, killed.stderr
+    assert json.loads(killed.stdout)["spawn_id"] == target
+    left = json.loads(hostcapctl("ps", "--json", admin=daemon.admin_socket).stdout)
+    assert sorted(s["spawn_id"] for s in left) == sorted(i for i in ids if i != target)
+    for call in calls:
+        call.cancel()
+
+
 def test_kill_of_an_unknown_spawn_is_not_found(daemon: Daemon) -> None:
     wait_admin(daemon)
     result = hostcapctl("kill", "0" * 32, admin=daemon.admin_socket)

@@ -3,6 +3,7 @@
 hostcapd serve --config /etc/hostcap/hostcapd.toml   # SIGHUP re-reads the file
 hostcapd serve --dev                                   # the embedded config
 hostcapd check-config /etc/hostcap/hostcapd.toml
+hostcapd --version
 """
 
 from __future__ import annotations
@@ -18,8 +19,31 @@ from pathlib import Path
 from hostcapd.config import Config, ConfigError, dev_config, load_config, prepare_dev_state
 
 
+def version_line() -> str:
+    """`hostcapd 0.1.0 (hostcap_proto 0.1.0, grpcio 1.85.3, python 3.11.2)`."""
+    from importlib import metadata
+
+    from hostcapd import __version__
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    proto = installed("hostcap-proto")
+    if proto == "not installed":  # the daemon's own distribution carries it
+        proto = __version__
+    python = ".".join(str(n) for n in sys.version_info[:3])
+    return (
+        f"hostcapd {__version__} (hostcap_proto {proto}, grpcio {installed('grpcio')}, "
+        f"python {python})"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hostcapd", description="the hostcap daemon")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve every tenant of a config")
     source = serve.add_mutually_exclusive_group(required=True)

@@ -358,6 +358,49 @@ class AdminSettings(_Model):
         return value
 
 
+class MetricsSettings(_Model):
+    """The Prometheus endpoint (HTTP `GET /metrics`); absent: no metrics.
+    Exactly one of `socket` (a Unix socket under the runtime dir, root and
+    the admin group) or `listen` (`"127.0.0.1:PORT"`: loopback only)."""
+
+    socket: Path | None = None
+    listen: str | None = None
+
+    @field_validator("socket")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_absolute():
+            raise ValueError("metrics.socket must be an absolute path")
+        return value
+
+    @field_validator("listen")
+    @classmethod
+    def _loopback(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        host, _, port = value.rpartition(":")
+        if host != "127.0.0.1" or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(
+                f"metrics.listen {value!r} must be 127.0.0.1:PORT (the endpoint is "
+                "unauthenticated: loopback only; use metrics.socket otherwise)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one(self) -> MetricsSettings:
+        if (self.socket is None) == (self.listen is None):
+            raise ValueError("set exactly one of metrics.socket and metrics.listen")
+        return self
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def port(self) -> int | None:
+        return None if self.listen is None else int(self.listen.rpartition(":")[2])
+
+
 class DaemonSettings(_Model):
     state_dir: Path
     runtime_dir: Path
@@ -374,7 +417,24 @@ class Config(_Model):
     daemon: DaemonSettings
     audit: AuditSettings
     admin: AdminSettings | None = None
+    metrics: MetricsSettings | None = None
     tenants: tuple[Tenant, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _metrics_socket(self) -> Config:
+        socket = self.metrics.socket if self.metrics is not None else None
+        if socket is None:
+            return self
+        if not socket.is_relative_to(self.daemon.runtime_dir):
+            raise ValueError(
+                f"metrics.socket {socket} must be under daemon.runtime_dir {self.daemon.runtime_dir}"
+            )
+        taken = {t.socket for t in self.tenants} | (
+            {self.admin.socket} if self.admin is not None else set()
+        )
+        if socket in taken:
+            raise ValueError(f"metrics.socket {socket} is also another socket")
+        return self
 
     @model_validator(mode="after")
     def _unique(self) -> Config:
@@ -496,6 +556,7 @@ def dev_config(state_dir: Path) -> Config:
             },
             "audit": {"path": str(state / "log" / "audit.jsonl"), "group": None},
             "admin": {"socket": str(state / "run" / "admin.sock"), "mode": 0o600},
+            "metrics": {"socket": str(state / "run" / "metrics.sock")},
             "tenants": {
                 "dev": {
                     "socket": str(state / "run" / "dev.sock"),

@@ -12,6 +12,7 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
+from hostcapd import metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
@@ -161,6 +162,13 @@ class TenantRuntime:
         if report.failed_step:
             record["failed_step"] = report.failed_step
             record["errno"] = report.errno
+        metrics.spawn_ended(
+            self.name,
+            report.outcome.value,
+            report.duration,
+            spawn.started_at,
+            getattr(spawn, "_exec_time", None),
+        )
         try:
             if not self.audit.write_or_defer("process.exit", **record):
                 log.error(

@@ -14,6 +14,7 @@ COMMAND_MODULES = (
     "hostcap.ctl.fs",
     "hostcap.ctl.audit",
     "hostcap.ctl.admin",
+    "hostcap.ctl.metrics",
 )
 
 

@@ -40,6 +40,7 @@ from hostcap_proto.audit import (
     validate_event_fields,
 )
 
+from hostcapd import metrics
 from hostcapd.audit.deferred import DeferredQueue
 from hostcapd.audit.errors import AuditUnavailable
 from hostcapd.audit.files import (
@@ -337,6 +338,7 @@ class AuditLog(DeferredQueue, GroupCommit):
 
     def _after_append(self, record: dict[str, Any], line: bytes) -> None:
         event, spawn_id = record["event"], record.get("spawn_id")
+        metrics.audit_record(event)
         if event == "process.exec" and spawn_id:
             self._ledger[spawn_id] = dict(record)
         elif event == "process.exit" and spawn_id:

@@ -43,7 +43,7 @@ from hostcap_proto.v1 import (
     process_pb2,
 )
 
-from hostcapd import __version__, sdnotify
+from hostcapd import __version__, metrics, sdnotify
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.checks import INVALID, check_config, summary
 from hostcapd.config import AdminSettings, Config, ConfigError, Tenant, load_config
@@ -322,6 +322,7 @@ class Daemon:
         self._stopping = False
         self._hup_pending = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self.metrics: metrics.MetricsEndpoint | None = None
 
     # --- the view the admin service has ----------------------------------------
 
@@ -402,6 +403,7 @@ class Daemon:
             for p in profiles.values():
                 p.close()
         await self._serve_admin()
+        self.metrics = await metrics.serve(cfg.metrics, cfg.admin, self)
         self.audit.write(
             "daemon.start",
             version=__version__,
@@ -445,9 +447,16 @@ class Daemon:
                     *KEEPALIVE,
                 ]
             )
-            add_servicer(server, ProcessServicer(runtime), _service(process_pb2, "ProcessService"))
-            add_servicer(server, HostServicer(runtime), _service(host_pb2, "HostService"))
-            add_servicer(server, fs_runtime.servicer, _service(fs_pb2, "FsService"))
+            add_servicer(
+                server,
+                ProcessServicer(runtime),
+                _service(process_pb2, "ProcessService"),
+                tenant.name,
+            )
+            add_servicer(
+                server, HostServicer(runtime), _service(host_pb2, "HostService"), tenant.name
+            )
+            add_servicer(server, fs_runtime.servicer, _service(fs_pb2, "FsService"), tenant.name)
             health_servicer = _new_health()
             _register(health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server)
             services = [
@@ -551,6 +560,8 @@ class Daemon:
                 f"  admin: {_ctl()} --admin-socket {self.config.admin.socket} ps",
                 file=sys.stderr,
             )
+        if self.metrics is not None:
+            print(f"  metrics: {self.metrics.where} (GET /metrics)", file=sys.stderr)
         sys.stderr.flush()
 
     def request_stop(self) -> None:
@@ -643,7 +654,7 @@ class Daemon:
 
     async def _apply(self, new: Config) -> ReloadOutcome:
         old = self.config
-        for section in ("daemon", "audit", "admin"):
+        for section in ("daemon", "audit", "admin", "metrics"):
             if getattr(new, section) != getattr(old, section):
                 raise ReloadRejected(
                     "INVALID_ARGUMENT",
@@ -781,6 +792,8 @@ class Daemon:
         await asyncio.gather(*(t for s in services for t in s.stops), return_exceptions=True)
         if admin_stop is not None:
             await asyncio.gather(admin_stop, return_exceptions=True)
+        if self.metrics is not None:
+            await self.metrics.close()
         for service in self.tenants.values():
             _unlink_if_ours(service.tenant.socket, service.socket_id)
         if self.config.admin is not None:

@@ -92,9 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check-config":
         return _check_config(args.file)
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="hostcapd %(levelname)s %(name)s: %(message)s"
-    )
+    from hostcapd.logsetup import configure
+
+    configure(args.log_level)  # timestamps unless stderr is the journal
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     reload_source: Callable[[], Config] | None = None
     try:

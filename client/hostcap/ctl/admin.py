@@ -68,8 +68,21 @@ def cmd_ps(args: argparse.Namespace) -> int:
         except grpc.RpcError as error:
             report_error(wire_error(error), as_json=args.json)
             return EXIT_REFUSED
+    trees: dict[str, list[dict[str, Any]]] = {}
+    if args.tree:
+        from hostcap.ctl.tree import TreeUnavailable, spawn_tree
+
+        try:
+            trees = {s.spawn_id: spawn_tree(s.pid, s.spawn_id) for s in response.spawns}
+        except TreeUnavailable as error:
+            print(f"hostcapctl: {error}", file=sys.stderr)
+            return EXIT_REFUSED
     if args.json:
-        print(json.dumps([spawn_json(s) for s in response.spawns]))
+        listed = [spawn_json(s) for s in response.spawns]
+        if args.tree:
+            for item in listed:
+                item["processes"] = trees.get(item["spawn_id"], [])
+        print(json.dumps(listed))
         return 0
     print(f"{'SPAWN':<32} {'TENANT':<12} {'PID':>8} {'AGE':>8}  COMMAND")
     for s in response.spawns:
@@ -77,6 +90,11 @@ def cmd_ps(args: argparse.Namespace) -> int:
         print(
             f"{s.spawn_id:<32} {_printable(s.tenant):<12} {s.pid:>8} {_age(s.age_seconds):>8}  {command}"
         )
+        if args.tree:
+            from hostcap.ctl.tree import tree_lines
+
+            for line in tree_lines(trees.get(s.spawn_id, []), _printable):
+                print(line)
     return 0
 
 
@@ -214,6 +232,12 @@ def register(sub: Any) -> None:
         "--json",
         action="store_true",
         help="a JSON list of {spawn_id, tenant, pid, argv, age_s, limits}",
+    )
+    ps.add_argument(
+        "--tree",
+        action="store_true",
+        help="each spawn's processes (its cgroup, else its descendants): pid, CPU, RSS, name; "
+        "read on this host with psutil (JSON: `processes`)",
     )
     ps.set_defaults(func=cmd_ps)
 

@@ -428,3 +428,59 @@ def test_check_config_refuses_an_admin_mode_open_to_others(tmp_path: Path) -> No
     )
     assert done.returncode == 2
     assert "admin.mode" in done.stderr and "0o664" in done.stderr
+
+
+async def test_ps_tree_shows_every_process_of_a_spawn(
+    daemon: Daemon, client: Client, marker: str
+) -> None:
+    wait_admin(daemon)
+    # A grandchild in its own session (it leaves the tree, not the cgroup)
+    # and one that holds memory.
+    script = (
+        "setsid sh -c 'sleep 1000' & "
+        "python3 -c 'import time; b = bytearray(32 << 20); time.sleep(1000)' & sleep 1000"
+    )
+    call, started = await start_sleeper(client, marker, script)
+    wait_until(lambda: len(processes_with(marker)) >= 5, "the tree is up")
+    listed = hostcapctl("ps", "--json", "--tree", admin=daemon.admin_socket)
+    assert listed.returncode == 0, listed.stderr
+    (spawn,) = json.loads(listed.stdout)
+    processes = spawn["processes"]
+    pids = {p["pid"] for p in processes}
+    assert set(processes_with(marker)) <= pids, (processes, processes_with(marker))
+    assert processes[0]["pid"] == started.pid
+    names = sorted(p["name"] for p in processes)
+    assert names.count("sleep") == 2 and "python3" in names, names
+    python = next(p for p in processes if p["name"] == "python3")
+    assert python["rss_bytes"] >= 32 << 20
+    assert all(p["cpu_seconds"] >= 0 and p["threads"] >= 1 for p in processes)
+    # Names only: a child's command line is never shown (it may hold secrets).
+    assert all(
+        set(p) == {"pid", "ppid", "name", "cpu_seconds", "rss_bytes", "threads"} for p in processes
+    )
+    table = hostcapctl("ps", "--tree", admin=daemon.admin_socket)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[1].split()[0] == started.spawn_id
+    assert len([line for line in lines[2:] if "└" in line]) == len(processes)
+    assert not any("bytearray" in line for line in lines[2:])
+    call.cancel()
+
+
+async def test_ps_tree_without_a_cgroup_follows_the_pid_namespace(
+    start_daemon: Callable[..., Daemon], marker: str
+) -> None:
+    daemon = wait_admin(start_daemon(tenants={"dev": {"sandbox": {"cgroup": "off"}}}))
+    client = Client(daemon.socket)
+    try:
+        call, started = await start_sleeper(
+            client, marker, "setsid sh -c 'sleep 1000' & sleep 1000"
+        )
+        wait_until(lambda: len(processes_with(marker)) >= 3, "the tree is up")
+        listed = hostcapctl("ps", "--json", "--tree", admin=daemon.admin_socket)
+        assert listed.returncode == 0, listed.stderr
+        (spawn,) = json.loads(listed.stdout)
+        assert set(processes_with(marker)) <= {p["pid"] for p in spawn["processes"]}
+        call.cancel()
+    finally:
+        await client.close()

@@ -473,9 +473,7 @@ async def test_ps_tree_without_a_cgroup_follows_the_pid_namespace(
     daemon = wait_admin(start_daemon(tenants={"dev": {"sandbox": {"cgroup": "off"}}}))
     client = Client(daemon.socket)
     try:
-        call, started = await start_sleeper(
-            client, marker, "setsid sh -c 'sleep 1000' & sleep 1000"
-        )
+        call, _ = await start_sleeper(client, marker, "setsid sh -c 'sleep 1000' & sleep 1000")
         wait_until(lambda: len(processes_with(marker)) >= 3, "the tree is up")
         listed = hostcapctl("ps", "--json", "--tree", admin=daemon.admin_socket)
         assert listed.returncode == 0, listed.stderr

@@ -341,6 +341,24 @@ class AuditSettings(_Model):
     group: int | str | None = "adm"
     #: Mirror to the journal: "auto" (when journald is present), "on", "off".
     journal: Literal["auto", "on", "off"] = "auto"
+    #: Run on each rotated file (its path appended as the last argument; an
+    #: argv, no shell) before it may be removed; exit 0 means archived. A
+    #: file it fails on is kept past keep_files and tried again.
+    archive_command: tuple[str, ...] = ()
+    archive_timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
+    #: Compress rotated files (all but the newest) to NAME.gz.
+    compress: Literal["none", "gzip"] = "none"
+
+    @field_validator("archive_command")
+    @classmethod
+    def _argv(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value and not Path(value[0]).is_absolute():
+            raise ValueError(
+                "archive_command[0] must be an absolute path (it runs without a shell)"
+            )
+        if any(not arg or "\0" in arg for arg in value):
+            raise ValueError("archive_command arguments must be non-empty, without NUL")
+        return value
 
 
 class AdminSettings(_Model):

@@ -280,6 +280,14 @@ def _detail(record: Mapping[str, Any], exec_record: Mapping[str, Any] | None = N
         return f"{text} {record['message']}" if record.get("message") else text
     if event == "audit.rotate":
         return f"continues {record.get('previous_file')} (seq {record.get('previous_seq')})"
+    if event == "audit.prune":
+        files = record.get("files") or []
+        names = ", ".join(
+            f"{f.get('file')}{'' if f.get('archived') else ' (not archived)'}"
+            for f in files
+            if isinstance(f, Mapping)
+        )
+        return f"removed {len(files)} rotated file(s): {names}"
     if event == "audit.recover":
         return f"removed a torn final line of {record.get('torn_bytes')} bytes"
     return ""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import grp
 import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -210,9 +211,12 @@ def socket_access(admin: AdminSettings | None) -> tuple[int, int]:
     when there is one (root and the admin group), else root's alone."""
     if admin is None or admin.group is None:
         return 0, 0o600
-    from hostcapd.frontend.server import admin_socket_access
-
-    return admin_socket_access(admin)
+    if isinstance(admin.group, int):
+        return admin.group, 0o660
+    try:
+        return grp.getgrnam(admin.group).gr_gid, 0o660
+    except KeyError:  # check_config refuses this before the endpoint starts
+        return 0, 0o600
 
 
 def render(accept: str = "") -> tuple[bytes, str]:

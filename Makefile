@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := libcap-dev bubblewrap gcc python3-dev
 SOURCES := pyproject.toml setup.py daemon/hostcapd/_childsetup.c
 
-.PHONY: venv run test lint proto bench bench-quick soak clean
+.PHONY: venv run test lint proto bench bench-quick soak dist clean
 
 venv: $(STAMP)
 
@@ -48,5 +48,14 @@ bench-quick: venv
 soak: venv
 	$(PY) -m pytest -q -m soak tests/reliability
 
+# The wheels, in dist/: hostcap (the daemon, hostcapctl and the client, with
+# the C extension: for the host), hostcap_proto and hostcap_client (the
+# engine side alone). docs/install.md says which goes where.
+DIST ?= dist
+dist: venv
+	rm -rf $(DIST)
+	$(PY) -m pip wheel --no-deps --no-build-isolation -q -w $(DIST) . ./proto ./client
+	@ls -1 $(DIST)
+
 clean:
-	rm -rf $(VENV) build *.egg-info daemon/hostcapd/*.so
+	rm -rf $(VENV) build dist *.egg-info daemon/hostcapd/*.so

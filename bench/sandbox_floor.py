@@ -18,8 +18,9 @@ import os
 import time
 import tomllib
 
-from hostcapd import childsetup, environment, limits
+from hostcapd import childsetup
 from hostcapd.config import Tenant, parse_config
+from hostcapd.process import environment, limits
 from hostcapd.sandbox import identity, rlimits
 from hostcapd.sandbox.profile import TenantProfile, prepare, probe_host
 from hostcapd.spawner.mntns import MountNamespacePool

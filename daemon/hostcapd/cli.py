@@ -3,6 +3,7 @@
 hostcapd serve --config /etc/hostcap/hostcapd.toml   # SIGHUP re-reads the file
 hostcapd serve --dev                                   # the embedded config
 hostcapd check-config /etc/hostcap/hostcapd.toml
+hostcapd --version
 """
 
 from __future__ import annotations
@@ -18,8 +19,31 @@ from pathlib import Path
 from hostcapd.config import Config, ConfigError, dev_config, load_config, prepare_dev_state
 
 
+def version_line() -> str:
+    """`hostcapd 0.1.0 (hostcap_proto 0.1.0, grpcio 1.85.3, python 3.11.2)`."""
+    from importlib import metadata
+
+    from hostcapd import __version__
+
+    def installed(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    proto = installed("hostcap-proto")
+    if proto == "not installed":  # the daemon's own distribution carries it
+        proto = __version__
+    python = ".".join(str(n) for n in sys.version_info[:3])
+    return (
+        f"hostcapd {__version__} (hostcap_proto {proto}, grpcio {installed('grpcio')}, "
+        f"python {python})"
+    )
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hostcapd", description="the hostcap daemon")
+    parser.add_argument("--version", action="version", version=version_line())
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve every tenant of a config")
     source = serve.add_mutually_exclusive_group(required=True)
@@ -37,24 +61,40 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_config(path: Path) -> int:
+    """Every check start-up and reload run, on this host; one line a problem."""
+    from hostcapd.checks import check_config, probe_host_readonly
+
+    # The probes' log lines are not findings: only problems are printed.
+    logging.getLogger("hostcapd").addHandler(logging.NullHandler())
+    logging.getLogger("hostcapd").propagate = False
+    try:
+        config = load_config(path)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
+    problems = check_config(config, probe_host_readonly(config.daemon.cgroup_parent))
+    if problems:
+        print(f"{path}: {len(problems)} problem(s)", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+        return 2
+    print(
+        f"{path}: ok ({len(config.tenants)} tenant(s): "
+        + ", ".join(t.name for t in config.tenants)
+        + ")"
+    )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "check-config":
-        try:
-            config = load_config(args.file)
-        except ConfigError as error:
-            print(error, file=sys.stderr)
-            return 2
-        print(
-            f"{args.file}: ok ({len(config.tenants)} tenant(s): "
-            + ", ".join(t.name for t in config.tenants)
-            + ")"
-        )
-        return 0
+        return _check_config(args.file)
 
-    logging.basicConfig(
-        level=args.log_level.upper(), format="hostcapd %(levelname)s %(name)s: %(message)s"
-    )
+    from hostcapd.logsetup import configure
+
+    configure(args.log_level)  # timestamps unless stderr is the journal
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     reload_source: Callable[[], Config] | None = None
     try:

@@ -203,6 +203,22 @@ class FsSettings(_Model):
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
+def socket_mode_problem(mode: int, group: int | str | None) -> str:
+    """Why a tenant socket's mode is refused, or "" when it is acceptable: any
+    bit for other users, or group bits without a configured group."""
+    if mode & 0o007:
+        return (
+            f"socket_mode {mode:#o} grants access to every local user, who could then run "
+            "commands as this tenant (use 0o660 with socket_group, or 0o600)"
+        )
+    if mode & 0o070 and group is None:
+        return (
+            f"socket_mode {mode:#o} grants group access but socket_group is not set "
+            "(set socket_group to the group of the tenant's engines, or use 0o600)"
+        )
+    return ""
+
+
 def _identity(value: int | str, lookup: str) -> int:
     if isinstance(value, int):
         return value
@@ -220,8 +236,12 @@ class Tenant(_Model):
     name: str
     socket: Path
     socket_owner: int | str = 0
-    socket_group: int | str = 0
-    socket_mode: int = Field(default=0o660, ge=0, le=0o777)
+    #: The socket's group. Unset, the socket is the owner's alone: group
+    #: bits in `socket_mode` then need a group to grant anything to.
+    socket_group: int | str | None = None
+    #: Owner and group bits only: a socket other users may connect to would
+    #: let any local user run commands as this tenant.
+    socket_mode: int = Field(default=0o600, ge=0, le=0o777)
     run_as_user: int | str
     run_as_group: int | str
     roots: tuple[Root, ...] = Field(min_length=1)
@@ -274,7 +294,15 @@ class Tenant(_Model):
         _identity(self.run_as_user, "user")
         _identity(self.run_as_group, "group")
         _identity(self.socket_owner, "user")
-        _identity(self.socket_group, "group")
+        if self.socket_group is not None:
+            _identity(self.socket_group, "group")
+        return self
+
+    @model_validator(mode="after")
+    def _socket_access(self) -> Tenant:
+        problem = socket_mode_problem(self.socket_mode, self.socket_group)
+        if problem:
+            raise ValueError(problem)
         return self
 
     @property
@@ -291,7 +319,9 @@ class Tenant(_Model):
 
     @property
     def socket_gid(self) -> int:
-        return _identity(self.socket_group, "group")
+        """The socket's group: root's (0) when none is configured, which
+        `socket_mode` then grants nothing (the group bits are refused)."""
+        return 0 if self.socket_group is None else _identity(self.socket_group, "group")
 
     @property
     def primary_root(self) -> Root:
@@ -311,6 +341,24 @@ class AuditSettings(_Model):
     group: int | str | None = "adm"
     #: Mirror to the journal: "auto" (when journald is present), "on", "off".
     journal: Literal["auto", "on", "off"] = "auto"
+    #: Run on each rotated file (its path appended as the last argument; an
+    #: argv, no shell) before it may be removed; exit 0 means archived. A
+    #: file it fails on is kept past keep_files and tried again.
+    archive_command: tuple[str, ...] = ()
+    archive_timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
+    #: Compress rotated files (all but the newest) to NAME.gz.
+    compress: Literal["none", "gzip"] = "none"
+
+    @field_validator("archive_command")
+    @classmethod
+    def _argv(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if value and not Path(value[0]).is_absolute():
+            raise ValueError(
+                "archive_command[0] must be an absolute path (it runs without a shell)"
+            )
+        if any(not arg or "\0" in arg for arg in value):
+            raise ValueError("archive_command arguments must be non-empty, without NUL")
+        return value
 
 
 class AdminSettings(_Model):
@@ -326,6 +374,49 @@ class AdminSettings(_Model):
                 f"admin socket mode {value:#o} grants more than owner and group read/write"
             )
         return value
+
+
+class MetricsSettings(_Model):
+    """The Prometheus endpoint (HTTP `GET /metrics`); absent: no metrics.
+    Exactly one of `socket` (a Unix socket under the runtime dir, root and
+    the admin group) or `listen` (`"127.0.0.1:PORT"`: loopback only)."""
+
+    socket: Path | None = None
+    listen: str | None = None
+
+    @field_validator("socket")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_absolute():
+            raise ValueError("metrics.socket must be an absolute path")
+        return value
+
+    @field_validator("listen")
+    @classmethod
+    def _loopback(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        host, _, port = value.rpartition(":")
+        if host != "127.0.0.1" or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError(
+                f"metrics.listen {value!r} must be 127.0.0.1:PORT (the endpoint is "
+                "unauthenticated: loopback only; use metrics.socket otherwise)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _one(self) -> MetricsSettings:
+        if (self.socket is None) == (self.listen is None):
+            raise ValueError("set exactly one of metrics.socket and metrics.listen")
+        return self
+
+    @property
+    def host(self) -> str:
+        return "127.0.0.1"
+
+    @property
+    def port(self) -> int | None:
+        return None if self.listen is None else int(self.listen.rpartition(":")[2])
 
 
 class DaemonSettings(_Model):
@@ -344,7 +435,24 @@ class Config(_Model):
     daemon: DaemonSettings
     audit: AuditSettings
     admin: AdminSettings | None = None
+    metrics: MetricsSettings | None = None
     tenants: tuple[Tenant, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _metrics_socket(self) -> Config:
+        socket = self.metrics.socket if self.metrics is not None else None
+        if socket is None:
+            return self
+        if not socket.is_relative_to(self.daemon.runtime_dir):
+            raise ValueError(
+                f"metrics.socket {socket} must be under daemon.runtime_dir {self.daemon.runtime_dir}"
+            )
+        taken = {t.socket for t in self.tenants} | (
+            {self.admin.socket} if self.admin is not None else set()
+        )
+        if socket in taken:
+            raise ValueError(f"metrics.socket {socket} is also another socket")
+        return self
 
     @model_validator(mode="after")
     def _unique(self) -> Config:
@@ -363,11 +471,48 @@ class Config(_Model):
         raise KeyError(name)
 
 
-def _format_errors(error: ValidationError, source: str) -> str:
+def _tenant_label(data: Mapping[str, Any], index: object) -> str:
+    """`tenant 'beta'` for the tenant at list position `index` of the input."""
+    tenants = data.get("tenants")
+    if isinstance(index, int) and isinstance(tenants, list) and 0 <= index < len(tenants):
+        body = tenants[index]
+        if isinstance(body, Mapping) and isinstance(body.get("name"), str):
+            return f"tenant {body['name']!r}"
+    return f"tenants[{index}]"
+
+
+def _location(data: Mapping[str, Any], loc: tuple[int | str, ...]) -> str:
+    """A readable key path: tenants by name, list positions in brackets
+    (`tenant 'beta': roots[1].path`)."""
+    parts: list[str] = []
+    prefix = ""
+    rest = list(loc)
+    if len(rest) >= 2 and rest[0] == "tenants":
+        prefix = _tenant_label(data, rest[1])
+        rest = rest[2:]
+    for part in rest:
+        if isinstance(part, int) and parts:
+            parts[-1] += f"[{part}]"
+        else:
+            parts.append(str(part))
+    path = ".".join(parts)
+    if prefix:
+        return f"{prefix}: {path}" if path else prefix
+    return path or "(top level)"
+
+
+def _message(item: Mapping[str, Any]) -> str:
+    msg = str(item["msg"])
+    for noise in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(noise):
+            return msg[len(noise) :]
+    return msg
+
+
+def _format_errors(error: ValidationError, source: str, data: Mapping[str, Any]) -> str:
     lines = [f"{source}: invalid config"]
     for item in error.errors():
-        loc = ".".join(str(p) for p in item["loc"])
-        lines.append(f"  {loc or '(top level)'}: {item['msg']}")
+        lines.append(f"  {_location(data, tuple(item['loc']))}: {_message(item)}")
     return "\n".join(lines)
 
 
@@ -384,10 +529,11 @@ def _tenants_from_table(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_config(data: Mapping[str, Any], source: str = "config") -> Config:
+    table = _tenants_from_table(dict(data))
     try:
-        return Config.model_validate(_tenants_from_table(dict(data)))
+        return Config.model_validate(table)
     except ValidationError as error:
-        raise ConfigError(_format_errors(error, source)) from None
+        raise ConfigError(_format_errors(error, source, table)) from None
 
 
 def load_config(path: Path) -> Config:
@@ -428,6 +574,7 @@ def dev_config(state_dir: Path) -> Config:
             },
             "audit": {"path": str(state / "log" / "audit.jsonl"), "group": None},
             "admin": {"socket": str(state / "run" / "admin.sock"), "mode": 0o600},
+            "metrics": {"socket": str(state / "run" / "metrics.sock")},
             "tenants": {
                 "dev": {
                     "socket": str(state / "run" / "dev.sock"),

@@ -27,8 +27,9 @@ from typing import Any
 
 import grpc
 
-from hostcapd import __version__, sdnotify
+from hostcapd import __version__, metrics, sdnotify
 from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.checks import check_config, summary
 from hostcapd.config import Config, Tenant
 from hostcapd.frontend.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
 from hostcapd.frontend.servers import HealthReporter, TenantService, serve_admin, serve_tenant
@@ -103,6 +104,7 @@ class Daemon:
         self._stopping = False
         self._hup_pending = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self.metrics: metrics.MetricsEndpoint | None = None
 
     # --- the view the admin service has ----------------------------------------
 
@@ -164,6 +166,9 @@ class Daemon:
         if closed:
             log.warning("closed %d spawns left open by the previous daemon", closed)
         self.host = probe_host(cfg.daemon.cgroup_parent, cfg.daemon.cgroup_favor_dynmods)
+        problems = check_config(cfg, self.host)  # what check-config runs
+        if problems:
+            raise StartupError(summary(problems))
         profiles: dict[str, TenantProfile] = {}
         try:
             for tenant in cfg.tenants:
@@ -180,6 +185,7 @@ class Daemon:
             for p in profiles.values():
                 p.close()
         await self._serve_admin()
+        self.metrics = await metrics.serve(cfg.metrics, cfg.admin, self)
         self.audit.write(
             "daemon.start",
             version=__version__,
@@ -257,6 +263,8 @@ class Daemon:
                 f"  admin: {_ctl()} --admin-socket {self.config.admin.socket} ps",
                 file=sys.stderr,
             )
+        if self.metrics is not None:
+            print(f"  metrics: {self.metrics.where} (GET /metrics)", file=sys.stderr)
         sys.stderr.flush()
 
     def request_stop(self) -> None:
@@ -318,6 +326,8 @@ class Daemon:
         await asyncio.gather(*(t for s in services for t in s.stops), return_exceptions=True)
         if admin_stop is not None:
             await asyncio.gather(admin_stop, return_exceptions=True)
+        if self.metrics is not None:
+            await self.metrics.close()
         for service in self.tenants.values():
             unlink_if_ours(service.tenant.socket, service.socket_id)
         if self.config.admin is not None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from hostcapd import __version__, sdnotify
 from hostcapd.audit import AuditUnavailable
+from hostcapd.checks import INVALID, check_config, summary
 from hostcapd.config import Config, ConfigError, load_config
 from hostcapd.frontend.admin_service import ReloadOutcome, ReloadRejected
 from hostcapd.frontend.servers import TenantService
@@ -142,23 +143,24 @@ class Reloads:
 
     async def _apply(self, new: Config) -> ReloadOutcome:
         old = self.daemon.config
-        for section in ("daemon", "audit", "admin"):
+        for section in ("daemon", "audit", "admin", "metrics"):
             if getattr(new, section) != getattr(old, section):
                 raise ReloadRejected(
                     "INVALID_ARGUMENT",
                     f"the [{section}] settings changed; they apply only at start-up "
                     "(restart hostcapd, or revert them to reload the tenants)",
                 )
-        if new.admin is not None and new.admin.socket in {t.socket for t in new.tenants}:
-            raise ReloadRejected(
-                "INVALID_ARGUMENT", f"admin.socket {new.admin.socket} is also a tenant's socket"
-            )
         before = {t.name: t for t in old.tenants}
         after = {t.name: t for t in new.tenants}
         added = sorted(after.keys() - before.keys())
         removed = sorted(before.keys() - after.keys())
         changed = sorted(n for n in after.keys() & before.keys() if after[n] != before[n])
         assert self.daemon.host is not None
+        # What check-config runs, for the tenants this reload builds.
+        problems = check_config(new, self.daemon.host, (*added, *changed))
+        if problems:
+            code = next((p.code for p in problems if p.code != INVALID), INVALID)
+            raise ReloadRejected(code, summary(problems))
 
         # Everything new is built before anything serving is touched.
         profiles: dict[str, TenantProfile] = {}

@@ -2,7 +2,7 @@
 
     hostcapctl --admin-socket /run/hostcap/admin.sock ps            # live spawns, every tenant
     hostcapctl --admin-socket /run/hostcap/admin.sock ps --json     # [{spawn_id, tenant, pid, argv, age_s, limits}]
-    hostcapctl --admin-socket /run/hostcap/admin.sock kill 3f2a...  # the spawn's tree; ends CANCELLED
+    hostcapctl --admin-socket /run/hostcap/admin.sock kill 3f2a     # a unique id prefix; ends CANCELLED
     hostcapctl --admin-socket /run/hostcap/admin.sock health        # exit 0 when SERVING
     hostcapctl --admin-socket /run/hostcap/admin.sock reload        # like SIGHUP, but says what happened
 
@@ -68,8 +68,21 @@ def cmd_ps(args: argparse.Namespace) -> int:
         except grpc.RpcError as error:
             report_error(wire_error(error), as_json=args.json)
             return EXIT_REFUSED
+    trees: dict[str, list[dict[str, Any]]] = {}
+    if args.tree:
+        from hostcap.ctl.tree import TreeUnavailable, spawn_tree
+
+        try:
+            trees = {s.spawn_id: spawn_tree(s.pid, s.spawn_id) for s in response.spawns}
+        except TreeUnavailable as error:
+            print(f"hostcapctl: {error}", file=sys.stderr)
+            return EXIT_REFUSED
     if args.json:
-        print(json.dumps([spawn_json(s) for s in response.spawns]))
+        listed = [spawn_json(s) for s in response.spawns]
+        if args.tree:
+            for item in listed:
+                item["processes"] = trees.get(item["spawn_id"], [])
+        print(json.dumps(listed))
         return 0
     print(f"{'SPAWN':<32} {'TENANT':<12} {'PID':>8} {'AGE':>8}  COMMAND")
     for s in response.spawns:
@@ -77,13 +90,63 @@ def cmd_ps(args: argparse.Namespace) -> int:
         print(
             f"{s.spawn_id:<32} {_printable(s.tenant):<12} {s.pid:>8} {_age(s.age_seconds):>8}  {command}"
         )
+        if args.tree:
+            from hostcap.ctl.tree import tree_lines
+
+            for line in tree_lines(trees.get(s.spawn_id, []), _printable):
+                print(line)
     return 0
 
 
+class AmbiguousPrefix(Exception):
+    """A spawn id prefix that more than one live spawn starts with."""
+
+    def __init__(self, prefix: str, matches: list[process_pb2.SpawnInfo]) -> None:
+        listed = "; ".join(
+            f"{m.spawn_id} ({_printable(m.tenant)}: {_printable(shlex.join(m.argv))})"
+            for m in matches
+        )
+        super().__init__(
+            f"spawn id prefix {prefix!r} is ambiguous: {len(matches)} live spawns match: {listed}"
+        )
+        self.matches = matches
+
+
+def resolve_spawn_id(stub: admin_pb2_grpc.AdminServiceStub, prefix: str) -> str:
+    """The live spawn `prefix` names, as docker resolves a container id: an
+    exact id, else the one id starting with it. No match: the prefix itself
+    (the daemon answers NOT_FOUND). Several: AmbiguousPrefix."""
+    live = stub.ListSpawns(admin_pb2.ListSpawnsRequest()).spawns
+    if any(s.spawn_id == prefix for s in live):
+        return prefix
+    matches = [s for s in live if s.spawn_id.startswith(prefix)]
+    if len(matches) > 1:
+        raise AmbiguousPrefix(prefix, matches)
+    return matches[0].spawn_id if matches else prefix
+
+
 def cmd_kill(args: argparse.Namespace) -> int:
+    if not args.spawn_id:
+        print("hostcapctl: kill: the spawn id (or a prefix of it) is empty", file=sys.stderr)
+        return EXIT_REFUSED
     with channel(socket_of(args, admin=True)) as ch:
+        stub = admin_stub(ch)
         try:
-            response = admin_stub(ch).Kill(admin_pb2.KillRequest(spawn_id=args.spawn_id))
+            spawn_id = resolve_spawn_id(stub, args.spawn_id)
+            response = stub.Kill(admin_pb2.KillRequest(spawn_id=spawn_id))
+        except AmbiguousPrefix as error:
+            if args.json:
+                print(
+                    json.dumps(
+                        {
+                            "error": {"reason": "AMBIGUOUS", "message": str(error)},
+                            "matches": [m.spawn_id for m in error.matches],
+                        }
+                    )
+                )
+            else:
+                print(f"hostcapctl: {error}", file=sys.stderr)
+            return EXIT_REFUSED
         except grpc.RpcError as error:
             report_error(wire_error(error), as_json=args.json)
             return EXIT_REFUSED
@@ -170,6 +233,12 @@ def register(sub: Any) -> None:
         action="store_true",
         help="a JSON list of {spawn_id, tenant, pid, argv, age_s, limits}",
     )
+    ps.add_argument(
+        "--tree",
+        action="store_true",
+        help="each spawn's processes (its cgroup, else its descendants): pid, CPU, RSS, name; "
+        "read on this host with psutil (JSON: `processes`)",
+    )
     ps.set_defaults(func=cmd_ps)
 
     kill = sub.add_parser(
@@ -178,7 +247,11 @@ def register(sub: Any) -> None:
         description="Kill a live spawn's process tree. Returns once the tree is gone; the spawn "
         "ends CANCELLED and its audit record says an administrator killed it.",
     )
-    kill.add_argument("spawn_id", metavar="SPAWN_ID", help="as `ps` shows it")
+    kill.add_argument(
+        "spawn_id",
+        metavar="SPAWN_ID",
+        help="as `ps` shows it, or a prefix of it that no other live spawn's id starts with",
+    )
     kill.add_argument("--json", action="store_true")
     kill.set_defaults(func=cmd_kill)
 

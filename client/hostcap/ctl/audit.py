@@ -34,6 +34,7 @@ from typing import Any, TextIO
 import grpc
 from google.protobuf import timestamp_pb2
 from hostcap_proto.audit import (
+    OUTCOMES,
     AuditFileError,
     AuditRecordError,
     RecordReader,
@@ -84,9 +85,47 @@ def _record_time(value: dt.datetime) -> str:
     return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def outcome_name(text: str) -> str:
+    """An --outcome value: a `hostcap.v1.Outcome` name, any case. Anything
+    else is an error listing the valid names (never an empty answer)."""
+    name = text.strip().upper()
+    if name not in OUTCOMES:
+        raise argparse.ArgumentTypeError(
+            f"unknown outcome {text!r}: valid outcomes are {', '.join(OUTCOMES)}"
+        )
+    return name
+
+
+def _matches_exe(pattern: str, path: str) -> bool:
+    """--exe: a glob on the executable's full path, or on its name when the
+    pattern has no slash (`--exe python3` matches /usr/bin/python3)."""
+    if "/" in pattern:
+        return fnmatch.fnmatchcase(path, pattern)
+    return fnmatch.fnmatchcase(path.rsplit("/", 1)[-1], pattern)
+
+
+def _matches_path(pattern: str, path: str) -> bool:
+    """--path: a glob, or a plain path that matches itself and what is beneath it."""
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(path, pattern)
+    base = pattern.rstrip("/") or "/"
+    return path == base or path.startswith(base if base.endswith("/") else base + "/")
+
+
+def failed(record: Mapping[str, Any]) -> bool:
+    """--failed: a process.exit other than EXITED with code 0 (a non-zero
+    exit, a signal, a limit, a timeout, a cancel, a shutdown, a failed start)."""
+    return record.get("event") == "process.exit" and not (
+        record.get("outcome") == "EXITED" and record.get("exit_code") == 0
+    )
+
+
 @dataclass(frozen=True)
 class QueryFilter:
-    """Which records `audit query` prints; every set field must match."""
+    """Which records `audit query` prints; every set field must match. A
+    filter that is about one kind of record selects only that kind: --path
+    file writes; --failed, --exit-code and --outcome process exits; --exe and
+    --uid the exec and exit records of the spawns whose exec matches."""
 
     tenant: str | None = None
     since: dt.datetime | None = None
@@ -95,6 +134,11 @@ class QueryFilter:
     event: str | None = None
     outcome: str | None = None
     spawn_id: str | None = None
+    exe: str | None = None
+    failed: bool = False
+    exit_code: int | None = None
+    uid: int | None = None
+    path: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> QueryFilter:
@@ -105,29 +149,86 @@ class QueryFilter:
             event=args.event,
             outcome=args.outcome,
             spawn_id=args.spawn,
+            exe=getattr(args, "exe", None),
+            failed=getattr(args, "failed", False),
+            exit_code=getattr(args, "exit_code", None),
+            uid=getattr(args, "uid", None),
+            path=getattr(args, "path", None),
         )
 
     def select(self, records: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
+        """The matching records, in order. One pass: each exit is joined to
+        its spawn's exec (`exec_of`), whenever the exec was written."""
+        return (record for record, _ in self.select_joined(records))
+
+    def select_joined(
+        self, records: Iterable[Mapping[str, Any]]
+    ) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
+        """(record, the exec record of its spawn or None) for each match.
+        Only the execs of spawns not yet ended are held."""
         since = _record_time(self.since) if self.since else None
         until = _record_time(self.until) if self.until else None
-        outcome = self.outcome.upper() if self.outcome else None
+        execs: dict[str, Mapping[str, Any]] = {}
         for record in records:
+            event = record.get("event")
+            spawn = record.get("spawn_id")
+            exec_record: Mapping[str, Any] | None = None
+            if isinstance(spawn, str):
+                if event == "process.exec":
+                    execs[spawn] = record
+                    exec_record = record
+                elif event == "process.exit":
+                    exec_record = execs.pop(spawn, None)
             time = str(record.get("time", ""))
-            if since is not None and time < since:
-                continue
             if until is not None and time > until:
                 continue
-            if self.tenant is not None and record.get("tenant") != self.tenant:
+            if since is not None and time < since:
                 continue
-            if self.event is not None and not fnmatch.fnmatchcase(
-                str(record.get("event", "")), self.event
-            ):
-                continue
-            if outcome is not None and record.get("outcome") != outcome:
-                continue
-            if self.spawn_id is not None and record.get("spawn_id") != self.spawn_id:
-                continue
-            yield record
+            if self._matches(record, exec_record):
+                yield record, exec_record
+
+    def _matches(self, record: Mapping[str, Any], exec_record: Mapping[str, Any] | None) -> bool:
+        event = record.get("event")
+        if self.tenant is not None and record.get("tenant") != self.tenant:
+            return False
+        if self.event is not None and not fnmatch.fnmatchcase(str(event or ""), self.event):
+            return False
+        if self.spawn_id is not None and record.get("spawn_id") != self.spawn_id:
+            return False
+        if self.outcome is not None and record.get("outcome") != self.outcome.upper():
+            return False
+        if self.failed and not failed(record):
+            return False
+        if self.exit_code is not None and not (
+            # An exit code means something only for a program that exited.
+            event == "process.exit"
+            and record.get("outcome") == "EXITED"
+            and record.get("exit_code") == self.exit_code
+        ):
+            return False
+        if self.path is not None and not (
+            event == "file.write" and _matches_path(self.path, str(record.get("path", "")))
+        ):
+            return False
+        if self.exe is not None or self.uid is not None:
+            if event not in ("process.exec", "process.exit") or exec_record is None:
+                return False
+            executable = exec_record.get("executable")
+            exe_path = str(executable.get("path", "")) if isinstance(executable, Mapping) else ""
+            if self.exe is not None and not _matches_exe(self.exe, exe_path):
+                return False
+            if self.uid is not None and exec_record.get("uid") != self.uid:
+                return False
+        return True
+
+    def daemon_request(self) -> admin_pb2.QueryAuditRequest:
+        """What the daemon filters: only what keeps each exit's exec in the
+        stream (tenant, spawn, the upper time bound); the rest is done here."""
+        return admin_pb2.QueryAuditRequest(
+            tenant=self.tenant or "",
+            until=_timestamp(self.until),
+            spawn_id=self.spawn_id or "",
+        )
 
 
 # --- printing ---------------------------------------------------------------------
@@ -143,7 +244,14 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def _detail(record: Mapping[str, Any]) -> str:
+def command_of(exec_record: Mapping[str, Any] | None) -> str:
+    """The command line an exec record ran, as a shell would read it."""
+    if exec_record is None:
+        return ""
+    return shlex.join(str(a) for a in exec_record.get("argv", []))
+
+
+def _detail(record: Mapping[str, Any], exec_record: Mapping[str, Any] | None = None) -> str:
     event = record.get("event")
     if event == "process.exec":
         text = shlex.join(str(a) for a in record.get("argv", []))
@@ -160,6 +268,8 @@ def _detail(record: Mapping[str, Any]) -> str:
             parts.append(f"{record['duration_s']:.3f}s")
         if record.get("message"):
             parts.append(str(record["message"]))
+        if exec_record is not None:
+            parts.append(f"<- {command_of(exec_record)}")
         return " ".join(parts)
     if event == "file.write":
         return f"{record.get('path')} ({record.get('size')} bytes)"
@@ -170,6 +280,14 @@ def _detail(record: Mapping[str, Any]) -> str:
         return f"{text} {record['message']}" if record.get("message") else text
     if event == "audit.rotate":
         return f"continues {record.get('previous_file')} (seq {record.get('previous_seq')})"
+    if event == "audit.prune":
+        files = record.get("files") or []
+        names = ", ".join(
+            f"{f.get('file')}{'' if f.get('archived') else ' (not archived)'}"
+            for f in files
+            if isinstance(f, Mapping)
+        )
+        return f"removed {len(files)} rotated file(s): {names}"
     if event == "audit.recover":
         return f"removed a torn final line of {record.get('torn_bytes')} bytes"
     return ""
@@ -178,8 +296,9 @@ def _detail(record: Mapping[str, Any]) -> str:
 _HEADER = f"{'TIME (UTC)':<26} {'SEQ':>8}  {'EVENT':<14} {'TENANT':<12} {'SPAWN':<32} DETAIL"
 
 
-def format_row(record: Mapping[str, Any]) -> str:
-    """One record as a table row (fixed widths, so rows can stream)."""
+def format_row(record: Mapping[str, Any], exec_record: Mapping[str, Any] | None = None) -> str:
+    """One record as a table row (fixed widths, so rows can stream); an exit
+    row ends with the command it ended (`<- argv`) when its exec is known."""
     time = str(record.get("time", "")).replace("T", " ").rstrip("Z")
     cells = [
         f"{_printable(time):<26}",
@@ -187,7 +306,7 @@ def format_row(record: Mapping[str, Any]) -> str:
         f"{_printable(str(record.get('event', ''))):<14}",
         f"{_printable(str(record.get('tenant', '-'))):<12}",
         f"{_printable(str(record.get('spawn_id', '-'))):<32}",
-        _cut(_printable(_detail(record)), 160),
+        _cut(_printable(_detail(record, exec_record)), 160),
     ]
     return " ".join(cells).rstrip()
 
@@ -212,11 +331,39 @@ def print_records(
     return count
 
 
+FORMATS = ("table", "json", "jsonl")
+
+
 def run_query(
-    records: Iterable[Mapping[str, Any]], query: QueryFilter, out: TextIO, *, json_lines: bool
+    records: Iterable[Mapping[str, Any]],
+    query: QueryFilter,
+    out: TextIO,
+    *,
+    json_lines: bool = False,
+    output: str | None = None,
 ) -> int:
-    """Print the records `query` selects; the exit code."""
-    print_records(query.select(records), out, json_lines=json_lines)
+    """Print the records `query` selects; the exit code. `output`: table,
+    json (one array; each exit gains `command`, the argv of its exec: added
+    by the query, not stored) or jsonl (the stored lines, verbatim)."""
+    output = output or ("jsonl" if json_lines else "table")
+    selected = query.select_joined(records)
+    if output == "jsonl":
+        print_records((r for r, _ in selected), out, json_lines=True)
+    elif output == "json":
+        out.write("[")
+        for index, (record, exec_record) in enumerate(selected):
+            item = dict(record)
+            if record.get("event") == "process.exit" and exec_record is not None:
+                item["command"] = list(exec_record.get("argv", []))
+            out.write(("," if index else "") + "\n" + json.dumps(item, sort_keys=True))
+        out.write("\n]\n")
+        out.flush()
+    else:
+        for index, (record, exec_record) in enumerate(selected):
+            if index == 0:
+                out.write(_HEADER + "\n")
+            out.write(format_row(record, exec_record) + "\n")
+        out.flush()
     return EXIT_OK
 
 
@@ -311,24 +458,20 @@ def _stub(ch: grpc.Channel) -> admin_pb2_grpc.AdminServiceStub:
     return admin_pb2_grpc.AdminServiceStub(ch)  # type: ignore[no-untyped-call]
 
 
+def _output(args: argparse.Namespace) -> str:
+    return "jsonl" if args.json else str(args.format or "table")
+
+
 def _query_daemon(args: argparse.Namespace, socket: Any) -> int:
     query = QueryFilter.from_args(args)
-    request = admin_pb2.QueryAuditRequest(
-        tenant=query.tenant or "",
-        since=_timestamp(query.since),
-        until=_timestamp(query.until),
-        event=query.event or "",
-        outcome=query.outcome or "",
-        spawn_id=query.spawn_id or "",
-    )
     with channel(Path(socket)) as ch:
         try:
-            # The daemon filters; the same filter here keeps one meaning of each flag.
+            # The daemon narrows the stream; the filter here gives each flag its meaning.
             return run_query(
-                daemon_records(_stub(ch).QueryAudit(request)),
+                daemon_records(_stub(ch).QueryAudit(query.daemon_request())),
                 query,
                 sys.stdout,
-                json_lines=args.json,
+                output=_output(args),
             )
         except DaemonStreamError as error:
             return _error(str(error))
@@ -359,7 +502,7 @@ def _cmd_query(args: argparse.Namespace) -> int:
         return _error("give the audit file(s) with --file, or the daemon's --admin-socket")
     try:
         reader = RecordReader([Path(p) for p in args.file])
-        code = run_query(reader, QueryFilter.from_args(args), sys.stdout, json_lines=args.json)
+        code = run_query(reader, QueryFilter.from_args(args), sys.stdout, output=_output(args))
     except AuditFileError as error:
         return _error(str(error))
     if reader.skipped:
@@ -415,9 +558,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     query = commands.add_parser(
         "query",
-        help="print the records that match (a table, or JSON lines with --json)",
+        help="print the records that match (a table, JSON, or the stored JSON lines)",
         description="Print audit records matching every filter given, from the files (--file) "
-        "or from the daemon (--admin-socket: every kept file, in chain order). Times are UTC.",
+        "or from the daemon (--admin-socket: every kept file, in chain order). Times are UTC. "
+        "Exit rows show the command they ended. What the log cannot show: files written by "
+        "the spawned commands themselves (only FsService writes are file.write records), and "
+        "which engine user of a tenant made a call (grpcio exposes no peer credentials).",
     )
     query.add_argument(
         "--file",
@@ -429,9 +575,37 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--since", type=parse_time, metavar="TIME", help="ISO time or age (2h)")
     query.add_argument("--until", type=parse_time, metavar="TIME", help="ISO time or age (2h)")
     query.add_argument("--event", metavar="E", help="event name or glob, e.g. 'process.*'")
-    query.add_argument("--outcome", metavar="O", help="process.exit outcome, e.g. TIMEOUT")
+    query.add_argument(
+        "--outcome",
+        type=outcome_name,
+        metavar="O",
+        help=f"process.exit outcome: {', '.join(OUTCOMES)}",
+    )
     query.add_argument("--spawn", metavar="ID", help="one spawn's records")
-    query.add_argument("--json", action="store_true", help="JSON lines, exactly as stored")
+    query.add_argument(
+        "--exe",
+        metavar="PATH",
+        help="spawns of this executable: a path or glob, or a name (python3) matching any dir",
+    )
+    query.add_argument(
+        "--failed",
+        action="store_true",
+        help="exits that failed: non-zero code, a signal, a limit, a timeout, a cancel",
+    )
+    query.add_argument(
+        "--exit-code", type=int, metavar="N", help="programs that exited with this code"
+    )
+    query.add_argument("--uid", type=int, metavar="UID", help="spawns run as this uid")
+    query.add_argument(
+        "--path", metavar="PATH", help="file writes at PATH or beneath it (or a glob)"
+    )
+    query.add_argument(
+        "--format",
+        choices=FORMATS,
+        default=None,
+        help="table (default), json (an array; exits gain `command`), jsonl (as stored)",
+    )
+    query.add_argument("--json", action="store_true", help="the same as --format jsonl")
     query.set_defaults(func=_cmd_query)
 
     tail = commands.add_parser(

@@ -14,11 +14,26 @@ COMMAND_MODULES = (
     "hostcap.ctl.fs",
     "hostcap.ctl.audit",
     "hostcap.ctl.admin",
+    "hostcap.ctl.metrics",
 )
+
+
+def version_line() -> str:
+    """`hostcapctl 0.1.0`: the version of the installed distribution this
+    hostcapctl came with (the client's own wheel, or the daemon's)."""
+    from importlib import metadata
+
+    for distribution in ("hostcap-client", "hostcap"):
+        try:
+            return f"hostcapctl {metadata.version(distribution)} ({distribution})"
+        except metadata.PackageNotFoundError:
+            continue
+    return "hostcapctl (version unknown: run from a source tree, not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hostcapctl", description="talk to hostcapd")
+    parser.add_argument("--version", action="version", version=version_line())
     parser.add_argument(
         "--socket",
         type=Path,

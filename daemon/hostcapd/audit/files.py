@@ -28,18 +28,28 @@ class Recovered:
 
 
 def _rotated_pattern(name: str) -> re.Pattern[str]:
-    return re.compile(re.escape(name) + r"\.(\d+)")
+    return re.compile(re.escape(name) + r"\.(\d+)(\.gz)?")
+
+
+def rotated_seq(path: Path) -> int:
+    """The last seq a rotated file holds: its name's number (`audit.jsonl.000000012345[.gz]`)."""
+    return int(path.name.removesuffix(".gz").rsplit(".", 1)[1])
 
 
 def rotated_files(path: Path) -> list[Path]:
-    """The rotated files of the log at `path`, oldest first."""
+    """The rotated files of the log at `path`, oldest first. A file being
+    compressed shows once: the plain one, until it is gone."""
     pattern = _rotated_pattern(path.name)
     try:
         names = os.listdir(path.parent)
     except OSError:
         return []
-    found = [(int(m.group(1)), n) for n in names if (m := pattern.fullmatch(n))]
-    return [path.parent / n for _, n in sorted(found)]
+    found: dict[int, str] = {}
+    for n in names:
+        m = pattern.fullmatch(n)
+        if m and (int(m.group(1)) not in found or not m.group(2)):
+            found[int(m.group(1))] = n
+    return [path.parent / found[seq] for seq in sorted(found)]
 
 
 def read_tail(fd: int, size: int) -> tuple[bytes | None, int, bytes]:

@@ -7,8 +7,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
+import time
 from pathlib import Path
 
+from hostcapd import metrics
 from hostcapd.audit.errors import AuditUnavailable
 from hostcapd.config import AuditSettings
 
@@ -16,6 +18,7 @@ from hostcapd.config import AuditSettings
 def sync_files(retired: list[int], directory: Path | None, fd: int) -> None:
     """Runs on the fsync thread: make retired files, the directory entry and the
     current file durable. Retired fds are closed here, after their last fsync."""
+    began = time.monotonic()
     error: OSError | None = None
     for old in retired:
         try:
@@ -31,6 +34,7 @@ def sync_files(retired: list[int], directory: Path | None, fd: int) -> None:
         finally:
             os.close(dir_fd)
     os.fdatasync(fd)
+    metrics.fsync_done(time.monotonic() - began)
     if error is not None:
         raise error
 

@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hostcap_proto.audit import AuditRecordError, parse_line
+from hostcap_proto.audit import AuditRecordError, open_audit_file, parse_line
 
 from hostcapd.audit.errors import AuditUnavailable
-from hostcapd.audit.files import rotated_files
+from hostcapd.audit.files import rotated_files, rotated_seq
 
 # Cheap pre-filter for the ledger scan: canonical JSON writes the top-level
 # event as exactly this (a nested "event" key is checked after parsing).
@@ -36,7 +36,7 @@ def file_ledger(path: Path) -> dict[str, dict[str, Any]]:
     records, or the summaries its audit.rotate header carries from before."""
     ledger: dict[str, dict[str, Any]] = {}
     try:
-        with path.open("rb") as f:
+        with open_audit_file(path) as f:
             for number, raw in enumerate(f, 1):
                 if not raw.endswith(b"\n"):
                     break
@@ -68,14 +68,14 @@ def resolve_summaries(ledger: dict[str, dict[str, Any]], log_path: Path) -> None
     wanted = {sid: r["exec_seq"] for sid, r in ledger.items() if "exec_seq" in r}
     if not wanted:
         return
-    files = [(int(p.name.rsplit(".", 1)[1]), p) for p in rotated_files(log_path)]
+    files = [(rotated_seq(p), p) for p in rotated_files(log_path)]
     by_file: dict[Path, set[str]] = {}
     for spawn_id, exec_seq in wanted.items():
         holder = next((p for last, p in files if last >= exec_seq), None)
         if holder is not None:
             by_file.setdefault(holder, set()).add(spawn_id)
     for path, spawn_ids in by_file.items():
-        with contextlib.suppress(OSError), path.open("rb") as f:
+        with contextlib.suppress(OSError, EOFError), open_audit_file(path) as f:
             for raw in f:
                 if SPAWN_EVENT_MARK not in raw or not raw.endswith(b"\n"):
                     continue

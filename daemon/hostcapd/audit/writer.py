@@ -40,6 +40,7 @@ from hostcap_proto.audit import (
     validate_event_fields,
 )
 
+from hostcapd import metrics
 from hostcapd.audit.deferred import DeferredQueue
 from hostcapd.audit.errors import AuditUnavailable
 from hostcapd.audit.files import (
@@ -55,6 +56,7 @@ from hostcapd.audit.fsync import GroupCommit, sync_files
 from hostcapd.audit.journal import JOURNAL_SOCKET, JournalMirror
 from hostcapd.audit.ledger import file_ledger, orphan_exit, resolve_summaries, summary
 from hostcapd.audit.redact import bound_argv, redact_argv
+from hostcapd.audit.retention import Retention
 from hostcapd.audit.subscriptions import AuditSubscription
 from hostcapd.config import AuditSettings
 
@@ -128,6 +130,8 @@ class AuditLog(DeferredQueue, GroupCommit):
             max_workers=1, thread_name_prefix="hostcapd-audit-fsync"
         )
         self.sync_count = 0
+        #: Compression, archiving and pruning of rotated files (`retention`).
+        self.retention = Retention(settings, gid, self.write_durable)
         # The deferred queue's (see `DeferredQueue`).
         self._deferred = collections.deque()
         self._retry_handle = None
@@ -205,6 +209,7 @@ class AuditLog(DeferredQueue, GroupCommit):
             )
         if created or recovered is not None:
             log._sync_inline()
+        log._prune()  # what a previous daemon left to compress, archive or prune
         return log
 
     @property
@@ -337,6 +342,7 @@ class AuditLog(DeferredQueue, GroupCommit):
 
     def _after_append(self, record: dict[str, Any], line: bytes) -> None:
         event, spawn_id = record["event"], record.get("spawn_id")
+        metrics.audit_record(event)
         if event == "process.exec" and spawn_id:
             self._ledger[spawn_id] = dict(record)
         elif event == "process.exit" and spawn_id:
@@ -380,12 +386,12 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._prune()
 
     def _prune(self) -> None:
-        old = rotated_files(self.path)
-        for path in old[: max(0, len(old) - self._settings.keep_files)]:
-            try:
-                path.unlink()
-            except OSError as error:
-                _log.warning("cannot remove old audit file %s: %s", path, error.strerror)
+        """Rotated files past keep_files: compressed, archived, recorded in an
+        audit.prune, then removed, by a pass off the loop (`retention`)."""
+        try:
+            self.retention.kick()
+        except RuntimeError:  # no running loop (a synchronous caller): next time
+            _log.debug("audit retention deferred: no event loop")
 
     # --- syncing ----------------------------------------------------------------
 
@@ -427,6 +433,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         Raises `AuditUnavailable` if the final fsync fails."""
         if self._closed:
             return
+        await self.retention.close()
         if self._failure is None and self._deferred:
             with contextlib.suppress(AuditUnavailable):
                 self._flush_deferred()  # last chance; else the ledger closes them

@@ -23,7 +23,14 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 import grpc
-from hostcap_proto.audit import AuditFileError, RecordReader, chain_order, encode_line, tail_records
+from hostcap_proto.audit import (
+    OUTCOMES,
+    AuditFileError,
+    RecordReader,
+    chain_order,
+    encode_line,
+    tail_records,
+)
 from hostcap_proto.errors import WireError
 from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc
 
@@ -106,7 +113,11 @@ class AuditFilter:
 
     @classmethod
     def from_wire(cls, request: admin_pb2.QueryAuditRequest) -> AuditFilter:
-        """Raises ValueError for a timestamp out of range."""
+        """Raises ValueError for a timestamp out of range or an unknown outcome."""
+        if request.outcome and request.outcome.upper() not in OUTCOMES:
+            raise ValueError(
+                f"unknown outcome {request.outcome!r}: valid outcomes are {', '.join(OUTCOMES)}"
+            )
         since = _record_time(request.since.ToDatetime(dt.UTC)) if request.HasField("since") else ""
         until = _record_time(request.until.ToDatetime(dt.UTC)) if request.HasField("until") else ""
         return cls(
@@ -278,7 +289,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         try:
             selected = AuditFilter.from_wire(request)
         except ValueError as error:
-            await _refuse(context, "INVALID_ARGUMENT", f"bad time bound: {error}")
+            await _refuse(context, "INVALID_ARGUMENT", f"bad query: {error}")
         try:
             async for record in stored_records(audit.path):
                 if selected.matches(record):

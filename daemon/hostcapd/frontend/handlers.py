@@ -7,6 +7,7 @@ runs; here each method receives raw bytes and parses them itself.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -14,8 +15,10 @@ import grpc
 from google.protobuf import message as protobuf_message
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
-from hostcap_proto.errors import WireError
+from google.rpc import error_details_pb2, status_pb2
+from hostcap_proto.errors import DOMAIN, WireError
 
+from hostcapd import metrics
 from hostcapd.frontend.context import Context
 
 MALFORMED = WireError("INVALID_ARGUMENT", "malformed request message")
@@ -37,39 +40,89 @@ async def _parse(raw: bytes, request_type: Any, context: Context) -> Any:
         raise AssertionError("abort_with_status returned") from None
 
 
-def _unary(behaviour: Callable[..., Any], request_type: Any) -> Callable[..., Any]:
+#: (tenant, service, method) of a tenant socket's calls, for the metrics; None elsewhere.
+Observed = tuple[str, str, str] | None
+
+
+def _result(context: Context, error: BaseException | None) -> str:
+    """How a call ended, for the metrics: OK, CANCELLED, the hostcap reason
+    it was refused with (from the status it aborted with), or its code."""
+    if error is None:
+        return "OK"
+    if isinstance(error, asyncio.CancelledError):
+        return "CANCELLED"
+    for key, value in context.trailing_metadata() or ():
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            status = status_pb2.Status.FromString(value)
+            for detail in status.details:
+                info = error_details_pb2.ErrorInfo()
+                if detail.Unpack(info) and info.domain == DOMAIN:
+                    return str(info.reason)
+    code = context.code()
+    return code.name if isinstance(code, grpc.StatusCode) else "INTERNAL"
+
+
+def _observe(observed: Observed, context: Context, error: BaseException | None) -> None:
+    if observed is not None:
+        try:
+            result = _result(context, error)
+        except Exception:
+            result = "INTERNAL"
+        metrics.rpc_finished(*observed, result)
+
+
+def _unary(
+    behaviour: Callable[..., Any], request_type: Any, observed: Observed
+) -> Callable[..., Any]:
     async def handle(raw: bytes, context: Context) -> Any:
-        return await behaviour(await _parse(raw, request_type, context), context)
+        try:
+            reply = await behaviour(await _parse(raw, request_type, context), context)
+        except BaseException as error:
+            _observe(observed, context, error)
+            raise
+        _observe(observed, context, None)
+        return reply
 
     return handle
 
 
-def _streaming(behaviour: Callable[..., Any], request_type: Any) -> Callable[..., Any]:
+def _streaming(
+    behaviour: Callable[..., Any], request_type: Any, observed: Observed
+) -> Callable[..., Any]:
     async def handle(raw: bytes, context: Context) -> AsyncIterator[Any]:
-        async for item in behaviour(await _parse(raw, request_type, context), context):
-            yield item
+        try:
+            async for item in behaviour(await _parse(raw, request_type, context), context):
+                yield item
+        except BaseException as error:
+            _observe(observed, context, error)
+            raise
+        _observe(observed, context, None)
 
     return handle
 
 
 def _handler(
-    method: MethodDescriptor, behaviour: Callable[..., Any]
+    method: MethodDescriptor, behaviour: Callable[..., Any], tenant: str | None
 ) -> grpc.RpcMethodHandler[Any, Any]:
     request_type = GetMessageClass(method.input_type)
+    observed = None if tenant is None else (tenant, method.containing_service.name, method.name)
     if method.client_streaming:
         raise ValueError(f"{method.full_name}: client streaming is not used by hostcap")
     if method.server_streaming:
         return grpc.unary_stream_rpc_method_handler(
-            _streaming(behaviour, request_type), response_serializer=_serialize
+            _streaming(behaviour, request_type, observed), response_serializer=_serialize
         )
     return grpc.unary_unary_rpc_method_handler(
-        _unary(behaviour, request_type), response_serializer=_serialize
+        _unary(behaviour, request_type, observed), response_serializer=_serialize
     )
 
 
-def add_servicer(server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor) -> None:
-    """Serve every method of `service` from the same-named method of `servicer`."""
-    handlers = {m.name: _handler(m, getattr(servicer, m.name)) for m in service.methods}
+def add_servicer(
+    server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor, tenant: str | None = None
+) -> None:
+    """Serve every method of `service` from the same-named method of
+    `servicer`; with `tenant`, each call's result is counted in the metrics."""
+    handlers = {m.name: _handler(m, getattr(servicer, m.name), tenant) for m in service.methods}
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(service.full_name, handlers),)
     )

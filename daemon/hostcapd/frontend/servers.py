@@ -144,11 +144,12 @@ async def serve_tenant(runtime: TenantRuntime) -> TenantService:
                 *KEEPALIVE,
             ]
         )
-        add_servicer(
-            server, ProcessServicer(runtime), service_descriptor(process_pb2, "ProcessService")
-        )
-        add_servicer(server, HostServicer(runtime), service_descriptor(host_pb2, "HostService"))
-        add_servicer(server, fs_runtime.servicer, service_descriptor(fs_pb2, "FsService"))
+        for servicer, module, name in (
+            (ProcessServicer(runtime), process_pb2, "ProcessService"),
+            (HostServicer(runtime), host_pb2, "HostService"),
+            (fs_runtime.servicer, fs_pb2, "FsService"),
+        ):
+            add_servicer(server, servicer, service_descriptor(module, name), tenant.name)
         health_servicer = new_health()
         register(health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server)
         services = [

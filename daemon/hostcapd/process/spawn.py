@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from hostcapd import metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
@@ -513,6 +514,13 @@ class Spawn:
                 self.stderr,
             )
             records.write_exit(self.deps.audit, self.id, record)
+            metrics.spawn_ended(
+                self.deps.tenant.name,
+                report.outcome.value,
+                report.duration,
+                self.started_at,
+                self._exec_time or None,
+            )
         self.events.put_nowait(("exited", report))
         if not self.done.done():
             self.done.set_result(report)

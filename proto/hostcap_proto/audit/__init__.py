@@ -59,11 +59,14 @@ from hostcap_proto.audit.models import (
     validate_record,
 )
 from hostcap_proto.audit.reader import (
+    COMPRESSED_SUFFIX,
     AuditFileError,
     RecordReader,
     StoredLine,
     chain_order,
     iter_records,
+    open_audit_file,
+    read_audit_bytes,
     read_lines,
     tail_records,
 )
@@ -89,6 +92,7 @@ from hostcap_proto.audit.verify import (
 )
 
 __all__ = [
+    "COMPRESSED_SUFFIX",
     "EVENTS",
     "EVENT_FIELDS",
     "GENESIS_HASH",
@@ -127,7 +131,9 @@ __all__ = [
     "encode_line",
     "fast_event_fields",
     "iter_records",
+    "open_audit_file",
     "parse_line",
+    "read_audit_bytes",
     "read_lines",
     "record_hash",
     "seal",

@@ -185,6 +185,25 @@ class AuditRecover(_Fields):
     torn_sha256: str
 
 
+class PrunedFile(_Fields):
+    """A rotated file retention removes: its name, size and sha256 as stored
+    (compressed, if it was), and whether `archive_command` took it first."""
+
+    file: str
+    size: int
+    sha256: str
+    archived: bool
+
+
+class AuditPrune(_Fields):
+    """audit.prune: rotated files beyond `keep_files`, written (and fsynced)
+    before they are removed, so no file leaves the host without a trace."""
+
+    files: list[PrunedFile]
+    keep_files: int
+    archive_command: list[str] | None = None
+
+
 #: The model of each event's own fields (everything but HEADER_FIELDS).
 EVENT_FIELDS: Mapping[str, type[_Fields]] = {
     "process.exec": ProcessExec,
@@ -196,6 +215,7 @@ EVENT_FIELDS: Mapping[str, type[_Fields]] = {
     "daemon.reload": DaemonEvent,
     "audit.rotate": AuditRotate,
     "audit.recover": AuditRecover,
+    "audit.prune": AuditPrune,
 }
 assert set(EVENT_FIELDS) == set(EVENTS)
 _FIELD_NAMES = {event: frozenset(model.model_fields) for event, model in EVENT_FIELDS.items()}

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 from hostcap_proto.audit.canonical import parse_line
 from hostcap_proto.audit.schema import AuditRecordError
@@ -25,10 +26,34 @@ class StoredLine:
     complete: bool
 
 
+#: What a rotated file compressed by retention ends with.
+COMPRESSED_SUFFIX = ".gz"
+
+
+def open_audit_file(path: Path) -> IO[bytes]:
+    """`path` opened for reading its lines: a `.gz` one (a rotated file that
+    retention compressed) decompressed as it is read."""
+    if path.name.endswith(COMPRESSED_SUFFIX):
+        return cast(IO[bytes], gzip.open(path, "rb"))
+    return path.open("rb")
+
+
+def read_audit_bytes(path: Path) -> bytes:
+    """The whole content of an audit file, decompressed if it is `.gz`.
+    Raises OSError (a corrupt `.gz` too: EOFError and BadGzipFile become one)."""
+    if not path.name.endswith(COMPRESSED_SUFFIX):
+        return path.read_bytes()
+    try:
+        with gzip.open(path, "rb") as f:
+            return f.read()
+    except (EOFError, gzip.BadGzipFile) as error:
+        raise OSError(0, f"corrupt compressed file: {error}") from None
+
+
 def read_lines(path: Path) -> list[StoredLine]:
     """Every line of `path`; a final line without a newline is marked incomplete."""
     try:
-        data = path.read_bytes()
+        data = read_audit_bytes(path)
     except OSError as error:
         raise AuditFileError(f"{path}: {error.strerror}") from None
     parts = data.split(b"\n")
@@ -53,7 +78,7 @@ class RecordReader:
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for path in self.paths:
             try:
-                with path.open("rb") as f:
+                with open_audit_file(path) as f:
                     for number, raw in enumerate(f, 1):
                         if not raw.endswith(b"\n"):
                             self.torn_tail = True
@@ -62,8 +87,9 @@ class RecordReader:
                             yield parse_line(raw[:-1])
                         except AuditRecordError:
                             self.skipped.append((path, number))
-            except OSError as error:
-                raise AuditFileError(f"{path}: {error.strerror}") from None
+            except (OSError, EOFError) as error:
+                reason = getattr(error, "strerror", None) or str(error)
+                raise AuditFileError(f"{path}: {reason}") from None
 
 
 def iter_records(paths: Sequence[Path]) -> Iterator[dict[str, Any]]:
@@ -76,6 +102,20 @@ def tail_records(path: Path, count: int, *, block: int = 64 * 1024) -> list[dict
     line and unreadable lines are skipped)."""
     if count <= 0:
         return []
+    if path.name.endswith(COMPRESSED_SUFFIX):
+        try:
+            lines = read_audit_bytes(path).split(b"\n")[:-1]
+        except OSError as error:
+            raise AuditFileError(f"{path}: {error.strerror}") from None
+        found: list[dict[str, Any]] = []
+        for raw in reversed(lines):
+            if len(found) == count:
+                break
+            try:
+                found.append(parse_line(raw))
+            except AuditRecordError:
+                continue
+        return found[::-1]
     try:
         with path.open("rb") as f:
             end = f.seek(0, 2)
@@ -105,8 +145,10 @@ def tail_records(path: Path, count: int, *, block: int = 64 * 1024) -> list[dict
 
 def _first_seq(path: Path) -> int | None:
     try:
-        with path.open("rb") as f:
+        with open_audit_file(path) as f:
             first = f.readline()
+    except (EOFError, gzip.BadGzipFile):
+        return None
     except OSError as error:
         raise AuditFileError(f"{path}: {error.strerror}") from None
     if not first.endswith(b"\n"):

@@ -23,6 +23,7 @@ EventName = Literal[
     "daemon.reload",
     "audit.rotate",
     "audit.recover",
+    "audit.prune",
 ]
 EVENTS: tuple[str, ...] = get_args(EventName)
 
@@ -57,6 +58,7 @@ JOURNAL_MESSAGE_IDS: Mapping[str, str] = {
     "daemon.reload": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a07",
     "audit.rotate": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a08",
     "audit.recover": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a09",
+    "audit.prune": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0a",
 }
 
 _HASH = re.compile(r"[0-9a-f]{64}")

@@ -42,9 +42,9 @@ def admin_stub(daemon: Daemon) -> tuple[grpc.aio.Channel, admin_pb2_grpc.AdminSe
 
 
 def test_a_non_admin_uid_is_refused_by_the_kernel(start_daemon: Callable[..., Daemon]) -> None:
-    # A tenant socket open to everyone, in the same directory, proves the
-    # directory is reachable: the refusal comes from the admin socket itself.
-    daemon = wait_admin(start_daemon(tenants={"dev": {"socket_mode": 0o666}}))
+    # A tenant socket nobody's group may reach, in the same directory, proves
+    # the directory is reachable: the refusal comes from the admin socket itself.
+    daemon = wait_admin(start_daemon(tenants={"dev": {"socket_group": NOBODY}}))
     st = daemon.admin_socket.stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o600)
 
@@ -67,7 +67,7 @@ def test_the_admin_group_may_connect_and_others_may_not(
     start_daemon: Callable[..., Daemon], state_dir: Path
 ) -> None:
     admin = {"socket": str(state_dir / "run" / "admin.sock"), "group": ADM_GID, "mode": 0o660}
-    daemon = wait_admin(start_daemon(tenants={"dev": {"socket_mode": 0o666}}, admin=admin))
+    daemon = wait_admin(start_daemon(tenants={"dev": {"socket_group": NOBODY}}, admin=admin))
     st = daemon.admin_socket.stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, ADM_GID, 0o660)
     member = hostcapctl_as(
@@ -177,6 +177,41 @@ async def test_kill_ends_the_spawn_cancelled_with_its_tree_gone(
     ]
     assert [(r["outcome"], "administrator" in r["message"]) for r in exits] == [("CANCELLED", True)]
     assert json.loads(hostcapctl("ps", "--json", admin=daemon.admin_socket).stdout) == []
+
+
+async def test_kill_takes_a_unique_id_prefix_and_refuses_an_ambiguous_one(
+    daemon: Daemon, client: Client, marker: str
+) -> None:
+    wait_admin(daemon)
+    calls: list[Any] = []
+    ids: list[str] = []
+    # Sleepers until two ids share their first character (17 at most).
+    while len({i[0] for i in ids}) == len(ids):
+        call, started = await start_sleeper(client, marker)
+        calls.append(call)
+        ids.append(started.spawn_id)
+    first = ids[-1][0]
+    sharing = sorted(i for i in ids if i[0] == first)
+    ambiguous = hostcapctl("kill", first, admin=daemon.admin_socket)
+    assert ambiguous.returncode == 125, ambiguous
+    assert f"spawn id prefix {first!r} is ambiguous" in ambiguous.stderr
+    assert all(i in ambiguous.stderr for i in sharing)
+    assert sorted(
+        s["spawn_id"]
+        for s in json.loads(hostcapctl("ps", "--json", admin=daemon.admin_socket).stdout)
+    ) == sorted(ids)
+    # The shortest prefix unique among them kills exactly that spawn.
+    target = sharing[0]
+    n = 1
+    while sum(i.startswith(target[:n]) for i in ids) > 1:
+        n += 1
+    killed = hostcapctl("kill", target[:n], "--json", admin=daemon.admin_socket)
+    assert killed.returncode == 0, killed.stderr
+    assert json.loads(killed.stdout)["spawn_id"] == target
+    left = json.loads(hostcapctl("ps", "--json", admin=daemon.admin_socket).stdout)
+    assert sorted(s["spawn_id"] for s in left) == sorted(i for i in ids if i != target)
+    for call in calls:
+        call.cancel()
 
 
 def test_kill_of_an_unknown_spawn_is_not_found(daemon: Daemon) -> None:
@@ -393,3 +428,57 @@ def test_check_config_refuses_an_admin_mode_open_to_others(tmp_path: Path) -> No
     )
     assert done.returncode == 2
     assert "admin.mode" in done.stderr and "0o664" in done.stderr
+
+
+async def test_ps_tree_shows_every_process_of_a_spawn(
+    daemon: Daemon, client: Client, marker: str
+) -> None:
+    wait_admin(daemon)
+    # A grandchild in its own session (it leaves the tree, not the cgroup)
+    # and one that holds memory.
+    script = (
+        "setsid sh -c 'sleep 1000' & "
+        "python3 -c 'import time; b = bytearray(32 << 20); time.sleep(1000)' & sleep 1000"
+    )
+    call, started = await start_sleeper(client, marker, script)
+    wait_until(lambda: len(processes_with(marker)) >= 5, "the tree is up")
+    listed = hostcapctl("ps", "--json", "--tree", admin=daemon.admin_socket)
+    assert listed.returncode == 0, listed.stderr
+    (spawn,) = json.loads(listed.stdout)
+    processes = spawn["processes"]
+    pids = {p["pid"] for p in processes}
+    assert set(processes_with(marker)) <= pids, (processes, processes_with(marker))
+    assert processes[0]["pid"] == started.pid
+    names = sorted(p["name"] for p in processes)
+    assert names.count("sleep") == 2 and "python3" in names, names
+    python = next(p for p in processes if p["name"] == "python3")
+    assert python["rss_bytes"] >= 32 << 20
+    assert all(p["cpu_seconds"] >= 0 and p["threads"] >= 1 for p in processes)
+    # Names only: a child's command line is never shown (it may hold secrets).
+    assert all(
+        set(p) == {"pid", "ppid", "name", "cpu_seconds", "rss_bytes", "threads"} for p in processes
+    )
+    table = hostcapctl("ps", "--tree", admin=daemon.admin_socket)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[1].split()[0] == started.spawn_id
+    assert len([line for line in lines[2:] if "└" in line]) == len(processes)
+    assert not any("bytearray" in line for line in lines[2:])
+    call.cancel()
+
+
+async def test_ps_tree_without_a_cgroup_follows_the_pid_namespace(
+    start_daemon: Callable[..., Daemon], marker: str
+) -> None:
+    daemon = wait_admin(start_daemon(tenants={"dev": {"sandbox": {"cgroup": "off"}}}))
+    client = Client(daemon.socket)
+    try:
+        call, _ = await start_sleeper(client, marker, "setsid sh -c 'sleep 1000' & sleep 1000")
+        wait_until(lambda: len(processes_with(marker)) >= 3, "the tree is up")
+        listed = hostcapctl("ps", "--json", "--tree", admin=daemon.admin_socket)
+        assert listed.returncode == 0, listed.stderr
+        (spawn,) = json.loads(listed.stdout)
+        assert set(processes_with(marker)) <= {p["pid"] for p in spawn["processes"]}
+        call.cancel()
+    finally:
+        await client.close()

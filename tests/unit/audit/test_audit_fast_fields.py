@@ -182,6 +182,10 @@ BASE_FIELDS: dict[str, dict[str, Any]] = {
     "daemon.reload": {"version": "1", "added": ["a"]},
     "audit.rotate": {"previous_file": "f", "previous_seq": 1, "previous_hash": "0" * 64},
     "audit.recover": {"file": "f", "torn_bytes": 1, "torn_sha256": "x"},
+    "audit.prune": {
+        "files": [{"file": "f", "size": 1, "sha256": "x", "archived": True}],
+        "keep_files": 1,
+    },
 }
 
 

@@ -24,6 +24,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -109,13 +110,14 @@ enum step {
     STEP_EXEC,
     STEP_CLONE,
     STEP_MNTNS,
+    STEP_INIT,
 };
 
 static const char *const step_names[] = {
     "none", "signals", "setsid", "pdeathsig", "cgroup", "mount", "hostname",
     "netns", "loopback", "stdio", "chdir", "limits", "oom_score_adj", "loginuid", "caps_bounding",
     "groups", "gid", "uid", "caps", "no_new_privs", "landlock", "seccomp",
-    "close_fds", "cancelled", "parent_gone", "exec", "clone", "mntns",
+    "close_fds", "cancelled", "parent_gone", "exec", "clone", "mntns", "init",
 };
 
 /* A mount step. MOUNT_CALL is mount(2). MOUNT_KEEP clones the tree at
@@ -199,6 +201,10 @@ struct plan {
     int go_fd;                 /* >= 0: wait until readable before exec */
     int go_timeout_ms;
     int life_fd;               /* hung up: the spawner is gone */
+    /* pid 1 of the spawn's pid namespace is our init (see init_main): it
+     * writes its records to report_fd and closes report_read at once */
+    int init;
+    int report_fd, report_read;
     /* result, written by the child (shared memory) */
     volatile int fail_step;
     volatile int fail_errno;
@@ -344,7 +350,41 @@ static int loopback_up(void)
     return rc;
 }
 
-#define FAIL(s) do { p->fail_step = (s); p->fail_errno = errno; _exit(127); } while (0)
+/* A failed step: recorded in the plan (memory the spawner shares, or the
+ * init's own, which the command's process shares) and, from an init, sent on
+ * its report pipe, since the spawner does not share the init's memory. */
+static void init_report_setup(int fd, int step, int err);
+
+static void fail_now(struct plan *p, int step)
+{
+    p->fail_step = step;
+    p->fail_errno = errno;
+    if (p->init)
+        init_report_setup(p->report_fd, step, p->fail_errno);
+    _exit(127);
+}
+
+#define FAIL(s) fail_now(p, (s))
+
+static int init_main(struct plan *p);
+static int last_steps(struct plan *p);
+
+/* The init is a copy of the spawner: its /proc/1/cmdline (readable by every
+ * process of the namespace, unlike exe, maps or environ, which the init's
+ * being non-dumpable closes) would show the spawner's command line. The
+ * init overwrites its own copy of that memory (the kernel reads cmdline
+ * from the process's memory, between arg_start and arg_end, which the
+ * spawner read once from /proc/self/stat: see read_arg_area). */
+static const char init_cmdline[] = "hostcap-init";
+static unsigned long arg_start, arg_end;
+
+static void init_hide_cmdline(void)
+{
+    if (arg_end <= arg_start || arg_end - arg_start < sizeof init_cmdline)
+        return;
+    memset((void *)arg_start, 0, arg_end - arg_start);
+    memcpy((void *)arg_start, init_cmdline, sizeof init_cmdline);
+}
 
 /* The child. Runs on its own stack in the parent's memory: only syscalls and
  * async-signal-safe libc calls, no allocation, no Python. */
@@ -361,9 +401,16 @@ static int child_main(void *arg)
         if (i != SIGKILL && i != SIGSTOP)
             sigaction(i, &dfl, NULL); /* EINVAL for reserved signals is fine */
     }
+    /* An init keeps every signal blocked: it takes them with sigwaitinfo
+     * (a blocked signal is queued even for a pid 1 without a handler). */
+    if (p->init) {
+        if (p->report_read >= 0)
+            close(p->report_read);
+        init_hide_cmdline();
+    }
     sigset_t none;
     sigemptyset(&none);
-    if (sigprocmask(SIG_SETMASK, &none, NULL) != 0)
+    if (!p->init && sigprocmask(SIG_SETMASK, &none, NULL) != 0)
         FAIL(STEP_SIGNALS);
 
     /* New session and process group. */
@@ -492,9 +539,21 @@ static int child_main(void *arg)
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p->seccomp) != 0)
         FAIL(STEP_SECCOMP);
 
+    /* With an init, the command's own process (its pid 2) runs the rest. */
+    if (p->init)
+        return init_main(p);
+    FAIL(last_steps(p));
+    return 127;
+}
+
+/* The last steps, from close_fds to the exec; the step that failed (errno
+ * set) if the exec did not happen. */
+static int last_steps(struct plan *p)
+{
+    int i;
     /* Every fd but 0-2 closes at exec (the exec fd itself included). */
     if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
-        FAIL(STEP_CLOSE_FDS);
+        return STEP_CLOSE_FDS;
 
     /* Last moment: a cancel that arrived during set-up means nothing runs,
      * and a spawner that died after the pdeathsig re-arm is noticed here.
@@ -523,20 +582,20 @@ static int child_main(void *arg)
         if (ready < 0 && errno == EINTR)
             continue;
         if (ready < 0)
-            FAIL(STEP_CANCELLED);
+            return STEP_CANCELLED;
         if (ready == 0) {
             if (go < 0)
                 break;
             errno = ETIMEDOUT;
-            FAIL(STEP_CANCELLED);
+            return STEP_CANCELLED;
         }
         for (i = 0; i < n; i++) {
             if (pfd[i].revents == 0 || i == go)
                 continue;
             errno = 0;
             if (pfd[i].fd == p->cancel_fd)
-                FAIL(STEP_CANCELLED);
-            FAIL(STEP_PARENT_GONE);
+                return STEP_CANCELLED;
+            return STEP_PARENT_GONE;
         }
         break; /* only go is ready */
     }
@@ -545,7 +604,158 @@ static int child_main(void *arg)
         syscall(SYS_execveat, p->exe_fd, "", p->argv, p->envp, AT_EMPTY_PATH);
     else
         execve(p->exe_path, p->argv, p->envp);
-    FAIL(STEP_EXEC);
+    return STEP_EXEC;
+}
+
+/* ---- the init: pid 1 of a spawn's pid namespace ----
+ *
+ * A pid 1 gets only the signals it has a handler for (pid_namespaces(7)), so
+ * a command that were pid 1 could not be ended by SIGTERM nor signal itself,
+ * and orphans would pile up as zombies. With a pid namespace the child that
+ * did the set-up stays as pid 1: after the last step that is not the exec's
+ * own (seccomp) it clones the command's process (pid 2), which runs the last
+ * steps (close_fds, the cancel/go gate, exec); then, with every signal
+ * blocked and no fd but its report pipe, it forwards each signal it takes
+ * to the command (its process group), reaps every child (orphans too) and, when the command
+ * ends, writes the command's wait status and rusage on the pipe and exits
+ * with the same status as far as a pid 1 can (see init_exit).
+ *
+ * The init is not a CLONE_VM child (it outlives the exec, so it needs
+ * memory of its own): the spawner clones it like fork, and it clones the
+ * command's process vfork-style from its own memory. It has the command's
+ * uid, capabilities, no_new_privs, landlock domain, seccomp filter, cgroup
+ * and rlimits, and is not dumpable: no foothold. Its records, on the pipe
+ * the spawner reads (fixed size, in one write each):
+ *   set-up: {INIT_SETUP_MAGIC, step, errno}: step "none" once the command
+ *           exec'd, else the step that failed (the init then exits);
+ *   exit:   {INIT_EXIT_MAGIC, wait status, utime_us, stime_us, maxrss_kib,
+ *           nvcsw, nivcsw, inblock, oublock} of the command's process.
+ * Every field is an int64 in the machine's byte order. */
+#define INIT_SETUP_MAGIC 0x31534348 /* "HCS1" */
+#define INIT_EXIT_MAGIC 0x31454348  /* "HCE1" */
+#define COMMAND_STACK_SIZE (32 * 1024)
+
+static void write_record(int fd, const int64_t *rec, size_t n)
+{
+    ssize_t r;
+    do {
+        r = write(fd, rec, n * sizeof *rec);
+    } while (r < 0 && errno == EINTR);
+}
+
+static void init_report_setup(int fd, int step, int err)
+{
+    int64_t rec[3] = {INIT_SETUP_MAGIC, step, err};
+    write_record(fd, rec, 3);
+}
+
+/* The command's process: a vfork-style child of the init (its memory, its
+ * stack below), in its own session, signals unblocked, then the last steps.
+ * A failure is left in the plan (the init's memory) for the init to send. */
+static int command_main(void *arg)
+{
+    struct plan *p = arg;
+    int step = STEP_SETSID;
+    if (setsid() >= 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        step = STEP_SIGNALS;
+        if (sigprocmask(SIG_SETMASK, &none, NULL) == 0)
+            step = last_steps(p);
+    }
+    p->fail_step = step;
+    p->fail_errno = errno;
+    _exit(127);
+}
+
+/* End the init with the command's status. An exit code is exact. A signal
+ * is what the init cannot reproduce: the kernel drops a signal a pid 1 sends
+ * itself while its disposition is the default (only the parent namespace's
+ * SIGKILL and a fault are forced on it). It is tried, then 128 + N; the exit
+ * record the spawner reads carries the command's status either way. */
+static void init_exit(int status)
+{
+    if (WIFEXITED(status))
+        _exit(WEXITSTATUS(status));
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, NULL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, sig);
+    sigprocmask(SIG_UNBLOCK, &only, NULL);
+    syscall(SYS_kill, 1, sig); /* its own pid in its namespace; no glibc raise() */
+    _exit(128 + sig);
+}
+
+static int64_t tv_us(struct timeval tv)
+{
+    return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/* The init's life once the command runs: every signal is blocked, so each is
+ * queued for it and taken here; SIGCHLD reaps, any other is forwarded. */
+static void init_loop(pid_t command, int report_fd)
+{
+    sigset_t all;
+    sigfillset(&all);
+    for (;;) {
+        siginfo_t info;
+        int sig = sigwaitinfo(&all, &info);
+        if (sig < 0)
+            continue; /* EINTR (a stop and continue) */
+        if (sig != SIGCHLD) {
+            /* To the command's process group (it is its session's leader),
+             * as the daemon sent signals to the main process and its group
+             * before the init: Ctrl-C's semantics; the command alone if its
+             * group is gone. */
+            if (syscall(SYS_kill, -command, sig) != 0)
+                syscall(SYS_kill, command, sig);
+            continue;
+        }
+        for (;;) {
+            int status;
+            struct rusage ru;
+            pid_t w = wait4(-1, &status, WNOHANG | __WALL, &ru);
+            if (w <= 0)
+                break;
+            if (w != command)
+                continue; /* an orphan reparented to us, now reaped */
+            int64_t rec[9] = {INIT_EXIT_MAGIC, status, tv_us(ru.ru_utime), tv_us(ru.ru_stime),
+                              ru.ru_maxrss, ru.ru_nvcsw, ru.ru_nivcsw, ru.ru_inblock,
+                              ru.ru_oublock};
+            write_record(report_fd, rec, 9);
+            init_exit(status);
+        }
+    }
+}
+
+/* The end of the set-up as pid 1: start the command's process, report, and
+ * become the init. */
+static int init_main(struct plan *p)
+{
+    char stack[COMMAND_STACK_SIZE] __attribute__((aligned(16)));
+    /* Not dumpable (the uid change made it so already; this says it), and a
+     * name that says what it is. Best effort: neither is a protection. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    prctl(PR_SET_NAME, "hostcap-init", 0, 0, 0);
+    p->fail_step = STEP_NONE;
+    pid_t command = clone(command_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, p);
+    if (command < 0)
+        FAIL(STEP_CLONE);
+    if (p->fail_step != STEP_NONE) {
+        errno = p->fail_errno;
+        FAIL(p->fail_step);
+    }
+    /* The command runs: the init keeps its report pipe and nothing else. */
+    int fd = p->report_fd;
+    if (fd > 0)
+        syscall(SYS_close_range, 0, fd - 1, 0);
+    syscall(SYS_close_range, fd + 1, ~0U, 0);
+    init_report_setup(fd, STEP_NONE, 0);
+    init_loop(command, fd);
     return 127;
 }
 
@@ -694,6 +904,61 @@ static pid_t run_child(int (*fn)(void *), char *stack, int flags, struct plan *p
     return pid;
 }
 
+/* Clone the init (see init_main): like fork (it needs memory of its own), in
+ * the new namespaces, every signal blocked; then wait on its report pipe for
+ * the set-up record, which comes once the command exec'd or a step failed.
+ * The pid, with the pipe's read end in *report (the exit record comes there),
+ * or -1 with the failure in the plan (the init reaped). Called without the GIL. */
+static pid_t run_init_child(char *stack, struct plan *p, int *report)
+{
+    int fds[2];
+    *report = -1;
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        p->fail_step = STEP_INIT;
+        p->fail_errno = errno;
+        return -1;
+    }
+    p->report_read = fds[0];
+    p->report_fd = fds[1];
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = clone(child_main, stack + CHILD_STACK_SIZE, SIGCHLD | p->clone_flags, p);
+    int clone_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        p->fail_step = STEP_CLONE;
+        p->fail_errno = clone_errno;
+        return -1;
+    }
+    int64_t rec[3] = {0, STEP_INIT, 0};
+    size_t got = 0;
+    while (got < sizeof rec) {
+        ssize_t n = read(fds[0], (char *)rec + got, sizeof rec - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    if (got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] == STEP_NONE) {
+        *report = fds[0];
+        return pid;
+    }
+    /* A step failed, or the init died before it said (killed: "init"). */
+    int valid = got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] > STEP_NONE &&
+                rec[1] <= STEP_INIT;
+    p->fail_step = valid ? (int)rec[1] : STEP_INIT;
+    p->fail_errno = valid ? (int)rec[2] : 0;
+    close(fds[0]);
+    int status;
+    while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR)
+        ;
+    return -1;
+}
+
 /* SetupError(step, errno) from the plan's failure. */
 static void raise_setup_error(const struct plan *p)
 {
@@ -744,7 +1009,8 @@ PyDoc_STRVAR(spawn_doc,
 "spawn(*, exe_fd, exe_path, argv, envp, stdio, cwd_root, cwd, umask, clone_flags, mounts,\n"
 "      hostname, loopback_up, cgroup_fds, rlimits, oom_score_adj, loginuid,\n"
 "      drop_caps, ids, no_new_privs, landlock_fd, landlock_rules,\n"
-"      seccomp_filter, pdeathsig, cancel_fd, life_fd[, go_fd, go_timeout_ms]) -> pid\n\n"
+"      seccomp_filter, pdeathsig, cancel_fd, life_fd[, go_fd, go_timeout_ms, netns_fd,\n"
+"      mntns_fd, init]) -> pid, or (pid, report_fd) with init\n\n"
 "Clone a child that applies the prepared set-up in order and execs.\n"
 "exe_fd >= 0 execs that fd (execveat AT_EMPTY_PATH), else exe_path.\n"
 "argv, envp: lists of bytes. stdio: (in, out, err) fds.\n"
@@ -765,6 +1031,9 @@ PyDoc_STRVAR(spawn_doc,
 "  CLONE_NEWNS) before the mounts, which are then only this spawn's own.\n"
 "go_fd >= 0: right before exec, wait up to go_timeout_ms for it to be readable\n"
 "  (a cancel or the spawner's death ends the wait: nothing is executed).\n"
+"init (needs CLONE_NEWPID): the child stays as pid 1, a minimal init, and\n"
+"  the command runs as its pid 2; report_fd (O_CLOEXEC, the caller's) gives\n"
+"  the init's exit record once it ended (see init_main).\n"
 "Raises SetupError(step, errno) if a step fails (the child is reaped).");
 
 static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -775,7 +1044,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         "mounts", "hostname", "loopback_up", "cgroup_fds", "rlimits", "oom_score_adj",
         "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
         "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", "netns_fd",
-        "mntns_fd", NULL,
+        "mntns_fd", "init", NULL,
     };
     /* Every argument but go_fd and go_timeout_ms is required: the sentinels
      * below say which one a call left out (the format makes all optional). */
@@ -783,18 +1052,18 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     int exe_fd = unset, umask_value = unset, clone_flags = unset, loopback = unset;
     int drop_caps = unset, no_new_privs = unset, landlock_fd = unset, pdeathsig = unset;
     int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000, netns_fd = -1;
-    int mntns_fd = -1;
+    int mntns_fd = -1, init = 0;
     PyObject *exe_path = NULL, *argv = NULL, *envp = NULL, *stdio = NULL, *cwd_root = NULL;
     PyObject *cwd = NULL, *mounts = NULL, *hostname = NULL, *cgroup_fds = NULL, *rlimits = NULL;
     PyObject *oom = NULL, *loginuid = NULL, *ids = NULL, *landlock_rules = NULL;
     Py_buffer filter = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiii:spawn", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiip:spawn", kwlist,
                                      &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
                                      &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
                                      &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
                                      &no_new_privs, &landlock_fd, &landlock_rules, &filter,
                                      &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms, &netns_fd,
-                                     &mntns_fd))
+                                     &mntns_fd, &init))
         return NULL;
     if (exe_fd == unset || umask_value == unset || clone_flags == unset || loopback == unset ||
         drop_caps == unset || no_new_privs == unset || landlock_fd == unset ||
@@ -833,6 +1102,8 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->go_timeout_ms = go_timeout_ms;
     p->netns_fd = netns_fd;
     p->mntns_fd = mntns_fd;
+    p->init = init;
+    p->report_fd = p->report_read = -1;
 
     if (opt_cstring(exe_path, keep, &p->exe_path) < 0 || opt_cstring(cwd, keep, &p->cwd) < 0 ||
         opt_cstring(cwd_root, keep, &p->cwd_root) < 0 ||
@@ -868,6 +1139,10 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     }
     if (p->loopback_up && !(p->clone_flags & CLONE_NEWNET)) {
         PyErr_SetString(PyExc_ValueError, "loopback_up needs CLONE_NEWNET");
+        goto done;
+    }
+    if (p->init && !(p->clone_flags & CLONE_NEWPID)) {
+        PyErr_SetString(PyExc_ValueError, "init needs CLONE_NEWPID (it is pid 1 of the spawn)");
         goto done;
     }
 
@@ -949,14 +1224,20 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
 
     /* The child resets dispositions and unblocks signals before exec. */
     pid_t pid;
+    int report = -1;
     Py_BEGIN_ALLOW_THREADS
-    pid = run_child(child_main, stack, p->clone_flags, p, 0);
+    if (p->init)
+        pid = run_init_child(stack, p, &report);
+    else
+        pid = run_child(child_main, stack, p->clone_flags, p, 0);
     Py_END_ALLOW_THREADS
     if (p->fail_step != STEP_NONE) {
         raise_setup_error(p);
         goto done;
     }
-    result = PyLong_FromLong(pid);
+    result = p->init ? Py_BuildValue("(ii)", pid, report) : PyLong_FromLong(pid);
+    if (!result && report >= 0)
+        close(report);
 
 done:
     stack_give(stack);
@@ -1063,8 +1344,41 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+/* arg_start and arg_end (fields 48 and 49 of /proc/self/stat, after the
+ * comm in parentheses, which may itself hold spaces or parentheses). */
+static void read_arg_area(void)
+{
+    char buf[4096];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    char *s = strrchr(buf, ')');
+    if (!s)
+        return;
+    /* s points at ')' which ends field 2; field 3 follows. */
+    unsigned long values[2] = {0, 0};
+    int field = 2;
+    for (char *c = s + 1; *c && field < 49; c++) {
+        if (*c != ' ')
+            continue;
+        field++;
+        if (field == 48 || field == 49)
+            values[field - 48] = strtoul(c + 1, NULL, 10);
+    }
+    if (field >= 49 && values[1] > values[0]) {
+        arg_start = values[0];
+        arg_end = values[1];
+    }
+}
+
 PyMODINIT_FUNC PyInit__childsetup(void)
 {
+    read_arg_area();
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;

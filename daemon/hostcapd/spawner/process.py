@@ -22,10 +22,11 @@ from typing import Any
 import prctl
 
 from hostcapd import _childsetup  # type: ignore[attr-defined]
-from hostcapd.spawner import channel, netns
+from hostcapd.spawner import channel, init_report, netns
 from hostcapd.spawner.mntns import MountNamespacePool, Mounts
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
 #: Seconds between looks at the pools when nothing happens (a pooled mount
 #: namespace expires and is made again).
 IDLE_RECHECK = 10.0
@@ -79,6 +80,8 @@ class Spawner:
     mntns: MountNamespacePool | None = None
     #: pid -> the pooled namespace fds its child joined, held until it is reaped
     held: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: pid -> the report pipe of the child that is an init (pid namespace)
+    inits: dict[int, int] = field(default_factory=dict)
     #: Namespace fds of reaped children, closed while idle (see `reap`).
     released: list[int] = field(default_factory=list)
     #: When the latest child was started (time.monotonic).
@@ -194,8 +197,10 @@ class Spawner:
             if mntns_fd >= 0:  # its new root assembled while idle
                 clone_flags &= ~CLONE_NEWNS
                 mounts = profile.join_mounts
+        # With a pid namespace the child stays as its pid 1, a minimal init.
+        init = bool(clone_flags & CLONE_NEWPID)
         try:
-            pid = _childsetup.spawn(
+            started = _childsetup.spawn(
                 exe_fd=exe_fd if m["by_fd"] else -1,
                 exe_path=m["exe_path"],
                 argv=m["argv"],
@@ -225,6 +230,7 @@ class Spawner:
                 go_timeout_ms=GO_TIMEOUT_MS,
                 netns_fd=netns_fd,
                 mntns_fd=mntns_fd,
+                init=init,
             )
         except _childsetup.SetupError as error:
             _close(netns_fd, mntns_fd)
@@ -243,6 +249,10 @@ class Spawner:
                 }
             )
             return
+        if init:
+            pid, self.inits[started[0]] = started
+        else:
+            pid = started
         # Held until the child is reaped: were ours the last reference, the
         # namespace's teardown (its whole mount tree unmounted) would run in
         # the child's exit, before its parent hears of it: 0.15-0.2 ms of
@@ -256,7 +266,9 @@ class Spawner:
         # Only a child we have not reaped yet: its pid cannot have been reused.
         if self.children.get(pid) != spawn_id:
             return
-        for target in (pid, -pid):  # the main process (init of its pid ns) and its group
+        # An init forwards what it gets to the command (once: not its group too).
+        targets = (pid,) if pid in self.inits and sig != signal.SIGKILL else (pid, -pid)
+        for target in targets:  # the main process (init of its pid ns) and its group
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(target, sig)
 
@@ -273,8 +285,17 @@ class Spawner:
                 return
             self.released.extend(fd for fd in self.held.pop(pid, ()) if fd >= 0)
             spawn_id = self.children.pop(pid, None)
+            report_fd = self.inits.pop(pid, -1)
             if spawn_id is None:
                 continue  # an orphan reparented to us (no pid namespace): already gone
+            command = init_report.read_and_close(report_fd) if report_fd >= 0 else None
+            if command is not None:
+                # What the command did (an init cannot die by its signal); the
+                # times are the whole tree's, the peak the command's own.
+                status = command.status
+                usage_maxrss = command.maxrss_kib
+            else:
+                usage_maxrss = usage.ru_maxrss
             self.report(
                 {
                     "op": "exited",
@@ -284,7 +305,7 @@ class Spawner:
                     "rusage": (
                         usage.ru_utime,
                         usage.ru_stime,
-                        usage.ru_maxrss,
+                        usage_maxrss,
                         usage.ru_nvcsw,
                         usage.ru_nivcsw,
                         usage.ru_inblock,

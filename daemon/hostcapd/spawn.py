@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hostcapd import environment, executable
+from hostcapd import environment, executable, killing
 from hostcapd import limits as limits_mod
 from hostcapd.audit import AuditUnavailable
 from hostcapd.config import Limits, Tenant
@@ -593,14 +593,9 @@ class Spawn:
             self._kill_task = asyncio.ensure_future(self._kill_sequence())
 
     async def _kill_sequence(self) -> None:
-        """SIGTERM the tree, give it the grace period, then SIGKILL it."""
-        grace = self.runtime.kill_grace
-        if grace > 0:
-            self._kill_tree(signal.SIGTERM)
-            assert self._exit is not None
-            with contextlib.suppress(TimeoutError, SpawnerLost, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._exit), grace)
-        self._kill_tree(signal.SIGKILL)
+        """SIGTERM the tree, the grace while it lives, then SIGKILL it."""
+        assert self._exit is not None
+        await killing.kill_sequence(self._kill_tree, self._exit, self.runtime.kill_grace)
 
     def _kill_tree(self, sig: int) -> None:
         # pid namespace (kill its init) and process group, through the spawner

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 from hostcap_proto.v1 import process_pb2, process_pb2_grpc
 
+from hostcapd import killing
 from hostcapd.errors import Refusal
 from hostcapd.frontend import convert
 from hostcapd.frontend.context import Context
@@ -162,6 +163,11 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
             await refuse(context, self.runtime, "Signal", refusal, {}, "")
             raise
         spawn.signal(request.signal)
+        if request.signal == signal_mod.SIGKILL:
+            # An end: answered once the tree is gone, as a cancel is.
+            await killing.wait_ended(
+                spawn.done, self.runtime.kill_grace + killing.SIGKILL_WAIT_MARGIN_S
+            )
         return process_pb2.SignalResponse(spawn_id=spawn.id)
 
     async def List(

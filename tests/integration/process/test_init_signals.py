@@ -141,3 +141,26 @@ async def test_concurrent_spawns_each_have_their_own_init(client: Client) -> Non
     )
     for i, result in enumerate(results):
         assert result.stdout == f"2 {i}\n".encode() and result.exited.exit_code == i
+
+
+async def test_signal_sigkill_answers_once_the_tree_is_gone(client: Client, marker: str) -> None:
+    stream = client.stub.Spawn(
+        request(["sh", "-c", "sleep 1000 & echo ready; wait"], env={"TEST_MARKER": marker})
+    )
+    spawn_id = ""
+    async for event in stream:
+        kind = event.WhichOneof("event")
+        if kind == "started":
+            spawn_id = event.started.spawn_id
+        elif kind == "output" and b"ready" in event.output.data:
+            await client.stub.Signal(
+                process_pb2.SignalRequest(spawn_id=spawn_id, signal=signal.SIGKILL)
+            )
+            listed = await client.stub.List(process_pb2.ListRequest())
+            assert spawn_id not in [s.spawn_id for s in listed.spawns]
+            assert wait_gone(marker, 0.0) == []
+        elif kind == "exited":
+            assert (common_pb2.Outcome.Name(event.exited.outcome), event.exited.signal) == (
+                "SIGNALED",
+                signal.SIGKILL,
+            )

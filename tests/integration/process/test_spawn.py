@@ -357,8 +357,7 @@ def test_hostcapctl_run_json_and_exit_codes(daemon) -> None:  # type: ignore[no-
     missing = ctl("run", "--json", "--", "no-such-cmd")
     assert json.loads(missing.stdout)["error"]["reason"] == "EXECUTABLE_NOT_FOUND"
     assert ctl("run", "--cwd", "/etc", "--", "true").returncode == 125
-    # A real fault (the main process is init of its pid namespace, so signals it
-    # sends itself are ignored as they are for any pid 1).
+    # A real fault: 128 + SIGSEGV.
     assert ctl("run", "--", "python3", "-c", "import ctypes; ctypes.string_at(0)").returncode == 139
     streamed = ctl("run", "--", "sh", "-c", "echo live")
     assert streamed.stdout == "live\n" and "EXITED" in streamed.stderr

@@ -1,0 +1,48 @@
+"""How a spawn's tree is ended: final before it is reported.
+
+A cancel, a timeout, a limit or an admin kill runs `kill_sequence`: SIGTERM
+to the command (with an init as pid 1 it is delivered: the init forwards it),
+the grace only while the tree is still alive, then SIGKILL to the pid
+namespace, the process group and the cgroup. The spawn reports its end (Run
+returns, Spawn's last event, the admin Kill's reply) only once its main
+process is reaped and its pipes are at EOF: with a pid namespace the reaped
+init means every process of it is gone (the kernel kills and reaps them
+before the init's exit completes); without one the cgroup kill waits until
+the cgroup is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from hostcapd.spawner.client import SpawnerLost
+
+#: How long a Signal(SIGKILL) waits for the tree to be gone before it answers,
+#: beyond the kill grace.
+SIGKILL_WAIT_MARGIN_S = 10.0
+
+
+async def kill_sequence(
+    kill_tree: Callable[[int], None], exited: asyncio.Future[Any], grace: float
+) -> None:
+    """SIGTERM, then the grace while the main process lives, then SIGKILL."""
+    if grace > 0 and not exited.done():
+        kill_tree(signal.SIGTERM)
+        with contextlib.suppress(TimeoutError, SpawnerLost, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(exited), grace)
+    kill_tree(signal.SIGKILL)
+
+
+async def wait_ended(done: asyncio.Future[Any], timeout: float) -> bool:
+    """Wait (bounded) for a spawn's end to be reported; False if it was not."""
+    try:
+        await asyncio.wait_for(asyncio.shield(done), timeout)
+    except TimeoutError:
+        return False
+    except Exception:  # a refusal also ends it: nothing ran
+        return True
+    return True

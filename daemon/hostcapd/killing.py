@@ -46,3 +46,19 @@ async def wait_ended(done: asyncio.Future[Any], timeout: float) -> bool:
     except Exception:  # a refusal also ends it: nothing ran
         return True
     return True
+
+
+def tree_rusage(
+    rusage: tuple[float, float, int, int, int, int, int], peak_memory_bytes: int | None
+) -> tuple[float, float, int, int, int, int, int]:
+    """The rusage reported for a spawn, max_rss (KiB) the tree's own peak.
+
+    A process's ru_maxrss starts from the memory it had before its exec, and
+    the command's process is cloned from the spawner (through the init): it
+    would report the spawner's size for every small command. The cgroup's
+    peak is the tree's own, where there is a cgroup; otherwise the wait4
+    figure is what there is.
+    """
+    if peak_memory_bytes is None:
+        return rusage
+    return (rusage[0], rusage[1], peak_memory_bytes // 1024, *rusage[3:])

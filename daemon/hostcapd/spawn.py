@@ -107,7 +107,8 @@ class Report:
     """The final report (mirrors hostcap.v1.Exited)."""
 
     outcome: Outcome
-    exit_code: int = 0
+    #: None when a signal ended the command (then `signal` says which) or it never ran.
+    exit_code: int | None = None
     signal: int = 0
     message: str = ""
     failed_step: str = ""
@@ -621,7 +622,7 @@ class Spawn:
         else:
             code = os.waitstatus_to_exitcode(status.status)
             sig = -code if code < 0 else 0
-            exit_code = code if code >= 0 else 0
+            exit_code = code if code >= 0 else None
             cpu = status.rusage[0] + status.rusage[1]
             if self._kill_reason is not None:
                 outcome, message = self._kill_reason, self._kill_message
@@ -648,7 +649,7 @@ class Spawn:
                 exit_code=exit_code,
                 signal=sig,
                 message=message,
-                rusage=status.rusage,
+                rusage=killing.tree_rusage(status.rusage, stats.peak_memory_bytes),
                 peak_memory_bytes=stats.peak_memory_bytes,
                 oom_kills=stats.oom_kills,
                 duration=duration,

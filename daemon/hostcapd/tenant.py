@@ -131,7 +131,6 @@ class TenantRuntime:
             "labels": dict(spawn.request.labels),
             "pid": spawn.pid,
             "outcome": report.outcome.value,
-            "exit_code": report.exit_code,
             "signal": report.signal,
             "message": report.message,
             "signal_name": signal_name(report.signal) if report.signal else None,
@@ -158,6 +157,8 @@ class TenantRuntime:
                 "dropped": spawn.stderr.dropped,
             },
         }
+        if report.exit_code is not None:  # absent when a signal ended it
+            record["exit_code"] = report.exit_code
         if report.failed_step:
             record["failed_step"] = report.failed_step
             record["errno"] = report.errno

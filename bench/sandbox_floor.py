@@ -54,8 +54,10 @@ class SandboxFloor:
             else []
         )
 
-    def true(self) -> float:
-        """Seconds from clone to reaped of one sandboxed /bin/true."""
+    def true(self, init: bool = True) -> float:
+        """Seconds from clone to reaped of one sandboxed /bin/true; with
+        `init` (as the spawner does with a pid namespace) under its minimal
+        init as pid 1, without it as pid 1 itself (decision 0023's A/B)."""
         m = self.message
         self.mntns.fill_one("floor", self.pooled)
         self.netns.fill_one()
@@ -70,9 +72,10 @@ class SandboxFloor:
         exe = os.open(TRUE, os.O_RDONLY | os.O_CLOEXEC)
         null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
         ruleset = self.profile.new_ruleset()
+        report = -1
         try:
             start = time.perf_counter()
-            pid = _childsetup.spawn(
+            started = _childsetup.spawn(
                 exe_fd=exe,
                 exe_path=TRUE.encode(),
                 argv=[TRUE.encode()],
@@ -100,11 +103,13 @@ class SandboxFloor:
                 life_fd=-1,
                 mntns_fd=mntns_fd,
                 netns_fd=netns_fd,
+                init=init,
             )
+            pid, report = started if init else (started, -1)
             _, status = os.waitpid(pid, 0)
             seconds = time.perf_counter() - start
         finally:
-            for fd in (exe, null, mntns_fd, netns_fd, ruleset):
+            for fd in (exe, null, mntns_fd, netns_fd, ruleset, report):
                 if fd >= 0:
                     os.close(fd)
         if os.waitstatus_to_exitcode(status) != 0:

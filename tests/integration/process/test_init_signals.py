@@ -9,6 +9,7 @@ reaped while the command runs, and the outcome is what the command did.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 
@@ -164,3 +165,10 @@ async def test_signal_sigkill_answers_once_the_tree_is_gone(client: Client, mark
                 "SIGNALED",
                 signal.SIGKILL,
             )
+
+
+async def test_the_command_keeps_the_daemons_cpu_affinity(client: Client) -> None:
+    # The init and the command's process are born on the spawner's CPU (a
+    # pin for the clone only): the command must not inherit the pin.
+    result = await client.run("python3", "-c", "import os; print(sorted(os.sched_getaffinity(0)))")
+    assert result.stdout.decode().strip() == str(sorted(os.sched_getaffinity(0)))

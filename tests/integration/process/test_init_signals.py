@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 import time
+from pathlib import Path
 
 from hostcap_proto.v1 import common_pb2, process_pb2
 from support.daemon import wait_gone
@@ -172,3 +173,32 @@ async def test_the_command_keeps_the_daemons_cpu_affinity(client: Client) -> Non
     # pin for the clone only): the command must not inherit the pin.
     result = await client.run("python3", "-c", "import os; print(sorted(os.sched_getaffinity(0)))")
     assert result.stdout.decode().strip() == str(sorted(os.sched_getaffinity(0)))
+
+
+async def test_the_init_holds_nothing_and_is_confined_as_the_command(client: Client) -> None:
+    # Seen from the host while the command runs: the init (the spawn's main
+    # pid) has one fd (its report pipe), the command's uid, no capabilities,
+    # no_new_privs, the seccomp filter, and is not the command.
+    stream = client.stub.Spawn(request(["sh", "-c", "echo ready; sleep 30"]))
+    async for event in stream:
+        kind = event.WhichOneof("event")
+        if kind == "started":
+            pid = event.started.pid
+        elif kind == "output" and b"ready" in event.output.data:
+            init = Path(f"/proc/{pid}")
+            status = dict(line.split(":", 1) for line in (init / "status").read_text().splitlines())
+            command_pids = (init / "task" / str(pid) / "children").read_text().split()
+            command = Path(f"/proc/{command_pids[0]}")
+            command_status = dict(
+                line.split(":", 1) for line in (command / "status").read_text().splitlines()
+            )
+            assert os.listdir(init / "fd") == [os.listdir(init / "fd")[0]]
+            assert os.readlink(init / "fd" / os.listdir(init / "fd")[0]).startswith("pipe:")
+            for key in ("Uid", "Gid", "CapEff", "CapPrm", "CapBnd", "NoNewPrivs", "Seccomp"):
+                assert status[key].split() == command_status[key].split(), key
+            assert status["Uid"].split()[0] != "0" and status["CapEff"].strip() == "0" * 16
+            assert status["NoNewPrivs"].strip() == "1" and status["Seccomp"].strip() == "2"
+            assert status["Name"].strip() == "hostcap-init"
+            assert status["NSpid"].split()[-1] == "1"
+            assert command_status["NSpid"].split()[-1] == "2"
+            await client.stub.Signal(process_pb2.SignalRequest(pid=pid, signal=signal.SIGKILL))

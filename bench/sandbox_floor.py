@@ -53,8 +53,10 @@ class SandboxFloor:
             else []
         )
 
-    def true(self) -> float:
-        """Seconds from clone to reaped of one sandboxed /bin/true."""
+    def true(self, init: bool = True) -> float:
+        """Seconds from clone to reaped of one sandboxed /bin/true; with
+        `init` (as the spawner does with a pid namespace) under its minimal
+        init as pid 1, without it as pid 1 itself (decision 0023's A/B)."""
         m = self.message
         self.mntns.fill_one("floor", self.pooled)
         self.netns.fill_one()
@@ -69,6 +71,7 @@ class SandboxFloor:
         exe = os.open(TRUE, os.O_RDONLY | os.O_CLOEXEC)
         null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
         ruleset = self.profile.new_ruleset()
+        report = -1
         try:
             start = time.perf_counter()
             plan = childsetup.ChildPlan(
@@ -99,12 +102,13 @@ class SandboxFloor:
                 life_fd=-1,
                 mntns_fd=mntns_fd,
                 netns_fd=netns_fd,
+                init=init,
             )
-            pid = childsetup.spawn(plan)
+            pid, report = childsetup.spawn(plan)
             _, status = os.waitpid(pid, 0)
             seconds = time.perf_counter() - start
         finally:
-            for fd in (exe, null, mntns_fd, netns_fd, ruleset):
+            for fd in (exe, null, mntns_fd, netns_fd, ruleset, report):
                 if fd >= 0:
                     os.close(fd)
         if os.waitstatus_to_exitcode(status) != 0:

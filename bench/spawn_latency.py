@@ -53,6 +53,8 @@ async def measure(
     }
     if sandbox is not None:
         contenders["csetup"] = lambda: _sync(sandbox.true)
+        # The same without the init as pid 1 (the command is pid 1): its cost.
+        contenders["csetup_noinit"] = lambda: _sync(lambda: sandbox.true(init=False))
     for fn in contenders.values():  # warm-up: connections, caches, the hash cache
         for _ in range(3):
             await fn()
@@ -232,6 +234,13 @@ def _design_floor(row: Row, s: dict[str, Summary], grpc: Summary) -> None:
             ms(s["csetup"].p50_us),
             f"bwrap {ms(s['bwrap'].p50_us)}",
             "",
+        ),
+        (
+            "C set-up with the init / without it",
+            s["csetup"].p50_us / s["csetup_noinit"].p50_us,
+            ms(s["csetup"].p50_us),
+            f"no init {ms(s['csetup_noinit'].p50_us)}",
+            "init_over_no_init",
         ),
         (
             "grpc.aio RTT + posix_spawn / posix_spawn floor",

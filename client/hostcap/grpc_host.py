@@ -58,6 +58,10 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 ]
 
+#: Longest a cancelled command's call waits for the daemon to say the tree
+#: is gone (the daemon's kill grace and its SIGKILL are far shorter).
+SETTLE_TIMEOUT_S = 30.0
+
 _STATUS_REASONS: Mapping[grpc.StatusCode, str] = {
     grpc.StatusCode.UNAVAILABLE: "UNREACHABLE",
     grpc.StatusCode.UNIMPLEMENTED: "UNIMPLEMENTED",
@@ -128,7 +132,8 @@ class GrpcProcessArm:
             cwd=opts.cwd or "",
             env=dict(declared_env),
             limits=_limits(opts.limits),
-            request_id=opts.request_id or "",
+            # Always an id: a cancelled call finds its spawn again by it.
+            request_id=opts.request_id or f"hostcap:{uuid.uuid4().hex}",
             labels=dict(opts.labels),
         )
         if opts.stdin is not None:
@@ -137,6 +142,13 @@ class GrpcProcessArm:
             response: Any = await self._stub.Run(request, timeout=rpc_timeout(opts.deadline))
         except grpc.RpcError as error:
             raise host_error(error) from None
+        except asyncio.CancelledError:
+            # The RPC is cancelled, so the daemon kills the tree; the call
+            # settles only once the daemon says the tree is gone.
+            unconfirmed = await self._settle(request)
+            if unconfirmed:
+                raise asyncio.CancelledError(unconfirmed) from None
+            raise
         exited = response.exited
         outcome = _outcome(exited.outcome)
         started = response.started
@@ -154,6 +166,27 @@ class GrpcProcessArm:
             executable=started.executable.path or None,
             executable_sha256=started.executable.sha256 or None,
         )
+
+    async def _settle(self, request: process_pb2.SpawnRequest) -> str:
+        """After a cancelled Run: wait until the daemon says its spawn ended.
+
+        A dry run with the same request_id attaches to the spawn the first
+        call started (live or finished) and returns once it has ended, its
+        whole tree gone; if nothing was started under that id, it is only a
+        dry run and nothing runs. "" when the end is confirmed, else why not.
+        """
+        probe = process_pb2.SpawnRequest()
+        probe.CopyFrom(request)
+        probe.dry_run = True
+        try:
+            await asyncio.wait_for(self._stub.Run(probe), SETTLE_TIMEOUT_S)
+        except grpc.RpcError as error:
+            if from_rpc_error(error) is not None:
+                return ""  # refused as a dry run: nothing was started under the id
+            return f"the end of the process tree was not confirmed ({host_error(error)})"
+        except TimeoutError:
+            return f"the end of the process tree was not confirmed within {SETTLE_TIMEOUT_S:g} s"
+        return ""
 
     async def live_spawns(self) -> list[Any]:
         """This tenant's live spawns (ProcessService.List), as wire SpawnInfo messages."""

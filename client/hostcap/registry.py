@@ -1029,14 +1029,27 @@ async def _guarded(work: Awaitable[T], signal: asyncio.Event | None, tool_id: st
         if waiter is not None:
             waiter.cancel()
     if not task.done():
-        # The signal fired first.
+        # The signal fired first; the host call settles before we return.
         await _cancel_and_wait(task)
-        raise ToolCancelledError(tool_id=tool_id)
+        raise ToolCancelledError(tool_id=tool_id, detail=_cancel_detail(task))
     if task.cancelled():
         if current is not None and current.cancelling():
             raise asyncio.CancelledError
         raise ToolCancelledError(tool_id=tool_id, detail="the host call was cancelled")
     return task.result()
+
+
+def _cancel_detail(task: asyncio.Future[Any]) -> str:
+    """What a cancelled host call said about its end (a host that could not
+    confirm the process tree is gone says so in its CancelledError)."""
+    try:
+        task.result()
+    except asyncio.CancelledError as error:
+        if error.args and isinstance(error.args[0], str) and error.args[0]:
+            return f"the call was cancelled, but {error.args[0]}"
+    except Exception:  # retrieved; the cancel is what is reported
+        pass
+    return "the call was cancelled"
 
 
 async def _cancel_and_wait(task: asyncio.Future[Any]) -> None:

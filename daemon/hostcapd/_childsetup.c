@@ -20,10 +20,12 @@
 #include <limits.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <link.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/mount.h>
@@ -84,7 +86,8 @@
  * The list is not the order the steps run in (child_main is): pdeathsig and
  * chdir run twice, mntns runs before mount, cwd's root is opened before
  * stdio, and clone (the clone itself) and mntns (also mount_namespace's
- * child) fail outside child_main. */
+ * child) fail outside child_main; init is the init that stays pid 1, dead
+ * before it could report. */
 #define SETUP_STEPS(X)                      \
     X(STEP_NONE, "none")                    \
     X(STEP_SIGNALS, "signals")              \
@@ -113,7 +116,8 @@
     X(STEP_PARENT_GONE, "parent_gone")      \
     X(STEP_EXEC, "exec")                    \
     X(STEP_CLONE, "clone")                  \
-    X(STEP_MNTNS, "mntns")
+    X(STEP_MNTNS, "mntns")                  \
+    X(STEP_INIT, "init")
 
 #define STEP_ENUM(id, name) id,
 enum step { SETUP_STEPS(STEP_ENUM) N_STEPS };
@@ -206,6 +210,13 @@ struct plan {
     int go_fd;                 /* >= 0: wait until readable before exec */
     int go_timeout_ms;
     int life_fd;               /* hung up: the spawner is gone */
+    /* pid 1 of the spawn's pid namespace is our init (see init_main): it
+     * writes its records to report_fd and closes report_read at once */
+    int init;
+    int report_fd, report_read;
+    /* the caller's CPU affinity, which the init takes back (see clone_init_small) */
+    int restore_affinity;
+    cpu_set_t affinity;
     /* result, written by the child (shared memory) */
     volatile int fail_step;
     volatile int fail_errno;
@@ -351,7 +362,41 @@ static int loopback_up(void)
     return rc;
 }
 
-#define FAIL(s) do { p->fail_step = (s); p->fail_errno = errno; _exit(127); } while (0)
+/* A failed step: recorded in the plan (memory the spawner shares, or the
+ * init's own, which the command's process shares) and, from an init, sent on
+ * its report pipe, since the spawner does not share the init's memory. */
+static void init_report_setup(int fd, int step, int err);
+
+static void fail_now(struct plan *p, int step)
+{
+    p->fail_step = step;
+    p->fail_errno = errno;
+    if (p->init)
+        init_report_setup(p->report_fd, step, p->fail_errno);
+    _exit(127);
+}
+
+#define FAIL(s) fail_now(p, (s))
+
+static int init_main(struct plan *p);
+static int last_steps(struct plan *p);
+
+/* The init is a copy of the spawner: its /proc/1/cmdline (readable by every
+ * process of the namespace, unlike exe, maps or environ, which the init's
+ * being non-dumpable closes) would show the spawner's command line. The
+ * init overwrites its own copy of that memory (the kernel reads cmdline
+ * from the process's memory, between arg_start and arg_end, which the
+ * spawner read once from /proc/self/stat: see read_arg_area). */
+static const char init_cmdline[] = "hostcap-init";
+static unsigned long arg_start, arg_end;
+
+static void init_hide_cmdline(void)
+{
+    if (arg_end <= arg_start || arg_end - arg_start < sizeof init_cmdline)
+        return;
+    memset((void *)arg_start, 0, arg_end - arg_start);
+    memcpy((void *)arg_start, init_cmdline, sizeof init_cmdline);
+}
 
 /* The child. Runs on its own stack in the parent's memory: only syscalls and
  * async-signal-safe libc calls, no allocation, no Python. */
@@ -368,9 +413,16 @@ static int child_main(void *arg)
         if (i != SIGKILL && i != SIGSTOP)
             sigaction(i, &dfl, NULL); /* EINVAL for reserved signals is fine */
     }
+    /* An init keeps every signal blocked: it takes them with sigwaitinfo
+     * (a blocked signal is queued even for a pid 1 without a handler). */
+    if (p->init) {
+        if (p->report_read >= 0)
+            close(p->report_read);
+        init_hide_cmdline();
+    }
     sigset_t none;
     sigemptyset(&none);
-    if (sigprocmask(SIG_SETMASK, &none, NULL) != 0)
+    if (!p->init && sigprocmask(SIG_SETMASK, &none, NULL) != 0)
         FAIL(STEP_SIGNALS);
 
     /* New session and process group. */
@@ -499,9 +551,21 @@ static int child_main(void *arg)
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p->seccomp) != 0)
         FAIL(STEP_SECCOMP);
 
+    /* With an init, the command's own process (its pid 2) runs the rest. */
+    if (p->init)
+        return init_main(p);
+    FAIL(last_steps(p));
+    return 127;
+}
+
+/* The last steps, from close_fds to the exec; the step that failed (errno
+ * set) if the exec did not happen. */
+static int last_steps(struct plan *p)
+{
+    int i;
     /* Every fd but 0-2 closes at exec (the exec fd itself included). */
     if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
-        FAIL(STEP_CLOSE_FDS);
+        return STEP_CLOSE_FDS;
 
     /* Last moment: a cancel that arrived during set-up means nothing runs,
      * and a spawner that died after the pdeathsig re-arm is noticed here.
@@ -530,20 +594,20 @@ static int child_main(void *arg)
         if (ready < 0 && errno == EINTR)
             continue;
         if (ready < 0)
-            FAIL(STEP_CANCELLED);
+            return STEP_CANCELLED;
         if (ready == 0) {
             if (go < 0)
                 break;
             errno = ETIMEDOUT;
-            FAIL(STEP_CANCELLED);
+            return STEP_CANCELLED;
         }
         for (i = 0; i < n; i++) {
             if (pfd[i].revents == 0 || i == go)
                 continue;
             errno = 0;
             if (pfd[i].fd == p->cancel_fd)
-                FAIL(STEP_CANCELLED);
-            FAIL(STEP_PARENT_GONE);
+                return STEP_CANCELLED;
+            return STEP_PARENT_GONE;
         }
         break; /* only go is ready */
     }
@@ -552,7 +616,164 @@ static int child_main(void *arg)
         syscall(SYS_execveat, p->exe_fd, "", p->argv, p->envp, AT_EMPTY_PATH);
     else
         execve(p->exe_path, p->argv, p->envp);
-    FAIL(STEP_EXEC);
+    return STEP_EXEC;
+}
+
+/* ---- the init: pid 1 of a spawn's pid namespace ----
+ *
+ * A pid 1 gets only the signals it has a handler for (pid_namespaces(7)), so
+ * a command that were pid 1 could not be ended by SIGTERM nor signal itself,
+ * and orphans would pile up as zombies. With a pid namespace the child that
+ * did the set-up stays as pid 1: after the last step that is not the exec's
+ * own (seccomp) it clones the command's process (pid 2), which runs the last
+ * steps (close_fds, the cancel/go gate, exec); then, with every signal
+ * blocked and no fd but its report pipe, it forwards each signal it takes
+ * to the command (its process group), reaps every child (orphans too) and, when the command
+ * ends, writes the command's wait status and rusage on the pipe and exits
+ * with the same status as far as a pid 1 can (see init_exit).
+ *
+ * The init is not a CLONE_VM child (it outlives the exec, so it needs
+ * memory of its own): the spawner clones it like fork, and it clones the
+ * command's process vfork-style from its own memory. It has the command's
+ * uid, capabilities, no_new_privs, landlock domain, seccomp filter, cgroup
+ * and rlimits, and is not dumpable: no foothold. Its records, on the pipe
+ * the spawner reads (fixed size, in one write each):
+ *   set-up: {INIT_SETUP_MAGIC, step, errno}: step "none" once the command
+ *           exec'd, else the step that failed (the init then exits);
+ *   exit:   {INIT_EXIT_MAGIC, wait status, utime_us, stime_us, maxrss_kib,
+ *           nvcsw, nivcsw, inblock, oublock} of the command's process.
+ * Every field is an int64 in the machine's byte order. */
+#define INIT_SETUP_MAGIC 0x31534348 /* "HCS1" */
+#define INIT_EXIT_MAGIC 0x31454348  /* "HCE1" */
+#define COMMAND_STACK_SIZE (32 * 1024)
+
+static void write_record(int fd, const int64_t *rec, size_t n)
+{
+    ssize_t r;
+    do {
+        r = write(fd, rec, n * sizeof *rec);
+    } while (r < 0 && errno == EINTR);
+}
+
+static void init_report_setup(int fd, int step, int err)
+{
+    int64_t rec[3] = {INIT_SETUP_MAGIC, step, err};
+    write_record(fd, rec, 3);
+}
+
+/* The command's process: a vfork-style child of the init (its memory, its
+ * stack below), in its own session, signals unblocked, then the last steps.
+ * A failure is left in the plan (the init's memory) for the init to send. */
+static int command_main(void *arg)
+{
+    struct plan *p = arg;
+    int step = STEP_SETSID;
+    if (p->restore_affinity)
+        sched_setaffinity(0, sizeof p->affinity, &p->affinity);
+    if (setsid() >= 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        step = STEP_SIGNALS;
+        if (sigprocmask(SIG_SETMASK, &none, NULL) == 0)
+            step = last_steps(p);
+    }
+    p->fail_step = step;
+    p->fail_errno = errno;
+    _exit(127);
+}
+
+/* End the init with the command's status. An exit code is exact. A signal
+ * is what the init cannot reproduce: the kernel drops a signal a pid 1 sends
+ * itself while its disposition is the default (only the parent namespace's
+ * SIGKILL and a fault are forced on it). It is tried, then 128 + N; the exit
+ * record the spawner reads carries the command's status either way. */
+static void init_exit(int status)
+{
+    if (WIFEXITED(status))
+        _exit(WEXITSTATUS(status));
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, NULL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, sig);
+    sigprocmask(SIG_UNBLOCK, &only, NULL);
+    syscall(SYS_kill, 1, sig); /* its own pid in its namespace; no glibc raise() */
+    _exit(128 + sig);
+}
+
+static int64_t tv_us(struct timeval tv)
+{
+    return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/* The init's life once the command runs: every signal is blocked, so each is
+ * queued for it and taken here; SIGCHLD reaps, any other is forwarded. */
+static void init_loop(pid_t command, int report_fd)
+{
+    sigset_t all;
+    sigfillset(&all);
+    for (;;) {
+        siginfo_t info;
+        int sig = sigwaitinfo(&all, &info);
+        if (sig < 0)
+            continue; /* EINTR (a stop and continue) */
+        if (sig != SIGCHLD) {
+            /* To the command's process group (it is its session's leader),
+             * as the daemon sent signals to the main process and its group
+             * before the init: Ctrl-C's semantics; the command alone if its
+             * group is gone. */
+            if (syscall(SYS_kill, -command, sig) != 0)
+                syscall(SYS_kill, command, sig);
+            continue;
+        }
+        for (;;) {
+            int status;
+            struct rusage ru;
+            pid_t w = wait4(-1, &status, WNOHANG | __WALL, &ru);
+            if (w <= 0)
+                break;
+            if (w != command)
+                continue; /* an orphan reparented to us, now reaped */
+            int64_t rec[9] = {INIT_EXIT_MAGIC, status, tv_us(ru.ru_utime), tv_us(ru.ru_stime),
+                              ru.ru_maxrss, ru.ru_nvcsw, ru.ru_nivcsw, ru.ru_inblock,
+                              ru.ru_oublock};
+            write_record(report_fd, rec, 9);
+            init_exit(status);
+        }
+    }
+}
+
+/* The end of the set-up as pid 1: start the command's process, report, and
+ * become the init. */
+static int init_main(struct plan *p)
+{
+    char stack[COMMAND_STACK_SIZE] __attribute__((aligned(16)));
+    /* Not dumpable (the uid change made it so already; this says it), and a
+     * name that says what it is. Best effort: neither is a protection. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    prctl(PR_SET_NAME, "hostcap-init", 0, 0, 0);
+    p->fail_step = STEP_NONE;
+    pid_t command = clone(command_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, p);
+    /* Born on this CPU too (the init waits for its exec); both take back
+     * the spawner's affinity (see clone_init_small). */
+    if (p->restore_affinity)
+        sched_setaffinity(0, sizeof p->affinity, &p->affinity);
+    if (command < 0)
+        FAIL(STEP_CLONE);
+    if (p->fail_step != STEP_NONE) {
+        errno = p->fail_errno;
+        FAIL(p->fail_step);
+    }
+    /* The command runs: the init keeps its report pipe and nothing else. */
+    int fd = p->report_fd;
+    if (fd > 0)
+        syscall(SYS_close_range, 0, fd - 1, 0);
+    syscall(SYS_close_range, fd + 1, ~0U, 0);
+    init_report_setup(fd, STEP_NONE, 0);
+    init_loop(command, fd);
     return 127;
 }
 
@@ -701,6 +922,375 @@ static pid_t run_child(int (*fn)(void *), char *stack, int flags, struct plan *p
     return pid;
 }
 
+/* ---- the init's copy of the spawner, kept small ----
+ *
+ * The init is cloned like fork: the kernel copies the page tables of every
+ * private writable mapping of the caller, and the init's exit tears the copy
+ * down, both on a spawn's critical path (decision 0023). The child reads
+ * nothing of the Python heap once what it needs (strings, vectors, the
+ * seccomp program) is copied into an arena of its own: so, for the clone
+ * only, the caller's anonymous writable mappings are marked MADV_DONTFORK
+ * and the init gets no copy of them. Kept: the plan, the arena and the
+ * child's stack; the mappings around the thread's TLS (errno, the stack
+ * guard); every loaded object's writable segments (a .bss is anonymous);
+ * the main stack; every file mapping. The marks are taken off again right after
+ * the clone, with the GIL held all along, so no other fork (Python's) sees
+ * them. Anything unexpected (a /proc/self/maps too large, too many ranges)
+ * only skips this: the init then gets the full copy. */
+#define MAX_DONTFORK 1024
+#define MAPS_BUFFER (1024 * 1024)
+
+struct span {
+    unsigned long start, end;
+};
+
+struct arena {
+    char *base;
+    size_t size, used;
+};
+
+static void *arena_take(struct arena *a, size_t n, size_t align)
+{
+    size_t at = (a->used + align - 1) & ~(align - 1);
+    if (at + n > a->size)
+        return NULL;
+    a->used = at + n;
+    return a->base + at;
+}
+
+static const char *arena_str(struct arena *a, const char *s, int *ok)
+{
+    if (!s)
+        return NULL;
+    size_t n = strlen(s) + 1;
+    char *d = arena_take(a, n, 1);
+    if (!d) {
+        *ok = 0;
+        return s;
+    }
+    memcpy(d, s, n);
+    return d;
+}
+
+static char **arena_vec(struct arena *a, char **v, int *ok)
+{
+    size_t n = 0;
+    while (v[n])
+        n++;
+    char **out = arena_take(a, (n + 1) * sizeof *out, sizeof(void *));
+    if (!out) {
+        *ok = 0;
+        return v;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = (char *)arena_str(a, v[i], ok);
+    out[n] = NULL;
+    return out;
+}
+
+static size_t str_size(const char *s)
+{
+    return s ? strlen(s) + 1 : 0;
+}
+
+static size_t vec_size(char **v)
+{
+    size_t n = 0, total = 0;
+    for (; v[n]; n++)
+        total += strlen(v[n]) + 1;
+    return total + (n + 1) * sizeof(char *) + sizeof(void *);
+}
+
+/* Copy every string, vector and the seccomp program the child reads into a
+ * fresh arena and point the plan at the copies; 0, or -1 (plan unchanged
+ * where the copy failed: the full-copy clone still works). */
+static int plan_pack(struct plan *p, struct arena *a)
+{
+    size_t need = 64 + str_size(p->exe_path) + str_size(p->cwd_root) + str_size(p->cwd) +
+                  str_size(p->hostname) + str_size(p->oom_score_adj) + str_size(p->loginuid) +
+                  vec_size(p->argv) + vec_size(p->envp) +
+                  (size_t)p->seccomp.len * sizeof(struct sock_filter) + 16;
+    for (int i = 0; i < p->n_mounts; i++)
+        need += str_size(p->mounts[i].source) + str_size(p->mounts[i].target) +
+                str_size(p->mounts[i].fstype) + str_size(p->mounts[i].data);
+    for (int i = 0; i < p->n_landlock_rules; i++)
+        need += str_size(p->landlock_rules[i].path);
+    long page = sysconf(_SC_PAGESIZE);
+    a->size = (need + (size_t)page - 1) & ~((size_t)page - 1);
+    a->used = 0;
+    a->base = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a->base == MAP_FAILED) {
+        a->base = NULL;
+        return -1;
+    }
+    int ok = 1;
+    p->exe_path = arena_str(a, p->exe_path, &ok);
+    p->cwd_root = arena_str(a, p->cwd_root, &ok);
+    p->cwd = arena_str(a, p->cwd, &ok);
+    p->hostname = arena_str(a, p->hostname, &ok);
+    p->oom_score_adj = arena_str(a, p->oom_score_adj, &ok);
+    p->loginuid = arena_str(a, p->loginuid, &ok);
+    p->argv = arena_vec(a, p->argv, &ok);
+    p->envp = arena_vec(a, p->envp, &ok);
+    for (int i = 0; i < p->n_mounts; i++) {
+        struct mount_op *m = &p->mounts[i];
+        m->source = arena_str(a, m->source, &ok);
+        m->target = arena_str(a, m->target, &ok);
+        m->fstype = arena_str(a, m->fstype, &ok);
+        m->data = arena_str(a, m->data, &ok);
+    }
+    for (int i = 0; i < p->n_landlock_rules; i++)
+        p->landlock_rules[i].path = arena_str(a, p->landlock_rules[i].path, &ok);
+    if (p->seccomp.len > 0) {
+        size_t n = (size_t)p->seccomp.len * sizeof(struct sock_filter);
+        struct sock_filter *f = arena_take(a, n, 16);
+        if (f) {
+            memcpy(f, p->seccomp.filter, n);
+            p->seccomp.filter = f;
+        } else {
+            ok = 0;
+        }
+    }
+    return ok ? 0 : -1;
+}
+
+#define MAX_KEEP 2048
+
+struct keep_list {
+    struct span *spans;
+    int n, full;
+};
+
+/* The writable segments (.data and .bss) of every loaded object: a library's
+ * .bss is an anonymous mapping, told apart from the heap only by this. */
+static int add_writable_segments(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    struct keep_list *k = arg;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W))
+            continue;
+        if (k->n == MAX_KEEP) {
+            k->full = 1;
+            return 1;
+        }
+        unsigned long start = info->dlpi_addr + ph->p_vaddr;
+        k->spans[k->n].start = start & ~4095UL;
+        k->spans[k->n].end = (start + ph->p_memsz + 4095UL) & ~4095UL;
+        k->n++;
+    }
+    return 0;
+}
+
+static int overlaps(unsigned long start, unsigned long end, const struct span *keep, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (start < keep[i].end && keep[i].start < end)
+            return 1;
+    }
+    return 0;
+}
+
+/* Mark the anonymous writable mappings but `keep` MADV_DONTFORK; the number
+ * marked, their spans in `marked` (to be unmarked after the clone). */
+static int mark_dontfork(const struct span *keep, int n_keep, struct span *marked)
+{
+    char *buf = mmap(NULL, MAPS_BUFFER, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED)
+        return 0;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+    size_t len = 0;
+    if (fd >= 0) {
+        for (;;) {
+            ssize_t r = read(fd, buf + len, MAPS_BUFFER - 1 - len);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            len += (size_t)r;
+            if (len >= MAPS_BUFFER - 1) {
+                len = 0; /* too large to be sure of: no marks */
+                break;
+            }
+        }
+        close(fd);
+    }
+    buf[len] = '\0';
+    int n = 0;
+    for (char *line = buf; line < buf + len && *line;) {
+        char *next = strchr(line, '\n');
+        if (next)
+            *next = '\0';
+        unsigned long start, end, offset, inode;
+        char perms[8];
+        unsigned int major, minor;
+        int path_at = 0;
+        if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %n", &start, &end, perms, &offset, &major,
+                   &minor, &inode, &path_at) >= 7) {
+            const char *path = path_at > 0 ? line + path_at : "";
+            int file = inode != 0 || path[0] == '/';
+            int anon = !file && (path[0] == '\0' || strcmp(path, "[heap]") == 0);
+            if (anon && perms[1] == 'w' && perms[3] == 'p' &&
+                !overlaps(start, end, keep, n_keep)) {
+                if (n == MAX_DONTFORK ||
+                    madvise((void *)start, end - start, MADV_DONTFORK) != 0) {
+                    /* unexpected: undo what was marked and fall back */
+                    for (int i = 0; i < n; i++)
+                        madvise((void *)marked[i].start, marked[i].end - marked[i].start,
+                                MADV_DOFORK);
+                    n = 0;
+                    break;
+                }
+                marked[n].start = start;
+                marked[n].end = end;
+                n++;
+            }
+        }
+        if (!next)
+            break;
+        line = next + 1;
+    }
+    munmap(buf, MAPS_BUFFER);
+    return n;
+}
+
+static void unmark_dontfork(const struct span *marked, int n)
+{
+    for (int i = 0; i < n; i++)
+        madvise((void *)marked[i].start, marked[i].end - marked[i].start, MADV_DOFORK);
+}
+
+/* Clone the init with the GIL held (see above); its pid, or -1 with errno. */
+static pid_t clone_init_small(char *stack, struct plan *p)
+{
+    static struct span marked[MAX_DONTFORK];
+    struct arena a = {NULL, 0, 0};
+    char **argv = p->argv, **envp = p->envp;
+    struct plan saved = *p;
+    int packed = plan_pack(p, &a) == 0;
+    int n_marked = 0;
+    if (packed) {
+        static struct span spans[MAX_KEEP];
+        unsigned long tcb = (unsigned long)pthread_self();
+        struct span own[] = {
+            {(unsigned long)p, (unsigned long)p + sizeof *p},
+            {(unsigned long)a.base, (unsigned long)a.base + a.size},
+            {(unsigned long)stack, (unsigned long)stack + CHILD_STACK_SIZE},
+            {tcb > (1UL << 20) ? tcb - (1UL << 20) : 0, tcb + (64UL << 10)},
+        };
+        struct keep_list k = {spans, 0, 0};
+        for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+            spans[k.n++] = own[i];
+        dl_iterate_phdr(add_writable_segments, &k);
+        if (!k.full)
+            n_marked = mark_dontfork(spans, k.n, marked);
+    } else {
+        /* the copy failed partway: back to the Python-owned values */
+        memcpy(p, &saved, sizeof *p);
+    }
+    /* Born on this CPU, which the caller leaves at once to wait for it, the
+     * init runs at once (as a vfork child does), rather than being queued
+     * behind other work on another CPU; it and the command's process take
+     * back the caller's affinity once the command's process is started. */
+    int cpu = sched_getcpu();
+    p->restore_affinity = cpu >= 0 && sched_getaffinity(0, sizeof p->affinity, &p->affinity) == 0;
+    if (p->restore_affinity) {
+        cpu_set_t here;
+        CPU_ZERO(&here);
+        CPU_SET(cpu, &here);
+        if (sched_setaffinity(0, sizeof here, &here) != 0)
+            p->restore_affinity = 0;
+    }
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = clone(child_main, stack + CHILD_STACK_SIZE, SIGCHLD | p->clone_flags, p);
+    int clone_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (p->restore_affinity)
+        sched_setaffinity(0, sizeof p->affinity, &p->affinity);
+    unmark_dontfork(marked, n_marked);
+    /* The parent's plan points at Python's values again (argv and envp are
+     * freed by the caller); the init has its own copy of the arena. */
+    if (packed) {
+        p->exe_path = saved.exe_path;
+        p->cwd_root = saved.cwd_root;
+        p->cwd = saved.cwd;
+        p->hostname = saved.hostname;
+        p->oom_score_adj = saved.oom_score_adj;
+        p->loginuid = saved.loginuid;
+        memcpy(p->mounts, saved.mounts, sizeof p->mounts);
+        memcpy(p->landlock_rules, saved.landlock_rules, sizeof p->landlock_rules);
+        p->seccomp = saved.seccomp;
+    }
+    p->argv = argv;
+    p->envp = envp;
+    if (a.base)
+        munmap(a.base, a.size);
+    errno = clone_errno;
+    return pid;
+}
+
+/* Clone the init (see init_main): like fork (it needs memory of its own), in
+ * the new namespaces, every signal blocked, with the GIL held (see
+ * clone_init_small); then, without the GIL, wait on its report pipe for the
+ * set-up record, which comes once the command exec'd or a step failed.
+ * The pid, with the pipe's read end in *report (the exit record comes there),
+ * or -1 with the failure in the plan (the init reaped). */
+static pid_t start_init_child(char *stack, struct plan *p)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        p->fail_step = STEP_INIT;
+        p->fail_errno = errno;
+        return -1;
+    }
+    p->report_read = fds[0];
+    p->report_fd = fds[1];
+    pid_t pid = clone_init_small(stack, p);
+    int clone_errno = errno;
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        p->fail_step = STEP_CLONE;
+        p->fail_errno = clone_errno;
+        return -1;
+    }
+    return pid;
+}
+
+/* The set-up record of the init started by start_init_child; see there. */
+static pid_t wait_init_child(pid_t pid, struct plan *p, int *report)
+{
+    int fds[2] = {p->report_read, -1};
+    *report = -1;
+    int64_t rec[3] = {0, STEP_INIT, 0};
+    size_t got = 0;
+    while (got < sizeof rec) {
+        ssize_t n = read(fds[0], (char *)rec + got, sizeof rec - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    if (got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] == STEP_NONE) {
+        *report = fds[0];
+        return pid;
+    }
+    /* A step failed, or the init died before it said (killed: "init"). */
+    int valid = got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] > STEP_NONE &&
+                rec[1] < N_STEPS;
+    p->fail_step = valid ? (int)rec[1] : STEP_INIT;
+    p->fail_errno = valid ? (int)rec[2] : 0;
+    close(fds[0]);
+    int status;
+    while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR)
+        ;
+    return -1;
+}
+
 /* SetupError(step, errno) from the plan's failure. */
 static void raise_setup_error(const struct plan *p)
 {
@@ -751,7 +1341,8 @@ PyDoc_STRVAR(spawn_doc,
 "spawn(*, exe_fd, exe_path, argv, envp, stdio, cwd_root, cwd, umask, clone_flags, mounts,\n"
 "      hostname, loopback_up, cgroup_fds, rlimits, oom_score_adj, loginuid,\n"
 "      drop_caps, ids, no_new_privs, landlock_fd, landlock_rules,\n"
-"      seccomp_filter, pdeathsig, cancel_fd, life_fd[, go_fd, go_timeout_ms]) -> pid\n\n"
+"      seccomp_filter, pdeathsig, cancel_fd, life_fd[, go_fd, go_timeout_ms, netns_fd,\n"
+"      mntns_fd, init]) -> pid, or (pid, report_fd) with init\n\n"
 "Clone a child that applies the prepared set-up in order and execs.\n"
 "exe_fd >= 0 execs that fd (execveat AT_EMPTY_PATH), else exe_path.\n"
 "argv, envp: lists of bytes. stdio: (in, out, err) fds.\n"
@@ -772,6 +1363,9 @@ PyDoc_STRVAR(spawn_doc,
 "  CLONE_NEWNS) before the mounts, which are then only this spawn's own.\n"
 "go_fd >= 0: right before exec, wait up to go_timeout_ms for it to be readable\n"
 "  (a cancel or the spawner's death ends the wait: nothing is executed).\n"
+"init (needs CLONE_NEWPID): the child stays as pid 1, a minimal init, and\n"
+"  the command runs as its pid 2; report_fd (O_CLOEXEC, the caller's) gives\n"
+"  the init's exit record once it ended (see init_main).\n"
 "Raises SetupError(step, errno) if a step fails (the child is reaped).");
 
 static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -782,7 +1376,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         "mounts", "hostname", "loopback_up", "cgroup_fds", "rlimits", "oom_score_adj",
         "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
         "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", "netns_fd",
-        "mntns_fd", NULL,
+        "mntns_fd", "init", NULL,
     };
     /* Every argument but go_fd and go_timeout_ms is required: the sentinels
      * below say which one a call left out (the format makes all optional). */
@@ -790,18 +1384,18 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     int exe_fd = unset, umask_value = unset, clone_flags = unset, loopback = unset;
     int drop_caps = unset, no_new_privs = unset, landlock_fd = unset, pdeathsig = unset;
     int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000, netns_fd = -1;
-    int mntns_fd = -1;
+    int mntns_fd = -1, init = 0;
     PyObject *exe_path = NULL, *argv = NULL, *envp = NULL, *stdio = NULL, *cwd_root = NULL;
     PyObject *cwd = NULL, *mounts = NULL, *hostname = NULL, *cgroup_fds = NULL, *rlimits = NULL;
     PyObject *oom = NULL, *loginuid = NULL, *ids = NULL, *landlock_rules = NULL;
     Py_buffer filter = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiii:spawn", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiip:spawn", kwlist,
                                      &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
                                      &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
                                      &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
                                      &no_new_privs, &landlock_fd, &landlock_rules, &filter,
                                      &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms, &netns_fd,
-                                     &mntns_fd))
+                                     &mntns_fd, &init))
         return NULL;
     if (exe_fd == unset || umask_value == unset || clone_flags == unset || loopback == unset ||
         drop_caps == unset || no_new_privs == unset || landlock_fd == unset ||
@@ -840,6 +1434,8 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->go_timeout_ms = go_timeout_ms;
     p->netns_fd = netns_fd;
     p->mntns_fd = mntns_fd;
+    p->init = init;
+    p->report_fd = p->report_read = -1;
 
     if (opt_cstring(exe_path, keep, &p->exe_path) < 0 || opt_cstring(cwd, keep, &p->cwd) < 0 ||
         opt_cstring(cwd_root, keep, &p->cwd_root) < 0 ||
@@ -875,6 +1471,10 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     }
     if (p->loopback_up && !(p->clone_flags & CLONE_NEWNET)) {
         PyErr_SetString(PyExc_ValueError, "loopback_up needs CLONE_NEWNET");
+        goto done;
+    }
+    if (p->init && !(p->clone_flags & CLONE_NEWPID)) {
+        PyErr_SetString(PyExc_ValueError, "init needs CLONE_NEWPID (it is pid 1 of the spawn)");
         goto done;
     }
 
@@ -956,14 +1556,26 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
 
     /* The child resets dispositions and unblocks signals before exec. */
     pid_t pid;
-    Py_BEGIN_ALLOW_THREADS
-    pid = run_child(child_main, stack, p->clone_flags, p, 0);
-    Py_END_ALLOW_THREADS
+    int report = -1;
+    if (p->init) {
+        pid = start_init_child(stack, p);
+        if (pid >= 0) {
+            Py_BEGIN_ALLOW_THREADS
+            pid = wait_init_child(pid, p, &report);
+            Py_END_ALLOW_THREADS
+        }
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        pid = run_child(child_main, stack, p->clone_flags, p, 0);
+        Py_END_ALLOW_THREADS
+    }
     if (p->fail_step != STEP_NONE) {
         raise_setup_error(p);
         goto done;
     }
-    result = PyLong_FromLong(pid);
+    result = p->init ? Py_BuildValue("(ii)", pid, report) : PyLong_FromLong(pid);
+    if (!result && report >= 0)
+        close(report);
 
 done:
     stack_give(stack);
@@ -1070,8 +1682,41 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+/* arg_start and arg_end (fields 48 and 49 of /proc/self/stat, after the
+ * comm in parentheses, which may itself hold spaces or parentheses). */
+static void read_arg_area(void)
+{
+    char buf[4096];
+    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return;
+    buf[n] = '\0';
+    char *s = strrchr(buf, ')');
+    if (!s)
+        return;
+    /* s points at ')' which ends field 2; field 3 follows. */
+    unsigned long values[2] = {0, 0};
+    int field = 2;
+    for (char *c = s + 1; *c && field < 49; c++) {
+        if (*c != ' ')
+            continue;
+        field++;
+        if (field == 48 || field == 49)
+            values[field - 48] = strtoul(c + 1, NULL, 10);
+    }
+    if (field >= 49 && values[1] > values[0]) {
+        arg_start = values[0];
+        arg_end = values[1];
+    }
+}
+
 PyMODINIT_FUNC PyInit__childsetup(void)
 {
+    read_arg_area();
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;

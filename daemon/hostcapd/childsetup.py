@@ -78,13 +78,17 @@ class ChildPlan:
     netns_fd: int = -1
     #: >= 0: join this mount namespace (made by mount_namespace) before the mounts.
     mntns_fd: int = -1
+    #: With a pid namespace: the child stays as its pid 1, a minimal init, and
+    #: the command runs as pid 2 (decision 0023).
+    init: bool = False
 
 
-def spawn(plan: ChildPlan) -> int:
-    """Clone a child that applies `plan` in order and execs; its pid once it
-    has exec'd. Raises SetupError(step, errno) if a step failed (the child is
-    reaped), ValueError or TypeError for a plan the C refuses before cloning."""
-    pid: int = _childsetup.spawn(
+def spawn(plan: ChildPlan) -> tuple[int, int]:
+    """Clone a child that applies `plan` in order and execs; (its pid once the
+    command has exec'd, the init's report fd or -1 without an init). Raises
+    SetupError(step, errno) if a step failed (the child is reaped), ValueError
+    or TypeError for a plan the C refuses before cloning."""
+    started = _childsetup.spawn(
         exe_fd=plan.exe_fd,
         exe_path=plan.exe_path,
         argv=plan.argv,
@@ -114,8 +118,12 @@ def spawn(plan: ChildPlan) -> int:
         go_timeout_ms=plan.go_timeout_ms,
         netns_fd=plan.netns_fd,
         mntns_fd=plan.mntns_fd,
+        init=plan.init,
     )
-    return pid
+    if plan.init:
+        pid, report = started
+        return int(pid), int(report)
+    return int(started), -1
 
 
 def mount_namespace(mounts: Sequence[Mount]) -> int:

@@ -168,7 +168,7 @@ PROBE = textwrap.dedent(
         exe = os.open(argv[0], os.O_PATH | os.O_CLOEXEC)
         r, w = os.pipe()
         try:
-            pid = childsetup.spawn(childsetup.ChildPlan(
+            pid, _ = childsetup.spawn(childsetup.ChildPlan(
                 exe_fd=exe, exe_path=None, argv=[a.encode() for a in argv],
                 envp=[b"PATH=/usr/bin:/bin"], stdio=(0, w, w), cwd_root=cwd, cwd=None, umask=0o022,
                 clone_flags=FLAGS if sandboxed else 0, mounts=MOUNTS if sandboxed else [],

@@ -62,10 +62,11 @@ report(pids=pids, me=os.getpid(),
        host_init_cmdline=open("/proc/1/cmdline", "rb").read().decode(errors="replace"))
 """,
         )
-    # The sandbox's own pid namespace: its main process is pid 1, nothing else.
-    assert found["me"] == 1 and found["pids"] == [1]
+    # The sandbox's own pid namespace: its init is pid 1, the command pid 2,
+    # nothing else; the init's command line names it, not the daemon's.
+    assert found["me"] == 2 and found["pids"] == [1, 2]
     assert (found["sleeper"], found["daemon"]) == (False, False)
-    assert found["host_init_cmdline"].startswith("python3")
+    assert found["host_init_cmdline"].rstrip("\0") == "hostcap-init"
 
 
 @pytest.mark.parametrize("tenant", ["alpha", "layers"])

@@ -238,6 +238,25 @@ def processes_with(marker: str) -> list[int]:
     return found
 
 
+def runs_under(pid: int, marker: str) -> bool:
+    """Whether the spawn whose main pid is `pid` runs a `marker` process: the
+    main process itself (no pid namespace) or a child of it (with one, the
+    main pid is the spawn's init and the command its child)."""
+    for found in processes_with(marker):
+        if found == pid:
+            return True
+        try:
+            status = Path(f"/proc/{found}/status").read_text()
+        except OSError:
+            continue
+        ppid = next(
+            (line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), ""
+        )
+        if ppid == str(pid):
+            return True
+    return False
+
+
 def wait_gone(marker: str, timeout: float, exclude: tuple[int, ...] = ()) -> list[int]:
     """Wait until no process carries `marker` (but those in `exclude`, such
     as a test's own client whose argv names the marker)."""

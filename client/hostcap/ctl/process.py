@@ -112,7 +112,7 @@ def run_json(result: process_pb2.RunResult) -> dict[str, Any]:
         "pid": s.pid,
         "executable": {"path": s.executable.path, "sha256": s.executable.sha256},
         "outcome": common_pb2.Outcome.Name(e.outcome) if result.HasField("exited") else None,
-        "exit_code": e.exit_code,
+        "exit_code": e.exit_code if e.HasField("exit_code") else None,
         "signal": e.signal_name or None,
         "message": e.message,
         "duration_s": e.duration_seconds,

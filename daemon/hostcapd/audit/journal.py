@@ -36,6 +36,7 @@ _COPIED = (
     "seq",
     "event_id",
     "boot_id",
+    "run_id",
     "hash",
     "prev_hash",
     "tenant",

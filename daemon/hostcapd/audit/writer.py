@@ -29,6 +29,7 @@ import hashlib
 import logging
 import os
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,9 @@ class AuditLog(DeferredQueue, GroupCommit):
     ) -> None:
         self._settings = settings
         self._boot_id = boot_id
+        #: This daemon run's own id (the log is opened once per run); boot_id
+        #: is the kernel's, the same for every run since the machine booted.
+        self._run_id = uuid.uuid4().hex
         self._fd = fd
         self._lock_fd = lock_fd
         self._size = size
@@ -297,6 +301,7 @@ class AuditLog(DeferredQueue, GroupCommit):
             "time": _now(),
             "event_id": _event_id(),
             "boot_id": self._boot_id,
+            "run_id": self._run_id,
             "prev_hash": self._hash,
             **body,
         }

@@ -75,7 +75,6 @@ def exited_to_wire(spawn: Spawn, report: Report) -> process_pb2.Exited:
     r = report.rusage
     exited = process_pb2.Exited(
         outcome=report.outcome.value,
-        exit_code=report.exit_code,
         signal=report.signal,
         signal_name=signal_name(report.signal) if report.signal else "",
         message=report.message,
@@ -105,6 +104,8 @@ def exited_to_wire(spawn: Spawn, report: Report) -> process_pb2.Exited:
     )
     if report.peak_memory_bytes is not None:
         exited.peak_memory_bytes = report.peak_memory_bytes
+    if report.exit_code is not None:  # absent when a signal ended it
+        exited.exit_code = report.exit_code
     return exited
 
 

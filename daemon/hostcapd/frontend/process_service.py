@@ -12,6 +12,7 @@ from hostcapd.errors import Refusal
 from hostcapd.frontend import convert
 from hostcapd.frontend.context import Context
 from hostcapd.frontend.refusals import refuse
+from hostcapd.process import killing
 from hostcapd.process.request import SpawnRequest
 from hostcapd.process.spawn import Spawn
 from hostcapd.tenant import TenantRuntime
@@ -170,6 +171,11 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
         except Refusal as refusal:
             await refuse(context, self.runtime.audit, self.runtime.name, "Signal", refusal, {}, "")
         spawn.signal(request.signal)
+        if request.signal == signal_mod.SIGKILL:
+            # An end: answered once the tree is gone, as a cancel is.
+            await killing.wait_ended(
+                spawn.done, self.runtime.deps.kill_grace + killing.SIGKILL_WAIT_MARGIN_S
+            )
         return process_pb2.SignalResponse(spawn_id=spawn.id)
 
     async def List(

@@ -68,7 +68,6 @@ def exit_record(
         **_correlation(tenant, spawn_id, request),
         "pid": pid,
         "outcome": report.outcome.value,
-        "exit_code": report.exit_code,
         "signal": report.signal,
         "message": report.message,
         "signal_name": signal_name(report.signal) if report.signal else None,
@@ -87,6 +86,8 @@ def exit_record(
         "stdout": _stream(stdout),
         "stderr": _stream(stderr),
     }
+    if report.exit_code is not None:  # absent when a signal ended it
+        record["exit_code"] = report.exit_code
     if report.failed_step:
         record["failed_step"] = report.failed_step
         record["errno"] = report.errno

@@ -10,6 +10,7 @@ import signal
 from dataclasses import dataclass
 
 from hostcapd.config import Limits
+from hostcapd.process import killing
 from hostcapd.sandbox.cgroups import CgroupStats
 from hostcapd.spawner.client import ExitStatus
 
@@ -32,7 +33,8 @@ class Report:
     """The final report (mirrors hostcap.v1.Exited)."""
 
     outcome: Outcome
-    exit_code: int = 0
+    #: None when a signal ended the command (then `signal` says which) or it never ran.
+    exit_code: int | None = None
     signal: int = 0
     message: str = ""
     failed_step: str = ""
@@ -70,7 +72,7 @@ def classify(
         )
     code = os.waitstatus_to_exitcode(status.status)
     sig = -code if code < 0 else 0
-    exit_code = code if code >= 0 else 0
+    exit_code = code if code >= 0 else None
     cpu = status.rusage[0] + status.rusage[1]
     if killed is not None:
         outcome, message = killed
@@ -94,7 +96,7 @@ def classify(
         exit_code=exit_code,
         signal=sig,
         message=message,
-        rusage=status.rusage,
+        rusage=killing.tree_rusage(status.rusage, stats.peak_memory_bytes),
         peak_memory_bytes=stats.peak_memory_bytes,
         oom_kills=stats.oom_kills,
         duration=duration,

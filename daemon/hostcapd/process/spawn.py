@@ -24,7 +24,7 @@ from hostcapd import metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
-from hostcapd.process import environment, records
+from hostcapd.process import environment, killing, records
 from hostcapd.process.executable import HashCache
 from hostcapd.process.output import StreamBuffer
 from hostcapd.process.report import Outcome, Report, classify
@@ -457,14 +457,9 @@ class Spawn:
             self._kill_task = asyncio.ensure_future(self._kill_sequence())
 
     async def _kill_sequence(self) -> None:
-        """SIGTERM the tree, give it the grace period, then SIGKILL it."""
-        grace = self.deps.kill_grace
-        if grace > 0:
-            self._kill_tree(signal.SIGTERM)
-            assert self._exit is not None
-            with contextlib.suppress(TimeoutError, SpawnerLost, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(self._exit), grace)
-        self._kill_tree(signal.SIGKILL)
+        """SIGTERM the tree, the grace while it lives, then SIGKILL it."""
+        assert self._exit is not None
+        await killing.kill_sequence(self._kill_tree, self._exit, self.deps.kill_grace)
 
     def _kill_tree(self, sig: int) -> None:
         # pid namespace (kill its init) and process group, through the spawner

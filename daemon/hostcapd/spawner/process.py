@@ -22,11 +22,12 @@ import prctl
 
 from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
-from hostcapd.spawner import channel, messages, netns
+from hostcapd.spawner import channel, init_report, messages, netns
 from hostcapd.spawner.messages import MalformedMessage, RegisterProfile
 from hostcapd.spawner.mntns import MountNamespacePool, Mounts
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
 #: Seconds between looks at the pools when nothing happens (a pooled mount
 #: namespace expires and is made again).
 IDLE_RECHECK = 10.0
@@ -57,6 +58,8 @@ class Spawner:
     mntns: MountNamespacePool | None = None
     #: pid -> the pooled namespace fds its child joined, held until it is reaped
     held: dict[int, tuple[int, int]] = field(default_factory=dict)
+    #: pid -> the report pipe of the child that is an init (pid namespace)
+    inits: dict[int, int] = field(default_factory=dict)
     #: Namespace fds of reaped children, closed while idle (see `reap`).
     released: list[int] = field(default_factory=list)
     #: When the latest child was started (time.monotonic).
@@ -165,6 +168,8 @@ class Spawner:
             if mntns_fd >= 0:  # its new root assembled while idle
                 clone_flags &= ~CLONE_NEWNS
                 mounts = profile.join_mounts
+        # With a pid namespace the child stays as its pid 1, a minimal init.
+        init = bool(clone_flags & CLONE_NEWPID)
         try:
             plan = ChildPlan(
                 exe_fd=exe_fd if m.by_fd else -1,
@@ -196,8 +201,9 @@ class Spawner:
                 go_timeout_ms=GO_TIMEOUT_MS,
                 netns_fd=netns_fd,
                 mntns_fd=mntns_fd,
+                init=init,
             )
-            pid = childsetup.spawn(plan)
+            pid, report_fd = childsetup.spawn(plan)
         except childsetup.SetupError as error:
             _close(netns_fd, mntns_fd)
             step, err = error.args
@@ -209,6 +215,8 @@ class Spawner:
                 messages.Failed(spawn_id, "prepare", getattr(error, "errno", 0) or 0, str(error))
             )
             return
+        if report_fd >= 0:
+            self.inits[pid] = report_fd
         # Held until the child is reaped: were ours the last reference, the
         # namespace's teardown (its whole mount tree unmounted) would run in
         # the child's exit, before its parent hears of it: 0.15-0.2 ms of
@@ -222,7 +230,9 @@ class Spawner:
         # Only a child we have not reaped yet: its pid cannot have been reused.
         if self.children.get(pid) != spawn_id:
             return
-        for target in (pid, -pid):  # the main process (init of its pid ns) and its group
+        # An init forwards what it gets to the command (once: not its group too).
+        targets = (pid,) if pid in self.inits and sig != signal.SIGKILL else (pid, -pid)
+        for target in targets:  # the main process (init of its pid ns) and its group
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(target, sig)
 
@@ -239,12 +249,21 @@ class Spawner:
                 return
             self.released.extend(fd for fd in self.held.pop(pid, ()) if fd >= 0)
             spawn_id = self.children.pop(pid, None)
+            report_fd = self.inits.pop(pid, -1)
             if spawn_id is None:
                 continue  # an orphan reparented to us (no pid namespace): already gone
+            command = init_report.read_and_close(report_fd) if report_fd >= 0 else None
+            if command is not None:
+                # What the command did (an init cannot die by its signal); the
+                # times are the whole tree's, the peak the command's own.
+                status = command.status
+                usage_maxrss = command.maxrss_kib
+            else:
+                usage_maxrss = usage.ru_maxrss
             rusage = (
                 usage.ru_utime,
                 usage.ru_stime,
-                usage.ru_maxrss,
+                usage_maxrss,
                 usage.ru_nvcsw,
                 usage.ru_nivcsw,
                 usage.ru_inblock,

@@ -229,7 +229,10 @@ class RecordHeader(_Fields):
     seq: int = Field(ge=1)
     time: str = Field(pattern=_TIME.pattern)
     event_id: str = Field(min_length=1)
+    #: The kernel's boot id (/proc/sys/kernel/random/boot_id).
     boot_id: str
+    #: The id of the daemon run that wrote the record (absent before it existed).
+    run_id: str | None = Field(default=None, pattern=r"^[0-9a-f]{32}$")
     prev_hash: str = Field(pattern=r"^[0-9a-f]{64}$")
     hash: str = Field(pattern=r"^[0-9a-f]{64}$")
 

@@ -44,7 +44,7 @@ OUTCOMES: tuple[str, ...] = get_args(OutcomeName)
 
 #: The fields the writer sets on every record; callers never pass them.
 HEADER_FIELDS: frozenset[str] = frozenset(
-    {"schema", "event", "seq", "time", "event_id", "boot_id", "prev_hash", "hash"}
+    {"schema", "event", "seq", "time", "event_id", "boot_id", "run_id", "prev_hash", "hash"}
 )
 
 #: journald MESSAGE_ID of each event type (``journalctl MESSAGE_ID=...``). Fixed forever.

@@ -21,7 +21,14 @@ from ops_support import (
     wait_admin,
     wait_until,
 )
-from support.daemon import Daemon, audit_records, connectable, processes_with, tenant_config
+from support.daemon import (
+    Daemon,
+    audit_records,
+    connectable,
+    processes_with,
+    runs_under,
+    tenant_config,
+)
 from support.process import Client, outcome, request
 
 #: A program that runs until the test creates the file `go` in its cwd (the
@@ -199,7 +206,7 @@ async def test_a_running_spawn_of_an_unrelated_tenant_survives_a_reload(
             ["edited"],
         )
         # Still the same live process, still listed, then it ends on its own terms.
-        assert started.pid in processes_with(marker)
+        assert runs_under(started.pid, marker)
         ps = hostcapctl("ps", "--json", admin=daemon.admin_socket)
         assert started.spawn_id in ps.stdout
         (daemon.root("dev") / "go").touch()
@@ -239,7 +246,7 @@ async def test_a_changed_tenant_is_replaced_but_its_running_spawn_finishes_under
         fresh = await client.run("sh", "-c", "echo $STAGE")
         assert fresh.stdout == b"after\n"
         # The running one is untouched and ends under the config it started with.
-        assert started.pid in processes_with(marker)
+        assert runs_under(started.pid, marker)
         (daemon.root("dev") / "go").touch()
         ended, out, _ = await asyncio.wait_for(finish(call), DEADLINE_S)
         assert (ended, out) == ("EXITED", b"survived with STAGE=before\n")

@@ -101,7 +101,11 @@ async def test_main_exit_kills_what_it_left_behind(client: Client, marker: str) 
 async def test_cpu_limit(client: Client) -> None:
     result = await client.run("sh", "-c", "while :; do :; done", limits={"cpu_seconds": 1})
     assert outcome(result) == "CPU_LIMIT"
-    assert result.exited.rusage.user_seconds + result.exited.rusage.system_seconds >= 0.9
+    # SIGXCPU at the soft limit (a pid 1 used to drop it and run on to the
+    # hard limit's SIGKILL); the accounted CPU is close to the limit, a
+    # little under it on a loaded machine.
+    assert result.exited.signal == signal.SIGXCPU
+    assert result.exited.rusage.user_seconds + result.exited.rusage.system_seconds >= 0.5
 
 
 async def test_output_cap_keeps_head_and_tail_and_counts_the_rest(client: Client) -> None:
@@ -357,8 +361,7 @@ def test_hostcapctl_run_json_and_exit_codes(daemon) -> None:  # type: ignore[no-
     missing = ctl("run", "--json", "--", "no-such-cmd")
     assert json.loads(missing.stdout)["error"]["reason"] == "EXECUTABLE_NOT_FOUND"
     assert ctl("run", "--cwd", "/etc", "--", "true").returncode == 125
-    # A real fault (the main process is init of its pid namespace, so signals it
-    # sends itself are ignored as they are for any pid 1).
+    # A real fault: 128 + SIGSEGV.
     assert ctl("run", "--", "python3", "-c", "import ctypes; ctypes.string_at(0)").returncode == 139
     streamed = ctl("run", "--", "sh", "-c", "echo live")
     assert streamed.stdout == "live\n" and "EXITED" in streamed.stderr

@@ -273,7 +273,7 @@ def run_through_setup(argv: list[bytes], **plan: Any) -> tuple[int, str]:
         life_fd=-1,
     )
     try:
-        pid = childsetup.spawn(dataclasses.replace(settings, **plan))
+        pid, _ = childsetup.spawn(dataclasses.replace(settings, **plan))
     finally:
         os.close(exe)
         os.close(out_w)

@@ -46,7 +46,7 @@ def _plan(**change: Any) -> ChildPlan:
 
 
 def test_a_plan_runs_through_the_c_set_up() -> None:
-    pid = childsetup.spawn(_plan())
+    pid, _ = childsetup.spawn(_plan())
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 7
 

@@ -49,7 +49,7 @@ PROBE = textwrap.dedent(
     outcome = {}
     for name, change in attempts.items():
         try:
-            pid = childsetup.spawn(dataclasses.replace(base, **change))
+            pid, _ = childsetup.spawn(dataclasses.replace(base, **change))
         except ValueError as error:
             outcome[name] = str(error)
         else:
@@ -57,7 +57,7 @@ PROBE = textwrap.dedent(
             outcome[name] = "ran"
     after = (socket.gethostname(), open("/proc/self/mountinfo").read())
     # The same steps in their own namespaces are accepted (the guard is exact).
-    pid = childsetup.spawn(dataclasses.replace(
+    pid, _ = childsetup.spawn(dataclasses.replace(
         base, hostname=b"renamed-by-hostcap", mounts=[tmpfs],
         clone_flags=namespaces.CLONE_NEWUTS | namespaces.CLONE_NEWNS))
     _, status = os.waitpid(pid, 0)

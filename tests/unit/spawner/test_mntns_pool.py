@@ -38,7 +38,7 @@ PROBE = textwrap.dedent(
     def run(clone_flags, mounts, mntns_fd=-1):
         r, w = os.pipe()
         exe = os.open("/bin/sh", os.O_RDONLY | os.O_CLOEXEC)
-        pid = childsetup.spawn(childsetup.ChildPlan(
+        pid, _ = childsetup.spawn(childsetup.ChildPlan(
             exe_fd=exe, exe_path=None, argv=[b"sh", b"-c", SCRIPT], envp=[b"PATH=/usr/bin:/bin"],
             stdio=(0, w, 2), cwd_root=None, cwd=None, umask=0o022, clone_flags=clone_flags,
             mounts=list(mounts), hostname=None, loopback_up=False, cgroup_fds=[], rlimits=[],

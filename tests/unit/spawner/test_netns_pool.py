@@ -31,7 +31,7 @@ PROBE = textwrap.dedent(
             "import os, socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen();"
             "c = socket.create_connection(s.getsockname()); print(os.readlink('/proc/self/ns/net'))"
         )
-        pid = childsetup.spawn(childsetup.ChildPlan(
+        pid, _ = childsetup.spawn(childsetup.ChildPlan(
             exe_fd=exe, exe_path=None, argv=[b"python3", b"-c", code.encode()], envp=[],
             stdio=(0, w, 2), cwd_root=None, cwd=None, umask=0o022, clone_flags=0, mounts=[],
             hostname=None, loopback_up=False, cgroup_fds=[], rlimits=[], oom_score_adj=None,

@@ -1,0 +1,64 @@
+"""How a spawn's tree is ended: final before it is reported.
+
+A cancel, a timeout, a limit or an admin kill runs `kill_sequence`: SIGTERM
+to the command (with an init as pid 1 it is delivered: the init forwards it),
+the grace only while the tree is still alive, then SIGKILL to the pid
+namespace, the process group and the cgroup. The spawn reports its end (Run
+returns, Spawn's last event, the admin Kill's reply) only once its main
+process is reaped and its pipes are at EOF: with a pid namespace the reaped
+init means every process of it is gone (the kernel kills and reaps them
+before the init's exit completes); without one the cgroup kill waits until
+the cgroup is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from hostcapd.spawner.client import SpawnerLost
+
+#: How long a Signal(SIGKILL) waits for the tree to be gone before it answers,
+#: beyond the kill grace.
+SIGKILL_WAIT_MARGIN_S = 10.0
+
+
+async def kill_sequence(
+    kill_tree: Callable[[int], None], exited: asyncio.Future[Any], grace: float
+) -> None:
+    """SIGTERM, then the grace while the main process lives, then SIGKILL."""
+    if grace > 0 and not exited.done():
+        kill_tree(signal.SIGTERM)
+        with contextlib.suppress(TimeoutError, SpawnerLost, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(exited), grace)
+    kill_tree(signal.SIGKILL)
+
+
+async def wait_ended(done: asyncio.Future[Any], timeout: float) -> bool:
+    """Wait (bounded) for a spawn's end to be reported; False if it was not."""
+    try:
+        await asyncio.wait_for(asyncio.shield(done), timeout)
+    except TimeoutError:
+        return False
+    except Exception:  # a refusal also ends it: nothing ran
+        return True
+    return True
+
+
+def tree_rusage(
+    rusage: tuple[float, float, int, int, int, int, int], peak_memory_bytes: int | None
+) -> tuple[float, float, int, int, int, int, int]:
+    """The rusage reported for a spawn, max_rss (KiB) the tree's own peak.
+
+    A process's ru_maxrss starts from the memory it had before its exec, and
+    the command's process is cloned from the spawner (through the init): it
+    would report the spawner's size for every small command. The cgroup's
+    peak is the tree's own, where there is a cgroup; otherwise the wait4
+    figure is what there is.
+    """
+    if peak_memory_bytes is None:
+        return rusage
+    return (rusage[0], rusage[1], peak_memory_bytes // 1024, *rusage[3:])

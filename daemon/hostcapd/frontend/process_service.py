@@ -99,16 +99,18 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
     ) -> AsyncIterator[process_pb2.SpawnEvent | bytes]:
         req = convert.request_from_wire(request)
         spawn, started, attached = await self._begin(req, context, "Spawn", streaming=True)
-        if started is not None:
-            yield process_pb2.SpawnEvent(started=started)
-        if spawn is None:
-            return
-        if attached:
-            # Output went to the original caller; a retry gets the start and the end.
-            report = await asyncio.shield(spawn.done)
-            yield process_pb2.SpawnEvent(exited=convert.exited_to_wire(spawn, report))
+        if spawn is None or attached:
+            # A dry run; or a retry, which gets the start and the end (the
+            # output went to the original caller, who owns the tree).
+            if started is not None:
+                yield process_pb2.SpawnEvent(started=started)
+            if spawn is not None:
+                report = await asyncio.shield(spawn.done)
+                yield process_pb2.SpawnEvent(exited=convert.exited_to_wire(spawn, report))
             return
         try:
+            if started is not None:
+                yield process_pb2.SpawnEvent(started=started)
             while True:
                 kind, payload = await spawn.events.get()
                 if kind == "output":

@@ -136,6 +136,10 @@ class Sandbox(_Model):
     exec_by_fd: Level = Level.REQUIRED
     #: Give children the host network (no net namespace isolation).
     allow_host_network: bool = False
+    #: AF_INET/AF_INET6 (and AF_NETLINK/NETLINK_ROUTE) sockets: the network the
+    #: tenant has (its namespace's loopback, or the host's with
+    #: allow_host_network). False: AF_UNIX only (hostcapd.sandbox.sockets).
+    network_sockets: bool = True
     #: Directories children may read and execute (landlock).
     system_dirs: tuple[Path, ...] = (
         Path("/usr"),

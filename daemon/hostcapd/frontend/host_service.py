@@ -50,4 +50,5 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
             max_read_bytes=tenant.fs.max_read_bytes,
             max_write_bytes=tenant.fs.max_write_bytes,
             fs_protections=rt.fs.protections_pb() if rt.fs is not None else [],
+            socket_families=list(profile.socket_families),
         )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
-from hostcapd.sandbox import cgroups, landlock, namespaces, seccomp
+from hostcapd.sandbox import cgroups, landlock, namespaces, seccomp, sockets
 
 log = logging.getLogger("hostcapd.sandbox")
 
@@ -55,6 +55,8 @@ class HostSupport:
     seccomp: seccomp.SeccompSupport
     cgroups: cgroups.CgroupHost
     seccomp_filter: bytes = b""
+    #: The filter compiled for each socket policy in use (the default one is seccomp_filter).
+    seccomp_filters: dict[sockets.SocketPolicy, bytes] = field(default_factory=dict)
     #: Why the cgroup subtree could not be prepared, if it could not.
     cgroup_failure: str = ""
 
@@ -79,6 +81,14 @@ class HostSupport:
         if name in ("rlimits", "no_new_privs", "exec_by_fd"):
             return True, ""
         raise KeyError(name)
+
+    def filter_for(self, policy: sockets.SocketPolicy) -> bytes:
+        """The seccomp program of a tenant's socket policy, compiled once per policy."""
+        if policy == sockets.DEFAULT_POLICY and self.seccomp_filter:
+            return self.seccomp_filter
+        if policy not in self.seccomp_filters:
+            self.seccomp_filters[policy] = seccomp.build_filter(sockets=policy)
+        return self.seccomp_filters[policy]
 
 
 def probe_host(cgroup_parent: str = "", favor_dynmods: bool = True) -> HostSupport:
@@ -126,6 +136,8 @@ class TenantProfile:
     oom_score_adj: int
     umask: int
     applied: frozenset[str] = field(default_factory=frozenset)
+    #: The socket families the seccomp filter lets children create (empty without seccomp).
+    socket_families: tuple[str, ...] = ()
 
     def has(self, name: str) -> bool:
         return name in self.applied
@@ -203,6 +215,7 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
         if ok:
             applied.add(name)
 
+    socket_policy = sockets.socket_policy(inet=sandbox.network_sockets)
     template = None
     mount_rules: tuple[tuple[bytes, int], ...] = ()
     if "landlock" in applied:
@@ -224,7 +237,7 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
             tuple((r.path, r.tier is Tier.READ_WRITE) for r in tenant.roots),
             sandbox.system_dirs,
         ),
-        seccomp_filter=host.seccomp_filter if "seccomp" in applied else b"",
+        seccomp_filter=host.filter_for(socket_policy) if "seccomp" in applied else b"",
         landlock=template,
         landlock_mount_rules=mount_rules,
         landlock_abi=host.landlock.abi if "landlock" in applied else 0,
@@ -233,4 +246,5 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
         oom_score_adj=sandbox.oom_score_adj,
         umask=tenant.fs.umask,
         applied=frozenset(applied),
+        socket_families=tuple(socket_policy.names()) if "seccomp" in applied else (),
     )

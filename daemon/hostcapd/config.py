@@ -36,6 +36,7 @@ from hostcap_proto.limits import (
     set_values,
 )
 from hostcap_proto.limits import LIMIT_NAMES as LIMIT_NAMES  # callers import it from here
+from hostcap_proto.messages import check_receivable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 KiB = 1024
@@ -272,6 +273,12 @@ class Tenant(_Model):
             if not _ENV_NAME.match(name) or FORBIDDEN_ENV.match(name):
                 raise ValueError(f"environment variable {name!r} may not be allowed")
         return value
+
+    @model_validator(mode="after")
+    def _receivable(self) -> Tenant:
+        # Every reply the daemon can send must fit the client's maximum message.
+        check_receivable(self.limits.ceiling.output_bytes or 0, self.fs.max_read_bytes)
+        return self
 
     @model_validator(mode="after")
     def _identities(self) -> Tenant:

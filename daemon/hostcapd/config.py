@@ -188,6 +188,18 @@ PROTECTION_NAMES: tuple[str, ...] = (
 )
 
 
+class CpuSettings(_Model):
+    """The CPU share of all a tenant's spawns together (hostcapd.sandbox.cpu)."""
+
+    #: Relative share against other tenants (cgroup v2 cpu.weight scale; 100 is
+    #: the kernel's default, 1024 v1 cpu.shares). Applied where the host has a
+    #: cpu controller, reported in Capabilities either way.
+    weight: int = Field(default=100, ge=1, le=10000)
+    #: Hard quota in cores (1.5: one and a half CPUs); None for none. A tenant
+    #: with a quota the host cannot enforce is refused (PROTECTION_UNAVAILABLE).
+    max_cores: float | None = Field(default=None, gt=0, le=4096)
+
+
 DEFAULT_PROTECTED_PATHS = PROTECTED_PATHS
 DEFAULT_SECRET_PATHS = SECRET_PATHS
 
@@ -240,6 +252,7 @@ class Tenant(_Model):
     max_concurrent_spawns: int = Field(default=64, gt=0)
     sandbox: Sandbox = Sandbox()
     fs: FsSettings = FsSettings()
+    cpu: CpuSettings = CpuSettings()
 
     @field_validator("name")
     @classmethod

@@ -357,6 +357,10 @@ class Spawn:
             self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             cgroup_fds = self._cgroup.procs_fds() if self._cgroup else []
             fds_to_close += cgroup_fds
+            if self._cgroup:  # the tenant's cpu share (hostcapd.sandbox.cpu)
+                cpu_fds = profile.cpu_procs_fds()
+                cgroup_fds += cpu_fds
+                fds_to_close += cpu_fds
             ruleset_fd = profile.new_ruleset()
             if ruleset_fd >= 0:
                 fds_to_close.append(ruleset_fd)

@@ -789,6 +789,7 @@ class Daemon:
             service.runtime.profile.close()
         if self.host is not None:
             self.host.cgroups.release()
+            self.host.cpu.release()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

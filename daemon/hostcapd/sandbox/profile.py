@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
-from hostcapd.sandbox import cgroups, landlock, namespaces, seccomp, sockets
+from hostcapd.sandbox import cgroups, cpu, landlock, namespaces, seccomp, sockets
 
 log = logging.getLogger("hostcapd.sandbox")
 
@@ -59,6 +59,8 @@ class HostSupport:
     seccomp_filters: dict[sockets.SocketPolicy, bytes] = field(default_factory=dict)
     #: Why the cgroup subtree could not be prepared, if it could not.
     cgroup_failure: str = ""
+    #: Where tenant cpu cgroups go (hostcapd.sandbox.cpu).
+    cpu: cpu.CpuHost = field(default_factory=lambda: cpu.CpuHost(None, "not probed"))
 
     def offers(self, name: str) -> tuple[bool, str]:
         if name in namespaces.NAMESPACES:
@@ -97,6 +99,7 @@ def probe_host(cgroup_parent: str = "", favor_dynmods: bool = True) -> HostSuppo
         landlock=landlock.probe(),
         seccomp=seccomp.probe(),
         cgroups=cgroups.CgroupHost.probe(cgroup_parent),
+        cpu=cpu.CpuHost.probe(cgroup_parent),
     )
     if host.seccomp.available:
         host.seccomp_filter = seccomp.build_filter()  # compiled once for every tenant
@@ -138,6 +141,12 @@ class TenantProfile:
     applied: frozenset[str] = field(default_factory=frozenset)
     #: The socket families the seccomp filter lets children create (empty without seccomp).
     socket_families: tuple[str, ...] = ()
+    #: The tenant's cpu cgroup, which every spawn joins; None when not applied.
+    cpu_share: cpu.TenantShare | None = None
+
+    def cpu_procs_fds(self) -> list[int]:
+        """cgroup.procs fds of the tenant's cpu cgroup, for the child to join."""
+        return self.cpu_share.procs_fds() if self.cpu_share is not None else []
 
     def has(self, name: str) -> bool:
         return name in self.applied
@@ -216,6 +225,7 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
             applied.add(name)
 
     socket_policy = sockets.socket_policy(inet=sandbox.network_sockets)
+    cpu_share = _cpu_share(tenant, host, applied)
     template = None
     mount_rules: tuple[tuple[bytes, int], ...] = ()
     if "landlock" in applied:
@@ -247,4 +257,22 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
         umask=tenant.fs.umask,
         applied=frozenset(applied),
         socket_families=tuple(socket_policy.names()) if "seccomp" in applied else (),
+        cpu_share=cpu_share,
     )
+
+
+def _cpu_share(tenant: Tenant, host: HostSupport, applied: set[str]) -> cpu.TenantShare | None:
+    """The tenant's cpu cgroup; a quota the host cannot enforce refuses the tenant."""
+    settings = tenant.cpu
+    share: cpu.TenantShare | None = None
+    reason = "the cgroup protection is not applied"
+    if "cgroup" in applied:
+        try:
+            share = host.cpu.tenant(tenant.name, settings.weight, settings.max_cores)
+        except cgroups.CgroupError as error:
+            reason = str(error)
+    if share is None:
+        if settings.max_cores is not None:
+            raise ProtectionUnavailable(tenant.name, "cpu_quota", reason)
+        log.info("tenant %s: no cpu share (%s)", tenant.name, reason)
+    return share

@@ -200,6 +200,17 @@ class CpuSettings(_Model):
     max_cores: float | None = Field(default=None, gt=0, le=4096)
 
 
+class DiskSettings(_Model):
+    """A byte (and inode) budget for all the tenant's read-write roots together,
+    enforced by the kernel (hostcapd.sandbox.diskquota). A tenant whose budget
+    the host cannot apply is refused (PROTECTION_UNAVAILABLE)."""
+
+    #: Bytes; None: no budget (the roots share their volume with the host).
+    budget_bytes: int | None = Field(default=None, ge=16 * MiB)
+    #: Files and directories; None: mkfs.ext4's default for the size.
+    inodes: int | None = Field(default=None, gt=0)
+
+
 DEFAULT_PROTECTED_PATHS = PROTECTED_PATHS
 DEFAULT_SECRET_PATHS = SECRET_PATHS
 
@@ -253,6 +264,7 @@ class Tenant(_Model):
     sandbox: Sandbox = Sandbox()
     fs: FsSettings = FsSettings()
     cpu: CpuSettings = CpuSettings()
+    disk: DiskSettings = DiskSettings()
 
     @field_validator("name")
     @classmethod
@@ -435,6 +447,10 @@ def dev_identity() -> tuple[int, int]:
     return nobody.pw_uid, nobody.pw_gid
 
 
+#: The --dev tenant's disk budget for its workspace.
+DEV_DISK_BUDGET = 1 * GiB
+
+
 def dev_config(state_dir: Path) -> Config:
     """The embedded default of `hostcapd serve --dev`."""
     state = state_dir.resolve()
@@ -477,6 +493,7 @@ def dev_config(state_dir: Path) -> Config:
                     },
                     "max_concurrent_spawns": 64,
                     "sandbox": dev_sandbox(),
+                    "disk": {"budget_bytes": DEV_DISK_BUDGET},
                 }
             },
         },

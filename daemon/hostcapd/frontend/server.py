@@ -384,6 +384,7 @@ class Daemon:
         if closed:
             log.warning("closed %d spawns left open by the previous daemon", closed)
         self.host = probe_host(cfg.daemon.cgroup_parent, cfg.daemon.cgroup_favor_dynmods)
+        self.host.disks.directory = cfg.daemon.state_dir / "disk"  # tenant disk budgets
         profiles: dict[str, TenantProfile] = {}
         try:
             for tenant in cfg.tenants:
@@ -790,6 +791,7 @@ class Daemon:
         if self.host is not None:
             self.host.cgroups.release()
             self.host.cpu.release()
+            self.host.disks.detach_all()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

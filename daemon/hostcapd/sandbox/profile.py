@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
-from hostcapd.sandbox import cgroups, cpu, landlock, namespaces, seccomp, sockets
+from hostcapd.sandbox import cgroups, cpu, diskquota, landlock, namespaces, seccomp, sockets
 
 log = logging.getLogger("hostcapd.sandbox")
 
@@ -61,6 +61,8 @@ class HostSupport:
     cgroup_failure: str = ""
     #: Where tenant cpu cgroups go (hostcapd.sandbox.cpu).
     cpu: cpu.CpuHost = field(default_factory=lambda: cpu.CpuHost(None, "not probed"))
+    #: Where tenant disk images go; the server sets its directory.
+    disks: diskquota.DiskHost = field(default_factory=lambda: diskquota.DiskHost(None))
 
     def offers(self, name: str) -> tuple[bool, str]:
         if name in namespaces.NAMESPACES:
@@ -143,6 +145,8 @@ class TenantProfile:
     socket_families: tuple[str, ...] = ()
     #: The tenant's cpu cgroup, which every spawn joins; None when not applied.
     cpu_share: cpu.TenantShare | None = None
+    #: The tenant's disk budget; None when it has none.
+    disk: diskquota.DiskBudget | None = None
 
     def cpu_procs_fds(self) -> list[int]:
         """cgroup.procs fds of the tenant's cpu cgroup, for the child to join."""
@@ -226,6 +230,10 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
 
     socket_policy = sockets.socket_policy(inet=sandbox.network_sockets)
     cpu_share = _cpu_share(tenant, host, applied)
+    try:
+        disk = host.disks.attach(tenant)
+    except diskquota.DiskBudgetError as error:
+        raise ProtectionUnavailable(tenant.name, "disk_budget", str(error)) from None
     template = None
     mount_rules: tuple[tuple[bytes, int], ...] = ()
     if "landlock" in applied:
@@ -258,6 +266,7 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
         applied=frozenset(applied),
         socket_families=tuple(socket_policy.names()) if "seccomp" in applied else (),
         cpu_share=cpu_share,
+        disk=disk,
     )
 
 

@@ -61,10 +61,11 @@ async def test_writes_beyond_the_budget_fail_and_the_audit_volume_keeps_its_spac
         assert outcome(result) == "EXITED", result.stderr
         found = json.loads(result.stdout.decode().strip().splitlines()[-1])
         assert found["error"] in ("ENOSPC", "EDQUOT"), found
-        assert found["written"] <= BUDGET
+        assert found["written"] <= BUDGET, found
         # Filling it took nothing more from the volume the audit log is on
         # (its free space itself is no measure: other work shares the volume).
-        assert image.stat().st_blocks * 512 - reserved <= MiB
+        grown = image.stat().st_blocks * 512 - reserved
+        assert grown <= MiB, f"the image grew {grown} bytes past its reservation"
         assert os.stat(image).st_dev == os.stat(audit_dir).st_dev  # the same volume
 
         # The file API: a typed refusal with its reason, RESOURCE_EXHAUSTED.
@@ -78,14 +79,14 @@ async def test_writes_beyond_the_budget_fail_and_the_audit_volume_keeps_its_spac
                     request_id="disk-1",
                 )
             )
-        assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
         wire = from_rpc_error(refused.value)
         assert wire is not None and wire.reason == "QUOTA_EXCEEDED"
-        assert "disk budget" in wire.message
+        assert "disk budget" in wire.message, wire.message
 
         # Every spawn still runs, and is audited: nothing is AUDIT_UNAVAILABLE.
         echoed = await client.run("sh", "-c", f"rm {workspace}/fill.bin; echo still")
-        assert (outcome(echoed), echoed.stdout) == ("EXITED", b"still\n")
+        assert (outcome(echoed), echoed.stdout) == ("EXITED", b"still\n"), echoed.exited.message
         host = host_pb2_grpc.HostServiceStub(client.channel)  # type: ignore[no-untyped-call]
         caps = await host.Capabilities(host_pb2.CapabilitiesRequest())
         assert (caps.disk_budget_bytes, caps.disk_budget_mechanism) == (BUDGET, "loop_image")

@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := libcap-dev bubblewrap gcc python3-dev
+DEB_PACKAGES := libcap-dev bubblewrap gcc python3-dev e2fsprogs util-linux
 SOURCES := pyproject.toml setup.py daemon/hostcapd/_childsetup.c
 
 .PHONY: venv run test lint proto bench bench-quick soak dist clean

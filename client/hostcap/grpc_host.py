@@ -24,6 +24,7 @@ from typing import Any
 
 import grpc
 from hostcap_proto.errors import from_rpc_error
+from hostcap_proto.messages import MAX_REPLY_BYTES
 from hostcap_proto.v1 import (
     common_pb2,
     fs_pb2,
@@ -50,12 +51,12 @@ from hostcap.host import (
 )
 from hostcap.output_store import LocalOutputStore
 
-#: Largest message the client accepts: above the daemon's default output and
-#: read ceilings with room to spare; the daemon's ceilings are the real bound.
-MAX_MESSAGE_BYTES = 512 * 1024 * 1024
+#: Largest message the client accepts: the largest reply any tenant's
+#: ceilings allow (the daemon refuses a config above it, LIMIT_INVALID).
+MAX_MESSAGE_BYTES = MAX_REPLY_BYTES
 _CHANNEL_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_REPLY_BYTES),
+    ("grpc.max_send_message_length", MAX_REPLY_BYTES),
 ]
 
 #: Longest a cancelled command's call waits for the daemon to say the tree

@@ -36,6 +36,7 @@ from hostcap_proto.limits import (
     set_values,
 )
 from hostcap_proto.limits import LIMIT_NAMES as LIMIT_NAMES  # callers import it from here
+from hostcap_proto.messages import check_receivable
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 KiB = 1024
@@ -136,6 +137,10 @@ class Sandbox(_Model):
     exec_by_fd: Level = Level.REQUIRED
     #: Give children the host network (no net namespace isolation).
     allow_host_network: bool = False
+    #: AF_INET/AF_INET6 (and AF_NETLINK/NETLINK_ROUTE) sockets: the network the
+    #: tenant has (its namespace's loopback, or the host's with
+    #: allow_host_network). False: AF_UNIX only (hostcapd.sandbox.sockets).
+    network_sockets: bool = True
     #: Directories children may read and execute (landlock).
     system_dirs: tuple[Path, ...] = (
         Path("/usr"),
@@ -181,6 +186,29 @@ PROTECTION_NAMES: tuple[str, ...] = (
     "uid_drop",
     "exec_by_fd",
 )
+
+
+class CpuSettings(_Model):
+    """The CPU share of all a tenant's spawns together (hostcapd.sandbox.cpu)."""
+
+    #: Relative share against other tenants (cgroup v2 cpu.weight scale; 100 is
+    #: the kernel's default, 1024 v1 cpu.shares). Applied where the host has a
+    #: cpu controller, reported in Capabilities either way.
+    weight: int = Field(default=100, ge=1, le=10000)
+    #: Hard quota in cores (1.5: one and a half CPUs); None for none. A tenant
+    #: with a quota the host cannot enforce is refused (PROTECTION_UNAVAILABLE).
+    max_cores: float | None = Field(default=None, gt=0, le=4096)
+
+
+class DiskSettings(_Model):
+    """A byte (and inode) budget for all the tenant's read-write roots together,
+    enforced by the kernel (hostcapd.sandbox.diskquota). A tenant whose budget
+    the host cannot apply is refused (PROTECTION_UNAVAILABLE)."""
+
+    #: Bytes; None: no budget (the roots share their volume with the host).
+    budget_bytes: int | None = Field(default=None, ge=16 * MiB)
+    #: Files and directories; None: mkfs.ext4's default for the size.
+    inodes: int | None = Field(default=None, gt=0)
 
 
 DEFAULT_PROTECTED_PATHS = PROTECTED_PATHS
@@ -255,6 +283,8 @@ class Tenant(_Model):
     max_concurrent_spawns: int = Field(default=64, gt=0)
     sandbox: Sandbox = Sandbox()
     fs: FsSettings = FsSettings()
+    cpu: CpuSettings = CpuSettings()
+    disk: DiskSettings = DiskSettings()
 
     @field_validator("name")
     @classmethod
@@ -288,6 +318,12 @@ class Tenant(_Model):
             if not _ENV_NAME.match(name) or FORBIDDEN_ENV.match(name):
                 raise ValueError(f"environment variable {name!r} may not be allowed")
         return value
+
+    @model_validator(mode="after")
+    def _receivable(self) -> Tenant:
+        # Every reply the daemon can send must fit the client's maximum message.
+        check_receivable(self.limits.ceiling.output_bytes or 0, self.fs.max_read_bytes)
+        return self
 
     @model_validator(mode="after")
     def _identities(self) -> Tenant:
@@ -557,6 +593,10 @@ def dev_identity() -> tuple[int, int]:
     return nobody.pw_uid, nobody.pw_gid
 
 
+#: The --dev tenant's disk budget for its workspace.
+DEV_DISK_BUDGET = 1 * GiB
+
+
 def dev_config(state_dir: Path) -> Config:
     """The embedded default of `hostcapd serve --dev`."""
     state = state_dir.resolve()
@@ -600,6 +640,7 @@ def dev_config(state_dir: Path) -> Config:
                     },
                     "max_concurrent_spawns": 64,
                     "sandbox": dev_sandbox(),
+                    "disk": {"budget_bytes": DEV_DISK_BUDGET},
                 }
             },
         },

@@ -166,6 +166,7 @@ class Daemon:
         if closed:
             log.warning("closed %d spawns left open by the previous daemon", closed)
         self.host = probe_host(cfg.daemon.cgroup_parent, cfg.daemon.cgroup_favor_dynmods)
+        self.host.disks.directory = cfg.daemon.state_dir / "disk"  # tenant disk budgets
         problems = check_config(cfg, self.host)  # what check-config runs
         if problems:
             raise StartupError(summary(problems))
@@ -339,6 +340,8 @@ class Daemon:
             service.runtime.profile.close()
         if self.host is not None:
             self.host.cgroups.release()
+            self.host.cpu.release()
+            self.host.disks.detach_all()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -218,7 +218,7 @@ async def test_a_full_workspace_fails_writes_typed_and_keeps_the_old_file(
             )
         )
 
-    assert set(reasons) == {"TOO_LARGE"}, reasons
+    assert set(reasons) == {"QUOTA_EXCEEDED"}, reasons
     assert (small_workspace / "notes.txt").read_bytes() == old
     assert not (small_workspace / "new.txt").exists()
     assert temp_files(daemon) == set()

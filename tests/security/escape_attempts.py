@@ -153,6 +153,8 @@ TENANTS: dict[str, dict[str, Any]] = {
     "alpha": {},
     "beta": {},
     "layers": {"sandbox": {"pid_namespace": "off", "net_namespace": "off"}},
+    #: No network sockets: AF_UNIX is the only family its children may create.
+    "nonet": {"sandbox": {"network_sockets": False}},
 }
 
 

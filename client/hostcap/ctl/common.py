@@ -10,6 +10,7 @@ from typing import Any
 
 import grpc
 from hostcap_proto.errors import WireError, from_rpc_error
+from hostcap_proto.messages import MAX_REPLY_BYTES, MAX_REQUEST_BYTES
 
 #: Exit status of hostcapctl for a refusal or daemon error.
 EXIT_REFUSED = 125
@@ -31,8 +32,8 @@ def channel(path: Path) -> grpc.Channel:
     return grpc.insecure_channel(
         f"unix:{path}",
         options=[
-            ("grpc.max_receive_message_length", 256 * 1024 * 1024),
-            ("grpc.max_send_message_length", 80 * 1024 * 1024),
+            ("grpc.max_receive_message_length", MAX_REPLY_BYTES),
+            ("grpc.max_send_message_length", MAX_REQUEST_BYTES),
         ],
     )
 

@@ -50,4 +50,9 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
             max_read_bytes=tenant.fs.max_read_bytes,
             max_write_bytes=tenant.fs.max_write_bytes,
             fs_protections=rt.fs.protections_pb() if rt.fs is not None else [],
+            socket_families=list(profile.socket_families),
+            cpu_weight=profile.cpu_share.weight if profile.cpu_share else 0,
+            cpu_max_cores=(profile.cpu_share.max_cores or 0.0) if profile.cpu_share else 0.0,
+            disk_budget_bytes=profile.disk.budget_bytes if profile.disk else 0,
+            disk_budget_mechanism=profile.disk.mechanism if profile.disk else "",
         )

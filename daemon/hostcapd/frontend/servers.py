@@ -17,6 +17,7 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from hostcap_proto.messages import reply_bytes
 from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd.config import AdminSettings, Tenant
@@ -37,9 +38,10 @@ GRPC_MESSAGE_CEILING = 2**31 - 1
 
 def send_limit(tenant: Tenant) -> int:
     """Largest reply a tenant may be sent: a RunResult carries both streams,
-    each up to the ceiling's output_bytes (plus markers and the envelope)."""
+    each up to the ceiling's output_bytes (plus markers and the envelope); a
+    ReadFile reply up to max_read_bytes (hostcap_proto.messages)."""
     kept = tenant.limits.ceiling.output_bytes or 0
-    return min(GRPC_MESSAGE_CEILING, max(MAX_MESSAGE_BYTES, 2 * kept + 16 * 1024 * 1024))
+    return min(GRPC_MESSAGE_CEILING, reply_bytes(kept, tenant.fs.max_read_bytes))
 
 
 class HealthReporter(Protocol):

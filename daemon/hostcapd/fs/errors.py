@@ -33,10 +33,16 @@ def refusal_from_errno(error: OSError, what: str) -> Refusal:
         )
     if code == errno.EROFS:
         return Refusal("READ_ONLY_TIER", f"{what}: the file system is read-only")
-    if code in (errno.ENOSPC, errno.EFBIG):
-        return Refusal("TOO_LARGE", f"{what}: no space for the content ({errno.errorcode[code]})")
-    if code == errno.EDQUOT:
-        return Refusal("QUOTA_EXCEEDED", f"{what}: disk quota exceeded")
+    if code == errno.EFBIG:
+        return Refusal(
+            "TOO_LARGE", f"{what}: the content is larger than the file size limit (EFBIG)"
+        )
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return Refusal(
+            "QUOTA_EXCEEDED",
+            f"{what}: no space left for the content ({errno.errorcode[code]}): "
+            "the tenant's disk budget or its volume is full",
+        )
     if code == errno.EEXIST:
         return Refusal("CONFLICT", f"{what}: the file already exists")
     if code in (errno.ENAMETOOLONG, errno.EISDIR, errno.ENXIO, errno.ENODEV, errno.EINVAL):

@@ -244,6 +244,8 @@ class Spawn:
         if self._ruleset_fd >= 0:
             self._child_fds.append(self._ruleset_fd)
         self._cgroup_fds = self._cgroup.procs_fds() if self._cgroup else []
+        if self._cgroup:  # the tenant's cpu share (hostcapd.sandbox.cpu)
+            self._cgroup_fds += self.deps.profile.cpu_procs_fds()
         self._child_fds += self._cgroup_fds
 
     def _order(self) -> SpawnOrder:

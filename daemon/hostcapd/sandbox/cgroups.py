@@ -560,9 +560,9 @@ class CgroupHost:
                         f"(neither cgroup v2 at /sys/fs/cgroup nor v1 {needed})",
                     )
                 )
-        # No CPU limit is set through cgroups (RLIMIT_CPU bounds CPU time), and
-        # on v1 every hierarchy joined is one more mkdir, open, join and rmdir
-        # per spawn: the cpu hierarchy is not used.
+        # The cpu hierarchy is not one of a spawn's own cgroups (on v1 every
+        # hierarchy joined is one more mkdir, open, join and rmdir per spawn):
+        # spawns join their tenant's cpu cgroup instead (hostcapd.sandbox.cpu).
         freezer = not kill and add("freezer", 1)
         controllers: tuple[str, ...] = ("memory", "pids")
         how = (

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
-from hostcapd.sandbox import cgroups, landlock, namespaces, seccomp
+from hostcapd.sandbox import cgroups, cpu, diskquota, landlock, namespaces, seccomp, sockets
 from hostcapd.spawner.messages import RegisterProfile
 
 log = logging.getLogger("hostcapd.sandbox")
@@ -55,8 +55,14 @@ class HostSupport:
     seccomp: seccomp.SeccompSupport
     cgroups: cgroups.CgroupHost
     seccomp_filter: bytes = b""
+    #: The filter compiled for each socket policy in use (the default one is seccomp_filter).
+    seccomp_filters: dict[sockets.SocketPolicy, bytes] = field(default_factory=dict)
     #: Why the cgroup subtree could not be prepared, if it could not.
     cgroup_failure: str = ""
+    #: Where tenant cpu cgroups go (hostcapd.sandbox.cpu).
+    cpu: cpu.CpuHost = field(default_factory=lambda: cpu.CpuHost(None, "not probed"))
+    #: Where tenant disk images go; the server sets its directory.
+    disks: diskquota.DiskHost = field(default_factory=lambda: diskquota.DiskHost(None))
 
     def offers(self, name: str) -> tuple[bool, str]:
         if name in namespaces.NAMESPACES:
@@ -80,6 +86,14 @@ class HostSupport:
             return True, ""
         raise KeyError(name)
 
+    def filter_for(self, policy: sockets.SocketPolicy) -> bytes:
+        """The seccomp program of a tenant's socket policy, compiled once per policy."""
+        if policy == sockets.DEFAULT_POLICY and self.seccomp_filter:
+            return self.seccomp_filter
+        if policy not in self.seccomp_filters:
+            self.seccomp_filters[policy] = seccomp.build_filter(sockets=policy)
+        return self.seccomp_filters[policy]
+
 
 def probe_host(cgroup_parent: str = "", favor_dynmods: bool = True) -> HostSupport:
     host = HostSupport(
@@ -87,6 +101,7 @@ def probe_host(cgroup_parent: str = "", favor_dynmods: bool = True) -> HostSuppo
         landlock=landlock.probe(),
         seccomp=seccomp.probe(),
         cgroups=cgroups.CgroupHost.probe(cgroup_parent),
+        cpu=cpu.CpuHost.probe(cgroup_parent),
     )
     if host.seccomp.available:
         host.seccomp_filter = seccomp.build_filter()  # compiled once for every tenant
@@ -126,6 +141,16 @@ class TenantProfile:
     oom_score_adj: int
     umask: int
     applied: frozenset[str] = field(default_factory=frozenset)
+    #: The socket families the seccomp filter lets children create (empty without seccomp).
+    socket_families: tuple[str, ...] = ()
+    #: The tenant's cpu cgroup, which every spawn joins; None when not applied.
+    cpu_share: cpu.TenantShare | None = None
+    #: The tenant's disk budget; None when it has none.
+    disk: diskquota.DiskBudget | None = None
+
+    def cpu_procs_fds(self) -> list[int]:
+        """cgroup.procs fds of the tenant's cpu cgroup, for the child to join."""
+        return self.cpu_share.procs_fds() if self.cpu_share is not None else []
 
     def has(self, name: str) -> bool:
         return name in self.applied
@@ -202,6 +227,12 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
         if ok:
             applied.add(name)
 
+    socket_policy = sockets.socket_policy(inet=sandbox.network_sockets)
+    cpu_share = _cpu_share(tenant, host, applied)
+    try:
+        disk = host.disks.attach(tenant)
+    except diskquota.DiskBudgetError as error:
+        raise ProtectionUnavailable(tenant.name, "disk_budget", str(error)) from None
     template = None
     mount_rules: tuple[tuple[bytes, int], ...] = ()
     if "landlock" in applied:
@@ -223,7 +254,7 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
             tuple((r.path, r.tier is Tier.READ_WRITE) for r in tenant.roots),
             sandbox.system_dirs,
         ),
-        seccomp_filter=host.seccomp_filter if "seccomp" in applied else b"",
+        seccomp_filter=host.filter_for(socket_policy) if "seccomp" in applied else b"",
         landlock=template,
         landlock_mount_rules=mount_rules,
         landlock_abi=host.landlock.abi if "landlock" in applied else 0,
@@ -232,4 +263,24 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
         oom_score_adj=sandbox.oom_score_adj,
         umask=tenant.fs.umask,
         applied=frozenset(applied),
+        socket_families=tuple(socket_policy.names()) if "seccomp" in applied else (),
+        cpu_share=cpu_share,
+        disk=disk,
     )
+
+
+def _cpu_share(tenant: Tenant, host: HostSupport, applied: set[str]) -> cpu.TenantShare | None:
+    """The tenant's cpu cgroup; a quota the host cannot enforce refuses the tenant."""
+    settings = tenant.cpu
+    share: cpu.TenantShare | None = None
+    reason = "the cgroup protection is not applied"
+    if "cgroup" in applied:
+        try:
+            share = host.cpu.tenant(tenant.name, settings.weight, settings.max_cores)
+        except cgroups.CgroupError as error:
+            reason = str(error)
+    if share is None:
+        if settings.max_cores is not None:
+            raise ProtectionUnavailable(tenant.name, "cpu_quota", reason)
+        log.info("tenant %s: no cpu share (%s)", tenant.name, reason)
+    return share

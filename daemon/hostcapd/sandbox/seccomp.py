@@ -14,7 +14,10 @@ no libseccomp) from `DENIED_SYSCALLS`, in this order:
 3. each denied syscall fails with its group's errno; clone is denied only
    with a CLONE_NEW* flag, personality only when it changes the persona, and
    ioctl only for TIOCSTI / TIOCLINUX (which type into a terminal);
-4. everything else is allowed.
+4. socket and socketpair only for the address families of the tenant's
+   `sockets.SocketPolicy` (an allowlist): another family fails EAFNOSUPPORT,
+   an AF_NETLINK protocol not on it EPROTONOSUPPORT;
+5. everything else is allowed.
 
 Only the arch and the syscall number are read for syscalls that are not
 argument-checked, so the kernel's seccomp cache allows those without running
@@ -29,12 +32,15 @@ import struct
 from dataclasses import dataclass
 
 from hostcapd import linux
+from hostcapd.sandbox import sockets as socket_families
 
 #: x86_64 syscall numbers, from the kernel's arch/x86/entry/syscalls/syscall_64.tbl.
 #: Only the syscalls the filter and its examples name; no runtime lookup.
 X86_64_SYSCALLS: dict[str, int] = {
     "ioctl": 16,
     "getpid": 39,
+    "socket": 41,
+    "socketpair": 53,
     "clone": 56,
     "kill": 62,
     "uname": 63,
@@ -380,6 +386,8 @@ DENIED_SYSCALLS: tuple[DeniedGroup, ...] = (
 
 #: Syscalls the filter inspects arguments of, instead of denying outright.
 _ARG_CHECKED = frozenset({"clone", "personality", "ioctl"})
+#: Checked by the tenant's socket policy (not in DENIED_SYSCALLS).
+_SOCKET_CALLS = ("socket", "socketpair")
 
 
 @dataclass(frozen=True)
@@ -471,8 +479,10 @@ def _arg_low(index: int) -> int:
     return _OFF_ARGS + 8 * index
 
 
-def build_filter() -> bytes:
-    """The packed `struct sock_filter[]` of the deny list (see the module doc)."""
+def build_filter(sockets: socket_families.SocketPolicy | None = None) -> bytes:
+    """The packed `struct sock_filter[]` of the deny list and the socket
+    family allowlist (default `sockets.DEFAULT_POLICY`; see the module doc)."""
+    policy = socket_families.DEFAULT_POLICY if sockets is None else sockets
     prog = _Program()
     prog.load(_OFF_ARCH)
     prog.jeq(AUDIT_ARCH_X86_64, jt=0, jf="kill")
@@ -494,7 +504,25 @@ def build_filter() -> bytes:
             else:
                 raise SeccompError(f"no return label for errno {group.errno}")
             prog.jeq(X86_64_SYSCALLS[name], jt=target)
+    for name in _SOCKET_CALLS:
+        prog.jeq(X86_64_SYSCALLS[name], jt="socket")
     prog.ret(SECCOMP_RET_ALLOW)
+
+    # socket(domain, type, protocol) and socketpair(domain, type, protocol, sv):
+    # the kernel takes domain and protocol as int, so the low words decide.
+    prog.label("socket")
+    prog.load(_arg_low(0))
+    for family in policy.families:
+        prog.jeq(family, jt="allow")
+    if policy.netlink_protocols:
+        prog.jeq(socket_families.AF_NETLINK, jt="netlink", jf="eafnosupport")
+        prog.label("netlink")
+        prog.load(_arg_low(2))
+        for protocol in policy.netlink_protocols:
+            prog.jeq(protocol, jt="allow")
+        prog.ret(_errno(errno.EPROTONOSUPPORT))
+    prog.label("eafnosupport")
+    prog.ret(_errno(errno.EAFNOSUPPORT))
 
     prog.label("clone")
     prog.load(_arg_low(0))

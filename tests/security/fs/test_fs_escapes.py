@@ -343,7 +343,8 @@ async def test_a_disk_full_mid_write_leaves_the_original(endpoint: FsEndpoint, s
                 fs_pb2.WriteFileRequest(path=f"{base}/small/data.bin", data=os.urandom(2 << 20))
             )
         )
-        assert (found.reason, status) == ("TOO_LARGE", grpc.StatusCode.OUT_OF_RANGE)
+        # a full volume (or disk budget) is a resource exhausted, not a bad request
+        assert (found.reason, status) == ("QUOTA_EXCEEDED", grpc.StatusCode.RESOURCE_EXHAUSTED)
         assert (small / "data.bin").read_bytes() == original
         assert names(small) == ["data.bin"] and os.statvfs(small).f_bfree == free
     finally:

@@ -14,6 +14,7 @@ import sys
 from typing import Any
 
 import pytest
+from support.childplans import bare_plan
 
 #: The child: optional set-up (namespaces, mounts, late landlock rules), then
 #: landlock and/or seccomp applied to itself, then the attempts.
@@ -245,33 +246,7 @@ def run_through_setup(argv: list[bytes], **plan: Any) -> tuple[int, str]:
 
     exe = os.open(argv[0], os.O_RDONLY | os.O_CLOEXEC)
     out_r, out_w = os.pipe()
-    settings = childsetup.ChildPlan(
-        exe_fd=exe,
-        exe_path=None,
-        argv=argv,
-        envp=[b"PATH=/usr/bin:/bin"],
-        stdio=(0, out_w, out_w),
-        cwd_root=None,
-        cwd=None,
-        umask=-1,
-        clone_flags=0,
-        mounts=[],
-        hostname=None,
-        loopback_up=False,
-        cgroup_fds=[],
-        rlimits=[],
-        oom_score_adj=None,
-        loginuid=None,
-        drop_caps=False,
-        ids=None,
-        no_new_privs=True,
-        landlock_fd=-1,
-        landlock_rules=[],
-        seccomp_filter=b"",
-        pdeathsig=0,
-        cancel_fd=-1,
-        life_fd=-1,
-    )
+    settings = bare_plan(exe_fd=exe, argv=argv, stdio=(0, out_w, out_w), no_new_privs=True)
     try:
         pid, _ = childsetup.spawn(dataclasses.replace(settings, **plan))
     finally:

@@ -12,35 +12,16 @@ from typing import Any
 import pytest
 from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
+from support.childplans import bare_plan
 
 
 def _plan(**change: Any) -> ChildPlan:
-    plan = ChildPlan(
-        exe_fd=-1,
+    plan = bare_plan(
         exe_path=b"/bin/sh",
         argv=[b"sh", b"-c", b"exit 7"],
-        envp=[b"PATH=/usr/bin:/bin"],
-        stdio=(0, 1, 2),
-        cwd_root=None,
-        cwd=None,
         umask=0o022,
-        clone_flags=0,
-        mounts=[],
-        hostname=None,
-        loopback_up=False,
-        cgroup_fds=[],
-        rlimits=[],
-        oom_score_adj=None,
-        loginuid=None,
-        drop_caps=False,
-        ids=None,
         no_new_privs=True,
-        landlock_fd=-1,
-        landlock_rules=[],
-        seccomp_filter=b"",
         pdeathsig=9,
-        cancel_fd=-1,
-        life_fd=-1,
     )
     return dataclasses.replace(plan, **change)
 

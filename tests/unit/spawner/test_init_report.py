@@ -10,6 +10,7 @@ import struct
 import pytest
 from hostcapd import childsetup
 from hostcapd.spawner import init_report
+from support.childplans import bare_plan
 
 CLONE_NEWPID = 0x20000000
 
@@ -56,13 +57,16 @@ def test_an_init_killed_before_its_record_gives_none() -> None:
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="a pid namespace needs root")
 
-BASE = childsetup.ChildPlan(
-    exe_fd=-1, exe_path=b"/bin/sh", argv=[b"sh", b"-c", b"exit 3"], envp=[], stdio=(0, 1, 2),
-    cwd_root=None, cwd=None, umask=0o022, clone_flags=CLONE_NEWPID, mounts=[], hostname=None,
-    loopback_up=False, cgroup_fds=[], rlimits=[], oom_score_adj=None, loginuid=None,
-    drop_caps=False, ids=None, no_new_privs=True, landlock_fd=-1, landlock_rules=[],
-    seccomp_filter=b"", pdeathsig=9, cancel_fd=-1, life_fd=-1, init=True,
-)  # fmt: skip
+BASE = bare_plan(
+    exe_path=b"/bin/sh",
+    argv=[b"sh", b"-c", b"exit 3"],
+    envp=[],
+    umask=0o022,
+    clone_flags=CLONE_NEWPID,
+    no_new_privs=True,
+    pdeathsig=9,
+    init=True,
+)
 
 
 def test_an_init_needs_a_pid_namespace() -> None:

@@ -119,6 +119,28 @@ def _outcome(value: int) -> Outcome:
         raise HostError("HOST_FAILURE", f"the daemon reported outcome {value}") from None
 
 
+async def settle(stub: Any, request: process_pb2.SpawnRequest) -> str:
+    """After a cancelled Run or Spawn: wait until the daemon says its spawn ended.
+
+    A dry run with the same request_id attaches to the spawn the first
+    call started (live or finished) and returns once it has ended, its
+    whole tree gone; if nothing was started under that id, it is only a
+    dry run and nothing runs. "" when the end is confirmed, else why not.
+    """
+    probe = process_pb2.SpawnRequest()
+    probe.CopyFrom(request)
+    probe.dry_run = True
+    try:
+        await asyncio.wait_for(stub.Run(probe), SETTLE_TIMEOUT_S)
+    except grpc.RpcError as error:
+        if from_rpc_error(error) is not None:
+            return ""  # refused as a dry run: nothing was started under the id
+        return f"the end of the process tree was not confirmed ({host_error(error)})"
+    except TimeoutError:
+        return f"the end of the process tree was not confirmed within {SETTLE_TIMEOUT_S:g} s"
+    return ""
+
+
 class GrpcProcessArm:
     """ProcessCapability over ProcessService."""
 
@@ -146,7 +168,7 @@ class GrpcProcessArm:
         except asyncio.CancelledError:
             # The RPC is cancelled, so the daemon kills the tree; the call
             # settles only once the daemon says the tree is gone.
-            unconfirmed = await self._settle(request)
+            unconfirmed = await settle(self._stub, request)
             if unconfirmed:
                 raise asyncio.CancelledError(unconfirmed) from None
             raise
@@ -167,27 +189,6 @@ class GrpcProcessArm:
             executable=started.executable.path or None,
             executable_sha256=started.executable.sha256 or None,
         )
-
-    async def _settle(self, request: process_pb2.SpawnRequest) -> str:
-        """After a cancelled Run: wait until the daemon says its spawn ended.
-
-        A dry run with the same request_id attaches to the spawn the first
-        call started (live or finished) and returns once it has ended, its
-        whole tree gone; if nothing was started under that id, it is only a
-        dry run and nothing runs. "" when the end is confirmed, else why not.
-        """
-        probe = process_pb2.SpawnRequest()
-        probe.CopyFrom(request)
-        probe.dry_run = True
-        try:
-            await asyncio.wait_for(self._stub.Run(probe), SETTLE_TIMEOUT_S)
-        except grpc.RpcError as error:
-            if from_rpc_error(error) is not None:
-                return ""  # refused as a dry run: nothing was started under the id
-            return f"the end of the process tree was not confirmed ({host_error(error)})"
-        except TimeoutError:
-            return f"the end of the process tree was not confirmed within {SETTLE_TIMEOUT_S:g} s"
-        return ""
 
     async def live_spawns(self) -> list[Any]:
         """This tenant's live spawns (ProcessService.List), as wire SpawnInfo messages."""

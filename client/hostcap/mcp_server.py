@@ -26,6 +26,7 @@ contract, the daemon's floor. What this module adds is the MCP side:
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import contextvars
 import hashlib
@@ -50,7 +51,7 @@ from hostcap.approval import (
     ToolApprovalRequest,
 )
 from hostcap.errors import HostError, ToolDispatchError
-from hostcap.grpc_host import GrpcToolHost, host_error, rpc_timeout
+from hostcap.grpc_host import GrpcToolHost, host_error, rpc_timeout, settle
 from hostcap.host import (
     Outcome,
     ProcessCapability,
@@ -127,7 +128,8 @@ class StreamingProcessArm:
             argv=[command, *args],
             cwd=opts.cwd or "",
             env=dict(declared_env),
-            request_id=opts.request_id or "",
+            # Always an id: a cancelled call finds its spawn again by it.
+            request_id=opts.request_id or f"hostcap:{uuid.uuid4().hex}",
             labels=dict(opts.labels),
         )
         for name, value in vars(opts.limits).items():
@@ -161,8 +163,16 @@ class StreamingProcessArm:
                     exited = event.exited
         except grpc.RpcError as error:
             raise host_error(error) from None
+        except asyncio.CancelledError:
+            # The MCP request was cancelled: cancelling the RPC makes the
+            # daemon kill the tree, and the call settles only once it says
+            # the tree is gone (as GrpcProcessArm's Run does).
+            call.cancel()
+            unconfirmed = await settle(self._stub, request)
+            if unconfirmed:
+                raise asyncio.CancelledError(unconfirmed) from None
+            raise
         finally:
-            # Leaving early (the MCP request was cancelled) cancels the RPC: the daemon kills the tree.
             call.cancel()
         if exited is None:
             raise HostError("HOST_FAILURE", "the spawn stream ended without an exit report")

@@ -172,16 +172,22 @@ class Retention:
         await loop.run_in_executor(self._executor, self._remove, removals)
 
     async def close(self) -> None:
-        self._closed = True
-        task = self._task
-        if task is not None and not task.done():
+        """Let the running pass finish, and the passes it starts: its own
+        audit.prune record can rotate the file, and that rotation's excess is
+        pruned before the log closes. Bounded by `CLOSE_WAIT_S` in all."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLOSE_WAIT_S
+        while (task := self._task) is not None and not task.done():
             try:
-                await asyncio.wait_for(asyncio.shield(task), CLOSE_WAIT_S)
+                await asyncio.wait_for(asyncio.shield(task), max(0.0, deadline - loop.time()))
             except (TimeoutError, asyncio.CancelledError):
                 task.cancel()
                 _log.warning("audit retention pass abandoned at close; the next start resumes it")
+                break
             except Exception:
                 pass
+        # No pass runs now, and none starts after this line (same thread as kick).
+        self._closed = True
         self._executor.shutdown(wait=False)
 
     # --- on the retention thread ------------------------------------------------

@@ -10,6 +10,7 @@ import gzip
 import hashlib
 import json
 import stat
+import threading
 import sys
 from pathlib import Path
 from typing import Any
@@ -158,3 +159,51 @@ async def test_without_an_archive_command_pruning_is_still_recorded(
     names = [f["file"] for r in prunes for f in r["files"]]
     assert len(names) == len(set(names))
     assert not any((settings.path.parent / n).exists() for n in names)
+
+
+async def test_a_rotation_the_closing_pass_causes_is_pruned_before_close_returns(
+    make_settings: SettingsFactory,
+) -> None:
+    """The pass still running at close writes its audit.prune into a full
+    file, which rotates: that rotation's excess goes too, not at next start."""
+    settings = make_settings(max_bytes=4096, keep_files=2)
+    log = AuditLog.open(settings, "b")
+    held = threading.Event()
+    prepare = log.retention._prepare
+
+    def held_prepare() -> Any:
+        held.wait(30)
+        return prepare()
+
+    spawns = 0
+    while len(rotated_files(settings.path)) < 2:
+        await fill(log, 1, start=spawns)
+        spawns += 1
+    await settle(log)
+    # One more rotation starts one pass, held; nothing is queued after it.
+    log.retention._prepare = held_prepare  # type: ignore[method-assign]
+    while len(rotated_files(settings.path)) < 3:
+        await fill(log, 1, start=spawns)
+        spawns += 1
+    # Fill the current file to 40 bytes short of max_bytes: any record rotates.
+    def deny(message: str) -> None:
+        log.write("policy.deny", tenant="dev", method="Spawn", reason="EXECUTABLE_NOT_FOUND",
+                  message=message, labels={}, request_id="r")  # fmt: skip
+
+    before = settings.path.stat().st_size
+    deny("x")
+    probe = settings.path.stat().st_size - before
+    room = settings.max_bytes - settings.path.stat().st_size
+    assert room > probe + 40, "the probe rotated the file; the test needs it not to"
+    deny("x" * (room - probe - 40 + 1))
+    assert settings.max_bytes - settings.path.stat().st_size == 40
+    assert len(rotated_files(settings.path)) == 3
+
+    closing = asyncio.create_task(log.close())
+    await asyncio.sleep(0.05)  # close is now waiting on the held pass
+    held.set()
+    await closing
+    assert len(rotated_files(settings.path)) == settings.keep_files
+    assert len(prune_records(settings.path)) >= 2
+    report = verify_files([*rotated_files(settings.path), settings.path])
+    assert report.ok, report.failure

@@ -10,8 +10,8 @@ import gzip
 import hashlib
 import json
 import stat
-import threading
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 

@@ -185,6 +185,7 @@ async def test_a_rotation_the_closing_pass_causes_is_pruned_before_close_returns
     while len(rotated_files(settings.path)) < 3:
         await fill(log, 1, start=spawns)
         spawns += 1
+
     # Fill the current file to 40 bytes short of max_bytes: any record rotates.
     def deny(message: str) -> None:
         log.write("policy.deny", tenant="dev", method="Spawn", reason="EXECUTABLE_NOT_FOUND",

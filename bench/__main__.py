@@ -111,7 +111,7 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
             rows.append(await kill.measure(base, clients["full"], quick))
         if "5" in only:
             _progress("row 5: ReadFile / WriteFile", started)
-            rows.append(await file_io.measure(main.socket("full"), quick))
+            rows.append(await file_io.measure(main.socket("full"), quick, base.grpc_rtt))
         if "6" in only:
             _progress("row 6: memory", started)
             rows.append(await memory.measure(mem, idle_rss, base.grpc_idle_rss, quick))

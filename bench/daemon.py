@@ -5,9 +5,10 @@ Tenants are named by their sandbox profile:
 - `full`: the default profile (every protection required, cgroups included);
 - `nocg`: the default profile with `cgroup = "off"`;
 - `minimal`: every protection off except rlimits, uid_drop and exec_by_fd;
-- `stream`: the default profile with output ceilings that let a 1 GiB
+- `stream`: the default profile with output ceilings that let a 256 MiB
   stream pass whole (the head half of `output_bytes` is what is streamed live,
-  so the request asks for 2 GiB of kept output).
+  so the request asks for 512 MiB of kept output, the most a tenant may keep:
+  a Run result with both streams kept must fit the client's largest message).
 
 The daemon section sets `kill_grace_seconds = 0`: the kill row measures the
 mechanism (SIGKILL of the tree), not the grace period a config chooses.
@@ -97,8 +98,8 @@ def tenant_config(state: Path, name: str, sandbox: dict[str, str]) -> dict[str, 
                 "wall_seconds": 600,
                 "memory_bytes": 4 * GiB,
                 "pids": 1024,
-                "output_bytes": (2 * GiB) if big else (64 * MiB),
-                "total_output_bytes": (4 * GiB) if big else (256 * MiB),
+                "output_bytes": (512 * MiB) if big else (64 * MiB),
+                "total_output_bytes": GiB if big else (256 * MiB),
                 "file_size_bytes": GiB,
                 "open_files": 4096,
             },

@@ -6,15 +6,32 @@ only turns its figures into lines of the table.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from bench import fs_bench
-from bench.report import Line, Row, ms
+from bench.report import Line, Row, Target, ms
 
 
-async def measure(socket: Path, quick: bool) -> Row:
-    figures = await fs_bench.run(socket, quick)
+async def measure(
+    socket: Path, quick: bool, grpc_rtt: Callable[[], Awaitable[Any]] | None = None
+) -> Row:
+    figures = await fs_bench.run(socket, quick, grpc_rtt)
     row = Row("5 file I/O", figures=dict(figures))
+    if grpc_rtt is not None:
+        # The transport's own cost is the floor of a ReadFile (issue 15).
+        row.lines.append(
+            Line(
+                "5",
+                "ReadFile 4k / bare grpc.aio unary RTT",
+                figures["fs.read_4k.ratio_vs_grpc_rtt"],
+                ms(figures["fs.read_4k.daemon_us"]),
+                f"grpc {ms(figures['fs.read_4k.grpc_rtt_us'])}",
+                "fs_read_4k_over_grpc_rtt",
+                Target("<=", 1.5),
+            )
+        )
     for op in ("read", "write"):
         for label in fs_bench.SIZES:
             key = f"fs.{op}_{label}"

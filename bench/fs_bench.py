@@ -13,7 +13,10 @@ directory fsync, audit fsync), so `write_*.ratio_vs_atomic` compares it with
 the same steps done locally as well.
 
 Keys of the returned dict: `fs.{read,write}_{4k,1m}.{daemon_us,local_us,ratio}`
-and `fs.write_{4k,1m}.{atomic_us,ratio_vs_atomic}`.
+and `fs.write_{4k,1m}.{atomic_us,ratio_vs_atomic}`. Given `grpc_rtt` (a bare
+grpc.aio unary round trip, from the harness's floor server), reads are also
+timed in turns with it: `fs.read_{4k,1m}.{grpc_rtt_us,ratio_vs_grpc_rtt}`,
+what a ReadFile costs over the transport it cannot avoid.
 """
 
 from __future__ import annotations
@@ -105,7 +108,11 @@ async def _interleaved(
     return [statistics.median(s) for s in samples]
 
 
-async def run(socket_path: str | os.PathLike[str], quick: bool) -> dict[str, float]:
+async def run(
+    socket_path: str | os.PathLike[str],
+    quick: bool,
+    grpc_rtt: Callable[[], Awaitable[Any]] | None = None,
+) -> dict[str, float]:
     """Measure and return the results (see the module docstring for the keys)."""
     results: dict[str, float] = {}
     async with grpc.aio.insecure_channel(
@@ -139,7 +146,18 @@ async def run(socket_path: str | os.PathLike[str], quick: bool) -> dict[str, flo
                 results[f"fs.write_{label}.atomic_us"] = atomic_us
                 results[f"fs.write_{label}.ratio_vs_atomic"] = daemon_us / atomic_us
 
-                daemon_us, local_us = await _interleaved(n, read_remote, _local_read(local))
+                if grpc_rtt is None:
+                    daemon_us, local_us = await _interleaved(n, read_remote, _local_read(local))
+                else:
+
+                    async def bare_rtt(rtt: Callable[[], Awaitable[Any]] = grpc_rtt) -> None:
+                        await rtt()
+
+                    daemon_us, local_us, rtt_us = await _interleaved(
+                        n, read_remote, _local_read(local), bare_rtt
+                    )
+                    results[f"fs.read_{label}.grpc_rtt_us"] = rtt_us
+                    results[f"fs.read_{label}.ratio_vs_grpc_rtt"] = daemon_us / rtt_us
                 results[f"fs.read_{label}.daemon_us"] = daemon_us
                 results[f"fs.read_{label}.local_us"] = local_us
                 results[f"fs.read_{label}.ratio"] = daemon_us / local_us

@@ -93,7 +93,7 @@ async def measure(base: Baselines, client: TenantClient, quick: bool) -> Row:
             ms(d, "s"),
             f"killpg {ms(f, 's')}",
             "kill_tree_over_floor",
-            Target("<=", 3.0),
+            Target("<=", 2.0),
         )
     )
     row.lines.append(

@@ -67,7 +67,7 @@ async def measure(daemon: BenchDaemon, idle_rss: int, grpc_idle_rss: int, quick:
             f"{idle_rss / MiB:.1f} MiB",
             f"grpc {grpc_idle_rss / MiB:.1f} MiB",
             "idle_rss_over_grpc_floor",
-            Target("<=", 1.6),
+            Target("<=", 1.5),
         )
     )
     row.lines.append(

@@ -2,7 +2,7 @@
 
 Profiles a bench daemon with py-spy while it serves the load of rows 1-3:
 `spawn` (one client, /bin/true back to back on the default profile),
-`throughput` (8 clients) and `stream` (1 GiB of stdout). For each phase it
+`throughput` (8 clients) and `stream` (1 GiB of stdout, as four 256 MiB streams). For each phase it
 prints the CPU each daemon process used per spawn (or per GiB) from
 /proc/<pid>/stat, and py-spy's samples of the front-end and the spawner
 split by where they fall (audit, cgroups, gRPC, the spawner channel, ...),
@@ -31,7 +31,7 @@ from bench import procfs
 from bench.client import TenantClient
 from bench.daemon import REPO, BenchDaemon, GiB, state_parent
 from bench.native import BenchError
-from bench.stream import daemon_stream
+from bench.stream import STREAM_OUTPUT_BYTES, daemon_stream
 from bench.throughput import daemon_rate
 
 #: (substring of a frame, category): the innermost frame that matches decides.
@@ -232,7 +232,9 @@ async def run(seconds: float, rate: int) -> int:
             return (await daemon_rate(daemon.socket("full"), seconds))[0]
 
         async def stream() -> float:
-            await daemon_stream(stream_client, daemon, GiB)
+            nbytes = STREAM_OUTPUT_BYTES // 2  # all of it streamed live
+            for _ in range(GiB // nbytes):
+                await daemon_stream(stream_client, daemon, nbytes)
             return 1.0
 
         reports = [

@@ -137,9 +137,7 @@ def _connectable(path: Path) -> bool:
 class BenchDaemon:
     """One hostcapd with the named tenants, started and stopped by the bench."""
 
-    def __init__(
-        self, state: Path, tenants: tuple[str, ...], event_loop: str = "asyncio"
-    ) -> None:
+    def __init__(self, state: Path, tenants: tuple[str, ...], event_loop: str = "asyncio") -> None:
         self.state = state
         self.tenants = tenants
         self.config: dict[str, Any] = {

@@ -138,7 +138,7 @@ def _connectable(path: Path) -> bool:
 class BenchDaemon:
     """One hostcapd with the named tenants, started and stopped by the bench."""
 
-    def __init__(self, state: Path, tenants: tuple[str, ...]) -> None:
+    def __init__(self, state: Path, tenants: tuple[str, ...], event_loop: str = "asyncio") -> None:
         self.state = state
         self.tenants = tenants
         self.config: dict[str, Any] = {
@@ -147,6 +147,7 @@ class BenchDaemon:
                 "runtime_dir": str(state / "run"),
                 "kill_grace_seconds": 0,
                 "cgroup_parent": f"hostcapd-bench-{os.getpid()}-{state.name}",
+                "event_loop": event_loop,
             },
             "audit": {
                 "path": str(state / "log" / "audit.jsonl"),

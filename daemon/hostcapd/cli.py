@@ -114,9 +114,40 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 2
+    # HOSTCAPD_EVENT_LOOP, when set, overrides daemon.event_loop (the test
+    # suite and the bench use it, for --dev daemons too).
+    loop_name = os.environ.get("HOSTCAPD_EVENT_LOOP") or config.daemon.event_loop
+    try:
+        loop_factory = event_loop_factory(loop_name)
+    except ConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
+    logging.getLogger("hostcapd").info("event loop: %s", loop_name)
     from hostcapd.daemon import Daemon  # gRPC is imported only here
 
-    return asyncio.run(Daemon(config, path, reload_source).serve())
+    # grpc.aio binds to the running loop when the Daemon first builds a
+    # server or channel, so under uvloop it is initialised on uvloop's loop.
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(Daemon(config, path, reload_source).serve())
+
+
+def event_loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The loop factory for `daemon.event_loop`; None is asyncio's default.
+
+    Fails closed: "uvloop" without uvloop installed is a ConfigError, not a
+    silent fall-back to asyncio."""
+    if name == "asyncio":
+        return None
+    if name == "uvloop":
+        try:
+            import uvloop
+        except ImportError as error:
+            raise ConfigError(
+                'daemon.event_loop = "uvloop" but uvloop is not importable '
+                f'({error}); install the hostcap[uvloop] extra or set "asyncio"'
+            ) from error
+        return uvloop.new_event_loop
+    raise ConfigError(f"daemon.event_loop: unknown loop {name!r}")
 
 
 if __name__ == "__main__":

@@ -465,6 +465,9 @@ class DaemonSettings(_Model):
     #: Remount the cgroup2 hierarchy with favordynmods at start-up, so joining
     #: a spawn's cgroup never waits for an RCU grace period (~10 ms).
     cgroup_favor_dynmods: bool = True
+    #: The front-end's event loop: "asyncio" (the standard library's) or
+    #: "uvloop" (the `uvloop` extra; start-up fails if it is not installed).
+    event_loop: Literal["asyncio", "uvloop"] = "asyncio"
 
 
 class Config(_Model):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import datetime
 import os
 import platform
@@ -61,13 +60,6 @@ def _meta(quick: bool) -> dict[str, Any]:
         "bwrap": run("bwrap", "--version"),
         "loadavg_start": os.getloadavg()[0],
     }
-
-
-def _reap_orphans() -> None:
-    # The bench is a subreaper: whatever a stopped daemon left comes back here.
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
 
 
 async def run(quick: bool, only: set[str], keep_state: bool) -> int:
@@ -125,7 +117,7 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
             await base.close()
         main.stop()
         mem.stop()
-        _reap_orphans()
+        procfs.reap_orphans()
         if keep_state:
             print(f"bench: state kept in {state}", file=sys.stderr)
         else:

@@ -38,6 +38,7 @@ from typing import Any
 import prctl
 import psutil
 
+from bench import procfs
 from bench.client import TenantClient
 from bench.daemon import REPO, BenchDaemon, state_parent
 from bench.native import BenchError
@@ -105,9 +106,7 @@ async def run(rounds: int, spawns: int, window: float) -> dict[str, Any]:
             await client.close()
         for daemon in daemons.values():
             daemon.stop()
-        with contextlib.suppress(ChildProcessError):
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
+        procfs.reap_orphans()
         shutil.rmtree(state, ignore_errors=True)
     figures: dict[str, dict[str, float]] = {}
     for name in LOOPS:

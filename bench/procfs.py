@@ -50,6 +50,14 @@ def pids_with(marker: bytes) -> list[int]:
     return found
 
 
+def reap_orphans() -> None:
+    """Reap every exited child without waiting. The bench runs as a
+    subreaper, so whatever a stopped daemon left behind comes back to it."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
 def children_of(pid: int) -> list[int]:
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():

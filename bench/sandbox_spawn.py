@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import shutil
 import sys
@@ -39,6 +38,7 @@ from pathlib import Path
 
 import prctl
 
+from bench import procfs
 from bench.client import TenantClient
 from bench.daemon import BenchDaemon, state_parent
 from bench.native import BenchError, Floor, bwrap_argv, compile_c
@@ -108,9 +108,7 @@ async def run(quick: bool) -> dict[str, float]:
         if floor is not None:
             floor.close()
         daemon.stop()
-        with contextlib.suppress(ChildProcessError):
-            while os.waitpid(-1, os.WNOHANG)[0]:
-                pass
+        procfs.reap_orphans()
         shutil.rmtree(state, ignore_errors=True)
 
 

@@ -91,11 +91,12 @@ def _local_atomic_write(path: Path, data: bytes) -> Callable[[], Awaitable[None]
 
 
 async def _interleaved(
-    iterations: int, daemon: Callable[[], Awaitable[Any]], *local: Callable[[], Awaitable[None]]
+    iterations: int, daemon: Callable[[], Awaitable[Any]], *others: Callable[[], Awaitable[Any]]
 ) -> list[float]:
-    """Median microseconds of `daemon` and of each `local`, measured in turns."""
-    samples: list[list[float]] = [[] for _ in range(1 + len(local))]
-    contenders = [daemon, *local]
+    """Median microseconds of `daemon` and of each of `others` (local file
+    I/O, a bare grpc.aio round trip), measured in turns."""
+    samples: list[list[float]] = [[] for _ in range(1 + len(others))]
+    contenders = [daemon, *others]
     for _ in range(3):  # warm-up: connections, page cache, the worker's imports
         for contender in contenders:
             await contender()
@@ -149,12 +150,8 @@ async def run(
                 if grpc_rtt is None:
                     daemon_us, local_us = await _interleaved(n, read_remote, _local_read(local))
                 else:
-
-                    async def bare_rtt(rtt: Callable[[], Awaitable[Any]] = grpc_rtt) -> None:
-                        await rtt()
-
                     daemon_us, local_us, rtt_us = await _interleaved(
-                        n, read_remote, _local_read(local), bare_rtt
+                        n, read_remote, _local_read(local), grpc_rtt
                     )
                     results[f"fs.read_{label}.grpc_rtt_us"] = rtt_us
                     results[f"fs.read_{label}.ratio_vs_grpc_rtt"] = daemon_us / rtt_us

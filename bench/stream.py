@@ -5,10 +5,12 @@ The daemon side is a streaming Spawn of `head -c 268435456 /dev/zero` on the
 most, see bench/daemon.py): the live-streamed part of a stream is the head
 half of `output_bytes`, so all of it goes out as it is read rather than
 sitting in the tail ring. Up to 2026-12-03 the stream was 1 GiB, before
-output ceilings were bounded by the client's largest message. Interleaved with a bare grpc.aio
-server streaming the same bytes as 64 KiB messages (the floor) and the shell
-pipe `head -c N /dev/zero | cat` of the same size. CPU seconds of the daemon's front-end (and
-spawner) come from /proc/<pid>/stat; its RSS is sampled every 20 ms.
+output ceilings were bounded by the client's largest message.
+
+Interleaved with a bare grpc.aio server streaming the same bytes as 64 KiB
+messages (the floor) and the shell pipe `head -c N /dev/zero | cat` of the
+same size. CPU seconds of the daemon's front-end (and spawner) come from
+/proc/<pid>/stat; its RSS is sampled every 20 ms.
 """
 
 from __future__ import annotations

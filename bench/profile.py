@@ -4,10 +4,9 @@ Profiles a bench daemon with py-spy while it serves the load of rows 1-3:
 `spawn` (one client, /bin/true back to back on the default profile),
 `throughput` (8 clients) and `stream` (1 GiB of stdout, as four 256 MiB
 streams). For each phase it prints the CPU each daemon process used per
-spawn (or per GiB) from
-/proc/<pid>/stat, and py-spy's samples of the front-end and the spawner
-split by where they fall (audit, cgroups, gRPC, the spawner channel, ...),
-plus the top functions by own time. Raw py-spy stacks are kept in
+spawn (or per GiB) from /proc/<pid>/stat, and py-spy's samples of the
+front-end and the spawner split by where they fall (audit, cgroups, gRPC,
+the spawner channel, ...), plus the top functions by own time. Raw py-spy stacks are kept in
 bench/results/profile-<timestamp>/. py-spy is a dev extra (pyproject).
 """
 

@@ -7,8 +7,10 @@ space does not move, and every spawn still runs and is audited."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,6 +24,8 @@ from support.process import Client, outcome
 
 MiB = 1 << 20
 BUDGET = 64 * MiB
+#: ext4 starts its lazy init of a mounted file system within 5 s.
+LAZY_INIT_WINDOW_S = 6.0
 LABELS = {"session": "disk", "node_id": "n1", "tool_call_id": "t1"}
 
 FILL = """
@@ -52,9 +56,16 @@ async def test_writes_beyond_the_budget_fail_and_the_audit_volume_keeps_its_spac
     client = Client(daemon.socket)
     try:
         image = daemon.state / "disk" / "dev.img"
-        # The image's space is reserved on the host volume when it is made.
-        reserved = image.stat().st_blocks * 512
-        assert reserved >= BUDGET
+        # The image's space is reserved on the host volume when it is made,
+        # and stays so once mounted (ext4's lazy init starts 0-5 s after the
+        # mount; if it zeroed through the loop device it would punch holes).
+        deadline = time.monotonic() + LAZY_INIT_WINDOW_S
+        while True:
+            reserved = image.stat().st_blocks * 512
+            assert reserved >= BUDGET, f"the image holds {reserved} of {BUDGET} bytes"
+            if time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
         result = await client.run(
             "python3", "-I", "-c", FILL, str(workspace), limits={"wall_seconds": 100}
         )

@@ -80,6 +80,10 @@
 #define MAX_MOUNTS 64
 #define MAX_RLIMITS 16
 #define MAX_CGROUP_FDS 8
+#define MAX_ROOTS 8
+/* A warm child's buffer for its request's part (see warm_wait). */
+#define WARM_BUFFER (4 * 1024 * 1024)
+#define WARM_FDS 6
 
 /* The steps a set-up can fail at: the enum and the names SetupError carries
  * (what Python sees) come from this one list, so they cannot drift apart.
@@ -117,7 +121,8 @@
     X(STEP_EXEC, "exec")                    \
     X(STEP_CLONE, "clone")                  \
     X(STEP_MNTNS, "mntns")                  \
-    X(STEP_INIT, "init")
+    X(STEP_INIT, "init")                    \
+    X(STEP_WARM, "warm")
 
 #define STEP_ENUM(id, name) id,
 enum step { SETUP_STEPS(STEP_ENUM) N_STEPS };
@@ -214,6 +219,15 @@ struct plan {
      * writes its records to report_fd and closes report_read at once */
     int init;
     int report_fd, report_read;
+    /* A warm child (see warm_wait): its set-up stops after the filters and
+     * waits on channel_fd for the request's part; the roots' fds are opened
+     * (as root, after the mounts) for the cwd the request names. */
+    int warm;
+    int channel_fd;
+    const char *roots[MAX_ROOTS];
+    int root_fds[MAX_ROOTS];
+    int n_roots;
+    char *warm_buf;
     /* the caller's CPU affinity, which the init takes back (see clone_init_small) */
     int restore_affinity;
     cpu_set_t affinity;
@@ -371,7 +385,7 @@ static void fail_now(struct plan *p, int step)
 {
     p->fail_step = step;
     p->fail_errno = errno;
-    if (p->init)
+    if (p->init || p->warm)
         init_report_setup(p->report_fd, step, p->fail_errno);
     _exit(127);
 }
@@ -380,6 +394,11 @@ static void fail_now(struct plan *p, int step)
 
 static int init_main(struct plan *p);
 static int last_steps(struct plan *p);
+static int apply_cwd(struct plan *p);
+static void warm_wait(struct plan *p);
+static void write_record(int fd, const int64_t *rec, size_t n);
+static int apply_stdio(struct plan *p);
+static int apply_rlimits(struct plan *p);
 
 /* The init is a copy of the spawner: its /proc/1/cmdline (readable by every
  * process of the namespace, unlike exe, maps or environ, which the init's
@@ -415,11 +434,12 @@ static int child_main(void *arg)
     }
     /* An init keeps every signal blocked: it takes them with sigwaitinfo
      * (a blocked signal is queued even for a pid 1 without a handler). */
-    if (p->init) {
+    if (p->init || p->warm) {
         if (p->report_read >= 0)
             close(p->report_read);
-        init_hide_cmdline();
     }
+    if (p->init)
+        init_hide_cmdline();
     sigset_t none;
     sigemptyset(&none);
     if (!p->init && sigprocmask(SIG_SETMASK, &none, NULL) != 0)
@@ -463,21 +483,18 @@ static int child_main(void *arg)
         if (p->cwd_fd < 0)
             FAIL(STEP_CHDIR);
     }
-
-    /* stdio. dup2 onto itself would keep O_CLOEXEC, so clear it explicitly. */
-    for (i = 0; i < 3; i++) {
-        if (p->stdio[i] == i) {
-            if (fcntl(i, F_SETFD, 0) != 0)
-                FAIL(STEP_STDIO);
-        } else if (dup2(p->stdio[i], i) < 0) {
-            FAIL(STEP_STDIO);
-        }
+    /* A warm child opens every root the request may name its cwd beneath. */
+    for (i = 0; i < p->n_roots; i++) {
+        p->root_fds[i] = open(p->roots[i], O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (p->root_fds[i] < 0)
+            FAIL(STEP_CHDIR);
     }
 
-    for (i = 0; i < p->n_rlimits; i++) {
-        if (setrlimit(p->rlimits[i].resource, &p->rlimits[i].lim) != 0)
-            FAIL(STEP_RLIMITS);
-    }
+    /* stdio and rlimits; a warm child's come with its request. */
+    if (!p->warm && apply_stdio(p) != 0)
+        FAIL(STEP_STDIO);
+    if (!p->warm && apply_rlimits(p) != 0)
+        FAIL(STEP_RLIMITS);
     if (p->oom_score_adj && write_file("/proc/self/oom_score_adj", p->oom_score_adj) != 0)
         FAIL(STEP_OOM_SCORE);
     if (p->loginuid && write_file("/proc/self/loginuid", p->loginuid) != 0)
@@ -514,15 +531,8 @@ static int child_main(void *arg)
     /* As the run-as identity, the cwd beneath its root (openat2 RESOLVE_BENEATH):
      * the kernel checks the tenant may search every directory below the root
      * and enter the cwd; no ancestor of the root needs to be searchable. */
-    if (p->cwd_fd >= 0) {
-        struct open_how_ how = {O_PATH | O_DIRECTORY | O_CLOEXEC, 0,
-                                RESOLVE_BENEATH_ | RESOLVE_NO_MAGICLINKS_};
-        int dir = (int)syscall(SYS_openat2, p->cwd_fd, p->cwd ? p->cwd : ".", &how, sizeof how);
-        if (dir < 0 || fchdir(dir) != 0)
-            FAIL(STEP_CHDIR);
-        close(dir);
-        close(p->cwd_fd);
-    }
+    if (p->cwd_fd >= 0 && apply_cwd(p) != 0)
+        FAIL(STEP_CHDIR);
     if (p->umask >= 0)
         umask((mode_t)p->umask);
 
@@ -551,11 +561,227 @@ static int child_main(void *arg)
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p->seccomp) != 0)
         FAIL(STEP_SECCOMP);
 
+    /* A warm child waits here for its request and applies its part. */
+    if (p->warm)
+        warm_wait(p);
     /* With an init, the command's own process (its pid 2) runs the rest. */
     if (p->init)
         return init_main(p);
     FAIL(last_steps(p));
     return 127;
+}
+
+/* stdio. dup2 onto itself would keep O_CLOEXEC, so clear it explicitly. */
+static int apply_stdio(struct plan *p)
+{
+    for (int i = 0; i < 3; i++) {
+        if (p->stdio[i] == i) {
+            if (fcntl(i, F_SETFD, 0) != 0)
+                return -1;
+        } else if (dup2(p->stdio[i], i) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int apply_rlimits(struct plan *p)
+{
+    for (int i = 0; i < p->n_rlimits; i++) {
+        if (setrlimit(p->rlimits[i].resource, &p->rlimits[i].lim) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* The cwd beneath cwd_fd (openat2 RESOLVE_BENEATH, as the run-as identity),
+ * entered; cwd_fd is closed. */
+static int apply_cwd(struct plan *p)
+{
+    struct open_how_ how = {O_PATH | O_DIRECTORY | O_CLOEXEC, 0,
+                            RESOLVE_BENEATH_ | RESOLVE_NO_MAGICLINKS_};
+    int dir = (int)syscall(SYS_openat2, p->cwd_fd, p->cwd ? p->cwd : ".", &how, sizeof how);
+    if (dir < 0 || fchdir(dir) != 0)
+        return -1;
+    close(dir);
+    close(p->cwd_fd);
+    p->cwd_fd = -1;
+    return 0;
+}
+
+/* ---- the warm path: a child set up ahead of need ----
+ *
+ * A warm child runs the whole set-up but the request's own part (stdio,
+ * rlimits, the cwd, the executable, argv and envp) and stops after its
+ * filters: it has its namespaces, mounts, cgroup, identity, landlock domain
+ * and seccomp filter. It says so on its report pipe ({WARM_MAGIC, 0, 0}),
+ * and waits on its channel (the spawner's end of a socketpair) for one
+ * message: a header {WARM_MAGIC, size} with the fds stdin, stdout, stderr,
+ * cancel, go and (by_fd) the executable, then `size` bytes laid out by
+ * Python (childsetup.pack_request), native int64 words:
+ *   by_fd, root (index into the roots, or -1), cwd, exe_path (offsets, or -1),
+ *   n_rlimits, argc, envc, n_rlimits x (resource, soft, hard),
+ *   argc + 1 argv offsets (the last -1), envc + 1 envp offsets (the last -1),
+ * then the NUL-terminated strings the offsets point at. The offsets become
+ * pointers in place; a layout that does not fit is refused (step "warm").
+ * Then it applies that part and goes on to the last steps as a fresh child
+ * does. It is used once: the channel is closed at exec. A channel or life
+ * pipe that hangs up before a request ends it without a record. */
+#define WARM_MAGIC 0x31574348 /* "HCW1" */
+#define WARM_WORDS 7
+
+static void warm_fail(struct plan *p, int err)
+{
+    errno = err;
+    fail_now(p, STEP_WARM);
+}
+
+static int read_full(int fd, char *buf, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+/* An offset into the buffer as a pointer; NULL for -1. */
+static int warm_ptr(int64_t off, size_t size, char *base, char **out)
+{
+    if (off == -1) {
+        *out = NULL;
+        return 0;
+    }
+    if (off < 0 || (uint64_t)off >= size)
+        return -1;
+    *out = base + off;
+    return 0;
+}
+
+/* Offsets [at, at + n] (the last -1) as a NULL-terminated vector, in place. */
+static char **warm_vec(int64_t *w, size_t at, int64_t n, size_t words, size_t size, char *base)
+{
+    if (n < 0 || (uint64_t)n >= words || at + (size_t)n + 1 > words || w[at + n] != -1)
+        return NULL;
+    char **v = (char **)(w + at);
+    for (int64_t i = 0; i <= n; i++) {
+        char *ptr;
+        if (warm_ptr(w[at + i], size, base, &ptr) != 0 || (i < n && !ptr))
+            return NULL;
+        v[i] = ptr;
+    }
+    return v;
+}
+
+static void warm_wait(struct plan *p)
+{
+    int i;
+    /* Not dumpable (the uid change made it so already; this says it). */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    int64_t ready[3] = {WARM_MAGIC, 0, 0};
+    write_record(p->report_fd, ready, 3);
+
+    struct pollfd pfd[2] = {{p->channel_fd, POLLIN, 0}, {p->life_fd, POLLIN, 0}};
+    for (;;) {
+        int n = poll(pfd, p->life_fd >= 0 ? 2 : 1, -1);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 || pfd[1].revents || !(pfd[0].revents & POLLIN))
+            _exit(127); /* dropped, or the spawner is gone: nothing to say */
+        break;
+    }
+    int64_t header[2] = {0, 0};
+    union {
+        char buf[CMSG_SPACE(WARM_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = {header, sizeof header};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof control.buf;
+    ssize_t got;
+    do {
+        got = recvmsg(p->channel_fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
+    } while (got < 0 && errno == EINTR);
+    if (got == 0)
+        _exit(127); /* dropped */
+    if (got != (ssize_t)sizeof header || header[0] != WARM_MAGIC || (msg.msg_flags & MSG_CTRUNC))
+        warm_fail(p, EPROTO);
+    int fds[WARM_FDS], n_fds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        if (n_fds + n > WARM_FDS)
+            warm_fail(p, EPROTO);
+        memcpy(fds + n_fds, CMSG_DATA(c), (size_t)n * sizeof(int));
+        n_fds += n;
+    }
+    size_t size = (size_t)header[1];
+    if (header[1] < (int64_t)(WARM_WORDS * sizeof(int64_t)) || size > WARM_BUFFER ||
+        size % sizeof(int64_t) != 0)
+        warm_fail(p, E2BIG);
+    if (read_full(p->channel_fd, p->warm_buf, size) != 0)
+        warm_fail(p, EPROTO);
+
+    /* The layout: every offset inside the buffer, every string ending in it. */
+    int64_t *w = (int64_t *)p->warm_buf;
+    size_t words = size / sizeof(int64_t);
+    int64_t by_fd = w[0], root = w[1], n_rl = w[4], argc = w[5], envc = w[6];
+    char *cwd, *exe_path;
+    if (p->warm_buf[size - 1] != '\0' || n_fds != 5 + (by_fd ? 1 : 0) ||
+        root < -1 || root >= p->n_roots || n_rl < 0 || n_rl > MAX_RLIMITS || argc < 1 ||
+        warm_ptr(w[2], size, p->warm_buf, &cwd) != 0 ||
+        warm_ptr(w[3], size, p->warm_buf, &exe_path) != 0 || (!by_fd && !exe_path))
+        warm_fail(p, EINVAL);
+    size_t at = WARM_WORDS + 3 * (size_t)n_rl;
+    if (at > words)
+        warm_fail(p, EINVAL);
+    char **argv = warm_vec(w, at, argc, words, size, p->warm_buf);
+    if (!argv)
+        warm_fail(p, EINVAL);
+    at += (size_t)argc + 1;
+    char **envp = at <= words ? warm_vec(w, at, envc, words, size, p->warm_buf) : NULL;
+    if (!envp)
+        warm_fail(p, EINVAL);
+    for (i = 0; i < n_rl; i++) {
+        int64_t *r = w + WARM_WORDS + 3 * i;
+        p->rlimits[i].resource = (int)r[0];
+        p->rlimits[i].lim.rlim_cur = (rlim_t)r[1];
+        p->rlimits[i].lim.rlim_max = (rlim_t)r[2];
+    }
+    p->n_rlimits = (int)n_rl;
+    for (i = 0; i < 3; i++)
+        p->stdio[i] = fds[i];
+    p->cancel_fd = fds[3];
+    p->go_fd = fds[4];
+    p->exe_fd = by_fd ? fds[5] : -1;
+    p->exe_path = exe_path;
+    p->argv = argv;
+    p->envp = envp;
+    p->cwd = cwd;
+
+    /* The request's part, in the fresh set-up's order. */
+    if (apply_stdio(p) != 0)
+        FAIL(STEP_STDIO);
+    if (apply_rlimits(p) != 0)
+        FAIL(STEP_RLIMITS);
+    for (i = 0; i < p->n_roots; i++) {
+        if (i == root)
+            p->cwd_fd = p->root_fds[i];
+        else
+            close(p->root_fds[i]);
+    }
+    if (p->cwd_fd >= 0 && apply_cwd(p) != 0)
+        FAIL(STEP_CHDIR);
 }
 
 /* The last steps, from close_fds to the exec; the step that failed (errno
@@ -1015,6 +1241,8 @@ static int plan_pack(struct plan *p, struct arena *a)
                 str_size(p->mounts[i].fstype) + str_size(p->mounts[i].data);
     for (int i = 0; i < p->n_landlock_rules; i++)
         need += str_size(p->landlock_rules[i].path);
+    for (int i = 0; i < p->n_roots; i++)
+        need += str_size(p->roots[i]);
     long page = sysconf(_SC_PAGESIZE);
     a->size = (need + (size_t)page - 1) & ~((size_t)page - 1);
     a->used = 0;
@@ -1041,6 +1269,8 @@ static int plan_pack(struct plan *p, struct arena *a)
     }
     for (int i = 0; i < p->n_landlock_rules; i++)
         p->landlock_rules[i].path = arena_str(a, p->landlock_rules[i].path, &ok);
+    for (int i = 0; i < p->n_roots; i++)
+        p->roots[i] = arena_str(a, p->roots[i], &ok);
     if (p->seccomp.len > 0) {
         size_t n = (size_t)p->seccomp.len * sizeof(struct sock_filter);
         struct sock_filter *f = arena_take(a, n, 16);
@@ -1178,6 +1408,7 @@ static pid_t clone_init_small(char *stack, struct plan *p)
             {(unsigned long)a.base, (unsigned long)a.base + a.size},
             {(unsigned long)stack, (unsigned long)stack + CHILD_STACK_SIZE},
             {tcb > (1UL << 20) ? tcb - (1UL << 20) : 0, tcb + (64UL << 10)},
+            {(unsigned long)p->warm_buf, (unsigned long)p->warm_buf + (p->warm_buf ? WARM_BUFFER : 0)},
         };
         struct keep_list k = {spans, 0, 0};
         for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
@@ -1193,7 +1424,7 @@ static pid_t clone_init_small(char *stack, struct plan *p)
      * init runs at once (as a vfork child does), rather than being queued
      * behind other work on another CPU; it and the command's process take
      * back the caller's affinity once the command's process is started. */
-    int cpu = sched_getcpu();
+    int cpu = p->warm ? -1 : sched_getcpu(); /* a warm child waits: not pinned */
     p->restore_affinity = cpu >= 0 && sched_getaffinity(0, sizeof p->affinity, &p->affinity) == 0;
     if (p->restore_affinity) {
         cpu_set_t here;
@@ -1222,6 +1453,7 @@ static pid_t clone_init_small(char *stack, struct plan *p)
         p->loginuid = saved.loginuid;
         memcpy(p->mounts, saved.mounts, sizeof p->mounts);
         memcpy(p->landlock_rules, saved.landlock_rules, sizeof p->landlock_rules);
+        memcpy(p->roots, saved.roots, sizeof p->roots);
         p->seccomp = saved.seccomp;
     }
     p->argv = argv;
@@ -1275,7 +1507,8 @@ static pid_t wait_init_child(pid_t pid, struct plan *p, int *report)
             break;
         got += (size_t)n;
     }
-    if (got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] == STEP_NONE) {
+    int64_t want = p->warm ? WARM_MAGIC : INIT_SETUP_MAGIC;
+    if (got == sizeof rec && rec[0] == want && rec[1] == STEP_NONE) {
         *report = fds[0];
         return pid;
     }
@@ -1376,7 +1609,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         "mounts", "hostname", "loopback_up", "cgroup_fds", "rlimits", "oom_score_adj",
         "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
         "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", "netns_fd",
-        "mntns_fd", "init", NULL,
+        "mntns_fd", "init", "warm_channel", "roots", NULL,
     };
     /* Every argument but go_fd and go_timeout_ms is required: the sentinels
      * below say which one a call left out (the format makes all optional). */
@@ -1384,18 +1617,19 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     int exe_fd = unset, umask_value = unset, clone_flags = unset, loopback = unset;
     int drop_caps = unset, no_new_privs = unset, landlock_fd = unset, pdeathsig = unset;
     int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000, netns_fd = -1;
-    int mntns_fd = -1, init = 0;
+    int mntns_fd = -1, init = 0, warm_channel = -1;
+    PyObject *warm_roots = NULL;
     PyObject *exe_path = NULL, *argv = NULL, *envp = NULL, *stdio = NULL, *cwd_root = NULL;
     PyObject *cwd = NULL, *mounts = NULL, *hostname = NULL, *cgroup_fds = NULL, *rlimits = NULL;
     PyObject *oom = NULL, *loginuid = NULL, *ids = NULL, *landlock_rules = NULL;
     Py_buffer filter = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiip:spawn", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiipiO:spawn", kwlist,
                                      &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
                                      &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
                                      &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
                                      &no_new_privs, &landlock_fd, &landlock_rules, &filter,
                                      &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms, &netns_fd,
-                                     &mntns_fd, &init))
+                                     &mntns_fd, &init, &warm_channel, &warm_roots))
         return NULL;
     if (exe_fd == unset || umask_value == unset || clone_flags == unset || loopback == unset ||
         drop_caps == unset || no_new_privs == unset || landlock_fd == unset ||
@@ -1436,20 +1670,45 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->mntns_fd = mntns_fd;
     p->init = init;
     p->report_fd = p->report_read = -1;
+    p->warm = warm_channel >= 0;
+    p->channel_fd = warm_channel;
 
     if (opt_cstring(exe_path, keep, &p->exe_path) < 0 || opt_cstring(cwd, keep, &p->cwd) < 0 ||
         opt_cstring(cwd_root, keep, &p->cwd_root) < 0 ||
         opt_cstring(hostname, keep, &p->hostname) < 0 || opt_cstring(oom, keep, &p->oom_score_adj) < 0 ||
         opt_cstring(loginuid, keep, &p->loginuid) < 0)
         goto done;
-    if (exe_fd < 0 && !p->exe_path) {
+    if (exe_fd < 0 && !p->exe_path && warm_channel < 0) {
         PyErr_SetString(PyExc_ValueError, "exe_fd < 0 needs exe_path");
         goto done;
     }
     if (!(p->argv = to_cstrings(argv, keep, "argv")) || !(p->envp = to_cstrings(envp, keep, "envp")))
         goto done;
-    if (p->argv[0] == NULL) {
+    if (p->argv[0] == NULL && !p->warm) {
         PyErr_SetString(PyExc_ValueError, "argv must not be empty");
+        goto done;
+    }
+    if (warm_roots) {
+        Py_ssize_t n_roots = PySequence_Length(warm_roots);
+        if (n_roots < 0 || n_roots > MAX_ROOTS) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "too many roots");
+            goto done;
+        }
+        for (Py_ssize_t i = 0; i < n_roots; i++) {
+            PyObject *item = PySequence_GetItem(warm_roots, i);
+            int ok = item && opt_cstring(item, keep, &p->roots[i]) == 0 && p->roots[i];
+            Py_XDECREF(item);
+            if (!ok) {
+                if (!PyErr_Occurred())
+                    PyErr_SetString(PyExc_TypeError, "roots must be bytes");
+                goto done;
+            }
+        }
+        p->n_roots = (int)n_roots;
+    }
+    if (p->n_roots > 0 && !p->warm) {
+        PyErr_SetString(PyExc_ValueError, "roots are a warm child's (warm_channel)");
         goto done;
     }
     if (!PyArg_ParseTuple(stdio, "iii;stdio must be (in, out, err)", &p->stdio[0], &p->stdio[1], &p->stdio[2]))
@@ -1557,7 +1816,25 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     /* The child resets dispositions and unblocks signals before exec. */
     pid_t pid;
     int report = -1;
-    if (p->init) {
+    if (p->warm) {
+        /* Its own memory (it waits): cloned like the init, with a buffer for
+         * its request that the parent need not keep. */
+        p->warm_buf = mmap(NULL, WARM_BUFFER, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                           -1, 0);
+        if (p->warm_buf == MAP_FAILED) {
+            p->warm_buf = NULL;
+            PyErr_SetFromErrno(PyExc_OSError);
+            goto done;
+        }
+        pid = start_init_child(stack, p);
+        munmap(p->warm_buf, WARM_BUFFER);
+        p->warm_buf = NULL;
+        if (pid >= 0) {
+            Py_BEGIN_ALLOW_THREADS
+            pid = wait_init_child(pid, p, &report);
+            Py_END_ALLOW_THREADS
+        }
+    } else if (p->init) {
         pid = start_init_child(stack, p);
         if (pid >= 0) {
             Py_BEGIN_ALLOW_THREADS
@@ -1573,7 +1850,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         raise_setup_error(p);
         goto done;
     }
-    result = p->init ? Py_BuildValue("(ii)", pid, report) : PyLong_FromLong(pid);
+    result = p->init || p->warm ? Py_BuildValue("(ii)", pid, report) : PyLong_FromLong(pid);
     if (!result && report >= 0)
         close(report);
 
@@ -1587,6 +1864,119 @@ done:
     PyBuffer_Release(&filter);
     Py_XDECREF(keep);
     return result;
+}
+
+/* ---- the go of a warm child ---- */
+
+/* Send the request's part; 0, or -1 with errno. */
+static int warm_send(int channel, const char *payload, size_t size, const int *fds, int n_fds)
+{
+    int64_t header[2] = {WARM_MAGIC, (int64_t)size};
+    union {
+        char buf[CMSG_SPACE(WARM_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct iovec iov = {header, sizeof header};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof msg);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = CMSG_SPACE((size_t)n_fds * sizeof(int));
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN((size_t)n_fds * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, (size_t)n_fds * sizeof(int));
+    ssize_t r;
+    do {
+        r = sendmsg(channel, &msg, MSG_NOSIGNAL);
+    } while (r < 0 && errno == EINTR);
+    if (r != (ssize_t)sizeof header)
+        return -1;
+    size_t sent = 0;
+    while (sent < size) {
+        r = send(channel, payload + sent, size - sent, MSG_NOSIGNAL);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return -1;
+        sent += (size_t)r;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(go_doc,
+"go(*, pid, channel_fd, report_fd, payload, fds, init) -> None\n\n"
+"Give the warm child `pid` (made by spawn with warm_channel) its request:\n"
+"`payload` (childsetup.pack_request's layout) and `fds` (stdin, stdout,\n"
+"stderr, cancel, go[, executable]) on `channel_fd`; return once the command\n"
+"exec'd: with `init`, the init's set-up record came on `report_fd` (which\n"
+"then gives its exit record), else `report_fd` hung up at the exec. Raises\n"
+"SetupError(step, errno) if a step failed (the child is reaped).");
+
+static PyObject *childsetup_go(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    (void)self;
+    static char *kwlist[] = {"pid", "channel_fd", "report_fd", "payload", "fds", "init", NULL};
+    int pid = -1, channel = -1, report = -1, init = 0;
+    Py_buffer payload = {0};
+    PyObject *fd_seq = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$iiiy*Op:go", kwlist, &pid, &channel,
+                                     &report, &payload, &fd_seq, &init))
+        return NULL;
+    int fds[WARM_FDS];
+    Py_ssize_t n = PySequence_Length(fd_seq);
+    if (n < 5 || n > WARM_FDS || payload.len > WARM_BUFFER) {
+        PyBuffer_Release(&payload);
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "go needs 5 or 6 fds and a payload that fits");
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PySequence_GetItem(fd_seq, i);
+        fds[i] = item ? (int)PyLong_AsLong(item) : -1;
+        Py_XDECREF(item);
+        if (PyErr_Occurred()) {
+            PyBuffer_Release(&payload);
+            return NULL;
+        }
+    }
+    int sent_errno = 0;
+    int64_t rec[3] = {0, STEP_INIT, 0};
+    size_t got = 0;
+    Py_BEGIN_ALLOW_THREADS
+    if (warm_send(channel, payload.buf, (size_t)payload.len, fds, (int)n) != 0)
+        sent_errno = errno;
+    while (got < sizeof rec) {
+        ssize_t r = read(report, (char *)rec + got, sizeof rec - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&payload);
+    /* exec'd: the init's record says so; without an init, the hang-up at exec */
+    if (!sent_errno && ((init && got == sizeof rec && rec[0] == INIT_SETUP_MAGIC &&
+                         rec[1] == STEP_NONE) ||
+                        (!init && got == 0)))
+        Py_RETURN_NONE;
+    struct plan failed;
+    memset(&failed, 0, sizeof failed);
+    int valid = got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] > STEP_NONE &&
+                rec[1] < N_STEPS;
+    failed.fail_step = valid ? (int)rec[1] : STEP_WARM;
+    failed.fail_errno = valid ? (int)rec[2] : sent_errno;
+    int status;
+    Py_BEGIN_ALLOW_THREADS
+    while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR)
+        ;
+    Py_END_ALLOW_THREADS
+    raise_setup_error(&failed);
+    return NULL;
 }
 
 /* ---- mount namespaces made ahead of need ---- */
@@ -1671,6 +2061,7 @@ done:
 
 static PyMethodDef methods[] = {
     {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
+    {"go", (PyCFunction)(void (*)(void))childsetup_go, METH_VARARGS | METH_KEYWORDS, go_doc},
     {"mount_namespace", (PyCFunction)(void (*)(void))childsetup_mount_namespace,
      METH_VARARGS | METH_KEYWORDS, mount_namespace_doc},
     {NULL, NULL, 0, NULL},
@@ -1729,5 +2120,10 @@ PyMODINIT_FUNC PyInit__childsetup(void)
         return NULL;
     }
     Py_INCREF(SetupError);
+    if (PyModule_AddIntConstant(m, "WARM_BUFFER", WARM_BUFFER) < 0 ||
+        PyModule_AddIntConstant(m, "WARM_WORDS", WARM_WORDS) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     return m;
 }

@@ -5,6 +5,14 @@ one call.
     pid = childsetup.spawn(plan)        # SetupError(step, errno) if a step failed
     fd = childsetup.mount_namespace(profile.pooled_mounts)
 
+The warm path: a plan with `warm_channel` (and the `roots` a cwd may be
+beneath) makes a child that stops after its filters and waits; `go` gives it
+the request's part, laid out by `pack_request`, and returns once it exec'd:
+
+    pid, report = childsetup.spawn(warm_plan)          # set up, waiting
+    payload = childsetup.pack_request(by_fd=True, root=0, cwd=b"src", ...)
+    childsetup.go(pid, channel, report, payload, [stdin, out, err, cancel, go, exe], init)
+
 The spawner builds the plan from a tenant's registered profile and a spawn
 order; the tests and the bench build theirs directly, through the same
 `spawn`. Every field but the last four must be given: a plan that forgets
@@ -14,6 +22,7 @@ What each field means is the C's docstring (`_childsetup.spawn.__doc__`).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -81,13 +90,21 @@ class ChildPlan:
     #: With a pid namespace: the child stays as its pid 1, a minimal init, and
     #: the command runs as pid 2 (decision 0023).
     init: bool = False
+    #: >= 0: a warm child, waiting on this socket (its end) for its request
+    #: after the filters; exe, argv, envp, stdio, cwd, rlimits, cancel and go
+    #: then come with the request (`go`), and the plan's are ignored.
+    warm_channel: int = -1
+    #: A warm child's roots (its namespace's view), opened as root after the
+    #: mounts; a request's cwd is beneath one of them.
+    roots: Sequence[bytes] = ()
 
 
 def spawn(plan: ChildPlan) -> tuple[int, int]:
     """Clone a child that applies `plan` in order and execs; (its pid once the
-    command has exec'd, the init's report fd or -1 without an init). Raises
-    SetupError(step, errno) if a step failed (the child is reaped), ValueError
-    or TypeError for a plan the C refuses before cloning."""
+    command has exec'd, the init's report fd or -1 without an init). A warm
+    plan returns once the child waits for its request: (its pid, its report
+    fd). Raises SetupError(step, errno) if a step failed (the child is
+    reaped), ValueError or TypeError for a plan the C refuses before cloning."""
     started = _childsetup.spawn(
         exe_fd=plan.exe_fd,
         exe_path=plan.exe_path,
@@ -119,8 +136,10 @@ def spawn(plan: ChildPlan) -> tuple[int, int]:
         netns_fd=plan.netns_fd,
         mntns_fd=plan.mntns_fd,
         init=plan.init,
+        warm_channel=plan.warm_channel,
+        roots=plan.roots,
     )
-    if plan.init:
+    if plan.init or plan.warm_channel >= 0:
         pid, report = started
         return int(pid), int(report)
     return int(started), -1
@@ -131,3 +150,56 @@ def mount_namespace(mounts: Sequence[Mount]) -> int:
     child), as an O_CLOEXEC fd for one spawn's `mntns_fd`. Raises SetupError."""
     fd: int = _childsetup.mount_namespace(mounts=mounts)
     return fd
+
+
+#: The largest payload a warm child takes (a larger request spawns fresh).
+WARM_BUFFER: int = _childsetup.WARM_BUFFER
+_WORD = 8
+
+
+def pack_request(
+    *,
+    by_fd: bool,
+    root: int,
+    cwd: bytes | None,
+    exe_path: bytes | None,
+    rlimits: Sequence[RLimit],
+    argv: Sequence[bytes],
+    envp: Sequence[bytes],
+) -> bytes:
+    """The request's part of a warm spawn in the layout its child reads (see
+    warm_wait in _childsetup.c): native int64 words, the offsets of the
+    strings after them, then the NUL-terminated strings. `root` indexes the
+    warm plan's roots (-1: no cwd). Raises ValueError for a string with a NUL."""
+    strings = bytearray()
+    words = 7 + 3 * len(rlimits) + len(argv) + 1 + len(envp) + 1
+    base = words * _WORD
+
+    def at(value: bytes | None) -> int:
+        if value is None:
+            return -1
+        if b"\0" in value:
+            raise ValueError("a string of the request contains a NUL byte")
+        offset = base + len(strings)
+        strings.extend(value)
+        strings.append(0)
+        return offset
+
+    head = [int(by_fd), root, at(cwd), at(exe_path), len(rlimits), len(argv), len(envp)]
+    for resource, soft, hard in rlimits:
+        head += (resource, soft, hard)
+    head += [at(a) for a in argv] + [-1]
+    head += [at(e) for e in envp] + [-1]
+    strings.append(0)
+    strings.extend(bytes(-(base + len(strings)) % _WORD))
+    return struct.pack(f"={len(head)}q", *head) + bytes(strings)
+
+
+def go(pid: int, channel_fd: int, report_fd: int, payload: bytes, fds: Sequence[int], init: bool) -> None:
+    """Give the warm child `pid` its request (`pack_request`'s payload; fds:
+    stdin, stdout, stderr, cancel, go[, the executable when by_fd]) and
+    return once the command exec'd. Raises SetupError(step, errno) if a step
+    failed, or the child was gone (step "warm"); it is reaped then."""
+    _childsetup.go(
+        pid=pid, channel_fd=channel_fd, report_fd=report_fd, payload=payload, fds=list(fds), init=init
+    )

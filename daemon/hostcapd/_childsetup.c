@@ -1507,8 +1507,7 @@ static pid_t wait_init_child(pid_t pid, struct plan *p, int *report)
             break;
         got += (size_t)n;
     }
-    int64_t want = p->warm ? WARM_MAGIC : INIT_SETUP_MAGIC;
-    if (got == sizeof rec && rec[0] == want && rec[1] == STEP_NONE) {
+    if (got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] == STEP_NONE) {
         *report = fds[0];
         return pid;
     }
@@ -1829,11 +1828,9 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         pid = start_init_child(stack, p);
         munmap(p->warm_buf, WARM_BUFFER);
         p->warm_buf = NULL;
-        if (pid >= 0) {
-            Py_BEGIN_ALLOW_THREADS
-            pid = wait_init_child(pid, p, &report);
-            Py_END_ALLOW_THREADS
-        }
+        /* Not waited for: its set-up runs while the caller goes on, and its
+         * first record (ready, or the step that failed) comes on the pipe. */
+        report = pid >= 0 ? p->report_read : -1;
     } else if (p->init) {
         pid = start_init_child(stack, p);
         if (pid >= 0) {
@@ -2121,7 +2118,24 @@ PyMODINIT_FUNC PyInit__childsetup(void)
     }
     Py_INCREF(SetupError);
     if (PyModule_AddIntConstant(m, "WARM_BUFFER", WARM_BUFFER) < 0 ||
-        PyModule_AddIntConstant(m, "WARM_WORDS", WARM_WORDS) < 0) {
+        PyModule_AddIntConstant(m, "WARM_WORDS", WARM_WORDS) < 0 ||
+        PyModule_AddIntConstant(m, "WARM_MAGIC", WARM_MAGIC) < 0 ||
+        PyModule_AddIntConstant(m, "INIT_SETUP_MAGIC", INIT_SETUP_MAGIC) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    /* The step names by number, for records read in Python (a warm child's). */
+    PyObject *steps = PyTuple_New(N_STEPS);
+    for (int i = 0; steps && i < N_STEPS; i++) {
+        PyObject *name = PyUnicode_FromString(step_names[i]);
+        if (!name) {
+            Py_CLEAR(steps);
+            break;
+        }
+        PyTuple_SET_ITEM(steps, i, name);
+    }
+    if (!steps || PyModule_AddObject(m, "STEPS", steps) < 0) {
+        Py_XDECREF(steps);
         Py_DECREF(m);
         return NULL;
     }

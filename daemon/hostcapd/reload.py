@@ -216,6 +216,7 @@ class Reloads:
         run to their end) or removed (its spawns end DAEMON_SHUTDOWN)."""
         runtime = service.runtime
         runtime.accepting = False
+        runtime.warm.close()  # made for the old config: never used by the new
         try:
             # Replaced: the rename already took the path. Removed: take it now.
             unlink_if_ours(service.tenant.socket, service.socket_id)

@@ -19,7 +19,8 @@ from hostcapd.process import request as request_mod
 from hostcapd.process.executable import HashCache
 from hostcapd.process.report import Outcome, Report
 from hostcapd.process.request import Prepared, SpawnRequest
-from hostcapd.process.spawn import Spawn, SpawnDeps
+from hostcapd.process.spawn import Spawn, SpawnDeps, plan_rlimits
+from hostcapd.process.warm import WarmPool
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile
 from hostcapd.spawner.client import SpawnerClient
@@ -51,6 +52,8 @@ class TenantRuntime:
         self.deps = SpawnDeps(
             tenant, profile, profile_key, spawner, audit, cgroups, kill_grace, HashCache()
         )
+        #: Children made ahead of need for this runtime's spawns.
+        self.warm = WarmPool(self.deps, tenant.warm_spawns)
         self.spawns: dict[str, Spawn] = {}
         self._by_request: dict[str, Spawn] = {}
         self._finished: OrderedDict[str, Spawn] = OrderedDict()
@@ -90,7 +93,11 @@ class TenantRuntime:
         return self.deps.cgroups
 
     def register_with_spawner(self) -> None:
+        """Register the profile (again after a spawner restart) and order the
+        warm children it can use."""
         self.spawner.register_profile(self.profile.spawner_message(self.profile_key))
+        if self.accepting:
+            self.warm.fill()
 
     def adopt_requests(self, previous: TenantRuntime) -> None:
         """Take over the request_id table of the runtime this one replaces (a
@@ -125,7 +132,9 @@ class TenantRuntime:
                 f"tenant {self.name} already runs {len(self.spawns)} spawns (quota {self.tenant.max_concurrent_spawns})",
             )
         prepared = self.prepare(request)
-        spawn = Spawn(self.deps, request, prepared, streaming)
+        rlimits = plan_rlimits(self.profile, prepared)
+        warm = self.warm.take(prepared, rlimits)
+        spawn = Spawn(self.deps, request, prepared, streaming, warm, rlimits)
         self.spawns[spawn.id] = spawn
         if request.request_id:
             self._by_request[request.request_id] = spawn
@@ -157,6 +166,7 @@ class TenantRuntime:
     async def shutdown(self) -> None:
         """Refuse new spawns; end running ones as DAEMON_SHUTDOWN and wait for them."""
         self.accepting = False
+        self.warm.close()
         for spawn in list(self.spawns.values()):
             spawn.cancel(Outcome.DAEMON_SHUTDOWN, "the daemon is shutting down")
         if self._tasks:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostcapd import metrics
+from hostcapd.childsetup import RLimit
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
@@ -29,6 +30,7 @@ from hostcapd.process.executable import HashCache
 from hostcapd.process.output import StreamBuffer
 from hostcapd.process.report import Outcome, Report, classify
 from hostcapd.process.request import Prepared, SpawnRequest
+from hostcapd.process.warm import WarmEntry
 from hostcapd.sandbox import identity, rlimits
 from hostcapd.sandbox.cgroups import CgroupError, CgroupHost, CgroupStats, SpawnCgroup
 from hostcapd.sandbox.profile import TenantProfile
@@ -68,12 +70,22 @@ class SpawnDeps:
 
 class Spawn:
     def __init__(
-        self, deps: SpawnDeps, request: SpawnRequest, prepared: Prepared, streaming: bool
+        self,
+        deps: SpawnDeps,
+        request: SpawnRequest,
+        prepared: Prepared,
+        streaming: bool,
+        warm: WarmEntry | None = None,
+        rlimits: list[RLimit] | None = None,
     ) -> None:
         self.deps = deps
         self.request = request
         self.prepared = prepared
-        self.id = uuid.uuid4().hex
+        #: The warm child that runs it (its id and cgroup are this spawn's),
+        #: or None: a fresh child.
+        self.warm = warm
+        self.id = warm.id if warm is not None else uuid.uuid4().hex
+        self._rlimits = rlimits if rlimits is not None else plan_rlimits(deps.profile, prepared)
         self.streaming = streaming
         self.pid = 0
         self.started_at = time.monotonic()
@@ -141,8 +153,7 @@ class Spawn:
             self._make_pipes()
             await self._send_order()
             await self._release_on_durable(synced)
-            assert self._spawner_started is not None
-            self.pid = await self._spawner_started
+            self.pid = await self._started_pid()
             self._exec_time = time.monotonic()
             self.started.set_result(self.pid)
             stdin_task = self._stream()
@@ -215,7 +226,11 @@ class Spawn:
             return
         limits = self.prepared.limits
         try:
-            self._cgroup = self.deps.cgroups.create(self.id, limits.memory_bytes, limits.pids)
+            if self.warm is not None:  # its child is in it already
+                self._cgroup = self.warm.cgroup
+                self.deps.cgroups.set_limits(self._cgroup, limits.memory_bytes, limits.pids)
+            else:
+                self._cgroup = self.deps.cgroups.create(self.id, limits.memory_bytes, limits.pids)
         except CgroupError as error:
             # Recorded as tried: it ends SPAWN_FAILED at step "cgroup", and
             # its exit record closes the exec record.
@@ -240,6 +255,12 @@ class Spawn:
         self._child_fds += [in_r, out_w, err_w]
         self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        if self.warm is None:
+            self._fresh_fds()
+
+    def _fresh_fds(self) -> None:
+        """What only a fresh child needs: its ruleset and the cgroup.procs
+        fds it joins by (a warm child has both already)."""
         self._ruleset_fd = self.deps.profile.new_ruleset()
         if self._ruleset_fd >= 0:
             self._child_fds.append(self._ruleset_fd)
@@ -260,29 +281,21 @@ class Spawn:
             envp=environment.encode(p.env),
             cwd_root=p.cwd.root.encode(),
             cwd=p.cwd.relative.encode(),
-            rlimits=rlimits.plan(p.limits, profile.has("cgroup"), profile.has("cgroup"))
-            if profile.has("rlimits")
-            else [],
+            rlimits=self._rlimits,
             ids=ident.ids,
             loginuid=ident.loginuid,
             landlock=self._ruleset_fd >= 0,
             go=True,
+            warm=self.warm is not None,
         )
 
     # Step 3: the spawner clones; the C set-up runs and waits for the go.
 
     async def _send_order(self) -> None:
         in_r, out_w, err_w = self._child_fds[:3]
-        fds = [
-            self.prepared.exe.fd,
-            in_r,
-            out_w,
-            err_w,
-            self._cancel_fd,
-            self._go_fd,
-            *([self._ruleset_fd] if self._ruleset_fd >= 0 else []),
-            *self._cgroup_fds,
-        ]
+        fds = [self.prepared.exe.fd, in_r, out_w, err_w, self._cancel_fd, self._go_fd]
+        if self.warm is None:
+            fds += [*([self._ruleset_fd] if self._ruleset_fd >= 0 else []), *self._cgroup_fds]
         order = self._order()
         spawner = self.deps.spawner
         for attempt in (1, 2):
@@ -294,9 +307,33 @@ class Spawn:
                 # Found dead on sending: nothing was sent, so nothing ran.
                 if attempt == 2:
                     raise
+        if self.warm is not None:
+            return  # kept until it has started: a fresh child may need them
         for fd in self._child_fds:
             os.close(fd)
         self._child_fds.clear()
+
+    async def _started_pid(self) -> int:
+        """The pid once the command exec'd. A warm child that died waiting
+        (killed from outside) is replaced by a fresh one, in the same cgroup
+        and with the same fds: the request runs once either way."""
+        assert self._spawner_started is not None
+        try:
+            pid = await self._spawner_started
+        except SetupFailed as error:
+            if self.warm is None or error.step != "warm":
+                raise
+            log.warning("spawn %s: its warm child was gone; spawning fresh", self.id)
+            self.warm = None
+            self._fresh_fds()
+            await self._send_order()
+            assert self._spawner_started is not None
+            pid = await self._spawner_started
+        finally:
+            for fd in self._child_fds:
+                os.close(fd)
+            self._child_fds.clear()
+        return pid
 
     async def _release_on_durable(self, synced: asyncio.Future[Any]) -> None:
         """The go once the exec record is durable; a cancel if it cannot be."""
@@ -374,6 +411,12 @@ class Spawn:
         if self._kill_task and not self._kill_task.done():
             self._kill_task.cancel()
         self.prepared.close()
+        if self.warm is not None and not self.pid:
+            # Taken but never given its request (refused, cancelled, failed):
+            # whatever waits in its cgroup dies with it.
+            self._cgroup = self.warm.cgroup
+            with contextlib.suppress(CgroupError):
+                self._cgroup.kill()
         if self._cgroup is not None:
             try:
                 self._cgroup.remove()
@@ -529,6 +572,13 @@ class Spawn:
 
 class _Cancelled(Exception):
     pass
+
+
+def plan_rlimits(profile: TenantProfile, prepared: Prepared) -> list[RLimit]:
+    """The rlimits a spawn's child sets (none without the protection)."""
+    if not profile.has("rlimits"):
+        return []
+    return rlimits.plan(prepared.limits, profile.has("cgroup"), profile.has("cgroup"))
 
 
 def _audit_refusal(error: AuditUnavailable) -> Refusal:

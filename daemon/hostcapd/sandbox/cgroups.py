@@ -705,6 +705,16 @@ class CgroupHost:
             raise
         return cgroup
 
+    def set_limits(self, cgroup: SpawnCgroup, memory_bytes: int | None, pids: int | None) -> None:
+        """Set a made cgroup's limits (a warm child's, made unlimited, once
+        its spawn is known); CgroupError if the kernel refused one."""
+        try:
+            self._limit(cgroup, memory_bytes, pids)
+        except OSError as error:
+            raise CgroupError(
+                f"cgroup {cgroup.name}: {error.strerror}: {error.filename}"
+            ) from None
+
     @staticmethod
     def _limit(cgroup: SpawnCgroup, memory_bytes: int | None, pids: int | None) -> None:
         memory = cgroup._role("memory")

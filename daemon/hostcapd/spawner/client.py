@@ -51,6 +51,10 @@ class SpawnerClient:
         self._started: dict[str, asyncio.Future[int]] = {}
         self._exits: dict[str, asyncio.Future[ExitStatus]] = {}
         self._profiles: dict[str, messages.RegisterProfile] = {}
+        #: Warm children ordered: their ready futures, and who to tell when
+        #: one is lost (it died waiting, or the spawner did).
+        self._warming: dict[str, asyncio.Future[int]] = {}
+        self._warm_lost: dict[str, Callable[[str], None]] = {}
         self._hello: asyncio.Future[int] | None = None
         self._closing = False
         self.restarts = 0
@@ -137,6 +141,28 @@ class SpawnerClient:
         self._exits[spawn_id] = exited
         return started, exited
 
+    def warm(
+        self, order: messages.WarmOrder, fds: list[int], lost: Callable[[str], None]
+    ) -> asyncio.Future[int]:
+        """Order a warm child (fds duplicated as for spawn); the future gives
+        its pid once it waits (or raises SetupFailed / SpawnerLost). `lost`
+        is called with its id if it dies before a spawn order takes it.
+        Raises SpawnerLost at once if the spawner is gone."""
+        sock = self._require()
+        try:
+            channel.send(sock, order.to_wire(), fds)
+        except OSError as error:
+            self._lost(sock)
+            raise SpawnerLost(f"the spawner is gone ({error.strerror})") from None
+        ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._warming[order.id] = ready
+        self._warm_lost[order.id] = lost
+        return ready
+
+    def warm_taken(self, warm_id: str) -> None:
+        """A spawn order takes the warm child: its loss is that spawn's now."""
+        self._warm_lost.pop(warm_id, None)
+
     def kill(self, spawn_id: str, pid: int, sig: int) -> None:
         if self._sock is not None:
             with contextlib.suppress(OSError):
@@ -171,15 +197,24 @@ class SpawnerClient:
             ex = self._exits.pop(m.id, None)
             if ex and not ex.done():
                 ex.set_result(ExitStatus(m.pid, m.status, m.rusage))
+        elif isinstance(m, messages.Warmed):
+            ready = self._warming.pop(m.id, None)
+            if ready and not ready.done():
+                ready.set_result(m.pid)
+        elif isinstance(m, messages.WarmLost):
+            lost = self._warm_lost.pop(m.id, None)
+            if lost is not None:
+                lost(m.id)
         elif isinstance(m, messages.Failed):
             self._exits.pop(m.id, None)
-            fut = self._started.pop(m.id, None)
+            fut = self._started.pop(m.id, None) or self._warming.pop(m.id, None)
             if fut and not fut.done():
                 fut.set_exception(SetupFailed(m.step, m.errno, m.detail))
+            self._warm_lost.pop(m.id, None)
         elif isinstance(m, messages.Hello):
             if self._hello and not self._hello.done():
                 self._hello.set_result(m.pid)
-        else:
+        elif isinstance(m, messages.OrderRefused):
             log.warning("the spawner refused a message: %s", m.message)
 
     def _lost(self, sock: socket.socket) -> None:
@@ -191,11 +226,14 @@ class SpawnerClient:
         if self._hello and not self._hello.done():
             self._hello.set_exception(SpawnerLost("the spawner died while starting"))
         error = SpawnerLost("the spawner died")
-        for futures in (self._started, self._exits):
+        for futures in (self._started, self._exits, self._warming):
             for fut in futures.values():
                 if not fut.done():
                     fut.set_exception(error)
             futures.clear()
+        lost, self._warm_lost = self._warm_lost, {}
+        for warm_id, callback in lost.items():
+            callback(warm_id)
         if self._closing:
             return
         log.error("spawner died; starting a new one")

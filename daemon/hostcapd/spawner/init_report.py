@@ -19,6 +19,8 @@ import os
 import struct
 from dataclasses import dataclass
 
+from hostcapd import _childsetup  # type: ignore[attr-defined]
+
 EXIT_MAGIC = 0x31454348  # "HCE1"
 _RECORD = struct.Struct("=9q")
 
@@ -57,3 +59,19 @@ def read_and_close(fd: int) -> CommandExit | None:
     finally:
         os.close(fd)
     return parse(data)
+
+
+_SETUP = struct.Struct("=3q")
+
+
+def parse_ready(data: bytes) -> tuple[str, int] | None:
+    """A warm child's first record: None when it is ready (waits for its
+    request), else (the step that failed, errno); a record that is not one
+    (the child died before it said) is step "warm"."""
+    if len(data) == _SETUP.size:
+        magic, step, err = _SETUP.unpack(data)
+        if magic == _childsetup.WARM_MAGIC and step == 0:
+            return None
+        if magic == _childsetup.INIT_SETUP_MAGIC and 0 < step < len(_childsetup.STEPS):
+            return _childsetup.STEPS[step], err
+    return "warm", 0

@@ -266,7 +266,10 @@ class SpawnOrder:
     """Clone one child of profile `profile`. Its fds travel beside the message,
     in this order: the executable, stdin, stdout, stderr, the cancel eventfd,
     then the go eventfd (when `go`), the landlock ruleset (when `landlock`)
-    and the cgroup.procs fds (the rest)."""
+    and the cgroup.procs fds (the rest). With `warm`, the warm child made by
+    the WarmOrder of the same id runs it: its fds are the executable, stdin,
+    stdout, stderr, cancel and go only (it has its ruleset and cgroups), and
+    `ids`, `loginuid` and `landlock` are the WarmOrder's."""
 
     OP: ClassVar[str] = "spawn"
     id: str
@@ -286,10 +289,13 @@ class SpawnOrder:
     landlock: bool
     #: A go eventfd is among the fds: the child waits for it before exec.
     go: bool = False
+    #: Run by the warm child of the same id (see WarmOrder).
+    warm: bool = False
 
     def to_wire(self) -> Wire:
         return {
             "op": "spawn",
+            "warm": self.warm,
             "id": self.id,
             "profile": self.profile,
             "by_fd": self.by_fd,
@@ -315,6 +321,7 @@ class SpawnOrder:
             get = m.get
             sid, argv, envp, rlimits, ids = m["id"], m["argv"], m["envp"], m["rlimits"], m["ids"]
             cwd_root, cwd, loginuid, go = m["cwd_root"], m["cwd"], m["loginuid"], get("go", False)
+            warm = get("warm", False)
             if (
                 type(sid) is str
                 and type(m["profile"]) is str
@@ -322,6 +329,7 @@ class SpawnOrder:
                 and type(m["exe_path"]) is bytes
                 and type(m["landlock"]) is bool
                 and type(go) is bool
+                and type(warm) is bool
                 and (cwd_root is None or type(cwd_root) is bytes)
                 and (cwd is None or type(cwd) is bytes)
                 and (loginuid is None or type(loginuid) is bytes)
@@ -347,6 +355,7 @@ class SpawnOrder:
                     loginuid,
                     m["landlock"],
                     go,
+                    warm,
                 )
         return cls._explained(m)
 
@@ -369,6 +378,9 @@ class SpawnOrder:
         go = m.get("go", False)
         if type(go) is not bool:
             raise _missing(op, "go", sid)
+        warm = m.get("warm", False)
+        if type(warm) is not bool:
+            raise _missing(op, "warm", sid)
         return cls(
             id=sid,
             profile=_str(m, op, "profile", sid),
@@ -383,11 +395,62 @@ class SpawnOrder:
             loginuid=_opt_bytes(m, op, "loginuid", sid),
             landlock=_bool(m, op, "landlock", sid),
             go=go,
+            warm=warm,
         )
 
 
 _SPAWN_KEYS = _wire_keys(SpawnOrder)
-_SPAWN_REQUIRED = _SPAWN_KEYS - {"go"}
+_SPAWN_REQUIRED = _SPAWN_KEYS - {"go", "warm"}
+
+
+@dataclass(frozen=True, slots=True)
+class WarmOrder:
+    """Make a warm child of profile `profile` ahead of need: set up to its
+    filters (namespaces, mounts, cgroups, identity, landlock, seccomp), it
+    waits for the SpawnOrder of the same id (`warm`), which it runs once.
+    Its fds: the landlock ruleset (when `landlock`), then the cgroup.procs
+    fds. `roots` are the paths (in its namespace) a cwd may be beneath."""
+
+    OP: ClassVar[str] = "warm"
+    id: str
+    profile: str
+    ids: tuple[int, int] | None
+    loginuid: bytes | None
+    landlock: bool
+    roots: tuple[bytes, ...]
+
+    def to_wire(self) -> Wire:
+        return {
+            "op": "warm",
+            "id": self.id,
+            "profile": self.profile,
+            "ids": self.ids,
+            "loginuid": self.loginuid,
+            "landlock": self.landlock,
+            "roots": self.roots,
+        }
+
+    @classmethod
+    def from_wire(cls, m: Mapping[str, Any]) -> WarmOrder:
+        op = cls.OP
+        sid = m.get("id")
+        if type(sid) is not str:
+            raise _missing(op, "id", None)
+        _keys(m, op, _WARM_KEYS, sid)
+        ids = m.get("ids")
+        if ids is not None and not _ints(ids, 2):
+            raise _missing(op, "ids", sid)
+        return cls(
+            id=sid,
+            profile=_str(m, op, "profile", sid),
+            ids=None if ids is None else (ids[0], ids[1]),
+            loginuid=_opt_bytes(m, op, "loginuid", sid),
+            landlock=_bool(m, op, "landlock", sid),
+            roots=tuple(_bytes_seq(m, op, "roots", sid)),
+        )
+
+
+_WARM_KEYS = _wire_keys(WarmOrder)
 
 
 @dataclass(frozen=True, slots=True)
@@ -429,10 +492,11 @@ class Shutdown:
 
 _SHUTDOWN_KEYS = _wire_keys(Shutdown)
 
-ToSpawner = RegisterProfile | DropProfile | SpawnOrder | Kill | Shutdown
+ToSpawner = RegisterProfile | DropProfile | SpawnOrder | WarmOrder | Kill | Shutdown
 
 _TO_SPAWNER: dict[Any, Any] = {
-    cls.OP: cls.from_wire for cls in (RegisterProfile, DropProfile, SpawnOrder, Kill, Shutdown)
+    cls.OP: cls.from_wire
+    for cls in (RegisterProfile, DropProfile, SpawnOrder, WarmOrder, Kill, Shutdown)
 }
 
 
@@ -485,6 +549,45 @@ class Started:
 
 
 _STARTED_KEYS = _wire_keys(Started)
+
+
+@dataclass(frozen=True, slots=True)
+class Warmed:
+    """The warm child `id` is set up and waits, as `pid`."""
+
+    OP: ClassVar[str] = "warmed"
+    id: str
+    pid: int
+
+    def to_wire(self) -> Wire:
+        return {"op": "warmed", "id": self.id, "pid": self.pid}
+
+    @classmethod
+    def from_wire(cls, m: Mapping[str, Any]) -> Warmed:
+        _keys(m, cls.OP, _WARMED_KEYS)
+        return cls(_str(m, cls.OP, "id"), _int(m, cls.OP, "pid"))
+
+
+_WARMED_KEYS = _wire_keys(Warmed)
+
+
+@dataclass(frozen=True, slots=True)
+class WarmLost:
+    """The warm child `id` died waiting (it is no spawn's: never a Failed)."""
+
+    OP: ClassVar[str] = "warm_lost"
+    id: str
+
+    def to_wire(self) -> Wire:
+        return {"op": "warm_lost", "id": self.id}
+
+    @classmethod
+    def from_wire(cls, m: Mapping[str, Any]) -> WarmLost:
+        _keys(m, cls.OP, _WARM_LOST_KEYS)
+        return cls(_str(m, cls.OP, "id"))
+
+
+_WARM_LOST_KEYS = _wire_keys(WarmLost)
 
 
 @dataclass(frozen=True, slots=True)
@@ -580,10 +683,11 @@ class OrderRefused:
 
 _REFUSED_KEYS = _wire_keys(OrderRefused)
 
-FromSpawner = Hello | Started | Failed | Exited | OrderRefused
+FromSpawner = Hello | Started | Warmed | WarmLost | Failed | Exited | OrderRefused
 
 _FROM_SPAWNER: dict[Any, Any] = {
-    cls.OP: cls.from_wire for cls in (Hello, Started, Failed, Exited, OrderRefused)
+    cls.OP: cls.from_wire
+    for cls in (Hello, Started, Warmed, WarmLost, Failed, Exited, OrderRefused)
 }
 
 

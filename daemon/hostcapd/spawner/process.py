@@ -11,11 +11,14 @@ life pipe hang up and does not exec.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import selectors
 import signal
 import socket
 import time
+from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import prctl
@@ -23,7 +26,7 @@ import prctl
 from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
 from hostcapd.spawner import channel, init_report, messages, netns
-from hostcapd.spawner.messages import MalformedMessage, RegisterProfile
+from hostcapd.spawner.messages import MalformedMessage, RegisterProfile, WarmOrder
 from hostcapd.spawner.mntns import MountNamespacePool, Mounts
 
 CLONE_NEWNS = 0x00020000
@@ -42,6 +45,30 @@ MAX_RELEASED = 64
 #: whole life is in that window). Between spawns, or beside older children,
 #: they are made as before.
 FILL_QUIET = 0.05
+
+
+@dataclass
+class WarmChild:
+    """A child set up ahead of need (see WarmOrder), waiting for its request."""
+
+    id: str
+    pid: int
+    profile: str
+    #: Our end of its channel: the request goes there.
+    channel: socket.socket
+    #: Its report pipe: the ready record, then (with an init) the exit record.
+    report_fd: int
+    init: bool
+    #: The pooled namespace fds it joined (see Spawner.held).
+    held: tuple[int, int]
+    #: The paths a request's cwd_root may be (their fds are open in it).
+    roots: tuple[bytes, ...]
+    ready: bool = False
+
+    def close(self) -> None:
+        self.channel.close()
+        _close(self.report_fd)
+        self.report_fd = -1
 
 
 @dataclass
@@ -65,6 +92,12 @@ class Spawner:
     #: When the latest child was started (time.monotonic).
     last_start: float = 0.0
     running: bool = True
+    #: Warm children by id, and their pids; orders for more, made while idle.
+    warm: dict[str, WarmChild] = field(default_factory=dict)
+    warm_pids: dict[int, str] = field(default_factory=dict)
+    warm_wanted: deque[tuple[WarmOrder, list[int]]] = field(default_factory=deque)
+    #: Where the ready records of warm children are watched (main's loop).
+    selector: selectors.BaseSelector | None = None
 
     # --- orders from the front-end ---
 
@@ -80,7 +113,14 @@ class Spawner:
                     self.report(messages.OrderRefused(str(error)))
                 return
             if isinstance(message, messages.SpawnOrder):
-                self.spawn(message, fds)
+                if message.warm:
+                    self.spawn_warm(message, fds)
+                else:
+                    self.spawn(message, fds)
+            elif isinstance(message, WarmOrder):
+                # Made while idle (idle_work); its fds are kept until then.
+                self.warm_wanted.append((message, list(fds)))
+                fds.clear()
             elif isinstance(message, messages.Kill):
                 self.kill(message.id, message.pid, message.sig)
             elif isinstance(message, RegisterProfile):
@@ -89,6 +129,7 @@ class Spawner:
                 self.profiles.pop(message.key, None)
                 if self.mntns is not None:
                     self.mntns.drop(message.key)
+                self.drop_warm(message.key)
             else:
                 self.running = False  # Shutdown
         finally:
@@ -115,6 +156,9 @@ class Spawner:
             return True
         if self.fill_deferred() > 0:
             return False
+        if self.warm_wanted:
+            self.make_warm(*self.warm_wanted.popleft())
+            return True
         if self.netns is not None and self.netns.wants_more and self.uses_netns:
             self.netns.fill_one()
             return True
@@ -140,7 +184,7 @@ class Spawner:
 
     def idle_wait(self) -> float:
         """How long an idle spawner sleeps before its next idle_work."""
-        return self.fill_deferred() or IDLE_RECHECK
+        return self.fill_deferred() or (0.0 if self.warm_wanted else IDLE_RECHECK)
 
     def add_profile(self, profile: RegisterProfile) -> None:
         if self.mntns is not None:
@@ -156,20 +200,8 @@ class Spawner:
         exe_fd, stdin, stdout, stderr, cancel_fd, *rest = fds
         go_fd = rest.pop(0) if m.go else -1
         landlock_fd = rest.pop(0) if m.landlock else -1
-        clone_flags, loopback, netns_fd = profile.clone_flags, profile.loopback_up, -1
-        if clone_flags & netns.CLONE_NEWNET and self.netns is not None:
-            netns_fd = self.netns.take()
-            if netns_fd >= 0:  # a fresh namespace made while idle, loopback up
-                clone_flags &= ~netns.CLONE_NEWNET
-                loopback = False
-        mounts, mntns_fd = profile.mounts, -1
-        if clone_flags & CLONE_NEWNS and self.mntns is not None:
-            mntns_fd = self.mntns.take(m.profile)
-            if mntns_fd >= 0:  # its new root assembled while idle
-                clone_flags &= ~CLONE_NEWNS
-                mounts = profile.join_mounts
-        # With a pid namespace the child stays as its pid 1, a minimal init.
-        init = bool(clone_flags & CLONE_NEWPID)
+        ns = self.namespaces(profile, m.profile)
+        clone_flags, loopback, netns_fd, mounts, mntns_fd, init = ns
         try:
             plan = ChildPlan(
                 exe_fd=exe_fd if m.by_fd else -1,
@@ -226,6 +258,205 @@ class Spawner:
         self.last_start = time.monotonic()
         self.report(messages.Started(spawn_id, pid))
 
+    def namespaces(
+        self, profile: RegisterProfile, key: str
+    ) -> tuple[int, bool, int, Sequence[childsetup.Mount], int, bool]:
+        """(clone flags, loopback up, netns fd, mounts, mntns fd, init) of a
+        child of `profile`: pooled namespaces where there are, else its own."""
+        clone_flags, loopback, netns_fd = profile.clone_flags, profile.loopback_up, -1
+        if clone_flags & netns.CLONE_NEWNET and self.netns is not None:
+            netns_fd = self.netns.take()
+            if netns_fd >= 0:  # a fresh namespace made while idle, loopback up
+                clone_flags &= ~netns.CLONE_NEWNET
+                loopback = False
+        mounts, mntns_fd = profile.mounts, -1
+        if clone_flags & CLONE_NEWNS and self.mntns is not None:
+            mntns_fd = self.mntns.take(key)
+            if mntns_fd >= 0:  # its new root assembled while idle
+                clone_flags &= ~CLONE_NEWNS
+                mounts = profile.join_mounts
+        # With a pid namespace the child stays as its pid 1, a minimal init.
+        init = bool(clone_flags & CLONE_NEWPID)
+        return clone_flags, loopback, netns_fd, mounts, mntns_fd, init
+
+    # --- the warm path ---
+
+    def make_warm(self, m: WarmOrder, fds: list[int]) -> None:
+        """Clone the warm child `m` orders; it reports ready (or the step that
+        failed) on its report pipe, watched by the main loop (warm_readable)."""
+        try:
+            profile = self.profiles.get(m.profile)
+            if profile is None:
+                self.report(messages.Failed(m.id, "profile", 0))
+                return
+            landlock_fd = fds[0] if m.landlock and fds else -1
+            cgroup_fds = fds[1:] if m.landlock else fds
+            ns = self.namespaces(profile, m.profile)
+            clone_flags, loopback, netns_fd, mounts, mntns_fd, init = ns
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                plan = ChildPlan(
+                    exe_fd=-1,
+                    exe_path=None,
+                    argv=[],
+                    envp=[],
+                    stdio=(0, 1, 2),
+                    cwd_root=None,
+                    cwd=None,
+                    umask=profile.umask,
+                    clone_flags=clone_flags,
+                    mounts=mounts,
+                    hostname=profile.hostname,
+                    loopback_up=loopback,
+                    cgroup_fds=cgroup_fds,
+                    rlimits=[],
+                    oom_score_adj=profile.oom_score_adj,
+                    loginuid=m.loginuid,
+                    drop_caps=profile.drop_caps,
+                    ids=m.ids,
+                    no_new_privs=profile.no_new_privs,
+                    landlock_fd=landlock_fd,
+                    landlock_rules=profile.landlock_rules if landlock_fd >= 0 else [],
+                    seccomp_filter=profile.seccomp,
+                    pdeathsig=profile.pdeathsig,
+                    cancel_fd=-1,
+                    life_fd=self.life_read,
+                    netns_fd=netns_fd,
+                    mntns_fd=mntns_fd,
+                    init=init,
+                    warm_channel=theirs.fileno(),
+                    roots=m.roots,
+                )
+                pid, report_fd = childsetup.spawn(plan)
+            except (OSError, ValueError, TypeError, childsetup.SetupError) as error:
+                ours.close()
+                _close(netns_fd, mntns_fd)
+                step, err = error.args if isinstance(error, childsetup.SetupError) else ("prepare", 0)
+                self.report(messages.Failed(m.id, step, err, str(error)))
+                return
+            finally:
+                theirs.close()
+        finally:
+            _close(*fds)
+        child = WarmChild(
+            m.id, pid, m.profile, ours, report_fd, init, (netns_fd, mntns_fd), m.roots
+        )
+        self.warm[m.id] = child
+        self.warm_pids[pid] = m.id
+        if self.selector is not None:
+            self.selector.register(report_fd, selectors.EVENT_READ, ("warm", m.id))
+        else:
+            self.warm_readable(m.id)
+
+    def warm_readable(self, warm_id: str) -> None:
+        """A warm child's first record: ready, or the step it failed at."""
+        child = self.warm.get(warm_id)
+        if child is None or child.ready:
+            return
+        if self.selector is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(child.report_fd)
+        try:
+            data = os.read(child.report_fd, 24)
+        except OSError:
+            data = b""
+        failure = init_report.parse_ready(data)
+        if failure is None:
+            child.ready = True
+            self.report(messages.Warmed(warm_id, child.pid))
+            return
+        del self.warm[warm_id]
+        self._forget(child)
+        self.report(messages.Failed(warm_id, failure[0], failure[1], "the warm child failed"))
+
+    def _forget(self, child: WarmChild) -> None:
+        """A warm child that failed or is dropped: it exits (or has) and is
+        reaped as any child; its namespaces are released then."""
+        self.warm_pids.pop(child.pid, None)
+        self.held[child.pid] = child.held
+        child.close()
+
+    def spawn_warm(self, m: messages.SpawnOrder, fds: list[int]) -> None:
+        """Run spawn order `m` in its warm child: give it the request's part
+        and report Started once the command exec'd."""
+        child = self.warm.pop(m.id, None)
+        if child is None or child.profile != m.profile or len(fds) != 6:
+            self.report(messages.Failed(m.id, "warm", errno.ENOENT, "no warm child for it"))
+            return
+        if not child.ready:  # ordered before we saw it ready: it is on its way
+            if self.selector is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.selector.unregister(child.report_fd)
+            os.set_blocking(child.report_fd, True)
+            failure = init_report.parse_ready(_read_exact(child.report_fd, 24))
+            if failure is not None:
+                self._forget(child)
+                self.report(messages.Failed(m.id, failure[0], failure[1]))
+                return
+            child.ready = True
+        exe_fd, stdin, stdout, stderr, cancel_fd, go_fd = fds
+        try:
+            if m.cwd_root is not None and m.cwd_root not in child.roots:
+                raise ValueError("the cwd's root is not one of the warm child's")
+            payload = childsetup.pack_request(
+                by_fd=m.by_fd,
+                root=-1 if m.cwd_root is None else child.roots.index(m.cwd_root),
+                cwd=m.cwd,
+                exe_path=None if m.by_fd else m.exe_path,
+                rlimits=m.rlimits,
+                argv=m.argv,
+                envp=m.envp,
+            )
+            child_fds = [stdin, stdout, stderr, cancel_fd, go_fd]
+            if m.by_fd:
+                child_fds.append(exe_fd)
+            childsetup.go(
+                child.pid, child.channel.fileno(), child.report_fd, payload, child_fds, child.init
+            )
+        except (childsetup.SetupError, ValueError) as error:
+            # go() reaped it; a payload we could not make: it is dropped.
+            if isinstance(error, ValueError):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGKILL)
+                self._forget(child)
+                self.report(messages.Failed(m.id, "prepare", 0, str(error)))
+                return
+            self.warm_pids.pop(child.pid, None)
+            self.released.extend(fd for fd in child.held if fd >= 0)
+            child.close()
+            step, err = error.args
+            self.report(messages.Failed(m.id, step, err))
+            return
+        self.warm_pids.pop(child.pid, None)
+        child.channel.close()
+        if child.init:
+            self.inits[child.pid] = child.report_fd
+        else:
+            _close(child.report_fd)
+        self.held[child.pid] = child.held
+        self.children[child.pid] = m.id
+        self.last_start = time.monotonic()
+        self.report(messages.Started(m.id, child.pid))
+
+    def drop_warm(self, profile_key: str | None = None) -> None:
+        """Kill the warm children (of one profile): they never outlive it."""
+        for warm_id, child in list(self.warm.items()):
+            if profile_key is None or child.profile == profile_key:
+                del self.warm[warm_id]
+                if self.selector is not None and not child.ready:
+                    with contextlib.suppress(KeyError, ValueError):
+                        self.selector.unregister(child.report_fd)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child.pid, signal.SIGKILL)
+                self._forget(child)
+        kept: deque[tuple[WarmOrder, list[int]]] = deque()
+        for order, fds in self.warm_wanted:
+            if profile_key is None or order.profile == profile_key:
+                _close(*fds)
+            else:
+                kept.append((order, fds))
+        self.warm_wanted = kept
+
     def kill(self, spawn_id: str, pid: int, sig: int) -> None:
         # Only a child we have not reaped yet: its pid cannot have been reused.
         if self.children.get(pid) != spawn_id:
@@ -240,7 +471,7 @@ class Spawner:
 
     def reap(self, block: bool = False) -> None:
         """Reap every exited child (all of them, waiting, when block is set)."""
-        while not block or self.children:
+        while not block or self.children or self.warm_pids:
             try:
                 pid, status, usage = os.wait4(-1, 0 if block else os.WNOHANG)
             except ChildProcessError:
@@ -248,6 +479,10 @@ class Spawner:
             if pid == 0:
                 return
             self.released.extend(fd for fd in self.held.pop(pid, ()) if fd >= 0)
+            warm_id = self.warm_pids.pop(pid, None)
+            if warm_id is not None:
+                self.warm_reaped(warm_id)
+                continue
             spawn_id = self.children.pop(pid, None)
             report_fd = self.inits.pop(pid, -1)
             if spawn_id is None:
@@ -273,6 +508,19 @@ class Spawner:
             if len(self.released) > MAX_RELEASED:  # never idle: do not pile them up
                 self.close_released()
 
+    def warm_reaped(self, warm_id: str) -> None:
+        """A warm child died waiting for its request (killed from outside:
+        dropped ones are forgotten first): the front-end drops it too."""
+        child = self.warm.pop(warm_id, None)
+        if child is None:
+            return
+        if self.selector is not None and not child.ready:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(child.report_fd)
+        self.released.extend(fd for fd in child.held if fd >= 0)
+        child.close()
+        self.report(messages.WarmLost(warm_id))
+
     def report(self, message: messages.FromSpawner) -> None:
         try:
             channel.send(self.sock, message.to_wire())
@@ -280,6 +528,7 @@ class Spawner:
             self.running = False  # the front-end is gone; we are about to die too
 
     def kill_all(self) -> None:
+        self.drop_warm()
         for pid in list(self.children):
             for target in (pid, -pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -307,13 +556,14 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGCHLD, lambda *_: None)
 
     root = os.geteuid() == 0
+    selector = selectors.DefaultSelector()
     spawner = Spawner(
         sock,
         life_read,
         netns=netns.NetnsPool() if root else None,
         mntns=MountNamespacePool() if root else None,
+        selector=selector,
     )
-    selector = selectors.DefaultSelector()
     selector.register(sock, selectors.EVENT_READ, "sock")
     selector.register(wake_read, selectors.EVENT_READ, "wake")
     channel.send(sock, messages.Hello(os.getpid()).to_wire())
@@ -327,7 +577,9 @@ def main(argv: list[str]) -> int:
                 continue
             busy = True
             for key, _ in events:
-                if key.data == "wake":
+                if type(key.data) is tuple:  # a warm child's ready record
+                    spawner.warm_readable(key.data[1])
+                elif key.data == "wake":
                     try:
                         while os.read(wake_read, 4096):
                             pass
@@ -346,6 +598,19 @@ def main(argv: list[str]) -> int:
         spawner.reap(block=True)
         os.close(life_write)
     return 0
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        try:
+            chunk = os.read(fd, n - len(data))
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _close(*fds: int) -> None:

@@ -1,0 +1,209 @@
+"""The warm path: sandboxes made ahead of need, one runtime's (decision 0026).
+
+A warm entry is a child the spawner cloned before any request, born in the
+spawn cgroup made for it here (no migration on the request path), set up to
+its identity and filters, and waiting for the request's part: the spawn that
+takes it adopts its id and cgroup, sets the request's limits on the cgroup
+and sends only the executable, argv, env, cwd, rlimits and stdio. It is used
+once, and never outlives its runtime (a reload's new config makes a new
+runtime and pool; the old pool's children are killed when it closes).
+
+    pool = WarmPool(deps, size=2)      # one per TenantRuntime
+    pool.fill()                        # orders the missing entries
+    entry = pool.take(prepared, rlimits)  # None: spawn fresh
+    pool.close()                       # kills what waits
+
+A request the warm child could not apply as a fresh child would (a hard
+rlimit above what the unprivileged child may set, RLIMIT_NPROC, whose check
+depends on the order of setuid and setrlimit, or a request too large for its
+buffer) spawns fresh; so does every request while the pool is empty.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import resource
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from hostcapd.childsetup import WARM_BUFFER, RLimit
+from hostcapd.sandbox import identity
+from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
+from hostcapd.spawner.client import SetupFailed, SpawnerLost
+from hostcapd.spawner.messages import WarmOrder
+
+if TYPE_CHECKING:
+    from hostcapd.process.request import Prepared
+    from hostcapd.process.spawn import SpawnDeps
+
+log = logging.getLogger("hostcapd.warm")
+
+#: Room left in a warm child's buffer for the layout's words (see pack_request).
+_BUFFER_MARGIN = 64 * 1024
+
+
+@dataclass
+class WarmEntry:
+    """One warm child: the id its spawn takes, its cgroup, its readiness."""
+
+    id: str
+    cgroup: SpawnCgroup
+    #: Its pid once it waits; SetupFailed / SpawnerLost if it never will.
+    ready: asyncio.Future[int]
+
+    @property
+    def usable(self) -> bool:
+        r = self.ready
+        return r.done() and not r.cancelled() and r.exception() is None
+
+
+class WarmPool:
+    def __init__(self, deps: SpawnDeps, size: int) -> None:
+        self.deps = deps
+        #: Entries kept waiting; 0 where the profile cannot use the warm path
+        #: (it needs the spawn cgroup: a child is born in its own).
+        self.size = size if deps.profile.has("cgroup") else 0
+        self._entries: dict[str, WarmEntry] = {}
+        self._closed = False
+        self._fill_pending = False
+        #: The tenant's roots as the child sees them (a cwd is beneath one).
+        self.roots = tuple(str(r.path).encode() for r in deps.tenant.roots)
+        #: Hard limits of ours, which the child inherits and may only lower.
+        self._hard = {
+            res: resource.getrlimit(res)[1]
+            for res in (
+                resource.RLIMIT_CORE,
+                resource.RLIMIT_CPU,
+                resource.RLIMIT_AS,
+                resource.RLIMIT_FSIZE,
+                resource.RLIMIT_NOFILE,
+            )
+        }
+        #: Counts, for the bench and the tests: spawns that took a warm child,
+        #: and ones that found none ready.
+        self.taken = 0
+        self.missed = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def fits(self, prepared: Prepared, rlimits: Sequence[RLimit]) -> bool:
+        """Would a warm child run this request exactly as a fresh one?"""
+        for res, soft, hard in rlimits:
+            limit = self._hard.get(res)
+            if limit is None or soft > hard:
+                return False  # RLIMIT_NPROC, or one we never checked
+            if limit != resource.RLIM_INFINITY and (
+                hard == resource.RLIM_INFINITY or hard > limit
+            ):
+                return False
+        room = WARM_BUFFER - _BUFFER_MARGIN
+        strings = [*prepared.argv, *prepared.env, *prepared.env.values(), prepared.cwd.relative, prepared.exe.path]
+        words = 8 * (len(prepared.argv) + len(prepared.env) + 2)
+        if words + sum(4 * len(s) + 2 for s in strings) < room:  # UTF-8: <= 4 bytes a char
+            return True
+        return words + sum(len(s.encode()) + 2 for s in strings) < room
+
+    def take(self, prepared: Prepared, rlimits: Sequence[RLimit]) -> WarmEntry | None:
+        """A ready entry for this request, now the caller's; None: spawn fresh."""
+        if self.size == 0 or self._closed:
+            return None
+        entry = None
+        if self.fits(prepared, rlimits):
+            for warm_id, candidate in self._entries.items():
+                if candidate.usable:
+                    entry = self._entries.pop(warm_id)
+                    self.deps.spawner.warm_taken(warm_id)
+                    break
+        if entry is None:
+            self.missed += 1
+        else:
+            self.taken += 1
+        self._schedule_fill()
+        return entry
+
+    def _schedule_fill(self) -> None:
+        if not self._fill_pending and not self._closed:
+            self._fill_pending = True
+            asyncio.get_running_loop().call_soon(self.fill)
+
+    def fill(self) -> None:
+        """Order the entries missing; a failure leaves the pool short until
+        the next take (logged, never raised: the fresh path still works)."""
+        self._fill_pending = False
+        while not self._closed and len(self._entries) < self.size:
+            try:
+                self._order_one()
+            except (CgroupError, SpawnerLost, OSError) as error:
+                log.warning("tenant %s: no warm child made: %s", self.deps.tenant.name, error)
+                return
+
+    def _order_one(self) -> None:
+        deps = self.deps
+        warm_id = uuid.uuid4().hex
+        # Unlimited while it waits (it is ours); the spawn sets its limits.
+        cgroup = deps.cgroups.create(warm_id, None, None)
+        fds: list[int] = []
+        try:
+            ruleset = deps.profile.new_ruleset()
+            if ruleset >= 0:
+                fds.append(ruleset)
+            fds += cgroup.procs_fds()
+            fds += deps.profile.cpu_procs_fds()
+            ident = identity.plan(deps.tenant.uid, deps.tenant.gid, set(deps.profile.applied))
+            order = WarmOrder(
+                id=warm_id,
+                profile=deps.profile_key,
+                ids=ident.ids,
+                loginuid=ident.loginuid,
+                landlock=ruleset >= 0,
+                roots=self.roots,
+            )
+            ready = deps.spawner.warm(order, fds, self._lost)
+        except BaseException:
+            _remove(cgroup)
+            raise
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self._entries[warm_id] = WarmEntry(warm_id, cgroup, ready)
+        ready.add_done_callback(lambda f: self._settled(warm_id, f))
+
+    def _settled(self, warm_id: str, ready: asyncio.Future[int]) -> None:
+        if ready.cancelled() or ready.exception() is None:
+            return
+        error = ready.exception()
+        entry = self._entries.pop(warm_id, None)
+        if entry is not None:
+            _remove(entry.cgroup)
+        if isinstance(error, SetupFailed):
+            # Not retried at once (it would fail the same way): the next
+            # take orders again.
+            log.warning("tenant %s: a warm child failed: %s", self.deps.tenant.name, error)
+
+    def _lost(self, warm_id: str) -> None:
+        """It died waiting (or the spawner did): its cgroup goes, another comes."""
+        entry = self._entries.pop(warm_id, None)
+        if entry is not None:
+            _remove(entry.cgroup)
+            self._schedule_fill()
+
+    def close(self) -> None:
+        """Kill every waiting child and remove its cgroup; no more are made."""
+        self._closed = True
+        entries, self._entries = self._entries, {}
+        for entry in entries.values():
+            self.deps.spawner.warm_taken(entry.id)
+            _remove(entry.cgroup)
+
+
+def _remove(cgroup: SpawnCgroup) -> None:
+    """Kill what is in a warm entry's cgroup and remove it."""
+    with contextlib.suppress(CgroupError):
+        cgroup.kill()
+        cgroup.remove()

@@ -1,0 +1,292 @@
+"""The warm path (decision 0026): children set up ahead of need.
+
+A warm spawn must end in exactly the state of a fresh one: the same probe runs
+in a tenant with warm children and in an identical tenant without, and what
+it reports of itself (/proc/self/status, limits, mountinfo, fds, cgroup, and
+what landlock and seccomp let it do) must match once the values that name the
+spawn (pids, ids, the tenant's name) are taken out. A warm child is used once,
+is replaced, and dies with its tenant's config.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.daemon import Daemon, children_of
+from support.process import Client, outcome
+
+#: Runs inside the sandbox: what it can see and do of itself, as JSON.
+PROBE = r"""
+import ctypes, errno, json, os, socket, sys
+
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+
+def write(path):
+    with open(path, "w") as f:
+        f.write("x")
+
+def sock(family, kind):
+    socket.socket(family, kind).close()
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+def syscall(*args):
+    if libc.syscall(*args) != 0:
+        raise OSError(ctypes.get_errno(), "syscall")
+
+workspace, reference = sys.argv[1], sys.argv[2]
+out = {
+    "status": open("/proc/self/status").read(),
+    "limits": open("/proc/self/limits").read(),
+    "mountinfo": open("/proc/self/mountinfo").read(),
+    "cgroup": open("/proc/self/cgroup").read(),
+    "fds": {fd: attempt(lambda: None) and os.readlink(f"/proc/self/fd/{fd}")
+            for fd in os.listdir("/proc/self/fd") if os.path.lexists(f"/proc/self/fd/{fd}")},
+    "cwd": os.getcwd(),
+    "umask": os.umask(0o22),
+    "env": dict(os.environ),
+    "argv": sys.argv[1:],
+    "hostname": socket.gethostname(),
+    "oom_score_adj": open("/proc/self/oom_score_adj").read(),
+    "loginuid": open("/proc/self/loginuid").read(),
+    "affinity": sorted(os.sched_getaffinity(0)),
+    "priority": os.getpriority(os.PRIO_PROCESS, 0),
+    "sid_is_pid": os.getsid(0) == os.getpid(),
+    "pgid_is_pid": os.getpgid(0) == os.getpid(),
+    "pid": os.getpid(),
+    "init": {
+        "cmdline": open("/proc/1/cmdline", "rb").read().decode(errors="replace"),
+        "status": [l for l in open("/proc/1/status") if l.split(":")[0] in (
+            "Uid", "Gid", "Groups", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb",
+            "NoNewPrivs", "Seccomp", "Seccomp_filters", "SigBlk")],
+        "fds": attempt(lambda: os.listdir("/proc/1/fd")),
+    },
+    # landlock: the roots' tiers and nothing else
+    "landlock": {
+        "write_workspace": attempt(lambda: write(os.path.join(workspace, "probe-out"))),
+        "write_reference": attempt(lambda: write(os.path.join(reference, "probe-out"))),
+        "read_reference": attempt(lambda: open(os.path.join(reference, "seed")).read()),
+        "write_etc": attempt(lambda: write("/etc/probe-out")),
+        "write_usr": attempt(lambda: write("/usr/probe-out")),
+        "read_proc_self": attempt(lambda: open("/proc/self/stat").read()),
+        "write_tmp": attempt(lambda: write("/tmp/probe-out")),
+    },
+    # seccomp (and the capability drop): what stays refused
+    "seccomp": {
+        "unshare_user": attempt(lambda: syscall(272, 0x10000000)),
+        "ptrace_traceme": attempt(lambda: syscall(101, 0, 0, 0, 0)),
+        "mount": attempt(lambda: syscall(165, b"none", b"/tmp", b"tmpfs", 0, None)),
+        "socket_packet": attempt(lambda: sock(17, socket.SOCK_RAW)),
+        "socket_netlink": attempt(lambda: sock(socket.AF_NETLINK, socket.SOCK_RAW)),
+        "socket_unix": attempt(lambda: sock(socket.AF_UNIX, socket.SOCK_STREAM)),
+        "socket_inet": attempt(lambda: sock(socket.AF_INET, socket.SOCK_STREAM)),
+        "keyctl": attempt(lambda: syscall(250, 0, 0, 0, 0, 0)),
+        "setuid_root": attempt(lambda: os.setuid(0)),
+        "chroot": attempt(lambda: os.chroot("/tmp")),
+    },
+}
+os.unlink(os.path.join(workspace, "probe-out"))
+print(json.dumps(out))
+"""
+
+#: /proc/self/status fields that name this process or measure its memory
+#: and scheduling, not its state.
+VOLATILE_STATUS = re.compile(
+    r"^(Pid|PPid|Tgid|Ngid|NStgid|NSpid|NSpgid|NSsid|Vm\w+|Rss\w+|HugetlbPages|"
+    r"voluntary_ctxt_switches|nonvoluntary_ctxt_switches|State|Kthread|Untag\w*):"
+)
+
+
+def _normalize(report: dict[str, Any], tenant: str, state: Path) -> dict[str, Any]:
+    """Take out what names the spawn: pids, mount and pipe ids, the spawn's
+    cgroup, the tenant's name in its paths."""
+
+    def text(value: str) -> str:
+        value = value.replace(str(state / tenant), str(state / "TENANT"))
+        value = value.replace(f"/tenant-{tenant}", "/tenant-TENANT")  # its cpu share
+        value = re.sub(r"spawn-[0-9a-f]{32}", "spawn-ID", value)
+        value = re.sub(r"(pipe|socket|anon_inode:\[?\w+\]?):\[\d+\]", r"\1:[N]", value)
+        return value
+
+    status = report["status"].splitlines()
+    report["status"] = [s for s in status if not VOLATILE_STATUS.match(s)]
+    # NSpid's depth (one namespace below the host's) is state; its values are not.
+    report["ns_depth"] = [len(s.split()) for s in status if s.startswith("NSpid:")]
+    # Mount ids, parent ids and the device numbers of anonymous mounts (each
+    # tmpfs and proc its own) are the spawn's; the rest is the mount's state.
+    report["mountinfo"] = [
+        text(re.sub(r"^0:\d+ ", "0:N ", " ".join(line.split()[2:])))
+        for line in report["mountinfo"].splitlines()
+    ]
+    report["cgroup"] = text(report["cgroup"])
+    report["fds"] = {fd: text(target) for fd, target in report["fds"].items()}
+    report["cwd"] = text(report["cwd"])
+    report["env"] = {k: text(v) for k, v in report["env"].items()}
+    report["argv"] = [text(a) for a in report["argv"]]
+    return report
+
+
+@pytest.fixture
+async def tenants(start_daemon: Callable[..., Daemon]) -> AsyncIterator[tuple[Daemon, Client, Client]]:
+    daemon = start_daemon(tenants={"warm": {"warm_spawns": 2}, "fresh": {"warm_spawns": 0}})
+    for name in ("warm", "fresh"):
+        (daemon.root(name, 1) / "seed").write_text("seed\n")
+    warm, fresh = Client(daemon.socket_of("warm")), Client(daemon.socket_of("fresh"))
+    await _wait_warm(daemon, 2)
+    yield daemon, warm, fresh
+    await warm.close()
+    await fresh.close()
+
+
+def _spawner(daemon: Daemon) -> int:
+    assert daemon.proc is not None
+    for pid in children_of(daemon.proc.pid):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "hostcapd-spawn":
+                return pid
+        except OSError:
+            continue
+    raise AssertionError("no spawner process")
+
+
+def _waiting(daemon: Daemon) -> list[int]:
+    """The spawner's children while nothing runs: the warm ones."""
+    return sorted(children_of(_spawner(daemon)))
+
+
+async def _wait_warm(
+    daemon: Daemon, n: int, timeout: float = 10.0, exactly: bool = False
+) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        waiting = _waiting(daemon)
+        if len(waiting) == n or (len(waiting) > n and not exactly):
+            return waiting
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"{n} warm children were not made within {timeout} s: {_waiting(daemon)}")
+
+
+def _boot_ticks() -> float:
+    """Now, in clock ticks since boot (a process's starttime's unit)."""
+    return float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK")
+
+
+async def _probe(client: Client, daemon: Daemon, tenant: str) -> dict[str, Any]:
+    result = await client.run(
+        "python3",
+        "-c",
+        PROBE,
+        str(daemon.root(tenant, 0)),
+        str(daemon.root(tenant, 1)),
+        limits={"open_files": 256, "cpu_seconds": 30},
+    )
+    assert outcome(result) == "EXITED", (result.stderr, result.exited.message)
+    assert result.exited.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+async def test_a_warm_spawn_ends_in_the_state_of_a_fresh_one(
+    tenants: tuple[Daemon, Client, Client],
+) -> None:
+    daemon, warm, fresh = tenants
+    made = _boot_ticks()
+    warm_report = await _probe(warm, daemon, "warm")
+    fresh_report = await _probe(fresh, daemon, "fresh")
+    # The warm probe's init was made before its request (ahead of need).
+    assert warm_report["pid"] == 2 and fresh_report["pid"] == 2
+    a = _normalize(warm_report, "warm", daemon.state)
+    b = _normalize(fresh_report, "fresh", daemon.state)
+    for key in sorted(set(a) | set(b)):
+        if key != "pid":
+            assert a.get(key) == b.get(key), f"{key} differs between a warm and a fresh spawn: {a.get(key)!r} {b.get(key)!r}"
+    # Not vacuous: the protections are in both.
+    assert "NoNewPrivs:\t1" in a["status"] and "Seccomp:\t2" in a["status"]
+    assert a["landlock"]["write_workspace"] == "ok"
+    assert a["landlock"]["write_reference"] in ("EROFS", "EACCES")
+    assert a["seccomp"]["unshare_user"] == "EPERM"
+    assert set(a["fds"]) == {"0", "1", "2"}
+    assert made > 0
+
+
+async def test_the_warm_child_is_made_before_the_request_and_used_once(
+    tenants: tuple[Daemon, Client, Client],
+) -> None:
+    daemon, warm, _ = tenants
+    program = "print(open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19])"
+    used: set[int] = set()
+    for _ in range(3):
+        waiting = set(await _wait_warm(daemon, 2, exactly=True))
+        assert not waiting & used, "a warm child that ran a request waits again"
+        await asyncio.sleep(0.05)  # clock ticks are 10 ms
+        before = _boot_ticks()
+        result = await warm.run("python3", "-c", program)
+        assert outcome(result) == "EXITED", result.stderr
+        # Its init (pid 1 of its namespace) existed before the request was
+        # sent: 50 ms (5 ticks) at least, 3 ticks leave room for rounding.
+        started = int(result.stdout)
+        assert started <= before - 3, (started, before)
+        # One of the waiting children ran it, and is gone with it.
+        gone = {pid for pid in waiting if not Path(f"/proc/{pid}").exists()}
+        assert len(gone) == 1, (waiting, gone)
+        used |= gone
+
+
+async def test_a_warm_child_killed_while_waiting_is_replaced_and_spawns_still_run(
+    tenants: tuple[Daemon, Client, Client],
+) -> None:
+    daemon, warm, _ = tenants
+    killed = await _wait_warm(daemon, 2)
+    for pid in killed:
+        os.kill(pid, signal.SIGKILL)
+    result = await warm.run("echo", "still")
+    assert outcome(result) == "EXITED" and result.stdout == b"still\n"
+    # Two again (the pool's size), none of them the killed ones.
+    replaced = await _wait_warm(daemon, 2, exactly=True)
+    assert not set(replaced) & set(killed)
+
+
+async def test_warm_children_die_with_their_tenants_config(
+    tenants: tuple[Daemon, Client, Client],
+) -> None:
+    daemon, warm, _ = tenants
+    old = set(await _wait_warm(daemon, 2))
+    daemon.config["tenants"]["warm"]["env"]["GREETING"] = "changed"
+    daemon.write_config()
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and old & set(_waiting(daemon)):
+        await asyncio.sleep(0.02)
+    assert not old & set(_waiting(daemon)), "a warm child outlived the config it was made for"
+    result = await warm.run("sh", "-c", "echo $GREETING")
+    assert result.stdout == b"changed\n"
+
+
+async def test_stopping_the_daemon_leaves_no_warm_child_nor_its_cgroup(
+    tenants: tuple[Daemon, Client, Client],
+) -> None:
+    daemon, _, _ = tenants
+    waiting = await _wait_warm(daemon, 2)
+    cgroups = {Path(f"/proc/{pid}/cgroup").read_text() for pid in waiting}
+    assert daemon.stop() == 0
+    for pid in waiting:
+        assert not Path(f"/proc/{pid}").exists(), f"warm child {pid} outlived the daemon"
+    for line in "".join(cgroups).splitlines():
+        path = line.split(":", 2)[2]
+        if "spawn-" in path:
+            leftovers = [p for p in Path("/sys/fs/cgroup").rglob(Path(path).name)]
+            assert not leftovers, f"a warm child's cgroup is left: {leftovers}"

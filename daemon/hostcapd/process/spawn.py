@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hostcapd import metrics
-from hostcapd.childsetup import RLimit
 from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.childsetup import RLimit
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.process import environment, killing, records

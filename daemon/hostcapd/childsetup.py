@@ -195,11 +195,18 @@ def pack_request(
     return struct.pack(f"={len(head)}q", *head) + bytes(strings)
 
 
-def go(pid: int, channel_fd: int, report_fd: int, payload: bytes, fds: Sequence[int], init: bool) -> None:
+def go(
+    pid: int, channel_fd: int, report_fd: int, payload: bytes, fds: Sequence[int], init: bool
+) -> None:
     """Give the warm child `pid` its request (`pack_request`'s payload; fds:
     stdin, stdout, stderr, cancel, go[, the executable when by_fd]) and
     return once the command exec'd. Raises SetupError(step, errno) if a step
     failed, or the child was gone (step "warm"); it is reaped then."""
     _childsetup.go(
-        pid=pid, channel_fd=channel_fd, report_fd=report_fd, payload=payload, fds=list(fds), init=init
+        pid=pid,
+        channel_fd=channel_fd,
+        report_fd=report_fd,
+        payload=payload,
+        fds=list(fds),
+        init=init,
     )

@@ -98,12 +98,16 @@ class WarmPool:
             limit = self._hard.get(res)
             if limit is None or soft > hard:
                 return False  # RLIMIT_NPROC, or one we never checked
-            if limit != resource.RLIM_INFINITY and (
-                hard == resource.RLIM_INFINITY or hard > limit
-            ):
+            if limit != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > limit):
                 return False
         room = WARM_BUFFER - _BUFFER_MARGIN
-        strings = [*prepared.argv, *prepared.env, *prepared.env.values(), prepared.cwd.relative, prepared.exe.path]
+        strings = [
+            *prepared.argv,
+            *prepared.env,
+            *prepared.env.values(),
+            prepared.cwd.relative,
+            prepared.exe.path,
+        ]
         words = 8 * (len(prepared.argv) + len(prepared.env) + 2)
         if words + sum(4 * len(s) + 2 for s in strings) < room:  # UTF-8: <= 4 bytes a char
             return True

@@ -711,9 +711,7 @@ class CgroupHost:
         try:
             self._limit(cgroup, memory_bytes, pids)
         except OSError as error:
-            raise CgroupError(
-                f"cgroup {cgroup.name}: {error.strerror}: {error.filename}"
-            ) from None
+            raise CgroupError(f"cgroup {cgroup.name}: {error.strerror}: {error.filename}") from None
 
     @staticmethod
     def _limit(cgroup: SpawnCgroup, memory_bytes: int | None, pids: int | None) -> None:

@@ -331,7 +331,9 @@ class Spawner:
             except (OSError, ValueError, TypeError, childsetup.SetupError) as error:
                 ours.close()
                 _close(netns_fd, mntns_fd)
-                step, err = error.args if isinstance(error, childsetup.SetupError) else ("prepare", 0)
+                step, err = (
+                    error.args if isinstance(error, childsetup.SetupError) else ("prepare", 0)
+                )
                 self.report(messages.Failed(m.id, step, err, str(error)))
                 return
             finally:

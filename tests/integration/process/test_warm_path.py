@@ -141,7 +141,9 @@ def _normalize(report: dict[str, Any], tenant: str, state: Path) -> dict[str, An
 
 
 @pytest.fixture
-async def tenants(start_daemon: Callable[..., Daemon]) -> AsyncIterator[tuple[Daemon, Client, Client]]:
+async def tenants(
+    start_daemon: Callable[..., Daemon],
+) -> AsyncIterator[tuple[Daemon, Client, Client]]:
     daemon = start_daemon(tenants={"warm": {"warm_spawns": 2}, "fresh": {"warm_spawns": 0}})
     for name in ("warm", "fresh"):
         (daemon.root(name, 1) / "seed").write_text("seed\n")
@@ -212,7 +214,9 @@ async def test_a_warm_spawn_ends_in_the_state_of_a_fresh_one(
     b = _normalize(fresh_report, "fresh", daemon.state)
     for key in sorted(set(a) | set(b)):
         if key != "pid":
-            assert a.get(key) == b.get(key), f"{key} differs between a warm and a fresh spawn: {a.get(key)!r} {b.get(key)!r}"
+            assert a.get(key) == b.get(key), (
+                f"{key} differs between a warm and a fresh spawn: {a.get(key)!r} {b.get(key)!r}"
+            )
     # Not vacuous: the protections are in both.
     assert "NoNewPrivs:\t1" in a["status"] and "Seccomp:\t2" in a["status"]
     assert a["landlock"]["write_workspace"] == "ok"

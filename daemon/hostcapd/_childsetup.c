@@ -1865,7 +1865,8 @@ done:
 
 /* ---- the go of a warm child ---- */
 
-/* Send the request's part; 0, or -1 with errno. */
+/* Send the request's part without blocking (the caller made the channel's
+ * buffer large enough); 0, or -1 with errno (EAGAIN: it did not fit). */
 static int warm_send(int channel, const char *payload, size_t size, const int *fds, int n_fds)
 {
     int64_t header[2] = {WARM_MAGIC, (int64_t)size};
@@ -1888,13 +1889,15 @@ static int warm_send(int channel, const char *payload, size_t size, const int *f
     memcpy(CMSG_DATA(c), fds, (size_t)n_fds * sizeof(int));
     ssize_t r;
     do {
-        r = sendmsg(channel, &msg, MSG_NOSIGNAL);
+        r = sendmsg(channel, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     } while (r < 0 && errno == EINTR);
+    if (r >= 0 && r != (ssize_t)sizeof header)
+        errno = EAGAIN;
     if (r != (ssize_t)sizeof header)
         return -1;
     size_t sent = 0;
     while (sent < size) {
-        r = send(channel, payload + sent, size - sent, MSG_NOSIGNAL);
+        r = send(channel, payload + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
@@ -1905,23 +1908,23 @@ static int warm_send(int channel, const char *payload, size_t size, const int *f
 }
 
 PyDoc_STRVAR(go_doc,
-"go(*, pid, channel_fd, report_fd, payload, fds, init) -> None\n\n"
-"Give the warm child `pid` (made by spawn with warm_channel) its request:\n"
-"`payload` (childsetup.pack_request's layout) and `fds` (stdin, stdout,\n"
-"stderr, cancel, go[, executable]) on `channel_fd`; return once the command\n"
-"exec'd: with `init`, the init's set-up record came on `report_fd` (which\n"
-"then gives its exit record), else `report_fd` hung up at the exec. Raises\n"
-"SetupError(step, errno) if a step failed (the child is reaped).");
+"go(*, channel_fd, payload, fds) -> None\n\n"
+"Give a warm child (made by spawn with warm_channel) its request: `payload`\n"
+"(childsetup.pack_request's layout) and `fds` (stdin, stdout, stderr,\n"
+"cancel, go[, executable]) on `channel_fd`, without blocking: the channel's\n"
+"buffer holds the whole request (OSError EAGAIN if it cannot). What became of\n"
+"it comes on its report pipe: with an init, the init's set-up record; without,\n"
+"a record if a step failed, else the pipe hangs up at the exec.");
 
 static PyObject *childsetup_go(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *kwlist[] = {"pid", "channel_fd", "report_fd", "payload", "fds", "init", NULL};
-    int pid = -1, channel = -1, report = -1, init = 0;
+    static char *kwlist[] = {"channel_fd", "payload", "fds", NULL};
+    int channel = -1;
     Py_buffer payload = {0};
     PyObject *fd_seq = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$iiiy*Op:go", kwlist, &pid, &channel,
-                                     &report, &payload, &fd_seq, &init))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$iy*O:go", kwlist, &channel, &payload,
+                                     &fd_seq))
         return NULL;
     int fds[WARM_FDS];
     Py_ssize_t n = PySequence_Length(fd_seq);
@@ -1940,40 +1943,14 @@ static PyObject *childsetup_go(PyObject *self, PyObject *args, PyObject *kwargs)
             return NULL;
         }
     }
-    int sent_errno = 0;
-    int64_t rec[3] = {0, STEP_INIT, 0};
-    size_t got = 0;
-    Py_BEGIN_ALLOW_THREADS
-    if (warm_send(channel, payload.buf, (size_t)payload.len, fds, (int)n) != 0)
-        sent_errno = errno;
-    while (got < sizeof rec) {
-        ssize_t r = read(report, (char *)rec + got, sizeof rec - got);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        got += (size_t)r;
-    }
-    Py_END_ALLOW_THREADS
+    int rc = warm_send(channel, payload.buf, (size_t)payload.len, fds, (int)n);
+    int err = errno;
     PyBuffer_Release(&payload);
-    /* exec'd: the init's record says so; without an init, the hang-up at exec */
-    if (!sent_errno && ((init && got == sizeof rec && rec[0] == INIT_SETUP_MAGIC &&
-                         rec[1] == STEP_NONE) ||
-                        (!init && got == 0)))
-        Py_RETURN_NONE;
-    struct plan failed;
-    memset(&failed, 0, sizeof failed);
-    int valid = got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] > STEP_NONE &&
-                rec[1] < N_STEPS;
-    failed.fail_step = valid ? (int)rec[1] : STEP_WARM;
-    failed.fail_errno = valid ? (int)rec[2] : sent_errno;
-    int status;
-    Py_BEGIN_ALLOW_THREADS
-    while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR)
-        ;
-    Py_END_ALLOW_THREADS
-    raise_setup_error(&failed);
-    return NULL;
+    if (rc != 0) {
+        errno = err;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
 }
 
 /* ---- mount namespaces made ahead of need ---- */

@@ -7,11 +7,12 @@ one call.
 
 The warm path: a plan with `warm_channel` (and the `roots` a cwd may be
 beneath) makes a child that stops after its filters and waits; `go` gives it
-the request's part, laid out by `pack_request`, and returns once it exec'd:
+the request's part, laid out by `pack_request`; its report pipe says when it
+is ready, and then whether it exec'd (spawner/init_report.py reads both):
 
-    pid, report = childsetup.spawn(warm_plan)          # set up, waiting
+    pid, report = childsetup.spawn(warm_plan)   # its set-up runs; "ready" on report
     payload = childsetup.pack_request(by_fd=True, root=0, cwd=b"src", ...)
-    childsetup.go(pid, channel, report, payload, [stdin, out, err, cancel, go, exe], init)
+    childsetup.go(channel, payload, [stdin, out, err, cancel, go, exe])
 
 The spawner builds the plan from a tenant's registered profile and a spawn
 order; the tests and the bench build theirs directly, through the same
@@ -195,18 +196,9 @@ def pack_request(
     return struct.pack(f"={len(head)}q", *head) + bytes(strings)
 
 
-def go(
-    pid: int, channel_fd: int, report_fd: int, payload: bytes, fds: Sequence[int], init: bool
-) -> None:
-    """Give the warm child `pid` its request (`pack_request`'s payload; fds:
-    stdin, stdout, stderr, cancel, go[, the executable when by_fd]) and
-    return once the command exec'd. Raises SetupError(step, errno) if a step
-    failed, or the child was gone (step "warm"); it is reaped then."""
-    _childsetup.go(
-        pid=pid,
-        channel_fd=channel_fd,
-        report_fd=report_fd,
-        payload=payload,
-        fds=list(fds),
-        init=init,
-    )
+def go(channel_fd: int, payload: bytes, fds: Sequence[int]) -> None:
+    """Give a warm child its request (`pack_request`'s payload; fds: stdin,
+    stdout, stderr, cancel, go[, the executable when by_fd]) without blocking;
+    OSError (EAGAIN: the channel's buffer could not hold it). What became of
+    it comes on the child's report pipe (see _childsetup.go)."""
+    _childsetup.go(channel_fd=channel_fd, payload=payload, fds=list(fds))

@@ -53,6 +53,8 @@ def tenant_config(state: Path, name: str = "dev", **overrides: Any) -> dict[str,
             },
         },
         "max_concurrent_spawns": 64,
+        # HOSTCAPD_TEST_WARM=N runs the suite's tenants on the warm path.
+        "warm_spawns": int(os.environ.get("HOSTCAPD_TEST_WARM", "0")),
         "sandbox": {},
     }
     for key, value in overrides.items():

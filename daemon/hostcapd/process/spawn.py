@@ -226,7 +226,7 @@ class Spawn:
             return
         limits = self.prepared.limits
         try:
-            if self.warm is not None:  # its child is in it already
+            if self.warm is not None and self.warm.cgroup is not None:  # its child is in it
                 self._cgroup = self.warm.cgroup
                 self.deps.cgroups.set_limits(self._cgroup, limits.memory_bytes, limits.pids)
             else:
@@ -413,10 +413,12 @@ class Spawn:
         self.prepared.close()
         if self.warm is not None and not self.pid:
             # Taken but never given its request (refused, cancelled, failed):
-            # whatever waits in its cgroup dies with it.
+            # it is killed, and whatever is in its cgroup dies with it.
+            self.deps.spawner.drop_warm(self.warm.id)
             self._cgroup = self.warm.cgroup
-            with contextlib.suppress(CgroupError):
-                self._cgroup.kill()
+            if self._cgroup is not None:
+                with contextlib.suppress(CgroupError):
+                    self._cgroup.kill()
         if self._cgroup is not None:
             try:
                 self._cgroup.remove()

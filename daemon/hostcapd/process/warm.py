@@ -1,7 +1,8 @@
 """The warm path: sandboxes made ahead of need, one runtime's (decision 0026).
 
 A warm entry is a child the spawner cloned before any request, born in the
-spawn cgroup made for it here (no migration on the request path), set up to
+spawn cgroup made for it here (no migration on the request path; none
+without the cgroup protection), set up to
 its identity and filters, and waiting for the request's part: the spawn that
 takes it adopts its id and cgroup, sets the request's limits on the cgroup
 and sends only the executable, argv, env, cwd, rlimits and stdio. It is used
@@ -52,7 +53,7 @@ class WarmEntry:
     """One warm child: the id its spawn takes, its cgroup, its readiness."""
 
     id: str
-    cgroup: SpawnCgroup
+    cgroup: SpawnCgroup | None
     #: Its pid once it waits; SetupFailed / SpawnerLost if it never will.
     ready: asyncio.Future[int]
 
@@ -65,9 +66,8 @@ class WarmEntry:
 class WarmPool:
     def __init__(self, deps: SpawnDeps, size: int) -> None:
         self.deps = deps
-        #: Entries kept waiting; 0 where the profile cannot use the warm path
-        #: (it needs the spawn cgroup: a child is born in its own).
-        self.size = size if deps.profile.has("cgroup") else 0
+        #: Entries kept waiting.
+        self.size = size
         self._entries: dict[str, WarmEntry] = {}
         self._closed = False
         self._fill_pending = False
@@ -151,14 +151,16 @@ class WarmPool:
         deps = self.deps
         warm_id = uuid.uuid4().hex
         # Unlimited while it waits (it is ours); the spawn sets its limits.
-        cgroup = deps.cgroups.create(warm_id, None, None)
+        has_cgroup = deps.profile.has("cgroup")
+        cgroup = deps.cgroups.create(warm_id, None, None) if has_cgroup else None
         fds: list[int] = []
         try:
             ruleset = deps.profile.new_ruleset()
             if ruleset >= 0:
                 fds.append(ruleset)
-            fds += cgroup.procs_fds()
-            fds += deps.profile.cpu_procs_fds()
+            if cgroup is not None:
+                fds += cgroup.procs_fds()
+                fds += deps.profile.cpu_procs_fds()
             ident = identity.plan(deps.tenant.uid, deps.tenant.gid, set(deps.profile.applied))
             order = WarmOrder(
                 id=warm_id,
@@ -170,7 +172,8 @@ class WarmPool:
             )
             ready = deps.spawner.warm(order, fds, self._lost)
         except BaseException:
-            _remove(cgroup)
+            if cgroup is not None:
+                _remove(cgroup)
             raise
         finally:
             for fd in fds:
@@ -184,7 +187,7 @@ class WarmPool:
         error = ready.exception()
         entry = self._entries.pop(warm_id, None)
         if entry is not None:
-            _remove(entry.cgroup)
+            self.discard(entry)
         if isinstance(error, SetupFailed):
             # Not retried at once (it would fail the same way): the next
             # take orders again.
@@ -194,7 +197,7 @@ class WarmPool:
         """It died waiting (or the spawner did): its cgroup goes, another comes."""
         entry = self._entries.pop(warm_id, None)
         if entry is not None:
-            _remove(entry.cgroup)
+            self.discard(entry)
             self._schedule_fill()
 
     def close(self) -> None:
@@ -202,7 +205,12 @@ class WarmPool:
         self._closed = True
         entries, self._entries = self._entries, {}
         for entry in entries.values():
-            self.deps.spawner.warm_taken(entry.id)
+            self.discard(entry)
+
+    def discard(self, entry: WarmEntry) -> None:
+        """An entry no spawn will run: its child is killed, its cgroup removed."""
+        self.deps.spawner.drop_warm(entry.id)
+        if entry.cgroup is not None:
             _remove(entry.cgroup)
 
 

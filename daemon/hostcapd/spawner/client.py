@@ -163,6 +163,14 @@ class SpawnerClient:
         """A spawn order takes the warm child: its loss is that spawn's now."""
         self._warm_lost.pop(warm_id, None)
 
+    def drop_warm(self, warm_id: str) -> None:
+        """Kill the warm child `warm_id` if it still waits."""
+        self._warm_lost.pop(warm_id, None)
+        self._warming.pop(warm_id, None)
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                channel.send(self._sock, messages.DropWarm(warm_id).to_wire())
+
     def kill(self, spawn_id: str, pid: int, sig: int) -> None:
         if self._sock is not None:
             with contextlib.suppress(OSError):

@@ -75,3 +75,17 @@ def parse_ready(data: bytes) -> tuple[str, int] | None:
         if magic == _childsetup.INIT_SETUP_MAGIC and 0 < step < len(_childsetup.STEPS):
             return _childsetup.STEPS[step], err
     return "warm", 0
+
+
+def parse_exec(data: bytes) -> tuple[str, int] | None:
+    """The set-up record of a warm child given its request: None once its
+    command exec'd, else (the step that failed, errno); none at all (it
+    died before it said) is step "init"."""
+    if len(data) == _SETUP.size:
+        magic, step, err = _SETUP.unpack(data)
+        if magic == _childsetup.INIT_SETUP_MAGIC:
+            if step == 0:
+                return None
+            if 0 < step < len(_childsetup.STEPS):
+                return _childsetup.STEPS[step], err
+    return "init", 0

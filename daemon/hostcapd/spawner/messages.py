@@ -454,6 +454,25 @@ _WARM_KEYS = _wire_keys(WarmOrder)
 
 
 @dataclass(frozen=True, slots=True)
+class DropWarm:
+    """Kill the warm child `id` if it still waits (no spawn will take it)."""
+
+    OP: ClassVar[str] = "drop_warm"
+    id: str
+
+    def to_wire(self) -> Wire:
+        return {"op": "drop_warm", "id": self.id}
+
+    @classmethod
+    def from_wire(cls, m: Mapping[str, Any]) -> DropWarm:
+        _keys(m, cls.OP, _DROP_WARM_KEYS)
+        return cls(_str(m, cls.OP, "id"))
+
+
+_DROP_WARM_KEYS = _wire_keys(DropWarm)
+
+
+@dataclass(frozen=True, slots=True)
 class Kill:
     """Signal the main process (and its group) of a spawn not yet reaped."""
 
@@ -492,11 +511,11 @@ class Shutdown:
 
 _SHUTDOWN_KEYS = _wire_keys(Shutdown)
 
-ToSpawner = RegisterProfile | DropProfile | SpawnOrder | WarmOrder | Kill | Shutdown
+ToSpawner = RegisterProfile | DropProfile | SpawnOrder | WarmOrder | DropWarm | Kill | Shutdown
 
 _TO_SPAWNER: dict[Any, Any] = {
     cls.OP: cls.from_wire
-    for cls in (RegisterProfile, DropProfile, SpawnOrder, WarmOrder, Kill, Shutdown)
+    for cls in (RegisterProfile, DropProfile, SpawnOrder, WarmOrder, DropWarm, Kill, Shutdown)
 }
 
 

@@ -37,6 +37,9 @@ IDLE_RECHECK = 10.0
 #: Longest a child waits, right before exec, for the front-end's go (its
 #: write-ahead audit record is durable); the spawner is blocked meanwhile.
 GO_TIMEOUT_MS = 30_000
+SO_SNDBUFFORCE = 32
+#: A warm child given its request has GO_TIMEOUT_MS and this long to exec.
+GO_MARGIN = 5.0
 #: Namespace fds of reaped children kept for an idle moment at most.
 MAX_RELEASED = 64
 #: Pools are not refilled while a child younger than this runs: making a
@@ -64,6 +67,10 @@ class WarmChild:
     #: The paths a request's cwd_root may be (their fds are open in it).
     roots: tuple[bytes, ...]
     ready: bool = False
+    #: Given a request: by when it must have exec'd, and whether it was
+    #: killed for missing that.
+    deadline: float = 0.0
+    killed: bool = False
 
     def close(self) -> None:
         self.channel.close()
@@ -96,7 +103,9 @@ class Spawner:
     warm: dict[str, WarmChild] = field(default_factory=dict)
     warm_pids: dict[int, str] = field(default_factory=dict)
     warm_wanted: deque[tuple[WarmOrder, list[int]]] = field(default_factory=deque)
-    #: Where the ready records of warm children are watched (main's loop).
+    #: Warm children given their request: pid -> (spawn id, child).
+    going: dict[int, tuple[str, WarmChild]] = field(default_factory=dict)
+    #: Where the records of warm children are watched (main's loop).
     selector: selectors.BaseSelector | None = None
 
     # --- orders from the front-end ---
@@ -130,6 +139,8 @@ class Spawner:
                 if self.mntns is not None:
                     self.mntns.drop(message.key)
                 self.drop_warm(message.key)
+            elif isinstance(message, messages.DropWarm):
+                self.drop_warm(warm_id=message.id)
             else:
                 self.running = False  # Shutdown
         finally:
@@ -184,7 +195,8 @@ class Spawner:
 
     def idle_wait(self) -> float:
         """How long an idle spawner sleeps before its next idle_work."""
-        return self.fill_deferred() or (0.0 if self.warm_wanted else IDLE_RECHECK)
+        wait = self.fill_deferred() or (0.0 if self.warm_wanted else IDLE_RECHECK)
+        return min(wait, self.overdue()) if self.going else wait
 
     def add_profile(self, profile: RegisterProfile) -> None:
         if self.mntns is not None:
@@ -294,6 +306,9 @@ class Spawner:
             ns = self.namespaces(profile, m.profile)
             clone_flags, loopback, netns_fd, mounts, mntns_fd, init = ns
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            # The whole request fits in its buffer: go() never waits on it.
+            with contextlib.suppress(OSError):
+                ours.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, childsetup.WARM_BUFFER + 65536)
             try:
                 plan = ChildPlan(
                     exe_fd=-1,
@@ -379,23 +394,14 @@ class Spawner:
         child.close()
 
     def spawn_warm(self, m: messages.SpawnOrder, fds: list[int]) -> None:
-        """Run spawn order `m` in its warm child: give it the request's part
-        and report Started once the command exec'd."""
+        """Give spawn order `m` to its warm child, without waiting: Started
+        (or Failed) is reported when its report pipe says (go_done)."""
         child = self.warm.pop(m.id, None)
-        if child is None or child.profile != m.profile or len(fds) != 6:
+        if child is None or child.profile != m.profile or len(fds) != 6 or not child.ready:
+            if child is not None:
+                self._kill_warm(child)
             self.report(messages.Failed(m.id, "warm", errno.ENOENT, "no warm child for it"))
             return
-        if not child.ready:  # ordered before we saw it ready: it is on its way
-            if self.selector is not None:
-                with contextlib.suppress(KeyError, ValueError):
-                    self.selector.unregister(child.report_fd)
-            os.set_blocking(child.report_fd, True)
-            failure = init_report.parse_ready(_read_exact(child.report_fd, 24))
-            if failure is not None:
-                self._forget(child)
-                self.report(messages.Failed(m.id, failure[0], failure[1]))
-                return
-            child.ready = True
         exe_fd, stdin, stdout, stderr, cancel_fd, go_fd = fds
         try:
             if m.cwd_root is not None and m.cwd_root not in child.roots:
@@ -412,48 +418,89 @@ class Spawner:
             child_fds = [stdin, stdout, stderr, cancel_fd, go_fd]
             if m.by_fd:
                 child_fds.append(exe_fd)
-            childsetup.go(
-                child.pid, child.channel.fileno(), child.report_fd, payload, child_fds, child.init
-            )
-        except (childsetup.SetupError, ValueError) as error:
-            # go() reaped it; a payload we could not make: it is dropped.
-            if isinstance(error, ValueError):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child.pid, signal.SIGKILL)
-                self._forget(child)
-                self.report(messages.Failed(m.id, "prepare", 0, str(error)))
-                return
-            self.warm_pids.pop(child.pid, None)
-            self.released.extend(fd for fd in child.held if fd >= 0)
-            child.close()
-            step, err = error.args
-            self.report(messages.Failed(m.id, step, err))
+            childsetup.go(child.channel.fileno(), payload, child_fds)
+        except (OSError, ValueError) as error:
+            self._kill_warm(child)
+            self.report(messages.Failed(m.id, "warm", getattr(error, "errno", 0) or 0, str(error)))
             return
-        self.warm_pids.pop(child.pid, None)
+        # A process of its uid outside any sandbox may have stopped it while
+        # it waited (a sandboxed one cannot signal it: landlock's scope).
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGCONT)
         child.channel.close()
+        child.deadline = time.monotonic() + GO_TIMEOUT_MS / 1000 + GO_MARGIN
+        self.going[child.pid] = (m.id, child)
+        if self.selector is not None:
+            self.selector.register(child.report_fd, selectors.EVENT_READ, ("go", child.pid))
+        self.last_start = time.monotonic()
+
+    def go_done(self, pid: int) -> None:
+        """A warm child given its request said what became of it (or died, or
+        overran its deadline): Started, or Failed."""
+        spawn_id, child = self.going.pop(pid)
+        if self.selector is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(child.report_fd)
+        self.warm_pids.pop(pid, None)
+        try:
+            os.set_blocking(child.report_fd, False)
+            data = os.read(child.report_fd, 24)  # the set-up record only
+        except OSError:
+            data = b""
+        if child.killed:
+            failure: tuple[str, int] | None = ("warm", errno.ETIMEDOUT)
+        elif child.init:
+            failure = init_report.parse_exec(data)
+        else:  # the pipe hung up at the exec, or a record says why not
+            failure = None if data == b"" else init_report.parse_exec(data) or ("warm", 0)
+        self.held[pid] = child.held  # released once reaped
+        if failure is not None:
+            child.close()
+            self.report(messages.Failed(spawn_id, failure[0], failure[1]))
+            return
         if child.init:
-            self.inits[child.pid] = child.report_fd
+            self.inits[pid] = child.report_fd
         else:
             _close(child.report_fd)
-        self.held[child.pid] = child.held
-        self.children[child.pid] = m.id
-        self.last_start = time.monotonic()
-        self.report(messages.Started(m.id, child.pid))
+        child.report_fd = -1
+        self.children[pid] = spawn_id
+        self.report(messages.Started(spawn_id, pid))
 
-    def drop_warm(self, profile_key: str | None = None) -> None:
-        """Kill the warm children (of one profile): they never outlive it."""
-        for warm_id, child in list(self.warm.items()):
-            if profile_key is None or child.profile == profile_key:
-                del self.warm[warm_id]
+    def overdue(self) -> float:
+        """Kill warm children given a request that did not exec in time; the
+        seconds until the next such deadline (IDLE_RECHECK if none)."""
+        now, wait = time.monotonic(), IDLE_RECHECK
+        for pid, (_, child) in self.going.items():
+            if child.deadline <= now and not child.killed:
+                child.killed = True
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            elif not child.killed:
+                wait = min(wait, child.deadline - now)
+        return wait
+
+    def _kill_warm(self, child: WarmChild) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
+        self._forget(child)
+
+    def drop_warm(self, profile_key: str | None = None, warm_id: str | None = None) -> None:
+        """Kill the warm children (of one profile, or one): they never outlive
+        their profile, and one no spawn takes is not left waiting."""
+        for key, child in list(self.warm.items()):
+            if (profile_key is None or child.profile == profile_key) and (
+                warm_id is None or key == warm_id
+            ):
+                del self.warm[key]
                 if self.selector is not None and not child.ready:
                     with contextlib.suppress(KeyError, ValueError):
                         self.selector.unregister(child.report_fd)
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child.pid, signal.SIGKILL)
-                self._forget(child)
+                self._kill_warm(child)
         kept: deque[tuple[WarmOrder, list[int]]] = deque()
         for order, fds in self.warm_wanted:
-            if profile_key is None or order.profile == profile_key:
+            if (profile_key is None or order.profile == profile_key) and (
+                warm_id is None or order.id == warm_id
+            ):
                 _close(*fds)
             else:
                 kept.append((order, fds))
@@ -473,13 +520,15 @@ class Spawner:
 
     def reap(self, block: bool = False) -> None:
         """Reap every exited child (all of them, waiting, when block is set)."""
-        while not block or self.children or self.warm_pids:
+        while not block or self.children or self.warm_pids or self.going:
             try:
                 pid, status, usage = os.wait4(-1, 0 if block else os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            if pid in self.going:  # what its report pipe says comes first
+                self.go_done(pid)
             self.released.extend(fd for fd in self.held.pop(pid, ()) if fd >= 0)
             warm_id = self.warm_pids.pop(pid, None)
             if warm_id is not None:
@@ -531,6 +580,9 @@ class Spawner:
 
     def kill_all(self) -> None:
         self.drop_warm()
+        for pid in self.going:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         for pid in list(self.children):
             for target in (pid, -pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -572,6 +624,8 @@ def main(argv: list[str]) -> int:
     busy = True
     try:
         while spawner.running:
+            if spawner.going:
+                spawner.overdue()
             # Idle (nothing to read at once): make namespaces ahead of need.
             events = selector.select(timeout=0 if busy else spawner.idle_wait())
             if not events:
@@ -579,8 +633,12 @@ def main(argv: list[str]) -> int:
                 continue
             busy = True
             for key, _ in events:
-                if type(key.data) is tuple:  # a warm child's ready record
-                    spawner.warm_readable(key.data[1])
+                if type(key.data) is tuple:  # a warm child's record
+                    kind, which = key.data
+                    if kind == "warm":
+                        spawner.warm_readable(which)
+                    elif which in spawner.going:
+                        spawner.go_done(which)
                 elif key.data == "wake":
                     try:
                         while os.read(wake_read, 4096):
@@ -600,19 +658,6 @@ def main(argv: list[str]) -> int:
         spawner.reap(block=True)
         os.close(life_write)
     return 0
-
-
-def _read_exact(fd: int, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        try:
-            chunk = os.read(fd, n - len(data))
-        except OSError:
-            break
-        if not chunk:
-            break
-        data += chunk
-    return data
 
 
 def _close(*fds: int) -> None:

@@ -490,10 +490,11 @@ static int child_main(void *arg)
             FAIL(STEP_CHDIR);
     }
 
-    /* stdio and rlimits; a warm child's come with its request. */
+    /* stdio and rlimits; a warm child's stdio comes with its request, and
+     * of its rlimits those that must precede the identity are here. */
     if (!p->warm && apply_stdio(p) != 0)
         FAIL(STEP_STDIO);
-    if (!p->warm && apply_rlimits(p) != 0)
+    if (apply_rlimits(p) != 0)
         FAIL(STEP_RLIMITS);
     if (p->oom_score_adj && write_file("/proc/self/oom_score_adj", p->oom_score_adj) != 0)
         FAIL(STEP_OOM_SCORE);

@@ -73,6 +73,13 @@ class WarmPool:
         self._fill_pending = False
         #: The tenant's roots as the child sees them (a cwd is beneath one).
         self.roots = tuple(str(r.path).encode() for r in deps.tenant.roots)
+        #: RLIMIT_NPROC, set before the identity (its check is the uid
+        #: switch's): the tenant's default, so a spawn with another runs fresh.
+        pids = deps.tenant.limits.effective_default("pids")
+        by_rlimit = deps.profile.has("rlimits") and not deps.profile.has("cgroup")
+        self.early: tuple[RLimit, ...] = (
+            ((resource.RLIMIT_NPROC, int(pids), int(pids)),) if by_rlimit and pids else ()
+        )
         #: Hard limits of ours, which the child inherits and may only lower.
         self._hard = {
             res: resource.getrlimit(res)[1]
@@ -94,10 +101,15 @@ class WarmPool:
 
     def fits(self, prepared: Prepared, rlimits: Sequence[RLimit]) -> bool:
         """Would a warm child run this request exactly as a fresh one?"""
+        nproc = tuple(r for r in rlimits if r[0] == resource.RLIMIT_NPROC)
+        if nproc != self.early:
+            return False
         for res, soft, hard in rlimits:
+            if res == resource.RLIMIT_NPROC:
+                continue  # set before the identity already
             limit = self._hard.get(res)
             if limit is None or soft > hard:
-                return False  # RLIMIT_NPROC, or one we never checked
+                return False  # one we never checked
             if limit != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > limit):
                 return False
         room = WARM_BUFFER - _BUFFER_MARGIN
@@ -169,6 +181,7 @@ class WarmPool:
                 loginuid=ident.loginuid,
                 landlock=ruleset >= 0,
                 roots=self.roots,
+                rlimits=self.early,
             )
             ready = deps.spawner.warm(order, fds, self._lost)
         except BaseException:

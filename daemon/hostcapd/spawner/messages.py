@@ -418,10 +418,14 @@ class WarmOrder:
     loginuid: bytes | None
     landlock: bool
     roots: tuple[bytes, ...]
+    #: Set before the identity, as a fresh child sets them (RLIMIT_NPROC:
+    #: the uid switch checks it); a spawn's rlimits come with its request.
+    rlimits: tuple[RLimit, ...] = ()
 
     def to_wire(self) -> Wire:
         return {
             "op": "warm",
+            "rlimits": self.rlimits,
             "id": self.id,
             "profile": self.profile,
             "ids": self.ids,
@@ -440,7 +444,11 @@ class WarmOrder:
         ids = m.get("ids")
         if ids is not None and not _ints(ids, 2):
             raise _missing(op, "ids", sid)
+        rlimits = _seq(m, op, "rlimits", sid)
+        if not all(_is_rlimit(r) for r in rlimits):
+            raise _missing(op, "rlimits", sid)
         return cls(
+            rlimits=tuple((r[0], r[1], r[2]) for r in rlimits),
             id=sid,
             profile=_str(m, op, "profile", sid),
             ids=None if ids is None else (ids[0], ids[1]),

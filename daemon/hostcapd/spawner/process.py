@@ -324,7 +324,7 @@ class Spawner:
                     hostname=profile.hostname,
                     loopback_up=loopback,
                     cgroup_fds=cgroup_fds,
-                    rlimits=[],
+                    rlimits=m.rlimits,
                     oom_score_adj=profile.oom_score_adj,
                     loginuid=m.loginuid,
                     drop_caps=profile.drop_caps,

@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
@@ -369,3 +370,93 @@ async def test_stopping_the_daemon_leaves_no_warm_child_nor_its_cgroup(
         if "spawn-" in path:
             leftovers = [p for p in Path("/sys/fs/cgroup").rglob(Path(path).name)]
             assert not leftovers, f"a warm child's cgroup is left: {leftovers}"
+
+
+#: Runs inside the sandbox, given the pids of its tenant's waiting warm
+#: children (its own uid's): it tries to stop, kill, trace and read each.
+ATTACK = r"""
+import ctypes, errno, json, os, signal, sys
+
+libc = ctypes.CDLL(None, use_errno=True)
+
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+
+def ptrace_attach(pid):
+    if libc.ptrace(16, pid, None, None) != 0:
+        raise OSError(ctypes.get_errno(), "ptrace")
+
+out = {}
+for pid in map(int, sys.argv[1:]):
+    if pid == os.getpid():
+        continue  # the one that runs this
+    out[pid] = {
+        "stop": attempt(lambda: os.kill(pid, signal.SIGSTOP)),
+        "kill": attempt(lambda: os.kill(pid, signal.SIGKILL)),
+        "ptrace": attempt(lambda: ptrace_attach(pid)),
+        "environ": attempt(lambda: open(f"/proc/{pid}/environ", "rb").read()),
+        "mem": attempt(lambda: open(f"/proc/{pid}/mem", "rb").read(1)),
+    }
+print(json.dumps(out))
+"""
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+async def test_a_sandboxed_command_cannot_stop_kill_trace_or_read_its_tenants_warm_children(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    # Without a pid namespace the command could name them; they run as its uid.
+    daemon = start_daemon(tenants={"dev": {"warm_spawns": 2, "sandbox": {"pid_namespace": "off"}}})
+    client = Client(daemon.socket)
+    try:
+        waiting = await _wait_warm(daemon, 2)
+        assert all(Path(f"/proc/{pid}/status").read_text().count("65534") >= 4 for pid in waiting)
+        # The attack runs in one of them; the other (and the one made to
+        # replace it, not in the list) is its target.
+        result = await client.run("python3", "-c", ATTACK, *map(str, waiting))
+        assert outcome(result) == "EXITED", result.stderr
+        report = json.loads(result.stdout)
+        targets = {int(pid): r for pid, r in report.items() if Path(f"/proc/{pid}").exists()}
+        assert targets, "no warm child was left to attack"
+        for pid, r in targets.items():
+            assert r == {
+                "stop": "EPERM",  # landlock scopes its signals to its own domain
+                "kill": "EPERM",
+                "ptrace": "EPERM",
+                "environ": "EACCES",
+                "mem": "EACCES",
+            }, (pid, r)
+            assert _state(pid) == "S", "the warm child was stopped"
+        # And it still runs a request.
+        result = await client.run("echo", "ok")
+        assert (outcome(result), result.stdout) == ("EXITED", b"ok\n")
+    finally:
+        await client.close()
+
+
+async def test_a_warm_child_stopped_from_outside_the_sandbox_still_runs_its_request(
+    tenants: tuple[Daemon, Client, Client],
+) -> None:
+    daemon, warm, fresh = tenants
+    waiting = await _wait_warm(daemon, 2, exactly=True)
+    # A process of the tenant's uid that no sandbox confines stops them all.
+    subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "kill", "-STOP"]
+        + [str(pid) for pid in waiting],
+        check=True,
+    )
+    assert all(_state(pid) == "T" for pid in waiting)
+    started = time.monotonic()
+    results = await asyncio.gather(
+        warm.run("echo", "a"), warm.run("echo", "b"), fresh.run("echo", "c")
+    )
+    assert [r.stdout for r in results] == [b"a\n", b"b\n", b"c\n"]
+    # Resumed by the spawner, not after its deadline (GO_TIMEOUT_MS + 5 s).
+    assert time.monotonic() - started < 10

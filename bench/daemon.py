@@ -5,6 +5,9 @@ Tenants are named by their sandbox profile:
 - `full`: the default profile (every protection required, cgroups included);
 - `nocg`: the default profile with `cgroup = "off"`;
 - `minimal`: every protection off except rlimits, uid_drop and exec_by_fd;
+- `full_warm`, `nocg_warm`, `minimal_warm`: the same profiles with
+  `warm_spawns = WARM_SPAWNS` (the warm path, decision 0026); the others
+  have `warm_spawns = 0`, so each pair is an A/B of the warm path;
 - `stream`: the default profile with output ceilings that let a 256 MiB
   stream pass whole (the head half of `output_bytes` is what is streamed live,
   so the request asks for 512 MiB of kept output, the most a tenant may keep:
@@ -44,6 +47,10 @@ PROFILES: dict[str, dict[str, str]] = {
     "minimal": {name: ("required" if name in MINIMAL_KEEPS else "off") for name in PROTECTIONS},
     "stream": {},
 }
+for _name in ("full", "nocg", "minimal"):
+    PROFILES[f"{_name}_warm"] = PROFILES[_name]
+#: The warm tenants' pool.
+WARM_SPAWNS = 2
 
 
 def _toml_value(value: Any) -> str:
@@ -91,6 +98,7 @@ def tenant_config(state: Path, name: str, sandbox: dict[str, str]) -> dict[str, 
         },
         "env_allowlist": ["LANG"],
         "max_concurrent_spawns": 64,
+        "warm_spawns": WARM_SPAWNS if name.endswith("_warm") else 0,
         "limits": {
             "default": {"output_bytes": MiB, "wall_seconds": 120},
             "ceiling": {

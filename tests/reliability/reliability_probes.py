@@ -23,6 +23,7 @@ from support.process import Client
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SPAWN_PREFIX = "spawn-"
+WARM_PREFIX = "warm-"
 #: Where the test daemons' temp files go (TMPDIR), so leaks are attributable.
 TMP_DIR_NAME = "tmp"
 
@@ -123,16 +124,27 @@ def cgroup_subtrees(daemon: Daemon) -> list[Path]:
 
 
 def spawn_cgroups(subtrees: list[Path]) -> set[str]:
-    """Spawn ids that still have a cgroup in any of `subtrees`."""
+    """Spawn ids that still have a cgroup in any of `subtrees`: every
+    spawn-<id>, and every warm-<id> with nobody in it (a warm child waits in
+    its own; one a spawn ran in that is left empty is a leak)."""
     names: set[str] = set()
     for subtree in subtrees:
         with contextlib.suppress(FileNotFoundError):
-            names.update(
-                entry.name[len(SPAWN_PREFIX) :]
-                for entry in os.scandir(subtree)
-                if entry.is_dir(follow_symlinks=False) and entry.name.startswith(SPAWN_PREFIX)
-            )
+            for entry in os.scandir(subtree):
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                if entry.name.startswith(SPAWN_PREFIX):
+                    names.add(entry.name[len(SPAWN_PREFIX) :])
+                elif entry.name.startswith(WARM_PREFIX) and not _members(Path(entry.path)):
+                    names.add(entry.name[len(WARM_PREFIX) :])
     return names
+
+
+def _members(cgroup: Path) -> str:
+    try:
+        return (cgroup / "cgroup.procs").read_text().strip()
+    except OSError:
+        return ""
 
 
 def wait_cgroups_gone(subtrees: list[Path], timeout: float) -> set[str]:

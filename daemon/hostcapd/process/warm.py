@@ -164,7 +164,7 @@ class WarmPool:
         warm_id = uuid.uuid4().hex
         # Unlimited while it waits (it is ours); the spawn sets its limits.
         has_cgroup = deps.profile.has("cgroup")
-        cgroup = deps.cgroups.create(warm_id, None, None) if has_cgroup else None
+        cgroup = deps.cgroups.create(warm_id, None, None, warm=True) if has_cgroup else None
         fds: list[int] = []
         try:
             ruleset = deps.profile.new_ruleset()

@@ -43,6 +43,9 @@ from hostcapd import linux
 
 SUBTREE = "hostcapd"
 SPAWN_PREFIX = "spawn-"
+#: A warm child's cgroup, and its spawn's once one takes it (cgroup v2
+#: cannot rename a cgroup: the name says how the child was made).
+WARM_PREFIX = "warm-"
 #: On v2 the daemon lives in this leaf of its subtree: a cgroup with
 #: controllers enabled for its children may hold no processes itself.
 DAEMON_LEAF = "daemon"
@@ -653,25 +656,30 @@ class CgroupHost:
                 names.update(
                     e.name
                     for e in os.scandir(h.subtree)
-                    if e.is_dir(follow_symlinks=False) and e.name.startswith(SPAWN_PREFIX)
+                    if e.is_dir(follow_symlinks=False)
+                    and e.name.startswith((SPAWN_PREFIX, WARM_PREFIX))
                 )
             except FileNotFoundError:
                 continue
         for name in sorted(names):
-            stale = self._spawn(name[len(SPAWN_PREFIX) :])
+            prefix = SPAWN_PREFIX if name.startswith(SPAWN_PREFIX) else WARM_PREFIX
+            stale = self._spawn(name[len(prefix) :], prefix)
             stale.kill()
             stale.remove()
         return len(names)
 
     # -- per spawn ---------------------------------------------------------
 
-    def _spawn(self, name: str) -> SpawnCgroup:
+    def _spawn(self, name: str, prefix: str = SPAWN_PREFIX) -> SpawnCgroup:
         return SpawnCgroup(
-            name, tuple((h, h.subtree / f"{SPAWN_PREFIX}{name}") for h in self.hierarchies)
+            name, tuple((h, h.subtree / f"{prefix}{name}") for h in self.hierarchies)
         )
 
-    def create(self, name: str, memory_bytes: int | None, pids: int | None) -> SpawnCgroup:
-        """Make `spawn-<name>` in every hierarchy with its limits set
+    def create(
+        self, name: str, memory_bytes: int | None, pids: int | None, *, warm: bool = False
+    ) -> SpawnCgroup:
+        """Make `spawn-<name>` (`warm-<name>` for a warm child) in every
+        hierarchy with its limits set
         (memory_bytes: memory limit, swap 0; pids: pids.max). On any error
         nothing is left behind and CgroupError says what failed."""
         if not self._prepared:
@@ -686,7 +694,7 @@ class CgroupHost:
             raise CgroupError(f"memory limit must be positive, not {memory_bytes}")
         if pids is not None and pids <= 0:
             raise CgroupError(f"pids limit must be positive, not {pids}")
-        cgroup = self._spawn(name)
+        cgroup = self._spawn(name, WARM_PREFIX if warm else SPAWN_PREFIX)
         made: list[Path] = []
         try:
             for directory in cgroup.directories:

@@ -152,7 +152,7 @@ def _normalize(report: dict[str, Any], tenant: str, state: Path) -> dict[str, An
     def text(value: str) -> str:
         value = value.replace(str(state / tenant), str(state / "TENANT"))
         value = value.replace(f"/tenant-{tenant}", "/tenant-TENANT")  # its cpu share
-        value = re.sub(r"spawn-[0-9a-f]{32}", "spawn-ID", value)
+        value = re.sub(r"(spawn|warm)-[0-9a-f]{32}", "spawn-ID", value)
         value = re.sub(r"(pipe|socket|anon_inode:\[?\w+\]?):\[\d+\]", r"\1:[N]", value)
         return value
 
@@ -367,7 +367,7 @@ async def test_stopping_the_daemon_leaves_no_warm_child_nor_its_cgroup(
         assert not Path(f"/proc/{pid}").exists(), f"warm child {pid} outlived the daemon"
     for line in "".join(cgroups).splitlines():
         path = line.split(":", 2)[2]
-        if "spawn-" in path:
+        if "warm-" in path:
             leftovers = [p for p in Path("/sys/fs/cgroup").rglob(Path(path).name)]
             assert not leftovers, f"a warm child's cgroup is left: {leftovers}"
 

@@ -1,0 +1,83 @@
+"""A/B of the warm path (decision 0026), in one process: each profile with
+and without warm children, on one daemon.
+
+    python -m bench.warm_ab [--rounds N] [--seconds S]
+
+Latency: back-to-back Runs of /bin/true in rotation over the six tenants,
+then the same spaced 50 ms apart (a pool refilled between requests, as agent
+tool calls arrive). Throughput: 8 clients running /bin/true back to back on
+`full` and on `full_warm`, in alternating windows (under load the spawner is
+never idle, so the pool is refilled from the same CPU as the spawns). Prints
+p50 / p95 and the ratios warm / fresh.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.client import TenantClient
+from bench.daemon import BenchDaemon, state_parent
+from bench.stats import Summary, rotation
+from bench.throughput import daemon_rate
+
+TENANTS = ("full", "full_warm", "nocg", "nocg_warm", "minimal", "minimal_warm")
+
+
+async def main(rounds: int, seconds: float, windows: int) -> int:
+    state = Path(tempfile.mkdtemp(prefix="warm-ab-", dir=state_parent()))
+    daemon = BenchDaemon(state / "d", TENANTS)
+    daemon.start()
+    clients = {name: TenantClient(daemon.socket(name)) for name in TENANTS}
+    try:
+        for c in clients.values():
+            for _ in range(3):
+                await c.true()
+        await asyncio.sleep(0.5)
+        for label, spacing, n in (
+            ("back-to-back", 0.0, rounds),
+            ("spaced 50 ms", 0.05, rounds // 4),
+        ):
+            samples: dict[str, list[float]] = {name: [] for name in TENANTS}
+            for index in range(n):
+                for name in rotation(list(TENANTS), index):
+                    if spacing:
+                        await asyncio.sleep(spacing)
+                    samples[name].append(await clients[name].true())
+            s = {name: Summary.of(v) for name, v in samples.items()}
+            print(f"latency, {label} ({n} rounds):")
+            for name in ("full", "nocg", "minimal"):
+                fresh, warm = s[name], s[f"{name}_warm"]
+                print(
+                    f"  {name:8} fresh p50 {fresh.p50_us / 1000:6.2f} ms p95 {fresh.p95_us / 1000:6.2f}"
+                    f" | warm p50 {warm.p50_us / 1000:6.2f} ms p95 {warm.p95_us / 1000:6.2f}"
+                    f" | warm/fresh p50 {warm.p50_us / fresh.p50_us:.2f} p95 {warm.p95_us / fresh.p95_us:.2f}"
+                )
+        rates: dict[str, list[float]] = {"full": [], "full_warm": []}
+        for index in range(windows):
+            for name in rotation(list(rates), index):
+                done, took = await daemon_rate(daemon.socket(name), seconds)
+                rates[name].append(done / took)
+        fresh, warm = statistics.median(rates["full"]), statistics.median(rates["full_warm"])
+        print(
+            f"throughput, 8 clients ({windows} windows of {seconds:g} s): full {fresh:.0f}/s,"
+            f" full_warm {warm:.0f}/s, warm/fresh {warm / fresh:.2f}"
+        )
+    finally:
+        for c in clients.values():
+            await c.close()
+        daemon.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--windows", type=int, default=4)
+    args = parser.parse_args()
+    sys.exit(asyncio.run(main(args.rounds, args.seconds, args.windows)))

@@ -14,8 +14,8 @@ import asyncio
 import json
 import os
 import re
-import subprocess
 import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path

@@ -138,6 +138,8 @@ class TenantRuntime:
         self.spawns[spawn.id] = spawn
         if request.request_id:
             self._by_request[request.request_id] = spawn
+        if self.warm.size:
+            spawn.started.add_done_callback(lambda _: self.warm.refill())
         task = asyncio.ensure_future(self._run(spawn))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

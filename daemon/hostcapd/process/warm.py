@@ -140,8 +140,12 @@ class WarmPool:
             self.missed += 1
         else:
             self.taken += 1
-        self._schedule_fill()
         return entry
+
+    def refill(self) -> None:
+        """Order what is missing, soon (a spawn calls it once its command
+        runs: the cgroup and ruleset made for the next are off its path)."""
+        self._schedule_fill()
 
     def _schedule_fill(self) -> None:
         if not self._fill_pending and not self._closed:

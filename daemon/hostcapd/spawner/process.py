@@ -189,7 +189,7 @@ class Spawner:
 
     def fill_deferred(self) -> float:
         """Seconds until the pools may be refilled (0: now); see FILL_QUIET."""
-        if not self.children:
+        if not self.children and not self.going:
             return 0.0
         return max(0.0, self.last_start + FILL_QUIET - time.monotonic())
 

@@ -5,6 +5,7 @@ then fails the spawn it named, running nothing, and closes the fds it got."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 from collections.abc import Iterator
@@ -59,6 +60,19 @@ EVERY_MESSAGE: list[Any] = [
     messages.Failed("s1", "prepare", 0, "argv item contains a NUL byte"),
     messages.Exited("s1", 1234, 256, (0.001, 0.002, 1800, 1, 0, 0, 8)),
     messages.OrderRefused("unknown op 'x'"),
+    dataclasses.replace(ORDER, warm=True),
+    messages.WarmOrder(
+        id="w1",
+        profile="t#1",
+        ids=(65534, 65534),
+        loginuid=b"65534",
+        landlock=True,
+        roots=(b"/srv/a", b"/srv/b"),
+        rlimits=((6, 64, 64),),
+    ),
+    messages.DropWarm("w1"),
+    messages.Warmed("w1", 4321),
+    messages.WarmLost("w1"),
 ]
 
 
@@ -87,7 +101,7 @@ def test_every_message_crosses_the_channel_unchanged(
     assert type(message).from_wire(wire) == message
 
 
-_REPORT_OPS = {"hello", "started", "failed", "exited", "error"}
+_REPORT_OPS = {"hello", "started", "warmed", "warm_lost", "failed", "exited", "error"}
 
 
 def test_a_mount_without_its_optional_clear_is_read_as_clear_0() -> None:

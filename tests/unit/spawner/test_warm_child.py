@@ -1,0 +1,132 @@
+"""The C set-up's warm child, driven directly: it waits after its filters,
+runs the request it is given once, refuses a request whose layout does not
+fit (nothing runs), and ends without running anything when its channel is
+closed."""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import struct
+from collections.abc import Iterator
+
+import pytest
+from hostcapd import childsetup
+from hostcapd.spawner import init_report
+from support.childplans import bare_plan
+
+CLONE_NEWPID = 0x20000000
+
+
+@pytest.fixture(params=[False, True], ids=["no_init", "init"])
+def warm(request: pytest.FixtureRequest) -> Iterator[tuple[int, socket.socket, int, bool]]:
+    init: bool = request.param
+    ours, theirs = socket.socketpair()
+    plan = bare_plan(
+        warm_channel=theirs.fileno(),
+        roots=[b"/tmp"],
+        ids=(65534, 65534),
+        drop_caps=True,
+        no_new_privs=True,
+        clone_flags=CLONE_NEWPID if init else 0,
+        init=init,
+    )
+    pid, report = childsetup.spawn(plan)
+    theirs.close()
+    assert init_report.parse_ready(os.read(report, 24)) is None  # it waits
+    yield pid, ours, report, init
+    ours.close()
+    os.close(report)
+    try:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
+def _fds(out: int, exe: int | None) -> list[int]:
+    devnull = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    fds = [devnull, out, out, os.eventfd(0, os.EFD_CLOEXEC), os.eventfd(1, os.EFD_CLOEXEC)]
+    return fds + ([exe] if exe is not None else [])
+
+
+def _outcome(pid: int, report: int, init: bool) -> tuple[str, int] | None:
+    data = os.read(report, 24)
+    if not init and data == b"":
+        return None
+    return init_report.parse_exec(data)
+
+
+def test_it_runs_its_request_as_set_up(warm: tuple[int, socket.socket, int, bool]) -> None:
+    pid, channel, report, init = warm
+    r, w = os.pipe2(os.O_CLOEXEC)
+    payload = childsetup.pack_request(
+        by_fd=False,
+        root=0,
+        cwd=b".",
+        exe_path=b"/bin/sh",
+        rlimits=[(4, 0, 0)],
+        argv=[b"sh", b"-c", b"pwd; id -u; ulimit -c"],
+        envp=[b"PATH=/usr/bin:/bin"],
+    )
+    fds = _fds(w, None)
+    childsetup.go(channel.fileno(), payload, fds)
+    for fd in set(fds):
+        os.close(fd)
+    assert _outcome(pid, report, init) is None
+    out = b""
+    while chunk := os.read(r, 4096):
+        out += chunk
+    os.close(r)
+    assert out == b"/tmp\n65534\n0\n"
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def _raw(words: list[int], strings: bytes = b"\0") -> bytes:
+    data = struct.pack(f"={len(words)}q", *words) + strings
+    return data + bytes(-len(data) % 8)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        # by_fd, root, cwd, exe, n_rlimits, argc, envc, then argv / envp offsets
+        _raw([0, -1, -1, 4096, 0, 1, 0, 80, -1, -1]),  # exe_path outside the buffer
+        _raw([0, 5, -1, 80, 0, 1, 0, 80, -1, -1], b"/bin/true\0"),  # no root 5
+        _raw([0, -1, -1, 80, 0, 0, 0, -1, -1], b"/bin/true\0"),  # no argv
+        _raw([0, -1, -1, 80, 0, 1, 0, 80, 80, -1], b"/bin/true\0"),  # argv not ended
+        _raw([0, -1, -1, 80, 99, 1, 0, 80, -1, -1], b"/bin/true\0"),  # too many rlimits
+        _raw([0, -1, -1, 80, 0, 1, 0, 80, -1, -1], b"/bin/tru"),  # the last string not ended
+    ],
+    ids=["offset_outside", "unknown_root", "no_argv", "argv_unterminated", "rlimits", "nul"],
+)
+def test_a_request_that_does_not_fit_its_layout_runs_nothing(
+    warm: tuple[int, socket.socket, int, bool], payload: bytes
+) -> None:
+    pid, channel, report, init = warm
+    fds = _fds(os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC), None)
+    childsetup.go(channel.fileno(), payload, fds)
+    for fd in set(fds):
+        os.close(fd)
+    assert _outcome(pid, report, init) == ("warm", errno.EINVAL)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 127
+
+
+def test_a_closed_channel_ends_it_without_running_anything(
+    warm: tuple[int, socket.socket, int, bool],
+) -> None:
+    pid, channel, report, _ = warm
+    channel.close()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 127
+    assert os.read(report, 24) == b""  # no record: it never ran
+
+
+def test_pack_request_refuses_a_nul_in_a_string() -> None:
+    with pytest.raises(ValueError):
+        childsetup.pack_request(
+            by_fd=True, root=-1, cwd=None, exe_path=None, rlimits=[], argv=[b"a\0b"], envp=[]
+        )

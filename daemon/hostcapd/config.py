@@ -283,7 +283,9 @@ class Tenant(_Model):
     max_concurrent_spawns: int = Field(default=64, gt=0)
     #: Children kept set up ahead of need (the warm path, decision 0026):
     #: a spawn that finds one ready skips its clone and sandbox set-up.
-    warm_spawns: int = Field(default=0, ge=0, le=16)
+    #: Unset: 2 where the profile has a pid namespace (measured to pay
+    #: there), else 0; 0 turns it off.
+    warm_spawns: int | None = Field(default=None, ge=0, le=16)
     sandbox: Sandbox = Sandbox()
     fs: FsSettings = FsSettings()
     cpu: CpuSettings = CpuSettings()

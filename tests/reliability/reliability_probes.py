@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from hostcap_proto.audit import parse_line, verify_files
 from hostcap_proto.v1 import common_pb2, process_pb2, process_pb2_grpc
-from support.daemon import Daemon, children_of, open_fds, zombies_under
+from support.daemon import Daemon, children_of, open_fds, waiting_warm_child, zombies_under
 from support.process import Client
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -125,8 +125,8 @@ def cgroup_subtrees(daemon: Daemon) -> list[Path]:
 
 def spawn_cgroups(subtrees: list[Path]) -> set[str]:
     """Spawn ids that still have a cgroup in any of `subtrees`: every
-    spawn-<id>, and every warm-<id> with nobody in it (a warm child waits in
-    its own; one a spawn ran in that is left empty is a leak)."""
+    spawn-<id>, and every warm-<id> but those a warm child waits in (a spawn
+    that took a warm child runs in its warm-<id>; one left behind is a leak)."""
     names: set[str] = set()
     for subtree in subtrees:
         with contextlib.suppress(FileNotFoundError):
@@ -135,16 +135,31 @@ def spawn_cgroups(subtrees: list[Path]) -> set[str]:
                     continue
                 if entry.name.startswith(SPAWN_PREFIX):
                     names.add(entry.name[len(SPAWN_PREFIX) :])
-                elif entry.name.startswith(WARM_PREFIX) and not _members(Path(entry.path)):
+                elif entry.name.startswith(WARM_PREFIX) and not _waiting(Path(entry.path)):
                     names.add(entry.name[len(WARM_PREFIX) :])
     return names
 
 
-def _members(cgroup: Path) -> str:
+def waiting_warm_cgroups(subtrees: list[Path]) -> set[str]:
+    """Ids of the warm-<id> cgroups a warm child waits in."""
+    names: set[str] = set()
+    for subtree in subtrees:
+        with contextlib.suppress(FileNotFoundError):
+            names.update(
+                entry.name[len(WARM_PREFIX) :]
+                for entry in os.scandir(subtree)
+                if entry.name.startswith(WARM_PREFIX) and _waiting(Path(entry.path))
+            )
+    return names
+
+
+def _waiting(cgroup: Path) -> bool:
+    """A warm child waits in it: its one member."""
     try:
-        return (cgroup / "cgroup.procs").read_text().strip()
+        members = (cgroup / "cgroup.procs").read_text().split()
     except OSError:
-        return ""
+        return False
+    return len(members) == 1 and waiting_warm_child(int(members[0]))
 
 
 def wait_cgroups_gone(subtrees: list[Path], timeout: float) -> set[str]:

@@ -5,6 +5,7 @@ overlaps that work) is closed by an exit record."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from reliability_probes import (
     exit_records,
     spawn_cgroups,
 )
-from support.daemon import Daemon, processes_with
+from support.daemon import Daemon, children_of, processes_with, waiting_warm_child
 from support.process import Client, outcome
 
 
@@ -36,7 +37,9 @@ def no_new_cgroups(subtree: Path) -> Iterator[None]:
 async def test_a_refused_cgroup_fails_the_spawn_at_step_cgroup_and_closes_its_record(
     start_reliable_daemon: Callable[..., Daemon], marker: str
 ) -> None:
-    daemon = start_reliable_daemon()
+    # Fresh spawns: a warm child's cgroup is made before the request (the
+    # test below refuses the refill).
+    daemon = start_reliable_daemon(tenants={"dev": {"warm_spawns": 0}})
     subtrees = cgroup_subtrees(daemon)
     unified = [s for s in subtrees if (s / "cgroup.max.descendants").exists()]
     if not unified:
@@ -64,3 +67,45 @@ async def test_a_refused_cgroup_fails_the_spawn_at_step_cgroup_and_closes_its_re
         assert spawn_cgroups(subtrees) == set()
     finally:
         await client.close()
+
+
+async def test_with_new_cgroups_refused_the_waiting_warm_children_run_then_spawns_fail_typed(
+    start_reliable_daemon: Callable[..., Daemon],
+) -> None:
+    """A warm child's cgroup was made before the refusal: the two waiting run
+    their requests; their refills are refused (logged, the pool stays short),
+    so the next spawn is fresh and fails typed at step "cgroup"."""
+    daemon = start_reliable_daemon(tenants={"dev": {"warm_spawns": 2}})
+    subtrees = cgroup_subtrees(daemon)
+    unified = [s for s in subtrees if (s / "cgroup.max.descendants").exists()]
+    if not unified:
+        pytest.skip("no cgroup v2 hierarchy to refuse a mkdir in")
+    client = Client(daemon.socket)
+    try:
+        for _ in range(100):
+            if len([p for p in children_of(_spawner(daemon)) if waiting_warm_child(p)]) == 2:
+                break
+            await asyncio.sleep(0.05)
+        with no_new_cgroups(unified[0]):
+            first = await client.run("echo", "one")
+            second = await client.run("echo", "two")
+            third = await client.run("echo", "three")
+        assert [outcome(r) for r in (first, second)] == ["EXITED", "EXITED"]
+        assert (first.stdout, second.stdout) == (b"one\n", b"two\n")
+        assert outcome(third) == "SPAWN_FAILED" and third.exited.failed_step == "cgroup"
+        assert third.stdout == b""
+        # Refused no longer: the pool fills again and spawns run.
+        fourth = await client.run("echo", "four")
+        assert (outcome(fourth), fourth.stdout) == ("EXITED", b"four\n")
+        assert audit_chain_intact(daemon) == ""
+    finally:
+        await client.close()
+
+
+def _spawner(daemon: Daemon) -> int:
+    assert daemon.proc is not None
+    for pid in children_of(daemon.proc.pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "hostcapd-spawn":
+                return pid
+    raise AssertionError("no spawner")

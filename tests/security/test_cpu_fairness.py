@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from hostcap_proto.v1 import host_pb2, host_pb2_grpc
 from hostcapd.sandbox.cpu import CpuHost
-from support.daemon import Daemon, daemon_config, tenant_config
+from support.daemon import Daemon, daemon_config, tenant_config, waiting_warm_child
 from support.process import Client, outcome, request
 
 CPU = CpuHost.probe()
@@ -54,10 +54,11 @@ async def _work(client: Client, runs: int = 3) -> float:
 
 
 async def _until_empty(tenant: str) -> None:
-    """Wait (up to 20 s) until the tenant's cpu cgroup holds no process."""
+    """Wait (up to 20 s) until the tenant's cpu cgroup holds no process but
+    its warm children waiting for a request (decision 0026)."""
     [tasks] = CPU_ROOT.glob(f"**/tenant-{tenant}/tasks")
     for _ in range(200):
-        if not tasks.read_text().split():
+        if all(waiting_warm_child(int(pid)) for pid in tasks.read_text().split()):
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"tenant {tenant}'s processes outlived their cancelled spawns")

@@ -53,10 +53,12 @@ def tenant_config(state: Path, name: str = "dev", **overrides: Any) -> dict[str,
             },
         },
         "max_concurrent_spawns": 64,
-        # HOSTCAPD_TEST_WARM=N runs the suite's tenants on the warm path.
-        "warm_spawns": int(os.environ.get("HOSTCAPD_TEST_WARM", "0")),
         "sandbox": {},
     }
+    # HOSTCAPD_TEST_WARM=N sets every tenant's warm_spawns (unset: the
+    # daemon's default, warm where the profile has a pid namespace).
+    if "HOSTCAPD_TEST_WARM" in os.environ:
+        config["warm_spawns"] = int(os.environ["HOSTCAPD_TEST_WARM"])
     for key, value in overrides.items():
         if isinstance(value, dict) and isinstance(config.get(key), dict):
             merged = dict(config[key])
@@ -218,6 +220,19 @@ def children_of(pid: int) -> list[int]:
         with contextlib.suppress(OSError):
             out += [int(c) for c in (task / "children").read_text().split()]
     return out
+
+
+def waiting_warm_child(pid: int) -> bool:
+    """Is `pid` a warm child waiting for its request (decision 0026): a child
+    of a spawner (`hostcapd-spawn`) with no child of its own? (A spawn's
+    init has its command; a fresh child in set-up exists only for a moment.)"""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parent = Path(f"/proc/{ppid}/comm").read_text().strip()
+    except (OSError, ValueError, IndexError):
+        return False
+    return parent == "hostcapd-spawn" and not children_of(pid)
 
 
 def environ(pid: int) -> bytes:

@@ -9,7 +9,7 @@ and sends only the executable, argv, env, cwd, rlimits and stdio. It is used
 once, and never outlives its runtime (a reload's new config makes a new
 runtime and pool; the old pool's children are killed when it closes).
 
-    pool = WarmPool(deps, size=2)      # one per TenantRuntime
+    pool = WarmPool(deps, size=None)   # one per TenantRuntime (None: the default)
     pool.fill()                        # orders the missing entries
     entry = pool.take(prepared, rlimits)  # None: spawn fresh
     pool.close()                       # kills what waits
@@ -44,6 +44,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hostcapd.warm")
 
+#: Entries kept when the config does not say (`warm_spawns` unset) and the
+#: profile has a pid namespace: without one a warm child is the command
+#: itself, whose exec then tears down its copy of the spawner, and the A/B
+#: (bench/warm_ab.py) measured no gain.
+DEFAULT_SIZE = 2
 #: Room left in a warm child's buffer for the layout's words (see pack_request).
 _BUFFER_MARGIN = 64 * 1024
 
@@ -64,8 +69,10 @@ class WarmEntry:
 
 
 class WarmPool:
-    def __init__(self, deps: SpawnDeps, size: int) -> None:
+    def __init__(self, deps: SpawnDeps, size: int | None) -> None:
         self.deps = deps
+        if size is None:
+            size = DEFAULT_SIZE if deps.profile.has("pid_namespace") else 0
         #: Entries kept waiting.
         self.size = size
         self._entries: dict[str, WarmEntry] = {}

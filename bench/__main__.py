@@ -66,7 +66,9 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
     started = time.monotonic()
     meta = _meta(quick)
     state = Path(tempfile.mkdtemp(prefix="state-", dir=state_parent()))
-    main = BenchDaemon(state / "main", ("full", "nocg", "minimal", "stream"))
+    main = BenchDaemon(
+        state / "main", ("full", "nocg", "minimal", "stream", "full_fresh", "nocg_fresh")
+    )
     mem = BenchDaemon(state / "mem", ("full",))
     base: Baselines | None = None
     clients: dict[str, TenantClient] = {}

@@ -5,9 +5,11 @@ Tenants are named by their sandbox profile:
 - `full`: the default profile (every protection required, cgroups included);
 - `nocg`: the default profile with `cgroup = "off"`;
 - `minimal`: every protection off except rlimits, uid_drop and exec_by_fd;
-- `full_warm`, `nocg_warm`, `minimal_warm`: the same profiles with
-  `warm_spawns = WARM_SPAWNS` (the warm path, decision 0026); the others
-  have `warm_spawns = 0`, so each pair is an A/B of the warm path;
+- each with the daemon's default `warm_spawns` (the warm path, decision
+  0026: warm children where the profile has a pid namespace, so `full` and
+  `nocg` are warm, `minimal` is not); `full_fresh` and `nocg_fresh` are the
+  same with `warm_spawns = 0`, `minimal_warm` with `warm_spawns =
+  WARM_SPAWNS`: each pair is an A/B of the warm path;
 - `stream`: the default profile with output ceilings that let a 256 MiB
   stream pass whole (the head half of `output_bytes` is what is streamed live,
   so the request asks for 512 MiB of kept output, the most a tenant may keep:
@@ -47,9 +49,10 @@ PROFILES: dict[str, dict[str, str]] = {
     "minimal": {name: ("required" if name in MINIMAL_KEEPS else "off") for name in PROTECTIONS},
     "stream": {},
 }
-for _name in ("full", "nocg", "minimal"):
-    PROFILES[f"{_name}_warm"] = PROFILES[_name]
-#: The warm tenants' pool.
+for _name in ("full", "nocg"):
+    PROFILES[f"{_name}_fresh"] = PROFILES[_name]
+PROFILES["minimal_warm"] = PROFILES["minimal"]
+#: minimal_warm's pool (the daemon's default where it warms).
 WARM_SPAWNS = 2
 
 
@@ -98,7 +101,8 @@ def tenant_config(state: Path, name: str, sandbox: dict[str, str]) -> dict[str, 
         },
         "env_allowlist": ["LANG"],
         "max_concurrent_spawns": 64,
-        "warm_spawns": WARM_SPAWNS if name.endswith("_warm") else 0,
+        **({"warm_spawns": 0} if name.endswith("_fresh") else {}),
+        **({"warm_spawns": WARM_SPAWNS} if name.endswith("_warm") else {}),
         "limits": {
             "default": {"output_bytes": MiB, "wall_seconds": 120},
             "ceiling": {

@@ -3,9 +3,12 @@
 Back-to-back rounds interleave, in rotating order: the C posix_spawn floor,
 Python subprocess.run, bwrap (until its tree is reaped), and a Run of
 /bin/true on the `full` (default profile), `nocg` (default without cgroups)
-and `minimal` tenants. Spaced rounds put 50 ms of idle before each spawn of
-`full`, `nocg` and bwrap: on cgroup v1 joining a cgroup after an idle gap
-waits in synchronize_rcu, which back-to-back spawns never see. Also the RPC
+and `minimal` tenants, as the daemon's defaults make them (`full` and `nocg`
+with warm children, decision 0026), and `full_fresh` and `nocg_fresh`, the
+same without (the warm path's A/B). Spaced rounds put 50 ms of idle before
+each spawn of `full`, `nocg`, `full_fresh` and bwrap: on cgroup v1 joining a
+cgroup after an idle gap waits in synchronize_rcu, which back-to-back spawns
+never see (a warm child joined its cgroup before the request). Also the RPC
 floor: a Health.Check on the daemon against a bare grpc.aio unary call and a
 plain asyncio Unix-socket echo.
 
@@ -50,6 +53,9 @@ async def measure(
         "full": clients["full"].true,
         "nocg": clients["nocg"].true,
         "minimal": clients["minimal"].true,
+        # The same profiles without warm children (warm_spawns = 0): the A/B.
+        "full_fresh": clients["full_fresh"].true,
+        "nocg_fresh": clients["nocg_fresh"].true,
     }
     if sandbox is not None:
         contenders["csetup"] = lambda: _sync(sandbox.true)
@@ -64,7 +70,7 @@ async def measure(
         for name in rotation(names, index):
             samples[name].append(await contenders[name]())
 
-    spaced_names = ["full", "bwrap", "nocg"]
+    spaced_names = ["full", "bwrap", "nocg", "full_fresh"]
     spaced: dict[str, list[float]] = {name: [] for name in spaced_names}
     for index in range(spaced_rounds):
         for name in rotation(spaced_names, index):
@@ -150,6 +156,31 @@ async def measure(
         Target("<=", 1.0),
     )
     vs("spaced_nocg", sp["nocg"], "bwrap spaced", sp["bwrap"], "default, no cgroup, spaced / bwrap")
+    vs(
+        "full",
+        s["full"],
+        "fresh",
+        s["full_fresh"],
+        "default + cgroup, warm / fresh (warm_spawns = 0)",
+        "warm_over_fresh",
+    )
+    vs(
+        "nocg",
+        s["nocg"],
+        "fresh",
+        s["nocg_fresh"],
+        "default, no cgroup, warm / fresh",
+        "warm_over_fresh_nocg",
+    )
+    vs(
+        "spaced_full",
+        sp["full"],
+        "fresh spaced",
+        sp["full_fresh"],
+        "default + cgroup, spaced 50 ms, warm / fresh",
+        "warm_over_fresh_spaced",
+    )
+    vs("nocg_fresh", s["nocg_fresh"], "bwrap", bw, "default, no cgroup, fresh / bwrap")
     vs(
         "minimal",
         s["minimal"],

@@ -6,7 +6,7 @@ and without warm children, on one daemon.
 Latency: back-to-back Runs of /bin/true in rotation over the six tenants,
 then the same spaced 50 ms apart (a pool refilled between requests, as agent
 tool calls arrive). Throughput: 8 clients running /bin/true back to back on
-`full` and on `full_warm`, in alternating windows (under load the spawner is
+`full_fresh` and on `full` (warm), in alternating windows (under load the spawner is
 never idle, so the pool is refilled from the same CPU as the spawns). Prints
 p50 / p95 and the ratios warm / fresh.
 """
@@ -25,7 +25,9 @@ from bench.daemon import BenchDaemon, state_parent
 from bench.stats import Summary, rotation
 from bench.throughput import daemon_rate
 
-TENANTS = ("full", "full_warm", "nocg", "nocg_warm", "minimal", "minimal_warm")
+#: (fresh, warm) pairs: the default profile's are warm by default.
+PAIRS = (("full_fresh", "full"), ("nocg_fresh", "nocg"), ("minimal", "minimal_warm"))
+TENANTS = tuple(name for pair in PAIRS for name in pair)
 
 
 async def main(rounds: int, seconds: float, windows: int) -> int:
@@ -50,22 +52,22 @@ async def main(rounds: int, seconds: float, windows: int) -> int:
                     samples[name].append(await clients[name].true())
             s = {name: Summary.of(v) for name, v in samples.items()}
             print(f"latency, {label} ({n} rounds):")
-            for name in ("full", "nocg", "minimal"):
-                fresh, warm = s[name], s[f"{name}_warm"]
+            for fresh_name, warm_name in PAIRS:
+                fresh, warm = s[fresh_name], s[warm_name]
                 print(
-                    f"  {name:8} fresh p50 {fresh.p50_us / 1000:6.2f} ms p95 {fresh.p95_us / 1000:6.2f}"
+                    f"  {warm_name.removesuffix('_warm'):8} fresh p50 {fresh.p50_us / 1000:6.2f} ms p95 {fresh.p95_us / 1000:6.2f}"
                     f" | warm p50 {warm.p50_us / 1000:6.2f} ms p95 {warm.p95_us / 1000:6.2f}"
                     f" | warm/fresh p50 {warm.p50_us / fresh.p50_us:.2f} p95 {warm.p95_us / fresh.p95_us:.2f}"
                 )
-        rates: dict[str, list[float]] = {"full": [], "full_warm": []}
+        rates: dict[str, list[float]] = {"full_fresh": [], "full": []}
         for index in range(windows):
             for name in rotation(list(rates), index):
                 done, took = await daemon_rate(daemon.socket(name), seconds)
                 rates[name].append(done / took)
-        fresh, warm = statistics.median(rates["full"]), statistics.median(rates["full_warm"])
+        fresh, warm = statistics.median(rates["full_fresh"]), statistics.median(rates["full"])
         print(
-            f"throughput, 8 clients ({windows} windows of {seconds:g} s): full {fresh:.0f}/s,"
-            f" full_warm {warm:.0f}/s, warm/fresh {warm / fresh:.2f}"
+            f"throughput, 8 clients ({windows} windows of {seconds:g} s): full fresh {fresh:.0f}/s,"
+            f" full warm {warm:.0f}/s, warm/fresh {warm / fresh:.2f}"
         )
     finally:
         for c in clients.values():

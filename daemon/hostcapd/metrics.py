@@ -170,18 +170,39 @@ class DaemonCollector(Collector):
             "The tenant's max_concurrent_spawns (running / quota: the quota in use).",
             labels=("tenant",),
         )
+        warm = GaugeMetricFamily(
+            "hostcapd_warm_children",
+            "Children set up ahead of need, waiting for a spawn (decision 0026).",
+            labels=("tenant",),
+        )
+        warm_spawns = CounterMetricFamily(
+            "hostcapd_warm_spawns",
+            "Spawns that took a warm child (taken) or found none ready (missed); "
+            "counted per config, so a reload of the tenant restarts it.",
+            labels=("tenant", "result"),
+        )
         counts: dict[str, int] = {}
         quotas: dict[str, int] = {}
+        waiting: dict[str, int] = {}
+        taken: dict[str, tuple[int, int]] = {}
         for runtime in self.daemon.live_runtimes():
             # A tenant a reload replaced drains beside its successor: both count.
             counts[runtime.name] = counts.get(runtime.name, 0) + len(runtime.spawns)
             if runtime.accepting or runtime.name not in quotas:
                 quotas[runtime.name] = runtime.tenant.max_concurrent_spawns
+                waiting[runtime.name] = len(runtime.warm)
+                taken[runtime.name] = (runtime.warm.taken, runtime.warm.missed)
         for name in sorted(counts):
             running.add_metric((name,), counts[name])
             quota.add_metric((name,), quotas[name])
+            warm.add_metric((name,), waiting.get(name, 0))
+            hits, misses = taken.get(name, (0, 0))
+            warm_spawns.add_metric((name, "taken"), hits)
+            warm_spawns.add_metric((name, "missed"), misses)
         yield running
         yield quota
+        yield warm
+        yield warm_spawns
         audit = self.daemon.audit
         journal = getattr(audit, "journal", None) if audit is not None else None
         dropped = CounterMetricFamily(

@@ -1,8 +1,8 @@
 """The process tree of a live spawn, read on this host with psutil, for
 ``hostcapctl ps --tree``.
 
-A spawn's processes are those of its cgroup (`spawn-<spawn_id>`, which
-holds every descendant, also one that left the process tree with setsid or
+A spawn's processes are those of its cgroup (`spawn-<spawn_id>`, or
+`warm-<spawn_id>` for one that ran in a warm child, which holds every descendant, also one that left the process tree with setsid or
 a double fork); without a cgroup (a host that gives none), the descendants
 of its pid, which reach everything its pid namespace reparents to it.
 
@@ -31,10 +31,10 @@ def _cgroup_pids(pid: int, spawn_id: str) -> list[int] | None:
         lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
     except OSError:
         return None
-    leaf = f"spawn-{spawn_id}"
+    leaves = (f"/spawn-{spawn_id}", f"/warm-{spawn_id}")
     for line in lines:
         _, controllers, path = line.split(":", 2)
-        if not path.rstrip("/").endswith("/" + leaf):
+        if not path.rstrip("/").endswith(leaves):
             continue
         base = CGROUP_ROOT if not controllers else CGROUP_ROOT / controllers.split(",")[0]
         directory = base / path.lstrip("/")

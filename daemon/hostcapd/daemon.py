@@ -185,8 +185,9 @@ class Daemon:
         finally:
             for p in profiles.values():
                 p.close()
-        await self._serve_admin()
+        # The endpoint first: once the admin socket answers, it does too.
         self.metrics = await metrics.serve(cfg.metrics, cfg.admin, self)
+        await self._serve_admin()
         self.audit.write(
             "daemon.start",
             version=__version__,

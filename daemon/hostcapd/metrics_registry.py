@@ -1,0 +1,168 @@
+"""The metrics themselves: prometheus_client's registry, the counters the
+hooks of `hostcapd.metrics` move, and the collector that reads the running
+daemon at scrape time. Imported only when the endpoint starts (metrics on).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+_DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+
+
+class Metrics:
+    """The daemon's own registry (not the library's global one) and its metrics."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        # The daemon process: CPU seconds, resident memory, open fds, start time.
+        ProcessCollector(namespace="hostcapd", registry=self.registry)
+        r = self.registry
+        self.spawns = Counter(
+            "hostcapd_spawns",
+            "Spawns ended, by tenant and outcome (a hostcap.v1.Outcome name).",
+            ("tenant", "outcome"),
+            registry=r,
+        )
+        self.spawn_duration = Histogram(
+            "hostcapd_spawn_duration_seconds",
+            "Wall time of ended spawns, exec to exit.",
+            ("tenant",),
+            buckets=_DURATION_BUCKETS,
+            registry=r,
+        )
+        self.spawn_setup = Histogram(
+            "hostcapd_spawn_setup_seconds",
+            "Set-up latency: the request admitted to the child exec'd (sandbox, cgroup, audit fsync).",
+            ("tenant",),
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.refusals = Counter(
+            "hostcapd_refusals",
+            "Calls of a tenant socket refused, by tenant, service and reason (an ErrorReason name).",
+            ("tenant", "service", "reason"),
+            registry=r,
+        )
+        self.fs_operations = Counter(
+            "hostcapd_fs_operations",
+            "FsService calls, by tenant, operation and result (OK, or the refusal's reason).",
+            ("tenant", "op", "result"),
+            registry=r,
+        )
+        self.audit_records = Counter(
+            "hostcapd_audit_records",
+            "Audit records written to the log, by event.",
+            ("event",),
+            registry=r,
+        )
+        self.fsync = Histogram(
+            "hostcapd_audit_fsync_seconds",
+            "Latency of one audit log fsync (a group commit: one covers many records).",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self._collector: Collector | None = None
+
+    def read_from(self, daemon: DaemonView) -> None:
+        """Collect the gauges of `daemon` at each scrape (instead of any before)."""
+        if self._collector is not None:
+            with contextlib.suppress(KeyError):
+                self.registry.unregister(self._collector)
+        self._collector = DaemonCollector(daemon)
+        self.registry.register(self._collector)
+
+    def render(self, accept: str) -> tuple[bytes, str]:
+        encoder, content_type = choose_encoder(accept)
+        return encoder(self.registry), content_type
+
+
+# --- what the daemon is read for at scrape time --------------------------------------
+
+
+class _Runtime(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    spawns: dict[str, Any]
+    tenant: Any
+
+
+class DaemonView(Protocol):
+    """What the collector reads of the daemon."""
+
+    audit: Any
+
+    def live_runtimes(self) -> Iterable[Any]: ...
+
+
+class DaemonCollector(Collector):
+    """Gauges read from the running daemon on each scrape."""
+
+    def __init__(self, daemon: DaemonView) -> None:
+        self.daemon = daemon
+
+    def collect(self) -> Iterator[Metric]:
+        running = GaugeMetricFamily(
+            "hostcapd_spawns_running", "Spawns running now, by tenant.", labels=("tenant",)
+        )
+        quota = GaugeMetricFamily(
+            "hostcapd_spawn_quota",
+            "The tenant's max_concurrent_spawns (running / quota: the quota in use).",
+            labels=("tenant",),
+        )
+        warm = GaugeMetricFamily(
+            "hostcapd_warm_children",
+            "Children set up ahead of need, waiting for a spawn (decision 0026).",
+            labels=("tenant",),
+        )
+        warm_spawns = CounterMetricFamily(
+            "hostcapd_warm_spawns",
+            "Spawns that took a warm child (taken) or found none ready (missed); "
+            "counted per config, so a reload of the tenant restarts it.",
+            labels=("tenant", "result"),
+        )
+        counts: dict[str, int] = {}
+        quotas: dict[str, int] = {}
+        waiting: dict[str, int] = {}
+        taken: dict[str, tuple[int, int]] = {}
+        for runtime in self.daemon.live_runtimes():
+            # A tenant a reload replaced drains beside its successor: both count.
+            counts[runtime.name] = counts.get(runtime.name, 0) + len(runtime.spawns)
+            if runtime.accepting or runtime.name not in quotas:
+                quotas[runtime.name] = runtime.tenant.max_concurrent_spawns
+                waiting[runtime.name] = len(runtime.warm)
+                taken[runtime.name] = (runtime.warm.taken, runtime.warm.missed)
+        for name in sorted(counts):
+            running.add_metric((name,), counts[name])
+            quota.add_metric((name,), quotas[name])
+            warm.add_metric((name,), waiting.get(name, 0))
+            hits, misses = taken.get(name, (0, 0))
+            warm_spawns.add_metric((name, "taken"), hits)
+            warm_spawns.add_metric((name, "missed"), misses)
+        yield running
+        yield quota
+        yield warm
+        yield warm_spawns
+        audit = self.daemon.audit
+        journal = getattr(audit, "journal", None) if audit is not None else None
+        dropped = CounterMetricFamily(
+            "hostcapd_journal_records_dropped",
+            "Audit records the journal mirror could not hand to journald (the file has them).",
+        )
+        dropped.add_metric((), journal.dropped if journal is not None else 0)
+        yield dropped
+        deferred = GaugeMetricFamily(
+            "hostcapd_audit_deferred_exit_records",
+            "process.exit records waiting for the log to take records again.",
+        )
+        deferred.add_metric((), audit.deferred if audit is not None else 0)
+        yield deferred

@@ -21,7 +21,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <link.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -1188,14 +1187,12 @@ static pid_t run_child(int (*fn)(void *), char *stack, int flags, struct plan *p
  * private writable mapping of the caller, and the init's exit tears the copy
  * down, both on a spawn's critical path (decision 0023). The child reads
  * nothing of the Python heap once what it needs (strings, vectors, the
- * seccomp program) is copied into an arena of its own, and runs code of
- * three objects only (this module, libc, the dynamic loader): so, for the
- * clone only, every other mapping of the caller, file mappings included, is
- * marked MADV_DONTFORK and the init gets no copy of it (its clone and its
- * exit, which tears the copy down, then cost a fraction). Kept: the plan,
- * the arena and the child's stack; the mappings around the thread's TLS
- * (errno, the stack guard); every segment of those three objects; the main
- * stack, [vdso], [vvar]. The marks are taken off again right after
+ * seccomp program) is copied into an arena of its own: so, for the clone
+ * only, the caller's anonymous writable mappings are marked MADV_DONTFORK
+ * and the init gets no copy of them. Kept: the plan, the arena and the
+ * child's stack; the mappings around the thread's TLS (errno, the stack
+ * guard); every loaded object's writable segments (a .bss is anonymous);
+ * the main stack; every file mapping. The marks are taken off again right after
  * the clone, with the GIL held all along, so no other fork (Python's) sees
  * them. Anything unexpected (a /proc/self/maps too large, too many ranges)
  * only skips this: the init then gets the full copy. */
@@ -1327,43 +1324,15 @@ struct keep_list {
     int n, full;
 };
 
-/* The objects the child runs code of: this module, libc (every function it
- * calls) and the dynamic loader (libc's own calls into it); their load
- * biases. Python binds a module's symbols when it loads it (RTLD_NOW), so
- * the child resolves nothing lazily. */
-static ElfW(Addr) needed_bases[3];
-
-static void find_needed_objects(void)
-{
-    Dl_info self, libc;
-    memset(needed_bases, 0, sizeof needed_bases);
-    if (dladdr((void *)child_main, &self))
-        needed_bases[0] = (ElfW(Addr))self.dli_fbase;
-    if (dladdr((void *)write, &libc))
-        needed_bases[1] = (ElfW(Addr))libc.dli_fbase;
-}
-
-static int needed_object(const struct dl_phdr_info *info)
-{
-    const char *name = info->dlpi_name ? info->dlpi_name : "";
-    if (strstr(name, "/ld-linux") || strstr(name, "/ld64.so") || strstr(name, "linux-vdso"))
-        return 1;
-    return info->dlpi_addr != 0 &&
-           (info->dlpi_addr == needed_bases[0] || info->dlpi_addr == needed_bases[1]);
-}
-
-/* Every segment of the objects the child needs (a .bss is an anonymous
- * mapping, told apart from the heap only by this); the rest of the
- * process's mappings, file mappings included, are not copied into it. */
+/* The writable segments (.data and .bss) of every loaded object: a library's
+ * .bss is an anonymous mapping, told apart from the heap only by this. */
 static int add_writable_segments(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
     struct keep_list *k = arg;
-    if (!needed_object(info))
-        return 0;
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_W))
             continue;
         if (k->n == MAX_KEEP) {
             k->full = 1;
@@ -1423,12 +1392,10 @@ static int mark_dontfork(const struct span *keep, int n_keep, struct span *marke
         if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %n", &start, &end, perms, &offset, &major,
                    &minor, &inode, &path_at) >= 7) {
             const char *path = path_at > 0 ? line + path_at : "";
-            /* [stack] (the command line the init rewrites), [vdso], [vvar]
-             * and [vsyscall] stay; so does every mapping the child needs. */
-            int special = path[0] == '[' && strcmp(path, "[heap]") != 0;
-            (void)inode;
-            (void)perms;
-            if (!special && !overlaps(start, end, keep, n_keep)) {
+            int file = inode != 0 || path[0] == '/';
+            int anon = !file && (path[0] == '\0' || strcmp(path, "[heap]") == 0);
+            if (anon && perms[1] == 'w' && perms[3] == 'p' &&
+                !overlaps(start, end, keep, n_keep)) {
                 if (n == MAX_DONTFORK ||
                     madvise((void *)start, end - start, MADV_DONTFORK) != 0) {
                     /* unexpected: undo what was marked and fall back */
@@ -2148,7 +2115,6 @@ static void read_arg_area(void)
 PyMODINIT_FUNC PyInit__childsetup(void)
 {
     read_arg_area();
-    find_needed_objects();
     PyObject *m = PyModule_Create(&module);
     if (!m)
         return NULL;

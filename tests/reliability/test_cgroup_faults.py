@@ -34,16 +34,22 @@ def no_new_cgroups(subtree: Path) -> Iterator[None]:
         limit.write_text(old)
 
 
+def _subtrees(daemon: Daemon) -> tuple[list[Path], list[Path]]:
+    """The daemon's cgroup subtrees, and the cgroup v2 ones (skips without)."""
+    subtrees = cgroup_subtrees(daemon)
+    unified = [s for s in subtrees if (s / "cgroup.max.descendants").exists()]
+    if not unified:
+        pytest.skip("no cgroup v2 hierarchy to refuse a mkdir in")
+    return subtrees, unified
+
+
 async def test_a_refused_cgroup_fails_the_spawn_at_step_cgroup_and_closes_its_record(
     start_reliable_daemon: Callable[..., Daemon], marker: str
 ) -> None:
     # Fresh spawns: a warm child's cgroup is made before the request (the
     # test below refuses the refill).
     daemon = start_reliable_daemon(tenants={"dev": {"warm_spawns": 0}})
-    subtrees = cgroup_subtrees(daemon)
-    unified = [s for s in subtrees if (s / "cgroup.max.descendants").exists()]
-    if not unified:
-        pytest.skip("no cgroup v2 hierarchy to refuse a mkdir in")
+    subtrees, unified = _subtrees(daemon)
     client = Client(daemon.socket)
     try:
         with no_new_cgroups(unified[0]):
@@ -76,10 +82,7 @@ async def test_with_new_cgroups_refused_the_waiting_warm_children_run_then_spawn
     their requests; their refills are refused (logged, the pool stays short),
     so the next spawn is fresh and fails typed at step "cgroup"."""
     daemon = start_reliable_daemon(tenants={"dev": {"warm_spawns": 2}})
-    subtrees = cgroup_subtrees(daemon)
-    unified = [s for s in subtrees if (s / "cgroup.max.descendants").exists()]
-    if not unified:
-        pytest.skip("no cgroup v2 hierarchy to refuse a mkdir in")
+    _, unified = _subtrees(daemon)
     client = Client(daemon.socket)
     try:
         for _ in range(100):

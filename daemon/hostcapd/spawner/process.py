@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import prctl
 
@@ -212,41 +213,26 @@ class Spawner:
         exe_fd, stdin, stdout, stderr, cancel_fd, *rest = fds
         go_fd = rest.pop(0) if m.go else -1
         landlock_fd = rest.pop(0) if m.landlock else -1
-        ns = self.namespaces(profile, m.profile)
-        clone_flags, loopback, netns_fd, mounts, mntns_fd, init = ns
+        plan, netns_fd, mntns_fd = self.plan(
+            profile,
+            m.profile,
+            landlock_fd=landlock_fd,
+            cgroup_fds=rest,
+            ids=m.ids,
+            loginuid=m.loginuid,
+            rlimits=m.rlimits,
+            exe_fd=exe_fd if m.by_fd else -1,
+            exe_path=m.exe_path,
+            argv=m.argv,
+            envp=m.envp,
+            stdio=(stdin, stdout, stderr),
+            cwd_root=m.cwd_root,
+            cwd=m.cwd,
+            cancel_fd=cancel_fd,
+            go_fd=go_fd,
+            go_timeout_ms=GO_TIMEOUT_MS,
+        )
         try:
-            plan = ChildPlan(
-                exe_fd=exe_fd if m.by_fd else -1,
-                exe_path=m.exe_path,
-                argv=m.argv,
-                envp=m.envp,
-                stdio=(stdin, stdout, stderr),
-                cwd_root=m.cwd_root,
-                cwd=m.cwd,
-                umask=profile.umask,
-                clone_flags=clone_flags,
-                mounts=mounts,
-                hostname=profile.hostname,
-                loopback_up=loopback,
-                cgroup_fds=rest,
-                rlimits=m.rlimits,
-                oom_score_adj=profile.oom_score_adj,
-                loginuid=m.loginuid,
-                drop_caps=profile.drop_caps,
-                ids=m.ids,
-                no_new_privs=profile.no_new_privs,
-                landlock_fd=landlock_fd,
-                landlock_rules=profile.landlock_rules if landlock_fd >= 0 else [],
-                seccomp_filter=profile.seccomp,
-                pdeathsig=profile.pdeathsig,
-                cancel_fd=cancel_fd,
-                life_fd=self.life_read,
-                go_fd=go_fd,
-                go_timeout_ms=GO_TIMEOUT_MS,
-                netns_fd=netns_fd,
-                mntns_fd=mntns_fd,
-                init=init,
-            )
             pid, report_fd = childsetup.spawn(plan)
         except childsetup.SetupError as error:
             _close(netns_fd, mntns_fd)
@@ -291,6 +277,48 @@ class Spawner:
         init = bool(clone_flags & CLONE_NEWPID)
         return clone_flags, loopback, netns_fd, mounts, mntns_fd, init
 
+    def plan(
+        self,
+        profile: RegisterProfile,
+        key: str,
+        *,
+        landlock_fd: int,
+        cgroup_fds: Sequence[int],
+        ids: tuple[int, int] | None,
+        loginuid: bytes | None,
+        rlimits: Sequence[childsetup.RLimit],
+        **request: Any,
+    ) -> tuple[ChildPlan, int, int]:
+        """A child's plan: `profile`'s sandbox with its namespaces (pooled
+        where there are: their fds, returned, are the caller's to hold or
+        close), the identity, ruleset and cgroups given, and `request`'s
+        fields (the executable, argv, stdio, ...: a warm child's are blanks)."""
+        clone_flags, loopback, netns_fd, mounts, mntns_fd, init = self.namespaces(profile, key)
+        plan = ChildPlan(
+            umask=profile.umask,
+            clone_flags=clone_flags,
+            mounts=mounts,
+            hostname=profile.hostname,
+            loopback_up=loopback,
+            cgroup_fds=cgroup_fds,
+            rlimits=rlimits,
+            oom_score_adj=profile.oom_score_adj,
+            loginuid=loginuid,
+            drop_caps=profile.drop_caps,
+            ids=ids,
+            no_new_privs=profile.no_new_privs,
+            landlock_fd=landlock_fd,
+            landlock_rules=profile.landlock_rules if landlock_fd >= 0 else [],
+            seccomp_filter=profile.seccomp,
+            pdeathsig=profile.pdeathsig,
+            life_fd=self.life_read,
+            netns_fd=netns_fd,
+            mntns_fd=mntns_fd,
+            init=init,
+            **request,
+        )
+        return plan, netns_fd, mntns_fd
+
     # --- the warm path ---
 
     def make_warm(self, m: WarmOrder, fds: list[int]) -> None:
@@ -303,45 +331,31 @@ class Spawner:
                 return
             landlock_fd = fds[0] if m.landlock and fds else -1
             cgroup_fds = fds[1:] if m.landlock else fds
-            ns = self.namespaces(profile, m.profile)
-            clone_flags, loopback, netns_fd, mounts, mntns_fd, init = ns
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             # The whole request fits in its buffer: go() never waits on it.
             with contextlib.suppress(OSError):
                 ours.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, childsetup.WARM_BUFFER + 65536)
+            # The request's part comes with its spawn order (spawn_warm).
+            plan, netns_fd, mntns_fd = self.plan(
+                profile,
+                m.profile,
+                landlock_fd=landlock_fd,
+                cgroup_fds=cgroup_fds,
+                ids=m.ids,
+                loginuid=m.loginuid,
+                rlimits=m.rlimits,
+                exe_fd=-1,
+                exe_path=None,
+                argv=[],
+                envp=[],
+                stdio=(0, 1, 2),
+                cwd_root=None,
+                cwd=None,
+                cancel_fd=-1,
+                warm_channel=theirs.fileno(),
+                roots=m.roots,
+            )
             try:
-                plan = ChildPlan(
-                    exe_fd=-1,
-                    exe_path=None,
-                    argv=[],
-                    envp=[],
-                    stdio=(0, 1, 2),
-                    cwd_root=None,
-                    cwd=None,
-                    umask=profile.umask,
-                    clone_flags=clone_flags,
-                    mounts=mounts,
-                    hostname=profile.hostname,
-                    loopback_up=loopback,
-                    cgroup_fds=cgroup_fds,
-                    rlimits=m.rlimits,
-                    oom_score_adj=profile.oom_score_adj,
-                    loginuid=m.loginuid,
-                    drop_caps=profile.drop_caps,
-                    ids=m.ids,
-                    no_new_privs=profile.no_new_privs,
-                    landlock_fd=landlock_fd,
-                    landlock_rules=profile.landlock_rules if landlock_fd >= 0 else [],
-                    seccomp_filter=profile.seccomp,
-                    pdeathsig=profile.pdeathsig,
-                    cancel_fd=-1,
-                    life_fd=self.life_read,
-                    netns_fd=netns_fd,
-                    mntns_fd=mntns_fd,
-                    init=init,
-                    warm_channel=theirs.fileno(),
-                    roots=m.roots,
-                )
                 pid, report_fd = childsetup.spawn(plan)
             except (OSError, ValueError, TypeError, childsetup.SetupError) as error:
                 ours.close()
@@ -356,7 +370,7 @@ class Spawner:
         finally:
             _close(*fds)
         child = WarmChild(
-            m.id, pid, m.profile, ours, report_fd, init, (netns_fd, mntns_fd), m.roots
+            m.id, pid, m.profile, ours, report_fd, plan.init, (netns_fd, mntns_fd), m.roots
         )
         self.warm[m.id] = child
         self.warm_pids[pid] = m.id

@@ -25,9 +25,12 @@ import pytest
 from support.daemon import Daemon, children_of
 from support.process import Client, outcome
 
-#: Runs inside the sandbox: what it can see and do of itself, as JSON.
-PROBE = r"""
-import ctypes, errno, json, os, resource, socket, sys
+#: What both sandboxed programs below start with: an attempt's result is
+#: "ok" or the errno's name.
+PRELUDE = r"""
+import ctypes, errno, json, os, resource, signal, socket, sys
+
+libc = ctypes.CDLL(None, use_errno=True)
 
 def attempt(fn):
     try:
@@ -35,6 +38,12 @@ def attempt(fn):
         return "ok"
     except OSError as e:
         return errno.errorcode.get(e.errno, str(e.errno))
+"""
+
+#: Runs inside the sandbox: what it can see and do of itself, as JSON.
+PROBE = (
+    PRELUDE
+    + r"""
 
 def write(path):
     with open(path, "w") as f:
@@ -67,8 +76,6 @@ def listing(path):
 
 def sock(family, kind):
     socket.socket(family, kind).close()
-
-libc = ctypes.CDLL(None, use_errno=True)
 
 def syscall(*args):
     if libc.syscall(*args) != 0:
@@ -136,6 +143,7 @@ if out["landlock"]["write_workspace"] == "ok":
     os.unlink(os.path.join(workspace, "probe-out"))
 print(json.dumps(out))
 """
+)
 
 #: /proc/self/status fields that name this process or measure its memory
 #: and scheduling, not its state.
@@ -374,18 +382,9 @@ async def test_stopping_the_daemon_leaves_no_warm_child_nor_its_cgroup(
 
 #: Runs inside the sandbox, given the pids of its tenant's waiting warm
 #: children (its own uid's): it tries to stop, kill, trace and read each.
-ATTACK = r"""
-import ctypes, errno, json, os, signal, sys
-
-libc = ctypes.CDLL(None, use_errno=True)
-
-def attempt(fn):
-    try:
-        fn()
-        return "ok"
-    except OSError as e:
-        return errno.errorcode.get(e.errno, str(e.errno))
-
+ATTACK = (
+    PRELUDE
+    + r"""
 def ptrace_attach(pid):
     if libc.ptrace(16, pid, None, None) != 0:
         raise OSError(ctypes.get_errno(), "ptrace")
@@ -403,6 +402,7 @@ for pid in map(int, sys.argv[1:]):
     }
 print(json.dumps(out))
 """
+)
 
 
 def _state(pid: int) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -73,6 +74,7 @@ async def main(rounds: int, seconds: float, windows: int) -> int:
         for c in clients.values():
             await c.close()
         daemon.stop()
+        shutil.rmtree(state, ignore_errors=True)
     return 0
 
 

@@ -129,14 +129,7 @@ class SpawnerClient:
         spawn_id = order.id
         started: asyncio.Future[int] = loop.create_future()
         exited: asyncio.Future[ExitStatus] = loop.create_future()
-        sock = self._require()
-        try:
-            channel.send(sock, order.to_wire(), fds)
-        except OSError as error:
-            # It died and we have not read its EOF yet: nothing was sent, so
-            # nothing ran. Start the replacement now; the caller may retry.
-            self._lost(sock)
-            raise SpawnerLost(f"the spawner is gone ({error.strerror})") from None
+        self._order(order.to_wire(), fds)
         self._started[spawn_id] = started
         self._exits[spawn_id] = exited
         return started, exited
@@ -148,16 +141,22 @@ class SpawnerClient:
         its pid once it waits (or raises SetupFailed / SpawnerLost). `lost`
         is called with its id if it dies before a spawn order takes it.
         Raises SpawnerLost at once if the spawner is gone."""
-        sock = self._require()
-        try:
-            channel.send(sock, order.to_wire(), fds)
-        except OSError as error:
-            self._lost(sock)
-            raise SpawnerLost(f"the spawner is gone ({error.strerror})") from None
+        self._order(order.to_wire(), fds)
         ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._warming[order.id] = ready
         self._warm_lost[order.id] = lost
         return ready
+
+    def _order(self, wire: messages.Wire, fds: list[int]) -> None:
+        """Send an order now, or raise SpawnerLost having sent nothing."""
+        sock = self._require()
+        try:
+            channel.send(sock, wire, fds)
+        except OSError as error:
+            # It died and we have not read its EOF yet: nothing was sent, so
+            # nothing ran. Start the replacement now; the caller may retry.
+            self._lost(sock)
+            raise SpawnerLost(f"the spawner is gone ({error.strerror})") from None
 
     def warm_taken(self, warm_id: str) -> None:
         """A spawn order takes the warm child: its loss is that spawn's now."""

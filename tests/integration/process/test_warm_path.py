@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.daemon import Daemon, children_of
+from support.daemon import Daemon, audit_records, children_of
 from support.process import Client, outcome
 
 #: What both sandboxed programs below start with: an attempt's result is
@@ -460,3 +460,27 @@ async def test_a_warm_child_stopped_from_outside_the_sandbox_still_runs_its_requ
     assert [r.stdout for r in results] == [b"a\n", b"b\n", b"c\n"]
     # Resumed by the spawner, not after its deadline (GO_TIMEOUT_MS + 5 s).
     assert time.monotonic() - started < 10
+
+
+async def test_a_spawn_whose_warm_child_died_unreported_runs_fresh_once(
+    tenants: tuple[Daemon, Client, Client],
+) -> None:
+    daemon, warm, _ = tenants
+    waiting = await _wait_warm(daemon, 2, exactly=True)
+    spawner = _spawner(daemon)
+    # The spawner cannot report the deaths: the front-end still holds both
+    # as ready, and gives the next request to one of them.
+    os.kill(spawner, signal.SIGSTOP)
+    try:
+        for pid in waiting:
+            os.kill(pid, signal.SIGKILL)
+        run = asyncio.ensure_future(warm.run("sh", "-c", "echo once >> ran.txt; cat ran.txt"))
+        await asyncio.sleep(0.3)
+    finally:
+        os.kill(spawner, signal.SIGCONT)
+    result = await run
+    assert (outcome(result), result.stdout) == ("EXITED", b"once\n"), result.exited.message
+    log = (daemon.state / "daemon.log").read_text()
+    assert "its warm child was gone; spawning fresh" in log
+    records = [r for r in audit_records(daemon.audit_path) if r["event"] == "process.exec"]
+    assert [r["spawn_id"] for r in records].count(result.started.spawn_id) == 1

@@ -256,6 +256,11 @@ class Daemon:
             print(f"  protections applied: {', '.join(applied) or 'none'}", file=sys.stderr)
             if missing:
                 print(f"  not applied: {'; '.join(missing)}", file=sys.stderr)
+            if runtime.warm.size:
+                print(
+                    f"  warm children: {runtime.warm.size} set up ahead of need (warm_spawns)",
+                    file=sys.stderr,
+                )
             print(f"  connect: {_ctl()} --socket {t.socket} run -- echo hello", file=sys.stderr)
             print(f"       or: grpcurl -plaintext -unix {t.socket} list", file=sys.stderr)
         if self.audit is not None:

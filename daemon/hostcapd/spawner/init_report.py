@@ -64,28 +64,28 @@ def read_and_close(fd: int) -> CommandExit | None:
 _SETUP = struct.Struct("=3q")
 
 
-def parse_ready(data: bytes) -> tuple[str, int] | None:
-    """A warm child's first record: None when it is ready (waits for its
-    request), else (the step that failed, errno); a record that is not one
-    (the child died before it said) is step "warm"."""
+def _setup_record(data: bytes, done_magic: int, missing: str) -> tuple[str, int] | None:
+    """A {magic, step, errno} record: None when it is {done_magic, "none"},
+    else (the step that failed, errno); anything else (the child died before
+    it said) is step `missing`."""
     if len(data) == _SETUP.size:
         magic, step, err = _SETUP.unpack(data)
-        if magic == _childsetup.WARM_MAGIC and step == 0:
+        if magic == done_magic and step == 0:
             return None
         if magic == _childsetup.INIT_SETUP_MAGIC and 0 < step < len(_childsetup.STEPS):
             return _childsetup.STEPS[step], err
-    return "warm", 0
+    return missing, 0
+
+
+def parse_ready(data: bytes) -> tuple[str, int] | None:
+    """A warm child's first record: None when it is ready (waits for its
+    request), else (the step that failed, errno); none (it died before it
+    said) is step "warm"."""
+    return _setup_record(data, _childsetup.WARM_MAGIC, "warm")
 
 
 def parse_exec(data: bytes) -> tuple[str, int] | None:
     """The set-up record of a warm child given its request: None once its
     command exec'd, else (the step that failed, errno); none at all (it
     died before it said) is step "init"."""
-    if len(data) == _SETUP.size:
-        magic, step, err = _SETUP.unpack(data)
-        if magic == _childsetup.INIT_SETUP_MAGIC:
-            if step == 0:
-                return None
-            if 0 < step < len(_childsetup.STEPS):
-                return _childsetup.STEPS[step], err
-    return "init", 0
+    return _setup_record(data, _childsetup.INIT_SETUP_MAGIC, "init")

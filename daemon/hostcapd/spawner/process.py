@@ -100,12 +100,12 @@ class Spawner:
     #: When the latest child was started (time.monotonic).
     last_start: float = 0.0
     running: bool = True
-    #: Warm children by id, and their pids; orders for more, made while idle.
+    #: Warm children waiting, by id; orders for more, made while idle.
     warm: dict[str, WarmChild] = field(default_factory=dict)
-    warm_pids: dict[int, str] = field(default_factory=dict)
     warm_wanted: deque[tuple[WarmOrder, list[int]]] = field(default_factory=deque)
-    #: Warm children given their request: pid -> (spawn id, child).
-    going: dict[int, tuple[str, WarmChild]] = field(default_factory=dict)
+    #: Warm children given their request, by pid (a spawn takes its warm
+    #: child's id: `child.id` is the spawn's).
+    going: dict[int, WarmChild] = field(default_factory=dict)
     #: Where the records of warm children are watched (main's loop).
     selector: selectors.BaseSelector | None = None
 
@@ -373,7 +373,6 @@ class Spawner:
             m.id, pid, m.profile, ours, report_fd, plan.init, (netns_fd, mntns_fd), m.roots
         )
         self.warm[m.id] = child
-        self.warm_pids[pid] = m.id
         if self.selector is not None:
             self.selector.register(report_fd, selectors.EVENT_READ, ("warm", m.id))
         else:
@@ -403,7 +402,6 @@ class Spawner:
     def _forget(self, child: WarmChild) -> None:
         """A warm child that failed or is dropped: it exits (or has) and is
         reaped as any child; its namespaces are released then."""
-        self.warm_pids.pop(child.pid, None)
         self.held[child.pid] = child.held
         child.close()
 
@@ -443,7 +441,7 @@ class Spawner:
             os.kill(child.pid, signal.SIGCONT)
         child.channel.close()
         child.deadline = time.monotonic() + GO_TIMEOUT_MS / 1000 + GO_MARGIN
-        self.going[child.pid] = (m.id, child)
+        self.going[child.pid] = child
         if self.selector is not None:
             self.selector.register(child.report_fd, selectors.EVENT_READ, ("go", child.pid))
         self.last_start = time.monotonic()
@@ -451,11 +449,11 @@ class Spawner:
     def go_done(self, pid: int) -> None:
         """A warm child given its request said what became of it (or died, or
         overran its deadline): Started, or Failed."""
-        spawn_id, child = self.going.pop(pid)
+        child = self.going.pop(pid)
+        spawn_id = child.id
         if self.selector is not None:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(child.report_fd)
-        self.warm_pids.pop(pid, None)
         try:
             os.set_blocking(child.report_fd, False)
             data = os.read(child.report_fd, 24)  # the set-up record only
@@ -484,7 +482,7 @@ class Spawner:
         """Kill warm children given a request that did not exec in time; the
         seconds until the next such deadline (IDLE_RECHECK if none)."""
         now, wait = time.monotonic(), IDLE_RECHECK
-        for pid, (_, child) in self.going.items():
+        for pid, child in self.going.items():
             if child.deadline <= now and not child.killed:
                 child.killed = True
                 with contextlib.suppress(ProcessLookupError):
@@ -534,7 +532,7 @@ class Spawner:
 
     def reap(self, block: bool = False) -> None:
         """Reap every exited child (all of them, waiting, when block is set)."""
-        while not block or self.children or self.warm_pids or self.going:
+        while not block or self.children or self.warm or self.going:
             try:
                 pid, status, usage = os.wait4(-1, 0 if block else os.WNOHANG)
             except ChildProcessError:
@@ -544,9 +542,9 @@ class Spawner:
             if pid in self.going:  # what its report pipe says comes first
                 self.go_done(pid)
             self.released.extend(fd for fd in self.held.pop(pid, ()) if fd >= 0)
-            warm_id = self.warm_pids.pop(pid, None)
-            if warm_id is not None:
-                self.warm_reaped(warm_id)
+            waiting = next((c for c in self.warm.values() if c.pid == pid), None)
+            if waiting is not None:
+                self.warm_reaped(waiting)
                 continue
             spawn_id = self.children.pop(pid, None)
             report_fd = self.inits.pop(pid, -1)
@@ -573,18 +571,16 @@ class Spawner:
             if len(self.released) > MAX_RELEASED:  # never idle: do not pile them up
                 self.close_released()
 
-    def warm_reaped(self, warm_id: str) -> None:
+    def warm_reaped(self, child: WarmChild) -> None:
         """A warm child died waiting for its request (killed from outside:
         dropped ones are forgotten first): the front-end drops it too."""
-        child = self.warm.pop(warm_id, None)
-        if child is None:
-            return
+        del self.warm[child.id]
         if self.selector is not None and not child.ready:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(child.report_fd)
         self.released.extend(fd for fd in child.held if fd >= 0)
         child.close()
-        self.report(messages.WarmLost(warm_id))
+        self.report(messages.WarmLost(child.id))
 
     def report(self, message: messages.FromSpawner) -> None:
         try:

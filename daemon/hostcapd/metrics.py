@@ -184,7 +184,9 @@ class MetricsEndpoint:
 
 
 async def serve(
-    settings: MetricsSettings | None, admin: AdminSettings | None, daemon: Any
+    settings: MetricsSettings | None,
+    admin: AdminSettings | None,
+    daemon: metrics_registry.DaemonView,
 ) -> MetricsEndpoint | None:
     """Load the metrics and start the endpoint the config asks for (None:
     metrics are off, and nothing of them is loaded)."""

@@ -18,7 +18,7 @@ from reliability_probes import (
     exit_records,
     spawn_cgroups,
 )
-from support.daemon import Daemon, children_of, processes_with, waiting_warm_child
+from support.daemon import Daemon, children_of, processes_with, spawner_pid, waiting_warm_child
 from support.process import Client, outcome
 
 
@@ -86,7 +86,7 @@ async def test_with_new_cgroups_refused_the_waiting_warm_children_run_then_spawn
     client = Client(daemon.socket)
     try:
         for _ in range(100):
-            if len([p for p in children_of(_spawner(daemon)) if waiting_warm_child(p)]) == 2:
+            if len([p for p in children_of(spawner_pid(daemon)) if waiting_warm_child(p)]) == 2:
                 break
             await asyncio.sleep(0.05)
         with no_new_cgroups(unified[0]):
@@ -103,12 +103,3 @@ async def test_with_new_cgroups_refused_the_waiting_warm_children_run_then_spawn
         assert audit_chain_intact(daemon) == ""
     finally:
         await client.close()
-
-
-def _spawner(daemon: Daemon) -> int:
-    assert daemon.proc is not None
-    for pid in children_of(daemon.proc.pid):
-        with contextlib.suppress(OSError):
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "hostcapd-spawn":
-                return pid
-    raise AssertionError("no spawner")

@@ -222,6 +222,16 @@ def children_of(pid: int) -> list[int]:
     return out
 
 
+def spawner_pid(daemon: Daemon) -> int:
+    """The daemon's spawner process (`hostcapd-spawn`)."""
+    assert daemon.proc is not None
+    for pid in children_of(daemon.proc.pid):
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "hostcapd-spawn":
+                return pid
+    raise AssertionError("no spawner process")
+
+
 def waiting_warm_child(pid: int) -> bool:
     """Is `pid` a warm child waiting for its request (decision 0026): a child
     of a spawner (`hostcapd-spawn`) with no child of its own? (A spawn's

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.daemon import Daemon, audit_records, children_of
+from hostcapd.config import PROTECTION_NAMES
+from support.daemon import Daemon, audit_records, children_of, spawner_pid
 from support.process import Client, outcome
 
 #: What both sandboxed programs below start with: an attempt's result is
@@ -182,6 +183,8 @@ def _normalize(report: dict[str, Any], tenant: str, state: Path) -> dict[str, An
     return report
 
 
+#: What the minimal profile keeps: the identity and its limits.
+MINIMAL_KEEPS = ("rlimits", "uid_drop", "exec_by_fd")
 #: The profiles the comparison runs on: the default; without the spawn cgroup
 #: (a warm child joins none); without a pid namespace (no init: the warm
 #: child is the command); every protection off but the identity.
@@ -189,20 +192,8 @@ PROFILES: dict[str, dict[str, str]] = {
     "default": {},
     "no_cgroup": {"cgroup": "off"},
     "no_pid_namespace": {"pid_namespace": "off"},
-    "minimal": {
-        name: "off"
-        for name in (
-            "pid_namespace",
-            "net_namespace",
-            "ipc_namespace",
-            "uts_namespace",
-            "mount_namespace",
-            "cgroup",
-            "landlock",
-            "seccomp",
-            "no_new_privs",
-        )
-    },
+    # As the bench's `minimal` tenant (bench/daemon.py).
+    "minimal": {name: "off" for name in PROTECTION_NAMES if name not in MINIMAL_KEEPS},
 }
 
 
@@ -230,20 +221,9 @@ async def tenants(
     await fresh.close()
 
 
-def _spawner(daemon: Daemon) -> int:
-    assert daemon.proc is not None
-    for pid in children_of(daemon.proc.pid):
-        try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "hostcapd-spawn":
-                return pid
-        except OSError:
-            continue
-    raise AssertionError("no spawner process")
-
-
 def _waiting(daemon: Daemon) -> list[int]:
     """The spawner's children while nothing runs: the warm ones."""
-    return sorted(children_of(_spawner(daemon)))
+    return sorted(children_of(spawner_pid(daemon)))
 
 
 async def _wait_warm(
@@ -467,7 +447,7 @@ async def test_a_spawn_whose_warm_child_died_unreported_runs_fresh_once(
 ) -> None:
     daemon, warm, _ = tenants
     waiting = await _wait_warm(daemon, 2, exactly=True)
-    spawner = _spawner(daemon)
+    spawner = spawner_pid(daemon)
     # The spawner cannot report the deaths: the front-end still holds both
     # as ready, and gives the next request to one of them.
     os.kill(spawner, signal.SIGSTOP)

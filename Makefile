@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 DEB_PACKAGES := libcap-dev bubblewrap gcc python3-dev e2fsprogs util-linux
 SOURCES := pyproject.toml setup.py daemon/hostcapd/_childsetup.c
 
-.PHONY: venv run test lint proto bench bench-quick soak dist clean
+.PHONY: venv frontend-user run test lint proto bench bench-quick soak dist clean
 
 venv: $(STAMP)
 
@@ -28,7 +28,14 @@ $(STAMP): $(SOURCES)
 run: venv
 	$(VENV)/bin/hostcapd serve --dev
 
-test: venv
+# The tests run the tenant front-ends as their dedicated user (a tenant's
+# children run as nobody there): created from systemd/sysusers.d when root.
+frontend-user:
+	@if [ "$$(id -u)" = 0 ] && ! getent passwd hostcap-frontend >/dev/null; then \
+	  systemd-sysusers --inline "$$(grep '^u hostcap-frontend ' systemd/sysusers.d/hostcap.conf)"; \
+	fi
+
+test: venv frontend-user
 	$(PY) -m pytest -q
 
 lint: venv

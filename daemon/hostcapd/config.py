@@ -473,6 +473,11 @@ class DaemonSettings(_Model):
     #: The front-end's event loop: "asyncio" (the standard library's) or
     #: "uvloop" (the `uvloop` extra; start-up fails if it is not installed).
     event_loop: Literal["asyncio", "uvloop"] = "asyncio"
+    #: Serve each tenant's socket from its own unprivileged front-end process
+    #: (the privilege split, docs/decisions/0027-the-privilege-split.md). A
+    #: host that cannot confine a front-end refuses to start; false serves
+    #: every tenant from the root process instead, as before the split.
+    frontend_processes: bool = True
 
 
 class Config(_Model):

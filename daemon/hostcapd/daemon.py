@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import shutil
@@ -25,14 +26,12 @@ from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
-import grpc
-
 from hostcapd import __version__, metrics, sdnotify
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.checks import check_config, summary
 from hostcapd.config import Config, Tenant
 from hostcapd.frontend.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
-from hostcapd.frontend.servers import HealthReporter, TenantService, serve_admin, serve_tenant
+from hostcapd.frontend.servers import Graceful, Server, TenantService, serve_admin, serve_tenant
 from hostcapd.frontend.sockets import StartupError, file_id_of, unlink_if_ours
 from hostcapd.fs.client import FsWorkerUnavailable
 from hostcapd.reload import STOP_GRACE_S, Reloads, notify
@@ -95,9 +94,9 @@ class Daemon:
         self._stop = asyncio.Event()
         self.host: HostSupport | None = None
         self.audit: AuditLog | None = None
-        self._admin: grpc.aio.Server | None = None
+        self._admin: Server | None = None
         self._admin_servicer: AdminServicer | None = None
-        self._admin_health: HealthReporter | None = None
+        self._admin_health: Graceful | None = None
         self._admin_id: tuple[int, int] | None = None
         self.reloads = Reloads(self)
         self._serving = False
@@ -217,7 +216,7 @@ class Daemon:
             self.host.cgroups,
             self.config.daemon.kill_grace_seconds,
         )
-        return await serve_tenant(runtime)
+        return await serve_tenant(runtime, self.config.daemon.frontend_processes)
 
     def _commit(self, service: TenantService) -> None:
         """Make a prepared tenant the one serving: its profile goes to the
@@ -226,18 +225,56 @@ class Daemon:
         assert service.temp is not None
         service.runtime.register_with_spawner()
         os.rename(service.temp, service.tenant.socket)
-        service.temp = None
-        service.socket_id = file_id_of(service.tenant.socket)
+        service.placed()
+        if service.frontend is not None:
+            service.frontend.on_restarted = functools.partial(self._frontend_restarted, service)
         self.tenants[service.name] = service
+
+    async def _frontend_restarted(self, service: TenantService, temp: Path) -> None:
+        """A tenant's front-end died and was started again: its new socket
+        takes the path, if the path is still this tenant's."""
+        current = self.tenants.get(service.name)
+        try:
+            same = current is service and file_id_of(service.tenant.socket) == service.socket_id
+        except FileNotFoundError:
+            same = current is service
+        if not same:
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
+            if service.frontend is not None:
+                service.frontend.remove_bind_dir()
+            return
+        os.rename(temp, service.tenant.socket)
+        service.placed()
+        log.warning("tenant %s: its front-end serves again", service.name)
 
     async def _serve_admin(self) -> None:
         admin = self.config.admin
         if admin is None:
             return
         self._admin_servicer = AdminServicer(self)
-        self._admin, self._admin_health, self._admin_id = await serve_admin(
-            admin, self._admin_servicer
+        self._admin, self._admin_health, self._admin_id, frontend = await serve_admin(
+            admin, self._admin_servicer, self.audit, self.config.daemon.frontend_processes
         )
+        if frontend is not None:
+            frontend.on_restarted = self._admin_restarted
+
+    async def _admin_restarted(self, temp: Path) -> None:
+        """The admin socket's front-end died and was started again."""
+        assert self.config.admin is not None
+        path = self.config.admin.socket
+        try:
+            same = file_id_of(path) == self._admin_id
+        except FileNotFoundError:
+            same = True
+        if not same or self._stopping:
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
+        else:
+            os.rename(temp, path)
+            self._admin_id = file_id_of(path)
+        with contextlib.suppress(OSError):
+            temp.parent.rmdir()
 
     def announce(self) -> None:
         for service in self.tenants.values():

@@ -4,6 +4,7 @@
     renameat2(dir_fd, ".tmp", dir_fd, "main.py", RENAME_NOREPLACE)
     link_tmpfile(tmp_fd, dir_fd, "main.py")        # name an O_TMPFILE inode
     abi = landlock_create_ruleset(None, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    seccomp_set_filter(program)                    # a packed struct sock_filter[]
     unshare(CLONE_NEWNET); setns(home_fd, CLONE_NEWNET)
     mount(None, b"/sys/fs/cgroup", None, MS_REMOUNT, b"favordynmods")
 
@@ -45,7 +46,8 @@ AT_FDCWD = -100
 
 #: landlock_create_ruleset(2) flag: return the ABI version instead of a ruleset.
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
-#: seccomp(2) operation: is this filter return action available?
+#: seccomp(2) operations: load a filter; is this filter return action available?
+SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_GET_ACTION_AVAIL = 2
 
 _c = ctypes
@@ -61,6 +63,10 @@ libc.unshare.argtypes = [ctypes.c_int]
 libc.unshare.restype = ctypes.c_int
 libc.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 libc.setns.restype = ctypes.c_int
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
 class _OpenHow(ctypes.Structure):
@@ -153,6 +159,28 @@ def seccomp_action_available(action: int) -> None:
     offers the filter return action `action` (ENOSYS/EINVAL: no filters)."""
     value = ctypes.c_uint32(action)
     if libc.syscall(SYS_SECCOMP, SECCOMP_GET_ACTION_AVAIL, 0, ctypes.byref(value)) != 0:
+        raise _fail()
+
+
+def seccomp_set_filter(program: bytes, flags: int = 0) -> None:
+    """seccomp(SECCOMP_SET_MODE_FILTER): add the classic-BPF `program` (a
+    packed struct sock_filter[]) to this thread's filters, for good. Needs
+    no_new_privs unless the caller has CAP_SYS_ADMIN."""
+    if not program or len(program) % 8:
+        raise ValueError(
+            f"a seccomp program is whole 8-byte instructions, not {len(program)} bytes"
+        )
+    code = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.addressof(code))
+    if (
+        libc.syscall(
+            ctypes.c_long(SYS_SECCOMP),
+            ctypes.c_uint(SECCOMP_SET_MODE_FILTER),
+            ctypes.c_uint(flags),
+            ctypes.byref(fprog),
+        )
+        != 0
+    ):
         raise _fail()
 
 

@@ -26,6 +26,7 @@ from hostcapd.sandbox.profile import TenantProfile
 from hostcapd.spawner.client import SpawnerClient
 
 if TYPE_CHECKING:
+    from hostcapd.bridge.root import Frontend
     from hostcapd.frontend.fs_runtime import FsRuntime
 
 log = logging.getLogger("hostcapd.tenant")
@@ -63,6 +64,8 @@ class TenantRuntime:
         self.active_calls = 0
         #: The tenant's FsService runtime, once the server has started it.
         self.fs: FsRuntime | None = None
+        #: The tenant's front-end process, when it has one.
+        self.frontend: Frontend | None = None
 
     @property
     def name(self) -> str:
@@ -164,6 +167,13 @@ class TenantRuntime:
             if pid and spawn.pid == pid:
                 return spawn
         return None
+
+    def frontend_lost(self) -> None:
+        """The tenant's front-end process is gone (crashed, killed, or cut off
+        for a protocol violation): its clients' calls are gone with it, so
+        every running spawn ends DAEMON_SHUTDOWN, its tree killed."""
+        for spawn in list(self.spawns.values()):
+            spawn.cancel(Outcome.DAEMON_SHUTDOWN, "the tenant's front-end process stopped")
 
     async def shutdown(self) -> None:
         """Refuse new spawns; end running ones as DAEMON_SHUTDOWN and wait for them."""

@@ -44,7 +44,7 @@ async def _parse(raw: bytes, request_type: Any, context: Context) -> Any:
 Observed = tuple[str, str, str] | None
 
 
-def _result(context: Context, error: BaseException | None) -> str:
+def call_result(context: Context, error: BaseException | None) -> str:
     """How a call ended, for the metrics: OK, CANCELLED, the hostcap reason
     it was refused with (from the status it aborted with), or its code."""
     if error is None:
@@ -65,7 +65,7 @@ def _result(context: Context, error: BaseException | None) -> str:
 def _observe(observed: Observed, context: Context, error: BaseException | None) -> None:
     if observed is not None:
         try:
-            result = _result(context, error)
+            result = call_result(context, error)
         except Exception:
             result = "INTERNAL"
         metrics.rpc_finished(*observed, result)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hostcap_proto.v1 import host_pb2, host_pb2_grpc
+from hostcap_proto.v1 import common_pb2, host_pb2, host_pb2_grpc
 
 from hostcapd import __version__
 from hostcapd.config import LIMIT_NAMES, Limits, Tier
@@ -55,4 +55,11 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
             cpu_max_cores=(profile.cpu_share.max_cores or 0.0) if profile.cpu_share else 0.0,
             disk_budget_bytes=profile.disk.budget_bytes if profile.disk else 0,
             disk_budget_mechanism=profile.disk.mechanism if profile.disk else "",
+            frontend_protections=[
+                common_pb2.Protection(
+                    name=p.name, applied=p.applied, reason=p.reason, required=p.required
+                )
+                for p in (rt.frontend.protections if rt.frontend is not None else ())
+            ],
+            frontend_uid=rt.frontend.identity[0] if rt.frontend is not None else 0,
         )

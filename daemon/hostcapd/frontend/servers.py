@@ -15,25 +15,30 @@ from typing import Any, Protocol
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from hostcap_proto.messages import reply_bytes
 from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
+from hostcapd.audit import AuditLog
+from hostcapd.bridge.root import ADMIN, Endpoint, Frontend, relayed_methods
 from hostcapd.config import AdminSettings, Tenant
 from hostcapd.frontend.admin_service import AdminServicer
 from hostcapd.frontend.fs_runtime import FsRuntime, start_fs_service
 from hostcapd.frontend.handlers import add_servicer
 from hostcapd.frontend.host_service import HostServicer
+from hostcapd.frontend.options import (
+    GRPC_MESSAGE_CEILING,
+    KEEPALIVE,
+    MAX_MESSAGE_BYTES,
+    HealthReporter,
+    new_health,
+    server_options,
+)
 from hostcapd.frontend.process_service import ProcessServicer
 from hostcapd.frontend.sockets import admin_socket_access, bind_socket, file_id_of
 from hostcapd.process.spawn import EOF_GRACE
 from hostcapd.tenant import TenantRuntime
-
-#: gRPC message ceiling: a spawn request with stdin, or a file write, fits.
-MAX_MESSAGE_BYTES = 80 * 1024 * 1024
-#: gRPC's own ceiling for one message.
-GRPC_MESSAGE_CEILING = 2**31 - 1
 
 
 def send_limit(tenant: Tenant) -> int:
@@ -42,33 +47,6 @@ def send_limit(tenant: Tenant) -> int:
     ReadFile reply up to max_read_bytes (hostcap_proto.messages)."""
     kept = tenant.limits.ceiling.output_bytes or 0
     return min(GRPC_MESSAGE_CEILING, reply_bytes(kept, tenant.fs.max_read_bytes))
-
-
-class HealthReporter(Protocol):
-    """The asyncio health servicer (grpc_health.v1.health.aio.HealthServicer)."""
-
-    async def set(self, service: str, status: int) -> None: ...
-
-    async def enter_graceful_shutdown(self) -> None: ...
-
-
-def new_health() -> HealthReporter:
-    # grpc-stubs describe only the thread-based health servicer.
-    servicer: HealthReporter = health.aio.HealthServicer()  # type: ignore[attr-defined]
-    return servicer
-
-
-#: A peer that is alive but silent (frozen, or a path that stopped delivering)
-#: is detected by HTTP/2 pings, and its calls (and their trees) are cancelled.
-KEEPALIVE: tuple[tuple[str, int], ...] = (
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 20_000),
-    # What bounds the wait for the ping's ack in grpcio 1.85 (default 60 s).
-    ("grpc.http2.ping_timeout_ms", 20_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-)
 
 
 def service_descriptor(module: Any, name: str) -> ServiceDescriptor:
@@ -82,19 +60,41 @@ def register(
     add(servicer, server)
 
 
+class Server(Protocol):
+    """What a tenant's server is to the daemon: a grpc.aio.Server in this
+    process, or the tenant's front-end process (`hostcapd.bridge.root`)."""
+
+    async def stop(self, grace: float | None) -> None: ...
+
+
+class Graceful(Protocol):
+    """What the daemon asks of a tenant's health reporting: NOT_SERVING."""
+
+    async def enter_graceful_shutdown(self) -> None: ...
+
+
 @dataclass(eq=False)
 class TenantService:
     """One tenant as served: runtime, fs worker, gRPC server, socket file."""
 
     runtime: TenantRuntime
     fs: FsRuntime
-    server: grpc.aio.Server
-    health: HealthReporter
+    server: Server
+    health: Graceful
     #: The bound temporary name, until the socket is put in place.
     temp: Path | None
     #: (st_dev, st_ino) of the socket file once in place.
     socket_id: tuple[int, int] | None = None
     stops: list[asyncio.Task[None]] = field(default_factory=list)
+    #: The front-end process serving the socket, when the tenant has one.
+    frontend: Frontend | None = None
+
+    def placed(self) -> None:
+        """The socket was renamed into place (`temp` is gone)."""
+        self.temp = None
+        self.socket_id = file_id_of(self.tenant.socket)
+        if self.frontend is not None:
+            self.frontend.remove_bind_dir()
 
     @property
     def name(self) -> str:
@@ -123,11 +123,61 @@ class TenantService:
         if self.temp is not None:
             with contextlib.suppress(FileNotFoundError):
                 self.temp.unlink()
+        if self.frontend is not None:
+            self.frontend.remove_bind_dir()
         await self.fs.close()
         self.runtime.profile.close()
 
 
-async def serve_tenant(runtime: TenantRuntime) -> TenantService:
+def _servicers(runtime: TenantRuntime, fs_runtime: FsRuntime) -> dict[str, Any]:
+    """The tenant's servicers by service name: bound to its runtime."""
+    return {
+        "ProcessService": ProcessServicer(runtime),
+        "HostService": HostServicer(runtime),
+        "FsService": fs_runtime.servicer,
+    }
+
+
+async def serve_tenant(runtime: TenantRuntime, frontend_process: bool = False) -> TenantService:
+    """A tenant's service: with `frontend_process`, its socket served by a
+    front-end process of its own (`serve_tenant_split`), else by a gRPC
+    server in this process."""
+    if frontend_process:
+        return await serve_tenant_split(runtime)
+    return await serve_tenant_here(runtime)
+
+
+async def serve_tenant_split(runtime: TenantRuntime) -> TenantService:
+    """Start a tenant's fs worker here and its front-end process, which
+    binds under a temporary name; the servicers run here, on what the
+    front-end relays. Takes ownership of the runtime's profile: on failure
+    nothing is left behind."""
+    tenant, profile = runtime.tenant, runtime.profile
+    fs_runtime: FsRuntime | None = None
+    frontend: Frontend | None = None
+    try:
+        fs_runtime = await start_fs_service(tenant, runtime.audit)
+        runtime.fs = fs_runtime
+        frontend = Frontend(
+            Endpoint.of_tenant(tenant, MAX_MESSAGE_BYTES, send_limit(tenant)),
+            runtime.audit,
+            relayed_methods("tenant", _servicers(runtime, fs_runtime)),
+            runtime.frontend_lost,
+        )
+        runtime.frontend = frontend
+        temp = await frontend.start()
+    except BaseException:
+        if frontend is not None:
+            await frontend.stop(None)
+            frontend.remove_bind_dir()
+        if fs_runtime is not None:
+            await fs_runtime.close()
+        profile.close()
+        raise
+    return TenantService(runtime, fs_runtime, frontend, frontend, temp, frontend=frontend)
+
+
+async def serve_tenant_here(runtime: TenantRuntime) -> TenantService:
     """Start a tenant's fs worker and gRPC server, bound under a temporary
     name. Takes ownership of the runtime's profile: on failure nothing is
     left behind."""
@@ -138,20 +188,14 @@ async def serve_tenant(runtime: TenantRuntime) -> TenantService:
     try:
         fs_runtime = await start_fs_service(tenant, runtime.audit)
         runtime.fs = fs_runtime  # HostService.Capabilities reports its protections
-        server = grpc.aio.server(
-            options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", send_limit(tenant)),
-                ("grpc.so_reuseport", 0),
-                *KEEPALIVE,
-            ]
-        )
-        for servicer, module, name in (
-            (ProcessServicer(runtime), process_pb2, "ProcessService"),
-            (HostServicer(runtime), host_pb2, "HostService"),
-            (fs_runtime.servicer, fs_pb2, "FsService"),
+        server = grpc.aio.server(options=server_options(MAX_MESSAGE_BYTES, send_limit(tenant)))
+        servicers = _servicers(runtime, fs_runtime)
+        for module, name in (
+            (process_pb2, "ProcessService"),
+            (host_pb2, "HostService"),
+            (fs_pb2, "FsService"),
         ):
-            add_servicer(server, servicer, service_descriptor(module, name), tenant.name)
+            add_servicer(server, servicers[name], service_descriptor(module, name), tenant.name)
         health_servicer = new_health()
         register(health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server)
         services = [
@@ -182,11 +226,46 @@ async def serve_tenant(runtime: TenantRuntime) -> TenantService:
 
 
 async def serve_admin(
-    admin: AdminSettings, servicer: AdminServicer
-) -> tuple[grpc.aio.Server, HealthReporter, tuple[int, int]]:
+    admin: AdminSettings,
+    servicer: AdminServicer,
+    audit: AuditLog | None = None,
+    frontend_process: bool = False,
+) -> tuple[Server, Graceful, tuple[int, int], Frontend | None]:
     """Start the admin server and put its socket in place; its server, health
-    servicer and socket file id."""
+    reporting, socket file id, and front-end process (with
+    `frontend_process`: the admin socket's own, relaying only the admin
+    operations to `servicer` here)."""
     gid, mode = admin_socket_access(admin)
+    if frontend_process:
+        assert audit is not None
+        endpoint = Endpoint(
+            "admin", ADMIN, admin.socket, 0, gid, mode, ADMIN_RECEIVE, GRPC_MESSAGE_CEILING
+        )
+        frontend = Frontend(
+            endpoint,
+            audit,
+            relayed_methods("admin", {"AdminService": servicer}),
+            servicer.end_follows,
+        )
+        temp = await frontend.start()
+        try:
+            os.rename(temp, admin.socket)
+        except BaseException:
+            await frontend.stop(None)
+            raise
+        finally:
+            frontend.remove_bind_dir()
+        return frontend, frontend, file_id_of(admin.socket), frontend
+    return (*(await _serve_admin_here(admin, servicer, gid, mode)), None)
+
+
+#: The admin socket's largest request (grpc's default).
+ADMIN_RECEIVE = 4 * 1024 * 1024
+
+
+async def _serve_admin_here(
+    admin: AdminSettings, servicer: AdminServicer, gid: int, mode: int
+) -> tuple[grpc.aio.Server, HealthReporter, tuple[int, int]]:
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE])
     add_servicer(server, servicer, service_descriptor(admin_pb2, "AdminService"))
     health_servicer = new_health()

@@ -22,6 +22,11 @@ no libseccomp) from `DENIED_SYSCALLS`, in this order:
 Only the arch and the syscall number are read for syscalls that are not
 argument-checked, so the kernel's seccomp cache allows those without running
 the program at all.
+
+`build_frontend_filter()` is the tenant front-end's (`hostcapd.bridge.confine`
+loads it on itself): the same deny list, plus `FRONTEND_DENIED` (no connect,
+no exec, no identity change, no changing another process's limits or
+scheduling), and sockets only AF_UNIX, SOCK_STREAM or SOCK_SEQPACKET.
 """
 
 from __future__ import annotations
@@ -40,21 +45,43 @@ X86_64_SYSCALLS: dict[str, int] = {
     "ioctl": 16,
     "getpid": 39,
     "socket": 41,
+    "connect": 42,
     "socketpair": 53,
     "clone": 56,
+    "execve": 59,
     "kill": 62,
     "uname": 63,
     "chdir": 80,
+    "chmod": 90,
+    "fchmod": 91,
+    "chown": 92,
+    "fchown": 93,
+    "lchown": 94,
     "sysinfo": 99,
     "ptrace": 101,
     "syslog": 103,
+    "setuid": 105,
+    "setgid": 106,
     "getppid": 110,
+    "setreuid": 113,
+    "setregid": 114,
+    "setgroups": 116,
+    "setresuid": 117,
+    "setresgid": 119,
+    "setfsuid": 122,
+    "setfsgid": 123,
+    "capset": 126,
+    "utime": 132,
     "uselib": 134,
     "personality": 135,
     "statfs": 137,
+    "setpriority": 141,
+    "sched_setparam": 142,
+    "sched_setscheduler": 144,
     "vhangup": 153,
     "modify_ldt": 154,
     "pivot_root": 155,
+    "chroot": 161,
     "acct": 163,
     "mount": 165,
     "umount2": 166,
@@ -67,15 +94,30 @@ X86_64_SYSCALLS: dict[str, int] = {
     "init_module": 175,
     "delete_module": 176,
     "quotactl": 179,
+    "setxattr": 188,
+    "lsetxattr": 189,
+    "fsetxattr": 190,
+    "removexattr": 197,
+    "lremovexattr": 198,
+    "fremovexattr": 199,
+    "sched_setaffinity": 203,
     "lookup_dcookie": 212,
+    "utimes": 235,
     "kexec_load": 246,
     "add_key": 248,
     "request_key": 249,
     "keyctl": 250,
+    "ioprio_set": 251,
     "openat": 257,
+    "fchownat": 260,
+    "futimesat": 261,
+    "fchmodat": 268,
     "unshare": 272,
+    "utimensat": 280,
+    "accept4": 288,
     "epoll_create1": 291,
     "perf_event_open": 298,
+    "prlimit64": 302,
     "name_to_handle_at": 303,
     "open_by_handle_at": 304,
     "setns": 308,
@@ -83,10 +125,12 @@ X86_64_SYSCALLS: dict[str, int] = {
     "process_vm_writev": 311,
     "kcmp": 312,
     "finit_module": 313,
+    "sched_setattr": 314,
     "seccomp": 317,
     "getrandom": 318,
     "kexec_file_load": 320,
     "bpf": 321,
+    "execveat": 322,
     "userfaultfd": 323,
     "io_uring_setup": 425,
     "io_uring_enter": 426,
@@ -104,6 +148,7 @@ X86_64_SYSCALLS: dict[str, int] = {
     "process_madvise": 440,
     "mount_setattr": 442,
     "quotactl_fd": 443,
+    "fchmodat2": 452,
     "open_tree_attr": 467,
 }
 
@@ -132,6 +177,17 @@ CLONE_NAMESPACE_FLAGS = (
 )
 CLONE_SIGHAND = 0x00000800
 
+# Who setpriority(2) and ioprio_set(2) address: the process `who`, else its
+# process group or every process of a user (a uid the front-ends share).
+PRIO_PROCESS = 0
+IOPRIO_WHO_PROCESS = 1
+
+SOCK_STREAM = 1
+SOCK_SEQPACKET = 5
+# socket(2)'s type argument: the type in the low bits, SOCK_NONBLOCK and
+# SOCK_CLOEXEC above them.
+SOCK_TYPE_MASK = 0xF
+
 PER_LINUX = 0x0000
 PER_LINUX32 = 0x0008
 ADDR_NO_RANDOMIZE = 0x0040000
@@ -155,6 +211,7 @@ _OFF_ARGS = 16
 _LD_W_ABS = 0x00 | 0x00 | 0x20
 _JMP_JEQ_K = 0x05 | 0x10 | 0x00
 _JMP_JSET_K = 0x05 | 0x40 | 0x00
+_ALU_AND_K = 0x04 | 0x50 | 0x00
 _RET_K = 0x06 | 0x00
 _BPF_MAXINSNS = 4096
 _INSN = struct.Struct("=HBBI")
@@ -384,8 +441,137 @@ DENIED_SYSCALLS: tuple[DeniedGroup, ...] = (
     ),
 )
 
-#: Syscalls the filter inspects arguments of, instead of denying outright.
-_ARG_CHECKED = frozenset({"clone", "personality", "ioctl"})
+#: A front-end's syscalls beside DENIED_SYSCALLS (build_frontend_filter):
+#: what the process that parses a tenant's clients' bytes never needs. The
+#: front-ends of every tenant share one uid, so what the kernel lets a
+#: process do to another of its uid is denied when it names another process.
+FRONTEND_DENIED: tuple[DeniedGroup, ...] = (
+    DeniedGroup(
+        "outbound",
+        "a front-end never connects: it accepts on its listening socket and talks "
+        "over the socketpair it inherited",
+        ("connect",),
+        denied=(Call("connect", (-1, 0, 0)),),
+        allowed=(Call("accept4", (-1, 0, 0, 0)),),
+    ),
+    DeniedGroup(
+        "exec",
+        "a front-end runs no program: it stays the interpreter it was started as",
+        ("execve", "execveat"),
+        denied=(Call("execve", (_NOWHERE, 0, 0)), Call("execveat", (-1, _NOWHERE, 0, 0, 0))),
+        allowed=(Call("getpid"),),
+    ),
+    DeniedGroup(
+        "identity",
+        "a front-end never changes its identity, capabilities or root directory",
+        (
+            "setuid",
+            "setgid",
+            "setreuid",
+            "setregid",
+            "setresuid",
+            "setresgid",
+            "setgroups",
+            "setfsuid",
+            "setfsgid",
+            "capset",
+            "chroot",
+        ),
+        # -1 leaves an id as it is, or is an invalid one (EINVAL).
+        denied=(
+            Call("setuid", (-1,)),
+            Call("setgid", (-1,)),
+            Call("setreuid", (-1, -1)),
+            Call("setregid", (-1, -1)),
+            Call("setresuid", (-1, -1, -1)),
+            Call("setresgid", (-1, -1, -1)),
+            Call("setgroups", (-1, 0)),
+            Call("setfsuid", (-1,)),
+            Call("setfsgid", (-1,)),
+            Call("capset", (0, 0)),
+            Call("chroot", (_NOWHERE,)),
+        ),
+        allowed=(Call("getppid"),),
+    ),
+    DeniedGroup(
+        "metadata",
+        "a front-end changes no file's mode, owner, times or extended attributes "
+        "(landlock does not cover them; its socket gets its mode from the umask)",
+        (
+            "chmod",
+            "fchmod",
+            "fchmodat",
+            "fchmodat2",
+            "chown",
+            "fchown",
+            "lchown",
+            "fchownat",
+            "utime",
+            "utimes",
+            "futimesat",
+            "utimensat",
+            "setxattr",
+            "lsetxattr",
+            "fsetxattr",
+            "removexattr",
+            "lremovexattr",
+            "fremovexattr",
+        ),
+        denied=(
+            Call("chmod", (_NOWHERE, 0)),
+            Call("fchmod", (-1, 0)),
+            Call("fchmodat", (-1, _NOWHERE, 0)),
+            Call("chown", (_NOWHERE, 0, 0)),
+            Call("fchown", (-1, 0, 0)),
+            Call("lchown", (_NOWHERE, 0, 0)),
+            Call("fchownat", (-1, _NOWHERE, 0, 0, 0)),
+            Call("utimensat", (-1, _NOWHERE, 0, 0)),
+            Call("setxattr", (_NOWHERE, _NOWHERE, 0, 0, 0)),
+            Call("fremovexattr", (-1, _NOWHERE)),
+        ),
+        allowed=(Call("getpid"),),
+    ),
+    DeniedGroup(
+        "other_processes",
+        "the limits, priority or scheduling of another process, its process group "
+        "or every process of its uid (another tenant's front-end): only its own",
+        (
+            "prlimit64",
+            "setpriority",
+            "ioprio_set",
+            "sched_setaffinity",
+            "sched_setscheduler",
+            "sched_setparam",
+            "sched_setattr",
+        ),
+        denied=(
+            Call("prlimit64", (_NO_PID, 7, 0, 0)),  # RLIMIT_NOFILE, nothing set
+            Call("setpriority", (PRIO_PROCESS, _NO_PID, 0)),
+            Call("ioprio_set", (IOPRIO_WHO_PROCESS, _NO_PID, 0)),
+            Call("sched_setaffinity", (_NO_PID, 0, 0)),
+            Call("sched_setscheduler", (_NO_PID, 0, 0)),
+            Call("sched_setparam", (_NO_PID, 0)),
+            Call("sched_setattr", (_NO_PID, 0, 0)),
+        ),
+        allowed=(Call("prlimit64", (0, 7, 0, 0)),),
+    ),
+)
+
+#: Syscalls the filter inspects arguments of, instead of denying outright:
+#: the label of their check.
+_ARG_CHECKED = {
+    "clone": "clone",
+    "personality": "personality",
+    "ioctl": "ioctl",
+    # build_frontend_filter's: pid 0 (the caller) only.
+    "prlimit64": "self_arg0",
+    "sched_setaffinity": "self_arg0",
+    "sched_setscheduler": "self_arg0",
+    "sched_setparam": "self_arg0",
+    "sched_setattr": "self_arg0",
+    "setpriority": "setpriority",
+    "ioprio_set": "ioprio_set",
+}
 #: Checked by the tenant's socket policy (not in DENIED_SYSCALLS).
 _SOCKET_CALLS = ("socket", "socketpair")
 
@@ -447,6 +633,9 @@ class _Program:
     def jset(self, k: int, jt: int | str = 0, jf: int | str = 0) -> None:
         self._insns.append((_JMP_JSET_K, jt, jf, k))
 
+    def and_(self, k: int) -> None:
+        self._insns.append((_ALU_AND_K, 0, 0, k))
+
     def ret(self, k: int) -> None:
         self._insns.append((_RET_K, 0, 0, k))
 
@@ -483,6 +672,28 @@ def build_filter(sockets: socket_families.SocketPolicy | None = None) -> bytes:
     """The packed `struct sock_filter[]` of the deny list and the socket
     family allowlist (default `sockets.DEFAULT_POLICY`; see the module doc)."""
     policy = socket_families.DEFAULT_POLICY if sockets is None else sockets
+    return _assemble(DENIED_SYSCALLS, policy, socket_types=())
+
+
+def build_frontend_filter() -> bytes:
+    """The packed `struct sock_filter[]` of a tenant front-end: DENIED_SYSCALLS
+    and FRONTEND_DENIED, socket and socketpair for AF_UNIX only (another
+    family fails EAFNOSUPPORT) and only of SOCK_STREAM or SOCK_SEQPACKET
+    (ESOCKTNOSUPPORT: a datagram socket could send to any socket path
+    without connect)."""
+    policy = socket_families.SocketPolicy(families=(socket_families.AF_UNIX,), netlink_protocols=())
+    return _assemble(
+        DENIED_SYSCALLS + FRONTEND_DENIED, policy, socket_types=(SOCK_STREAM, SOCK_SEQPACKET)
+    )
+
+
+def _assemble(
+    groups: tuple[DeniedGroup, ...],
+    policy: socket_families.SocketPolicy,
+    socket_types: tuple[int, ...],
+) -> bytes:
+    """The program of the module doc for `groups`; `socket_types`, if any, are
+    the only socket types an allowed family may have."""
     prog = _Program()
     prog.load(_OFF_ARCH)
     prog.jeq(AUDIT_ARCH_X86_64, jt=0, jf="kill")
@@ -490,13 +701,15 @@ def build_filter(sockets: socket_families.SocketPolicy | None = None) -> bytes:
     prog.jset(X32_SYSCALL_BIT, jt="eperm")
 
     seen: set[str] = set()
-    for group in DENIED_SYSCALLS:
+    checks: set[str] = set()
+    for group in groups:
         for name in group.syscalls:
             if name in seen:
-                raise SeccompError(f"{name} is in two groups of DENIED_SYSCALLS")
+                raise SeccompError(f"{name} is in two groups of the deny list")
             seen.add(name)
             if name in _ARG_CHECKED:
-                target = name
+                target = _ARG_CHECKED[name]
+                checks.add(target)
             elif group.errno == errno.EPERM:
                 target = "eperm"
             elif group.errno == errno.ENOSYS:
@@ -512,8 +725,9 @@ def build_filter(sockets: socket_families.SocketPolicy | None = None) -> bytes:
     # the kernel takes domain and protocol as int, so the low words decide.
     prog.label("socket")
     prog.load(_arg_low(0))
+    family_ok = "socket_type" if socket_types else "allow"
     for family in policy.families:
-        prog.jeq(family, jt="allow")
+        prog.jeq(family, jt=family_ok)
     if policy.netlink_protocols:
         prog.jeq(socket_families.AF_NETLINK, jt="netlink", jf="eafnosupport")
         prog.label("netlink")
@@ -523,20 +737,53 @@ def build_filter(sockets: socket_families.SocketPolicy | None = None) -> bytes:
         prog.ret(_errno(errno.EPROTONOSUPPORT))
     prog.label("eafnosupport")
     prog.ret(_errno(errno.EAFNOSUPPORT))
+    if socket_types:
+        # type is an int too; its flags (SOCK_NONBLOCK, SOCK_CLOEXEC) sit
+        # above SOCK_TYPE_MASK.
+        prog.label("socket_type")
+        prog.load(_arg_low(1))
+        prog.and_(SOCK_TYPE_MASK)
+        for kind in socket_types:
+            prog.jeq(kind, jt="allow")
+        prog.ret(_errno(errno.ESOCKTNOSUPPORT))
 
-    prog.label("clone")
-    prog.load(_arg_low(0))
-    prog.jset(CLONE_NAMESPACE_FLAGS, jt="eperm", jf="allow")
+    if "clone" in checks:
+        prog.label("clone")
+        prog.load(_arg_low(0))
+        prog.jset(CLONE_NAMESPACE_FLAGS, jt="eperm", jf="allow")
 
-    prog.label("personality")
-    prog.load(_arg_low(0))
-    prog.jeq(PERSONALITY_QUERY, jt="allow")
-    prog.jeq(PER_LINUX, jt="allow", jf="eperm")
+    if "personality" in checks:
+        prog.label("personality")
+        prog.load(_arg_low(0))
+        prog.jeq(PERSONALITY_QUERY, jt="allow")
+        prog.jeq(PER_LINUX, jt="allow", jf="eperm")
 
-    prog.label("ioctl")
-    prog.load(_arg_low(1))
-    prog.jeq(TIOCSTI, jt="eperm")
-    prog.jeq(TIOCLINUX, jt="eperm", jf="allow")
+    if "ioctl" in checks:
+        prog.label("ioctl")
+        prog.load(_arg_low(1))
+        prog.jeq(TIOCSTI, jt="eperm")
+        prog.jeq(TIOCLINUX, jt="eperm", jf="allow")
+
+    # pid_t, int `which` and `who`: the kernel truncates them to 32 bits.
+    if "self_arg0" in checks:
+        prog.label("self_arg0")
+        prog.load(_arg_low(0))
+        prog.jeq(0, jt="allow", jf="eperm")
+
+    if "setpriority" in checks:
+        prog.label("setpriority")
+        prog.load(_arg_low(0))
+        prog.jeq(PRIO_PROCESS, jt="who_is_self", jf="eperm")
+
+    if "ioprio_set" in checks:
+        prog.label("ioprio_set")
+        prog.load(_arg_low(0))
+        prog.jeq(IOPRIO_WHO_PROCESS, jt="who_is_self", jf="eperm")
+
+    if checks & {"setpriority", "ioprio_set"}:
+        prog.label("who_is_self")
+        prog.load(_arg_low(1))
+        prog.jeq(0, jt="allow", jf="eperm")
 
     prog.label("eperm")
     prog.ret(_errno(errno.EPERM))

@@ -1,0 +1,253 @@
+"""Attacks from inside a tenant's front-end.
+
+The root side runs here, in the test's process, exactly as hostcapd runs
+it (`Daemon.start`), with two tenants: "victim" and "attacker". A test
+replaces the front-end program with tests/support/hostile_frontend.py and
+kills the attacker's real front-end: the daemon's restart starts the
+hostile one with the attacker's channel, as the front-end user, and it
+confines itself with the front-end's own function before it attacks. Each
+attack must fail for its own reason; what reaches the root side over the
+channel is refused there with a `policy.deny` naming the attacker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hostcap_proto.v1 import process_pb2
+from hostcapd.bridge.root import Frontend, frontend_identity
+from hostcapd.config import load_config
+from hostcapd.daemon import Daemon
+from support import toml
+from support.daemon import NOBODY, GiB, audit_records, daemon_config, prepare_roots, tenant_config
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0, reason="the split runs front-ends as another user"
+)
+
+HOSTILE = Path(__file__).resolve().parents[2] / "support" / "hostile_frontend.py"
+
+
+class Split:
+    def __init__(self, daemon: Daemon, state: Path, config: dict[str, Any]) -> None:
+        self.daemon = daemon
+        self.state = state
+        self.config = config
+
+    @property
+    def audit(self) -> Path:
+        return Path(self.config["audit"]["path"])
+
+    def frontend(self, tenant: str) -> Frontend:
+        frontend = self.daemon.tenants[tenant].frontend
+        assert frontend is not None and frontend.pid
+        return frontend
+
+    def records(self, event: str, **match: Any) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in audit_records(self.audit)
+            if r["event"] == event and all(r.get(k) == v for k, v in match.items())
+        ]
+
+    async def hostile(
+        self, monkeypatch: pytest.MonkeyPatch, attack: str, targets: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Run `attack` as the attacker's front-end; what it reported."""
+        read_end, write_end = os.pipe()
+        real = Frontend.command
+        monkeypatch.setattr(
+            Frontend, "command", [sys.executable, "-I", str(HOSTILE), attack, json.dumps(targets)]
+        )
+        monkeypatch.setattr(Frontend, "stdout", write_end)
+        frontend = self.frontend("attacker")
+        before = frontend.pid
+        try:
+            os.kill(before, signal.SIGKILL)
+            line = await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(None, _line, read_end), 30
+            )
+        finally:
+            # Later restarts run the real front-end again.
+            monkeypatch.setattr(Frontend, "command", real)
+            monkeypatch.setattr(Frontend, "stdout", None)
+            os.close(write_end)
+            os.close(read_end)
+        assert frontend.pid != before
+        result: dict[str, Any] = json.loads(line)
+        return result
+
+
+async def _wait(check: Any, timeout: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def _line(fd: int) -> bytes:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+@pytest.fixture
+async def split(state_dir: Path) -> AsyncIterator[Split]:
+    config = daemon_config(
+        state_dir,
+        {name: tenant_config(state_dir, name) for name in ("victim", "attacker")},
+    )
+    prepare_roots(config)
+    path = state_dir / "hostcapd.toml"
+    path.write_text(toml.dumps(config))
+    daemon = Daemon(load_config(path), path)
+    await daemon.start()
+    try:
+        yield Split(daemon, state_dir, config)
+    finally:
+        await daemon.stop()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"tenant": "victim"},
+        {"uid": 0},
+        {"gid": 0},
+        {"run_as_user": "root"},
+        {"roots": [{"path": "/", "tier": "read-write"}]},
+        {"landlock": False},
+        {"seccomp": "off"},
+        {"namespaces": []},
+        {"exe_path": "/bin/sh"},
+        {"audit": False},
+        {"limits": {"memory_bytes": GiB, "ceiling": {"memory_bytes": 1 << 50}}},
+    ],
+    ids=lambda extra: next(iter(extra)),
+)
+async def test_an_order_naming_what_the_root_side_decides_is_refused_and_audited(
+    split: Split, monkeypatch: pytest.MonkeyPatch, extra: dict[str, Any]
+) -> None:
+    result = await split.hostile(monkeypatch, "forged_fields", {"extra": extra})
+    assert next(iter(extra)) in result["sent"]
+    # No answer: the channel is cut and the sender killed (and restarted).
+    hostile = split.frontend("attacker").pid
+    await _wait(lambda: split.frontend("attacker").pid != hostile, 15)
+    denials = split.records("policy.deny", tenant="attacker", method="frontend.channel")
+    assert denials, "no policy.deny for the forged order"
+    assert any(next(iter(extra)) in d["message"] for d in denials)
+    # Nothing ran: no exec record of the attacker at all.
+    assert not split.records("process.exec", tenant="attacker")
+    assert not split.records("policy.deny", tenant="victim")
+
+
+async def test_limits_above_the_ceiling_are_refused_by_the_root_side(
+    split: Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    request = {"argv": ["/usr/bin/true"], "limits": {"memory_bytes": 64 * GiB}}
+    result = await split.hostile(monkeypatch, "spawn", {"request": request})
+    (answer,) = result["answer"]
+    assert answer["op"] == "abort" and "memory_bytes" in answer["details"]
+    (denial,) = split.records("policy.deny", tenant="attacker")
+    assert denial["reason"] == "LIMIT_INVALID"
+    assert not split.records("process.exec", tenant="attacker")
+
+
+async def test_a_cwd_outside_the_tenants_roots_is_refused_by_the_root_side(
+    split: Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    victim_root = str(split.daemon.tenants["victim"].tenant.roots[0].path)
+    request = {"argv": ["/usr/bin/true"], "cwd": victim_root}
+    result = await split.hostile(monkeypatch, "spawn", {"request": request})
+    (answer,) = result["answer"]
+    assert answer["op"] == "abort"
+    (denial,) = split.records("policy.deny", tenant="attacker")
+    assert denial["reason"] == "PATH_ESCAPES_ROOT"
+    assert not split.records("process.exec", tenant="attacker")
+
+
+async def test_a_spawn_it_orders_runs_as_the_tenant_with_the_root_sides_exec_record(
+    split: Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    request = {"argv": ["/usr/bin/id", "-u"], "env": {"LD_PRELOAD": "/tmp/x.so"}}
+    result = await split.hostile(monkeypatch, "spawn", {"request": request})
+    # LD_PRELOAD is not on any allowlist: refused, with a deny.
+    (answer,) = result["answer"]
+    assert answer["op"] == "abort"
+    assert split.records("policy.deny", tenant="attacker")
+    request = {"argv": ["/usr/bin/id", "-u"]}
+    result = await split.hostile(monkeypatch, "spawn", {"request": request})
+    (answer,) = result["answer"]
+    assert answer["op"] == "reply"
+    run = process_pb2.RunResult.FromString(bytes.fromhex(answer["payload"]))
+    assert run.stdout == f"{NOBODY}\n".encode()  # the tenant's run-as uid, from the root's config
+    (exec_record,) = split.records("process.exec", tenant="attacker")
+    (exit_record,) = split.records("process.exit", tenant="attacker")
+    assert exec_record["spawn_id"] == run.started.spawn_id == exit_record["spawn_id"]
+    assert exec_record["seq"] < exit_record["seq"]
+    assert exec_record["uid"] == NOBODY
+
+
+async def test_the_kernel_refuses_it_the_audit_log_other_sockets_processes_and_privilege(
+    split: Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    daemon = split.daemon
+    victim = daemon.tenants["victim"]
+    spawner = daemon.spawner.pid
+    fs_worker = victim.fs.worker.pid
+    targets = {
+        "audit": str(split.audit),
+        "config": str(daemon.config_path),
+        "sockets": {
+            "victim": str(victim.tenant.socket),
+            "admin": str(split.config["admin"]["socket"]),
+            "own": str(daemon.tenants["attacker"].tenant.socket),
+        },
+        "pids": {
+            "root": os.getpid(),
+            "spawner": spawner,
+            "victim_frontend": split.frontend("victim").pid,
+            "victim_fs_worker": fs_worker,
+        },
+    }
+    result = await split.hostile(monkeypatch, "kernel", targets)
+    assert result["protections"] == {
+        name: True
+        for name in (
+            "uid_drop",
+            "no_new_privs",
+            "not_dumpable",
+            "no_capabilities",
+            "landlock",
+            "seccomp",
+        )
+    }
+    assert result["read_audit"] == result["append_audit"] == "EACCES"
+    assert result["read_config"] == "EACCES"
+    for name in targets["sockets"]:
+        assert result[f"connect_{name}"] == "EPERM", name
+    assert result["tcp_socket"] == "EAFNOSUPPORT"
+    for name in targets["pids"]:
+        assert result[f"signal_{name}"] == "EPERM", name
+        assert result[f"ptrace_{name}"] == "EPERM", name
+        assert result[f"mem_{name}"] in {"EACCES", "EPERM"}, name
+    assert result["setuid_root"] == "EPERM"
+    assert result["exec"] == "EPERM"
+    assert result["userns"] == "EPERM"
+    # It holds its channel, its listening socket, and nothing of the root side.
+    held = {fd for fd, _ in result["fds"]}
+    assert result["channel_fd"] in held and len(held) <= 2, result["fds"]
+    # And it is the front-end user, not root.
+    assert frontend_identity()[0] != 0

@@ -1,0 +1,174 @@
+"""A hostile tenant front-end, for the attack tests.
+
+    python -I hostile_frontend.py ATTACK TARGETS_JSON FD
+
+The daemon starts it in place of `hostcapd.bridge.frontend` (a test sets
+`Frontend.command` and `Frontend.stdout`, then kills the tenant's real
+front-end, so the daemon's restart runs this one): the same user, the same
+fds, the same channel bound to the same tenant. It takes the real
+front-end's first steps (`hostcapd.bridge.frontend.confined`: the hello,
+then the very confinement), binds and says Ready as a front-end does, then
+runs one attack and writes what happened as one JSON line to stdout (the
+test's pipe). It then waits for its channel to close.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import socket
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from hostcapd.bridge import channel, messages
+from hostcapd.bridge.frontend import confined
+
+libc = ctypes.CDLL(None, use_errno=True)
+PTRACE_ATTACH = 16
+CLONE_NEWUSER = 0x10000000
+Result = dict[str, Any]
+
+
+def _errno_of(action: Callable[[], object]) -> str:
+    try:
+        action()
+    except OSError as error:
+        return errno.errorcode.get(error.errno or 0, str(error.errno))
+    return "OK"
+
+
+def _libc(call: Callable[[], int]) -> str:
+    if call() == 0:
+        return "OK"
+    return errno.errorcode.get(ctypes.get_errno(), "?")
+
+
+class Channel:
+    """The hostile end of the real channel, used blocking."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        sock.setblocking(True)
+        sock.settimeout(20)
+
+    def send(self, message: messages.Message, payload: bytes = b"") -> None:
+        buffers, fds = channel.encode(message, payload)
+        self.sock.sendmsg(buffers)
+        for fd in fds:
+            os.close(fd)
+
+    def send_raw(self, header: bytes) -> None:
+        self.sock.send(len(header).to_bytes(4, "little") + bytes(8) + header)
+
+    def receive(self) -> tuple[Any, bytes] | None:
+        """The next message, or None once the root side closed the channel."""
+        try:
+            data = self.sock.recv(channel.MAX_HEADER + channel.INLINE_PAYLOAD + 64)
+        except (ConnectionError, TimeoutError):
+            return None
+        if not data:
+            return None
+        return channel.decode(memoryview(data), [], messages.TO_FRONTEND)
+
+    def answer(self, call: int) -> list[Result]:
+        """Everything the root side sent for `call` until its end."""
+        seen: list[Result] = []
+        while True:
+            got = self.receive()
+            if got is None:
+                seen.append({"op": "closed"})
+                return seen
+            message, payload = got
+            if getattr(message, "call", None) != call:
+                continue
+            seen.append({**message.model_dump(), "payload": payload.hex()})
+            if isinstance(message, messages.Event):
+                self.send(messages.Ack(op="ack", call=call))
+                continue
+            return seen
+
+
+# --- the attacks ------------------------------------------------------------------
+
+
+def forged_fields(link: Channel, targets: Result) -> Result:
+    """A spawn order naming what only the root side decides. The root side
+    cuts the channel and kills the sender: what it sent is reported first."""
+    request = {"method": "ProcessService.Run", "argv": ["/usr/bin/id", "-u"], **targets["extra"]}
+    link.send_raw(json.dumps({"op": "call", "call": 1, "request": request}).encode())
+    print(json.dumps({"sent": request}), flush=True)
+    return {"answer": link.answer(1)}
+
+
+def spawn(link: Channel, targets: Result) -> Result:
+    """A well-formed order, with whatever the test puts in it."""
+    request = messages.SpawnRequest.model_validate(
+        {"method": "ProcessService.Run", **targets["request"]}
+    )
+    link.send(messages.Call(op="call", call=1, request=request))
+    return {"answer": link.answer(1)}
+
+
+def kernel(link: Channel, targets: Result) -> Result:
+    """What the kernel refuses a confined front-end."""
+    out: Result = {}
+    out["read_audit"] = _errno_of(lambda: open(targets["audit"], "rb").close())
+    out["append_audit"] = _errno_of(lambda: open(targets["audit"], "ab").close())
+    out["read_config"] = _errno_of(lambda: open(targets["config"], "rb").close())
+    for name, path in targets["sockets"].items():
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        out[f"connect_{name}"] = _errno_of(lambda s=s, path=path: s.connect(path))
+        s.close()
+    out["tcp_socket"] = _errno_of(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+    for name, pid in targets["pids"].items():
+        out[f"signal_{name}"] = _errno_of(lambda pid=pid: os.kill(pid, 0))
+        out[f"ptrace_{name}"] = _libc(lambda pid=pid: libc.ptrace(PTRACE_ATTACH, pid, 0, 0))
+        out[f"mem_{name}"] = _errno_of(lambda pid=pid: open(f"/proc/{pid}/mem", "rb").close())
+    out["setuid_root"] = _errno_of(lambda: os.setuid(0))
+    out["exec"] = _errno_of(lambda: os.execv("/usr/bin/true", ["true"]))
+    out["userns"] = _libc(lambda: libc.unshare(CLONE_NEWUSER))
+    # The fds it holds: its channel and its stdio, and nothing of the root side.
+    sockets = []
+    for fd in range(3, 1024):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        sockets.append([fd, oct(st.st_mode)])
+    out["fds"] = sockets
+    out["channel_fd"] = link.sock.fileno()
+    return out
+
+
+ATTACKS: dict[str, Callable[[Channel, Result], Result]] = {
+    "forged_fields": forged_fields,
+    "spawn": spawn,
+    "kernel": kernel,
+}
+
+
+def main() -> int:
+    attack, targets_json, fd = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    targets = json.loads(targets_json)
+    sock = socket.socket(fileno=fd)
+    hello, protections = confined(sock)  # exactly the front-end's confinement
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    os.umask(0o777 & ~hello.socket_mode)
+    listener.bind(hello.bind_path)
+    listener.listen()
+    link = Channel(sock)
+    link.send(messages.Ready(op="ready", pid=os.getpid(), protections=protections))
+    result = ATTACKS[attack](link, targets)
+    result["protections"] = {p.name: p.applied for p in protections}
+    print(json.dumps(result), flush=True)
+    sock.settimeout(None)
+    while link.receive() is not None:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

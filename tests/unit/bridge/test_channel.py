@@ -1,0 +1,162 @@
+"""The front-end channel's framing and messages: what a hostile front-end
+could send is refused with a ChannelError, and nothing else gets through."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+
+import pytest
+from hostcap_proto.v1 import process_pb2
+from hostcapd.bridge import channel, messages
+
+
+def _roundtrip(model: messages.Message, payload: bytes = b"") -> tuple[object, bytes]:
+    a, b = channel.socketpair()
+    try:
+        buffers, fds = channel.encode(model, payload)
+        a.sendmsg(
+            buffers,
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i" * len(fds), *fds))]
+            if fds
+            else [],
+        )
+        for fd in fds:
+            os.close(fd)
+        data, ancdata, _, _ = b.recvmsg(channel.MAX_HEADER + channel.INLINE_PAYLOAD + 64, 64)
+        got = [fd for _, _, d in ancdata for fd in struct.unpack("i" * (len(d) // 4), d)]
+        return channel.decode(memoryview(data), got, messages.FROM_FRONTEND["tenant"])
+    finally:
+        a.close()
+        b.close()
+
+
+def _spawn(**fields: object) -> messages.Call:
+    return messages.Call(
+        op="call",
+        call=1,
+        request=messages.SpawnRequest(method="ProcessService.Spawn", argv=["echo", "hi"], **fields),  # type: ignore[arg-type]
+    )
+
+
+def test_a_call_round_trips_with_inline_and_memfd_payloads() -> None:
+    for size in (0, 10, channel.INLINE_PAYLOAD + 1):
+        data = os.urandom(size)
+        message, payload = _roundtrip(_spawn(payload=bool(size)), data)
+        assert message == _spawn(payload=bool(size))
+        assert payload == data
+
+
+def test_the_proto_built_on_the_root_side_matches_the_request() -> None:
+    wire = process_pb2.SpawnRequest(
+        argv=["ls", "-l"], cwd="sub", env={"A": "1"}, stdin=b"in", request_id="r", labels={"k": "v"}
+    )
+    wire.limits.wall_seconds = 2.5
+    wire.limits.pids = 7
+    model, payload = messages.SpawnRequest.from_proto("ProcessService.Run", wire)
+    assert payload == b"in"
+    assert model.proto(payload) == wire
+    bare = process_pb2.SpawnRequest(argv=["true"])
+    model, payload = messages.SpawnRequest.from_proto("ProcessService.Spawn", bare)
+    built = model.proto(payload)
+    assert built == bare and not built.HasField("stdin") and not built.HasField("limits")
+
+
+def _raw(header: bytes, payload: bytes = b"", fds: list[int] | None = None) -> None:
+    data = struct.pack("=IQ", len(header), 0) + header + payload
+    channel.decode(memoryview(data), fds or [], messages.FROM_FRONTEND["tenant"])
+
+
+@pytest.mark.parametrize(
+    ("header", "why"),
+    [
+        # fields a front-end has no say in: the root side derives them
+        (
+            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"tenant":"other"}}',
+            "tenant",
+        ),
+        (
+            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"uid":0}}',
+            "uid",
+        ),
+        (
+            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"roots":["/"]}}',
+            "roots",
+        ),
+        (
+            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"limits":{"landlock":false}}}',
+            "landlock",
+        ),
+        # wrong types and ranges
+        (b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":"id"}}', "argv"),
+        (
+            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"limits":{"pids":-1}}}',
+            "pids",
+        ),
+        (
+            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"limits":{"memory_bytes":true}}}',
+            "memory_bytes",
+        ),
+        (b'{"op":"call","call":0,"request":{"method":"ProcessService.List"}}', "call"),
+        # unknown methods and kinds
+        (b'{"op":"call","call":1,"request":{"method":"AdminService.Kill"}}', "method"),
+        (b'{"op":"exec","argv":["id"]}', "op"),
+        (b'{"op":"hello","tenant":"x"}', "op"),
+        (b"not json", "json"),
+        (
+            b'{"op":"call","call":1,"request":{"method":"ProcessService.Signal","spawn_id":"a","pid":3,"signal":9}}',
+            "one target",
+        ),
+    ],
+)
+def test_a_message_no_front_end_sends_is_refused(header: bytes, why: str) -> None:
+    with pytest.raises(channel.ChannelError):
+        _raw(header)
+
+
+def test_a_datagram_with_an_fd_it_has_no_use_for_is_refused_and_the_fd_closed() -> None:
+    r, w = os.pipe()
+    os.close(w)
+    with pytest.raises(channel.ChannelError, match="fd"):
+        _raw(b'{"op":"call","call":1,"request":{"method":"ProcessService.List"}}', fds=[r])
+    with pytest.raises(OSError):
+        os.fstat(r)
+
+
+def test_truncated_prefix_and_header_are_refused() -> None:
+    with pytest.raises(channel.ChannelError):
+        channel.decode(memoryview(b"\x01\x00"), [], messages.FROM_FRONTEND["tenant"])
+    with pytest.raises(channel.ChannelError):
+        channel.decode(
+            memoryview(struct.pack("=IQ", 500, 0) + b"{}"), [], messages.FROM_FRONTEND["tenant"]
+        )
+
+
+async def test_the_link_delivers_in_order_and_reports_errors_without_closing() -> None:
+    a, b = channel.socketpair()
+    got: list[object] = []
+    errors: list[str] = []
+    closed = asyncio.Event()
+    link = channel.Link(
+        b,
+        messages.FROM_FRONTEND["tenant"],
+        lambda m, p: got.append((m, p)),
+        lambda e: errors.append(str(e)),
+        closed.set,
+    )
+    sender = channel.Link(a, messages.TO_FRONTEND, lambda m, p: None, lambda e: None, lambda: None)
+    for n in range(1, 50):
+        sender.send(messages.Ack(op="ack", call=n), b"x" * n)
+    a.send(struct.pack("=IQ", 2, 0) + b"{}")  # a bad one between good ones
+    sender.send(messages.Cancel(op="cancel", call=7))
+    for _ in range(100):
+        if len(got) == 50:
+            break
+        await asyncio.sleep(0.01)
+    assert [m.call for m, _ in got] == [*range(1, 50), 7]  # type: ignore[attr-defined]
+    assert got[3][1] == b"xxxx"
+    assert len(errors) == 1 and not link.closed
+    sender.close()
+    await asyncio.wait_for(closed.wait(), 2)

@@ -81,6 +81,7 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
         bin_dir.mkdir(mode=0o755)
         base = await Baselines.start(state, bin_dir, SETTLE)
         idle_rss = procfs.rss_bytes(mem.pid)  # started before the floor server: settled as long
+        frontend_idle_rss = max(map(procfs.rss_bytes, mem.frontend_pids()), default=0)
         clients = {name: TenantClient(main.socket(name)) for name in main.tenants}
         if "1" in only:
             _progress("row 1: spawn latency (and the RPC floor)", started)
@@ -108,7 +109,9 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
             rows.append(await file_io.measure(main.socket("full"), quick, base.grpc_rtt))
         if "6" in only:
             _progress("row 6: memory", started)
-            rows.append(await memory.measure(mem, idle_rss, base.grpc_idle_rss, quick))
+            rows.append(
+                await memory.measure(mem, idle_rss, base.grpc_idle_rss, quick, frontend_idle_rss)
+            )
     except BenchError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 1

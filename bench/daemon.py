@@ -150,7 +150,13 @@ def _connectable(path: Path) -> bool:
 class BenchDaemon:
     """One hostcapd with the named tenants, started and stopped by the bench."""
 
-    def __init__(self, state: Path, tenants: tuple[str, ...], event_loop: str = "asyncio") -> None:
+    def __init__(
+        self,
+        state: Path,
+        tenants: tuple[str, ...],
+        event_loop: str = "asyncio",
+        frontend_processes: bool = True,
+    ) -> None:
         self.state = state
         self.tenants = tenants
         self.config: dict[str, Any] = {
@@ -160,6 +166,7 @@ class BenchDaemon:
                 "kill_grace_seconds": 0,
                 "cgroup_parent": f"hostcapd-bench-{os.getpid()}-{state.name}",
                 "event_loop": event_loop,
+                "frontend_processes": frontend_processes,
             },
             "audit": {
                 "path": str(state / "log" / "audit.jsonl"),
@@ -220,7 +227,8 @@ class BenchDaemon:
             return ""
 
     def helper_pids(self) -> dict[str, int]:
-        """The daemon's own child processes by role: spawner, fs workers."""
+        """The daemon's own child processes by role: spawner, front-ends
+        (the split's, one per tenant), fs workers."""
         from bench.procfs import children_of, cmdline
 
         roles: dict[str, int] = {}
@@ -228,9 +236,14 @@ class BenchDaemon:
             line = cmdline(child)
             if b"hostcapd.spawner" in line:
                 roles["spawner"] = child
+            elif b"hostcapd.bridge.frontend" in line:
+                roles[f"frontend-{sum(r.startswith('frontend') for r in roles)}"] = child
             elif line:
                 roles[f"worker-{len(roles)}"] = child
         return roles
+
+    def frontend_pids(self) -> list[int]:
+        return [pid for role, pid in self.helper_pids().items() if role.startswith("frontend")]
 
     def stop(self) -> None:
         if self.proc is None:

@@ -38,7 +38,9 @@ async def spawn_many(daemon: BenchDaemon, n: int) -> float:
     return time.perf_counter() - start
 
 
-async def measure(daemon: BenchDaemon, idle_rss: int, grpc_idle_rss: int, quick: bool) -> Row:
+async def measure(
+    daemon: BenchDaemon, idle_rss: int, grpc_idle_rss: int, quick: bool, frontend_idle_rss: int = 0
+) -> Row:
     n = 500 if quick else 10_000
     await spawn_many(daemon, WARM_UP)
     warm = procfs.rss_bytes(daemon.pid)
@@ -59,6 +61,20 @@ async def measure(daemon: BenchDaemon, idle_rss: int, grpc_idle_rss: int, quick:
     )
     for role, pid in daemon.helper_pids().items():
         row.figures[f"{role}_rss_mb"] = procfs.rss_bytes(pid) / MiB
+    if frontend_idle_rss:
+        # The split (decision 0027): what each tenant's front-end process
+        # costs, idle, against the same bare server.
+        row.lines.append(
+            Line(
+                "6",
+                "idle tenant front-end RSS / bare grpc.aio server",
+                frontend_idle_rss / grpc_idle_rss,
+                f"{frontend_idle_rss / MiB:.1f} MiB",
+                f"grpc {grpc_idle_rss / MiB:.1f} MiB",
+                "frontend_idle_rss_over_grpc_floor",
+                Target("<=", 1.3),
+            )
+        )
     row.lines.append(
         Line(
             "6",

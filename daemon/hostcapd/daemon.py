@@ -178,8 +178,19 @@ class Daemon:
                 log.warning("swept %d stale spawn cgroups", swept)
             await self.spawner.start()
             self.spawner.on_restart = self._spawner_restarted
-            for tenant in cfg.tenants:
-                service = await self._prepare_tenant(tenant, profiles.pop(tenant.name))
+            # Side by side: each starts a worker and a front-end process.
+            prepared = await asyncio.gather(
+                *(self._prepare_tenant(t, profiles.pop(t.name)) for t in cfg.tenants),
+                return_exceptions=True,
+            )
+            failed = [p for p in prepared if isinstance(p, BaseException)]
+            if failed:
+                for service in prepared:
+                    if isinstance(service, TenantService):
+                        await service.discard()
+                raise failed[0]
+            for service in prepared:
+                assert isinstance(service, TenantService)
                 self._commit(service)
         finally:
             for p in profiles.values():

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 from hostcapd.bridge import channel, messages
 from hostcapd.bridge.frontend import confined
 
@@ -84,9 +85,9 @@ class Channel:
             message, payload = got
             if getattr(message, "call", None) != call:
                 continue
-            seen.append({**message.model_dump(), "payload": payload.hex()})
+            seen.append({**msgspec.to_builtins(message), "payload": payload.hex()})
             if isinstance(message, messages.Event):
-                self.send(messages.Ack(op="ack", call=call))
+                self.send(messages.Ack(call=call))
                 continue
             return seen
 
@@ -98,17 +99,15 @@ def forged_fields(link: Channel, targets: Result) -> Result:
     """A spawn order naming what only the root side decides. The root side
     cuts the channel and kills the sender: what it sent is reported first."""
     request = {"method": "ProcessService.Run", "argv": ["/usr/bin/id", "-u"], **targets["extra"]}
-    link.send_raw(json.dumps({"op": "call", "call": 1, "request": request}).encode())
+    link.send_raw(msgspec.msgpack.encode({"op": "call", "call": 1, "request": request}))
     print(json.dumps({"sent": request}), flush=True)
     return {"answer": link.answer(1)}
 
 
 def spawn(link: Channel, targets: Result) -> Result:
     """A well-formed order, with whatever the test puts in it."""
-    request = messages.SpawnRequest.model_validate(
-        {"method": "ProcessService.Run", **targets["request"]}
-    )
-    link.send(messages.Call(op="call", call=1, request=request))
+    request = msgspec.convert(targets["request"], messages.RunRequest)
+    link.send(messages.Call(call=1, request=request))
     return {"answer": link.answer(1)}
 
 
@@ -160,7 +159,7 @@ def main() -> int:
     listener.bind(hello.bind_path)
     listener.listen()
     link = Channel(sock)
-    link.send(messages.Ready(op="ready", pid=os.getpid(), protections=protections))
+    link.send(messages.Ready(pid=os.getpid(), protections=protections))
     result = ATTACKS[attack](link, targets)
     result["protections"] = {p.name: p.applied for p in protections}
     print(json.dumps(result), flush=True)

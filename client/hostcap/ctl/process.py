@@ -208,4 +208,11 @@ def cmd_capabilities(args: argparse.Namespace) -> int:
     for p in caps.protections:
         mark = "yes" if p.applied else "NO "
         print(f"  [{mark}] {p.name:16} {p.reason}")
+    if caps.frontend_protections:
+        print(f"  served by a front-end process as uid {caps.frontend_uid}:")
+        for p in caps.frontend_protections:
+            mark = "yes" if p.applied else "NO "
+            print(f"  [{mark}] {p.name:16} {p.reason}")
+    else:
+        print("  served by the root process (no front-end process)")
     return 0

@@ -4,15 +4,15 @@ One message is one SOCK_SEQPACKET datagram:
 
     u32 header length | u64 memfd payload size | header | inline payload
 
-The header is the JSON of one `hostcapd.bridge.messages` model, validated
-by pydantic on receipt (strict types, no field too many); the payload is
+The header is the MessagePack of one `hostcapd.bridge.messages` struct,
+validated by msgspec on receipt (strict types, no field too many); the payload is
 opaque bytes (a request's stdin or file content, a reply's serialized
 message) that nobody parses on the way. A payload above `INLINE_PAYLOAD`
 travels in a memfd passed with SCM_RIGHTS instead, so a 64 MiB write is
 never one datagram. Nothing else may carry an fd: a datagram with any fd but
 its payload's is refused. Unlike the spawner's channel (marshal, both ends
-trusted), this one has a front-end at one end that may be hostile; JSON and
-pydantic are safe on any input.
+trusted), this one has a front-end at one end that may be hostile; msgspec's
+MessagePack decoder is safe on any input.
 
     link = Link(sock, on_message, on_closed)   # reads on the running loop
     link.send(model, payload)                  # queued if the socket is full
@@ -31,7 +31,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+import msgspec
 
 #: Payloads up to this size travel in the datagram.
 INLINE_PAYLOAD = 1024 * 1024
@@ -66,9 +66,14 @@ def socketpair() -> tuple[socket.socket, socket.socket]:
     return a, b
 
 
-def encode(message: BaseModel, payload: bytes | memoryview = b"") -> tuple[list[Any], list[int]]:
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+def encode(
+    message: msgspec.Struct, payload: bytes | memoryview = b""
+) -> tuple[list[Any], list[int]]:
     """The datagram's buffers and fds (a memfd the caller closes once sent)."""
-    header = message.model_dump_json(exclude_defaults=True).encode()
+    header = _ENCODER.encode(message)
     if len(header) > MAX_HEADER:
         raise ChannelError(f"a {type(message).__name__} of {len(header)} bytes is too large")
     if len(payload) <= INLINE_PAYLOAD:
@@ -86,7 +91,9 @@ def encode(message: BaseModel, payload: bytes | memoryview = b"") -> tuple[list[
     return [_PREFIX.pack(len(header), len(payload)), header], [fd]
 
 
-def decode(data: memoryview, fds: list[int], adapter: TypeAdapter[Any]) -> tuple[BaseModel, bytes]:
+def decode(
+    data: memoryview, fds: list[int], decoder: msgspec.msgpack.Decoder[Any]
+) -> tuple[Any, bytes]:
     """One datagram to its validated message and payload; raises ChannelError.
     Closes every fd it was given."""
     try:
@@ -97,11 +104,9 @@ def decode(data: memoryview, fds: list[int], adapter: TypeAdapter[Any]) -> tuple
         if end > len(data):
             raise ChannelError("a header longer than its datagram")
         try:
-            message = adapter.validate_json(bytes(data[_PREFIX.size : end]))
-        except ValidationError as error:
-            first = error.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ChannelError(f"not a valid message: {where}: {first['msg']}") from None
+            message = decoder.decode(data[_PREFIX.size : end])
+        except (msgspec.ValidationError, msgspec.DecodeError) as error:
+            raise ChannelError(f"not a valid message: {error}") from None
         if memfd_size == 0:
             if fds:
                 raise ChannelError("a datagram carried an fd it has no use for")
@@ -126,14 +131,14 @@ class Link:
     def __init__(
         self,
         sock: socket.socket,
-        adapter: TypeAdapter[Any],
+        decoder: msgspec.msgpack.Decoder[Any],
         on_message: Callable[[Any, bytes], None],
         on_error: Callable[[ChannelError], None],
         on_closed: Callable[[], None],
     ) -> None:
         sock.setblocking(False)
         self.sock = sock
-        self._adapter = adapter
+        self._decoder = decoder
         self._on_message = on_message
         self._on_error = on_error
         self._on_closed = on_closed
@@ -146,7 +151,7 @@ class Link:
 
     # --- sending ------------------------------------------------------------
 
-    def send(self, message: BaseModel, payload: bytes | memoryview = b"") -> None:
+    def send(self, message: msgspec.Struct, payload: bytes | memoryview = b"") -> None:
         """Send now, or queue until the socket drains; never blocks. Raises
         ChannelError for a message that cannot be framed."""
         if self.closed:
@@ -216,7 +221,7 @@ class Link:
                     for fd in fds:
                         os.close(fd)
                     raise ChannelError("a truncated datagram")
-                message, payload = decode(memoryview(self._buffer)[:size], fds, self._adapter)
+                message, payload = decode(memoryview(self._buffer)[:size], fds, self._decoder)
             except ChannelError as error:
                 self._on_error(error)
                 continue

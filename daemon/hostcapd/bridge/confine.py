@@ -56,7 +56,7 @@ from pathlib import Path
 import prctl
 
 from hostcapd import linux
-from hostcapd.fs.worker import Applied, Unavailable
+from hostcapd.applied import Applied, Unavailable
 from hostcapd.sandbox import landlock, seccomp
 
 #: Landlock's scopes (signals, abstract unix sockets) came with ABI 6.
@@ -69,7 +69,7 @@ READ_FILES = ("/dev/urandom",)
 #: Packages whose own directory a front-end reads.
 _OWN_PACKAGES = ("hostcapd", "hostcap_proto")
 #: Packages whose holding directory (site-packages) a front-end reads.
-_THIRD_PARTY = ("grpc", "google.protobuf", "pydantic", "pydantic_core")
+_THIRD_PARTY = ("grpc", "google.protobuf", "msgspec")
 _CAPABILITY_SETS = ("CapInh", "CapPrm", "CapEff", "CapAmb")
 
 
@@ -90,7 +90,7 @@ class Confinement:
 def interpreter_paths() -> tuple[str, ...]:
     """What a front-end must read to run: the interpreter's prefixes (the
     standard library), the hostcapd and hostcap_proto packages, and the
-    directories holding grpc, protobuf and pydantic; resolved, without
+    directories holding grpc, protobuf and msgspec; resolved, without
     repeats. Raises ModuleNotFoundError if one of those is not installed."""
     found = [sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix]
     found += [str(_package_dir(name)) for name in _OWN_PACKAGES]

@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
+import msgspec
 from google.protobuf import message as protobuf_message
 from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -43,10 +44,10 @@ from grpc_reflection.v1alpha import reflection
 from hostcap_proto.errors import WireError
 from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
+from hostcapd.applied import Unavailable
 from hostcapd.bridge import channel, messages
 from hostcapd.bridge.confine import Confinement, confine, interpreter_paths
 from hostcapd.frontend.options import HealthReporter, new_health, server_options
-from hostcapd.fs.worker import Unavailable
 
 #: Modules imported on first use that a front-end uses.
 PRELOADED = (
@@ -90,14 +91,14 @@ class Relay:
     def open(self, request: messages.Request, payload: bytes) -> tuple[int, _Call]:
         call_id = next(self._ids)
         call = self.calls[call_id] = _Call()
-        self.link.send(self._call(op="call", call=call_id, request=request), payload)
+        self.link.send(self._call(call=call_id, request=request), payload)
         return call_id, call
 
     def done(self, call_id: int) -> None:
         """The call is over here: a client gone before its end is a Cancel."""
         call = self.calls.pop(call_id, None)
         if call is not None and not call.finished:
-            self.link.send(messages.Cancel(op="cancel", call=call_id))
+            self.link.send(messages.Cancel(call=call_id))
 
     def _on_message(self, message: Any, payload: bytes) -> None:
         if isinstance(message, messages.Drain):
@@ -116,9 +117,7 @@ class Relay:
 
     def _on_closed(self) -> None:
         self.link.close()
-        gone = messages.Abort(
-            op="abort", call=1, code=grpc.StatusCode.UNAVAILABLE.value[0], details=""
-        )
+        gone = messages.Abort(call=1, code=grpc.StatusCode.UNAVAILABLE.value[0], details="")
         for call in self.calls.values():
             call.finished = True
             call.inbox.put_nowait((gone, b""))
@@ -138,9 +137,9 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
 
     async def parse(raw: bytes, context: Any) -> tuple[messages.Request, bytes]:
         try:
-            return model.from_proto(name, request_type.FromString(raw))
-        except (protobuf_message.DecodeError, ValueError):
-            relay.link.send(messages.Malformed(op="malformed", method=name))
+            return model.from_proto(request_type.FromString(raw))
+        except (protobuf_message.DecodeError, msgspec.ValidationError, ValueError):
+            relay.link.send(messages.Malformed(method=name))
             await context.abort_with_status(MALFORMED.to_status())
             raise AssertionError("abort_with_status returned") from None
 
@@ -163,7 +162,7 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
                 message, data = await call.inbox.get()
                 if isinstance(message, messages.Event):
                     yield data
-                    relay.link.send(messages.Ack(op="ack", call=call_id))
+                    relay.link.send(messages.Ack(call=call_id))
                 elif isinstance(message, messages.Abort):
                     await _abort(context, message, data)
                 else:
@@ -225,7 +224,7 @@ async def serve(
         stops.append(asyncio.ensure_future(go()))
 
     relay.drain = drain
-    relay.link.send(messages.Ready(op="ready", pid=os.getpid(), protections=protections))
+    relay.link.send(messages.Ready(pid=os.getpid(), protections=protections))
     await stopped.wait()
     await server.stop(0)
     return 0
@@ -247,14 +246,13 @@ def _preload() -> None:
     pyenv under /root), and landlock allows reading no more than they."""
     for name in PRELOADED:
         importlib.import_module(name)
-    # One of each message through the codec: pydantic builds some of its
-    # machinery on first use.
+    # One of each message through the codec (its decoders are built on
+    # first use of a type).
     for kind, models in messages.REQUESTS.items():
-        for method, model in models.items():
-            request = model.model_validate({"method": method})
-            buffers, _ = channel.encode(messages.CALLS[kind](op="call", call=1, request=request))
+        for model in models.values():
+            buffers, _ = channel.encode(messages.CALLS[kind](call=1, request=model()))
             channel.decode(memoryview(b"".join(buffers)), [], messages.FROM_FRONTEND[kind])
-    reply, _ = channel.encode(messages.Abort(op="abort", call=1, code=1, details="x"), b"y")
+    reply, _ = channel.encode(messages.Abort(call=1, code=1, details="x"), b"y")
     channel.decode(memoryview(b"".join(reply)), [], messages.TO_FRONTEND)
     MALFORMED.to_status()
 

@@ -156,7 +156,7 @@ class CallContext:
         for key, value in self._trailing:
             if key == "grpc-status-details-bin" and isinstance(value, bytes):
                 details = value
-        abort = messages.Abort(op="abort", call=call, code=code.value[0], details=self._details)
+        abort = messages.Abort(call=call, code=code.value[0], details=self._details)
         return abort, details
 
 
@@ -329,12 +329,12 @@ class Bridge:
                 stream: AsyncIterator[Any] = relayed.behaviour(request, context)
                 async for item in stream:
                     state.acked = asyncio.get_running_loop().create_future()
-                    self.send(messages.Event(op="event", call=call), _wire(item))
+                    self.send(messages.Event(call=call), _wire(item))
                     await state.acked
-                self.send(messages.End(op="end", call=call))
+                self.send(messages.End(call=call))
             else:
                 reply = await relayed.behaviour(request, context)
-                self.send(messages.Reply(op="reply", call=call), _wire(reply))
+                self.send(messages.Reply(call=call), _wire(reply))
         except Aborted as aborted:
             error = aborted
             self.send(*context.abort_message(call))
@@ -460,7 +460,6 @@ class Frontend:
             self._exited.add_done_callback(self._on_exit)
             self.bridge.send(
                 messages.Hello(
-                    op="hello",
                     kind=endpoint.kind,
                     tenant=endpoint.name,
                     bind_path=BIND_NAME,
@@ -513,7 +512,7 @@ class Frontend:
     # --- the server's interface ---------------------------------------------
 
     async def enter_graceful_shutdown(self) -> None:
-        self.bridge.send(messages.Drain(op="drain", health_only=True))
+        self.bridge.send(messages.Drain(health_only=True))
 
     async def stop(self, grace: float | None) -> None:
         """Stop taking calls; calls in flight get `grace` seconds (a later,
@@ -526,7 +525,7 @@ class Frontend:
         if grace is None:
             await self._kill()
             return
-        self.bridge.send(messages.Drain(op="drain", grace=grace))
+        self.bridge.send(messages.Drain(grace=grace))
         try:
             await asyncio.wait_for(asyncio.shield(self._exited), grace + 5.0)
         except TimeoutError:
@@ -579,8 +578,8 @@ class Frontend:
         self._started_at = 0.0
         try:
             path = await self.start()
-        except StartupError as error:
-            log.error("%s", error)
+        except (StartupError, OSError) as error:
+            log.error("%s: its front-end could not be restarted: %s", self.bridge._who, error)
             self._started_at = 1.0  # a failed start is retried like a death
             self._on_exit(_done(-1))
             return

@@ -32,9 +32,10 @@ from typing import Any
 
 from hostcap_proto.errors import REASONS
 
+from hostcapd.applied import Applied, Unavailable
 from hostcapd.errors import INTERNAL, UNAVAILABLE, Refusal
 from hostcapd.fs.protocol import FrameLink, ProtocolError, make_link
-from hostcapd.fs.worker import Applied, Unavailable, WorkerSettings, prepare_handover
+from hostcapd.fs.worker import WorkerSettings, prepare_handover
 
 START_TIMEOUT_S = 30.0
 CLOSE_GRACE_S = 2.0

@@ -43,6 +43,7 @@ from typing import Any
 import prctl
 
 from hostcapd import linux
+from hostcapd.applied import Applied, Unavailable
 from hostcapd.errors import Refusal
 from hostcapd.fs.ops import FsOperations
 from hostcapd.fs.policy import PathPolicy
@@ -90,20 +91,6 @@ class WorkerSettings:
         body["secret_paths"] = tuple(body["secret_paths"])
         body["simulate_unavailable"] = tuple(body.get("simulate_unavailable", ()))
         return cls(**body)
-
-
-@dataclass(frozen=True)
-class Applied:
-    """One protection of the worker and whether it is in force."""
-
-    name: str
-    applied: bool
-    reason: str
-    required: bool
-
-
-class Unavailable(Exception):
-    """A required protection cannot be applied: the worker does not serve."""
 
 
 def _drop_identity(settings: WorkerSettings) -> Applied:

@@ -8,6 +8,7 @@ import os
 import socket
 import struct
 
+import msgspec
 import pytest
 from hostcap_proto.v1 import process_pb2
 from hostcapd.bridge import channel, messages
@@ -34,11 +35,7 @@ def _roundtrip(model: messages.Message, payload: bytes = b"") -> tuple[object, b
 
 
 def _spawn(**fields: object) -> messages.Call:
-    return messages.Call(
-        op="call",
-        call=1,
-        request=messages.SpawnRequest(method="ProcessService.Spawn", argv=["echo", "hi"], **fields),  # type: ignore[arg-type]
-    )
+    return messages.Call(call=1, request=messages.SpawnRequest(argv=["echo", "hi"], **fields))  # type: ignore[arg-type]
 
 
 def test_a_call_round_trips_with_inline_and_memfd_payloads() -> None:
@@ -55,13 +52,25 @@ def test_the_proto_built_on_the_root_side_matches_the_request() -> None:
     )
     wire.limits.wall_seconds = 2.5
     wire.limits.pids = 7
-    model, payload = messages.SpawnRequest.from_proto("ProcessService.Run", wire)
+    model, payload = messages.RunRequest.from_proto(wire)
     assert payload == b"in"
     assert model.proto(payload) == wire
     bare = process_pb2.SpawnRequest(argv=["true"])
-    model, payload = messages.SpawnRequest.from_proto("ProcessService.Spawn", bare)
+    model, payload = messages.SpawnRequest.from_proto(bare)
     built = model.proto(payload)
     assert built == bare and not built.HasField("stdin") and not built.HasField("limits")
+
+
+def test_infinity_and_nan_reach_the_root_side_as_such() -> None:
+    """A limit of inf must arrive to be refused there, not turn into unset."""
+    limits = messages.Limits(wall_seconds=float("inf"), cpu_seconds=float("nan"))
+    message, _ = _roundtrip(_spawn(limits=limits))
+    got = message.request.limits  # type: ignore[attr-defined]
+    assert got.wall_seconds == float("inf") and got.cpu_seconds != got.cpu_seconds
+
+
+def msgpack(value: object) -> bytes:
+    return msgspec.msgpack.encode(value)
 
 
 def _raw(header: bytes, payload: bytes = b"", fds: list[int] | None = None) -> None:
@@ -74,39 +83,111 @@ def _raw(header: bytes, payload: bytes = b"", fds: list[int] | None = None) -> N
     [
         # fields a front-end has no say in: the root side derives them
         (
-            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"tenant":"other"}}',
+            msgpack(
+                {
+                    "op": "call",
+                    "call": 1,
+                    "request": {
+                        "method": "ProcessService.Spawn",
+                        "argv": ["id"],
+                        "tenant": "other",
+                    },
+                }
+            ),
             "tenant",
         ),
         (
-            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"uid":0}}',
+            msgpack(
+                {
+                    "op": "call",
+                    "call": 1,
+                    "request": {"method": "ProcessService.Spawn", "argv": ["id"], "uid": 0},
+                }
+            ),
             "uid",
         ),
         (
-            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"roots":["/"]}}',
+            msgpack(
+                {
+                    "op": "call",
+                    "call": 1,
+                    "request": {"method": "ProcessService.Spawn", "argv": ["id"], "roots": ["/"]},
+                }
+            ),
             "roots",
         ),
         (
-            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"limits":{"landlock":false}}}',
+            msgpack(
+                {
+                    "op": "call",
+                    "call": 1,
+                    "request": {
+                        "method": "ProcessService.Spawn",
+                        "argv": ["id"],
+                        "limits": {"landlock": False},
+                    },
+                }
+            ),
             "landlock",
         ),
         # wrong types and ranges
-        (b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":"id"}}', "argv"),
         (
-            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"limits":{"pids":-1}}}',
+            msgpack(
+                {
+                    "op": "call",
+                    "call": 1,
+                    "request": {"method": "ProcessService.Spawn", "argv": "id"},
+                }
+            ),
+            "argv",
+        ),
+        (
+            msgpack(
+                {
+                    "op": "call",
+                    "call": 1,
+                    "request": {
+                        "method": "ProcessService.Spawn",
+                        "argv": ["id"],
+                        "limits": {"pids": -1},
+                    },
+                }
+            ),
             "pids",
         ),
         (
-            b'{"op":"call","call":1,"request":{"method":"ProcessService.Spawn","argv":["id"],"limits":{"memory_bytes":true}}}',
+            msgpack(
+                {
+                    "op": "call",
+                    "call": 1,
+                    "request": {
+                        "method": "ProcessService.Spawn",
+                        "argv": ["id"],
+                        "limits": {"memory_bytes": True},
+                    },
+                }
+            ),
             "memory_bytes",
         ),
-        (b'{"op":"call","call":0,"request":{"method":"ProcessService.List"}}', "call"),
+        (msgpack({"op": "call", "call": 0, "request": {"method": "ProcessService.List"}}), "call"),
         # unknown methods and kinds
-        (b'{"op":"call","call":1,"request":{"method":"AdminService.Kill"}}', "method"),
-        (b'{"op":"exec","argv":["id"]}', "op"),
-        (b'{"op":"hello","tenant":"x"}', "op"),
-        (b"not json", "json"),
+        (msgpack({"op": "call", "call": 1, "request": {"method": "AdminService.Kill"}}), "method"),
+        (msgpack({"op": "exec", "argv": ["id"]}), "op"),
+        (msgpack({"op": "hello", "tenant": "x"}), "op"),
+        (b"\xc1", "not msgpack"),
         (
-            b'{"op":"call","call":1,"request":{"method":"ProcessService.Signal","spawn_id":"a","pid":3,"signal":9}}',
+            msgpack(
+                {
+                    "op": "call",
+                    "call": 1,
+                    "request": {
+                        "method": "ProcessService.Signal",
+                        "spawn_id": "a",
+                        "pid": 3,
+                        "signal": 9,
+                    },
+                }
+            ),
             "one target",
         ),
     ],
@@ -120,7 +201,10 @@ def test_a_datagram_with_an_fd_it_has_no_use_for_is_refused_and_the_fd_closed() 
     r, w = os.pipe()
     os.close(w)
     with pytest.raises(channel.ChannelError, match="fd"):
-        _raw(b'{"op":"call","call":1,"request":{"method":"ProcessService.List"}}', fds=[r])
+        _raw(
+            msgpack({"op": "call", "call": 1, "request": {"method": "ProcessService.List"}}),
+            fds=[r],
+        )
     with pytest.raises(OSError):
         os.fstat(r)
 
@@ -148,9 +232,9 @@ async def test_the_link_delivers_in_order_and_reports_errors_without_closing() -
     )
     sender = channel.Link(a, messages.TO_FRONTEND, lambda m, p: None, lambda e: None, lambda: None)
     for n in range(1, 50):
-        sender.send(messages.Ack(op="ack", call=n), b"x" * n)
-    a.send(struct.pack("=IQ", 2, 0) + b"{}")  # a bad one between good ones
-    sender.send(messages.Cancel(op="cancel", call=7))
+        sender.send(messages.Ack(call=n), b"x" * n)
+    a.send(struct.pack("=IQ", 1, 0) + b"\x80")  # a bad one (an empty map) between good ones
+    sender.send(messages.Cancel(call=7))
     for _ in range(100):
         if len(got) == 50:
             break

@@ -53,7 +53,7 @@ spec = json.loads(sys.argv[1])
 sys.path[:0] = spec["sys_path"]
 import prctl
 from hostcapd.bridge.confine import Confinement, confine, interpreter_paths
-from hostcapd.fs.worker import Unavailable
+from hostcapd.applied import Unavailable
 
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long

@@ -67,7 +67,7 @@ class Channel:
     def receive(self) -> tuple[Any, bytes] | None:
         """The next message, or None once the root side closed the channel."""
         try:
-            data = self.sock.recv(channel.MAX_HEADER + channel.INLINE_PAYLOAD + 64)
+            data = self.sock.recv(channel.INLINE_PAYLOAD + 64)
         except (ConnectionError, TimeoutError):
             return None
         if not data:

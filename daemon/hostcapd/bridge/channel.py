@@ -33,16 +33,15 @@ from typing import Any
 
 import msgspec
 
-#: Payloads up to this size travel in the datagram.
+#: Messages (header and payload) up to this size travel in the datagram.
 INLINE_PAYLOAD = 1024 * 1024
-#: Largest header: a spawn request's argv + env near the kernel's ARG_MAX.
-MAX_HEADER = 3 * 1024 * 1024
-#: Largest payload in a memfd (a file write or stdin: the gRPC message ceiling).
-MAX_PAYLOAD = 256 * 1024 * 1024
+#: Largest message in a memfd: above a request's gRPC ceiling (80 MiB) and a
+#: Run result with both streams at their largest.
+MAX_PAYLOAD = 1024 * 1024 * 1024
 #: The socket buffers, forced by the root side when it makes the pair.
 BUFFER = 8 * 1024 * 1024
 _PREFIX = struct.Struct("=IQ")
-_DATAGRAM = _PREFIX.size + MAX_HEADER + INLINE_PAYLOAD
+_DATAGRAM = _PREFIX.size + INLINE_PAYLOAD
 _FD_SIZE = array.array("i").itemsize
 #: Bytes queued for a peer that does not read, above which the link is broken.
 MAX_QUEUED = 512 * 1024 * 1024
@@ -72,23 +71,25 @@ _ENCODER = msgspec.msgpack.Encoder()
 def encode(
     message: msgspec.Struct, payload: bytes | memoryview = b""
 ) -> tuple[list[Any], list[int]]:
-    """The datagram's buffers and fds (a memfd the caller closes once sent)."""
+    """The datagram's buffers and fds (a memfd the caller closes once sent):
+    a message above INLINE_PAYLOAD travels whole, header and payload, in a
+    memfd, and the datagram is its prefix alone."""
     header = _ENCODER.encode(message)
-    if len(header) > MAX_HEADER:
-        raise ChannelError(f"a {type(message).__name__} of {len(header)} bytes is too large")
-    if len(payload) <= INLINE_PAYLOAD:
+    size = len(header) + len(payload)
+    if size <= INLINE_PAYLOAD:
         return [_PREFIX.pack(len(header), 0), header, payload], []
-    if len(payload) > MAX_PAYLOAD:
-        raise ChannelError(f"a payload of {len(payload)} bytes is too large")
-    fd = os.memfd_create("hostcap-payload", os.MFD_CLOEXEC)
+    if size > MAX_PAYLOAD:
+        raise ChannelError(f"a {type(message).__name__} of {size} bytes is too large")
+    fd = os.memfd_create("hostcap-message", os.MFD_CLOEXEC)
     try:
-        view = memoryview(payload)
-        while view:
-            view = view[os.write(fd, view) :]
+        for part in (header, payload):
+            view = memoryview(part)
+            while view:
+                view = view[os.write(fd, view) :]
     except BaseException:
         os.close(fd)
         raise
-    return [_PREFIX.pack(len(header), len(payload)), header], [fd]
+    return [_PREFIX.pack(len(header), size)], [fd]
 
 
 def decode(
@@ -100,23 +101,25 @@ def decode(
         if len(data) < _PREFIX.size:
             raise ChannelError("a datagram shorter than its prefix")
         header_len, memfd_size = _PREFIX.unpack_from(data)
-        end = _PREFIX.size + header_len
+        if memfd_size:
+            if len(fds) != 1 or len(data) != _PREFIX.size or memfd_size > MAX_PAYLOAD:
+                raise ChannelError("a memfd message without exactly its one fd")
+            whole = os.pread(fds[0], memfd_size, 0)
+            if len(whole) != memfd_size:
+                raise ChannelError("a memfd message shorter than its prefix says")
+            data, start = memoryview(whole), 0
+        elif fds:
+            raise ChannelError("a datagram carried an fd it has no use for")
+        else:
+            start = _PREFIX.size
+        end = start + header_len
         if end > len(data):
-            raise ChannelError("a header longer than its datagram")
+            raise ChannelError("a header longer than its message")
         try:
-            message = decoder.decode(data[_PREFIX.size : end])
+            message = decoder.decode(data[start:end])
         except (msgspec.ValidationError, msgspec.DecodeError) as error:
             raise ChannelError(f"not a valid message: {error}") from None
-        if memfd_size == 0:
-            if fds:
-                raise ChannelError("a datagram carried an fd it has no use for")
-            return message, bytes(data[end:])
-        if len(fds) != 1 or end != len(data) or memfd_size > MAX_PAYLOAD:
-            raise ChannelError("a memfd payload without exactly its one fd")
-        payload = os.pread(fds[0], memfd_size, 0)
-        if len(payload) != memfd_size:
-            raise ChannelError("a memfd payload shorter than its header says")
-        return message, payload
+        return message, bytes(data[end:])
     finally:
         for fd in fds:
             os.close(fd)

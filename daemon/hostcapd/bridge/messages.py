@@ -42,9 +42,10 @@ import msgspec
 from google.protobuf import message as protobuf_message
 from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
-#: Up to 2^63 - 1 (msgspec's integer bounds are int64): a uint64 request
-#: field above that (an absurd limit) fails as a malformed request.
-U64 = Annotated[int, msgspec.Meta(ge=0, le=(1 << 63) - 1)]
+#: A uint64: msgspec's bounds are int64, so only the lower one is checked
+#: here (its MessagePack decoder takes up to 2^64 - 1; protobuf checks the
+#: upper one when the root side builds the request).
+U64 = Annotated[int, msgspec.Meta(ge=0)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=(1 << 32) - 1)]
 I32 = Annotated[int, msgspec.Meta(ge=-(1 << 31), le=(1 << 31) - 1)]
 I64 = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]

@@ -26,7 +26,7 @@ def _roundtrip(model: messages.Message, payload: bytes = b"") -> tuple[object, b
         )
         for fd in fds:
             os.close(fd)
-        data, ancdata, _, _ = b.recvmsg(channel.MAX_HEADER + channel.INLINE_PAYLOAD + 64, 64)
+        data, ancdata, _, _ = b.recvmsg(channel.INLINE_PAYLOAD + 64, 64)
         got = [fd for _, _, d in ancdata for fd in struct.unpack("i" * (len(d) // 4), d)]
         return channel.decode(memoryview(data), got, messages.FROM_FRONTEND["tenant"])
     finally:
@@ -244,3 +244,16 @@ async def test_the_link_delivers_in_order_and_reports_errors_without_closing() -
     assert len(errors) == 1 and not link.closed
     sender.close()
     await asyncio.wait_for(closed.wait(), 2)
+
+
+def test_a_header_too_large_for_a_datagram_travels_in_the_memfd() -> None:
+    """10 MB of env is refused by the root side's rules, not by the framing."""
+    big = _spawn(env={"HUGE": "x" * (10 << 20)}, payload=True)
+    message, payload = _roundtrip(big, b"stdin")
+    assert message == big and payload == b"stdin"
+
+
+def test_a_uint64_limit_above_int64_reaches_the_root_side() -> None:
+    """It is the root side's to refuse (LIMIT_INVALID), not a malformed call."""
+    message, _ = _roundtrip(_spawn(limits=messages.Limits(memory_bytes=(1 << 64) - 1)))
+    assert message.request.limits.memory_bytes == (1 << 64) - 1  # type: ignore[attr-defined]

@@ -231,7 +231,7 @@ async def serve(
 
 
 def _hello(sock: socket.socket) -> messages.Hello:
-    data = sock.recv(channel.MAX_HEADER + 64)
+    data = sock.recv(channel.INLINE_PAYLOAD + 64)
     if not data:
         raise EOFError
     message, _ = channel.decode(memoryview(data), [], messages.TO_FRONTEND)

@@ -34,7 +34,7 @@ import signal
 import stat
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, cast
@@ -326,11 +326,14 @@ class Bridge:
         error: BaseException | None = None
         try:
             if relayed.streaming:
-                stream: AsyncIterator[Any] = relayed.behaviour(request, context)
-                async for item in stream:
-                    state.acked = asyncio.get_running_loop().create_future()
-                    self.send(messages.Event(call=call), _wire(item))
-                    await state.acked
+                # Closed on every way out: a cancel while it waits for an
+                # ack must run its finally (which ends the spawn's tree)
+                # now, not when the generator is collected.
+                async with contextlib.aclosing(relayed.behaviour(request, context)) as stream:
+                    async for item in stream:
+                        state.acked = asyncio.get_running_loop().create_future()
+                        self.send(messages.Event(call=call), _wire(item))
+                        await state.acked
                 self.send(messages.End(call=call))
             else:
                 reply = await relayed.behaviour(request, context)

@@ -31,7 +31,7 @@ from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.checks import check_config, summary
 from hostcapd.config import Config, Tenant
 from hostcapd.frontend.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
-from hostcapd.frontend.servers import Graceful, Server, TenantService, serve_admin, serve_tenant
+from hostcapd.frontend.servers import AdminService, TenantService, serve_admin, serve_tenant
 from hostcapd.frontend.sockets import StartupError, file_id_of, unlink_if_ours
 from hostcapd.fs.client import FsWorkerUnavailable
 from hostcapd.reload import STOP_GRACE_S, Reloads, notify
@@ -94,10 +94,8 @@ class Daemon:
         self._stop = asyncio.Event()
         self.host: HostSupport | None = None
         self.audit: AuditLog | None = None
-        self._admin: Server | None = None
+        self._admin: AdminService | None = None
         self._admin_servicer: AdminServicer | None = None
-        self._admin_health: Graceful | None = None
-        self._admin_id: tuple[int, int] | None = None
         self.reloads = Reloads(self)
         self._serving = False
         self._stopping = False
@@ -178,26 +176,32 @@ class Daemon:
                 log.warning("swept %d stale spawn cgroups", swept)
             await self.spawner.start()
             self.spawner.on_restart = self._spawner_restarted
-            # Side by side: each starts a worker and a front-end process.
+            # Side by side: each starts a front-end process (and a tenant
+            # its fs worker); the admin socket is put in place last.
             prepared = await asyncio.gather(
                 *(self._prepare_tenant(t, profiles.pop(t.name)) for t in cfg.tenants),
+                self._prepare_admin(),
                 return_exceptions=True,
             )
             failed = [p for p in prepared if isinstance(p, BaseException)]
             if failed:
                 for service in prepared:
-                    if isinstance(service, TenantService):
+                    if isinstance(service, (TenantService, AdminService)):
                         await service.discard()
                 raise failed[0]
-            for service in prepared:
+            for service in prepared[:-1]:
                 assert isinstance(service, TenantService)
                 self._commit(service)
+            admin = prepared[-1]
+            assert admin is None or isinstance(admin, AdminService)
+            self._admin = admin
         finally:
             for p in profiles.values():
                 p.close()
         # The endpoint first: once the admin socket answers, it does too.
         self.metrics = await metrics.serve(cfg.metrics, cfg.admin, self)
-        await self._serve_admin()
+        if self._admin is not None:
+            self._admin.place()
         self.audit.write(
             "daemon.start",
             version=__version__,
@@ -259,33 +263,33 @@ class Daemon:
         service.placed()
         log.warning("tenant %s: its front-end serves again", service.name)
 
-    async def _serve_admin(self) -> None:
+    async def _prepare_admin(self) -> AdminService | None:
         admin = self.config.admin
         if admin is None:
-            return
+            return None
         self._admin_servicer = AdminServicer(self)
-        self._admin, self._admin_health, self._admin_id, frontend = await serve_admin(
+        service = await serve_admin(
             admin, self._admin_servicer, self.audit, self.config.daemon.frontend_processes
         )
-        if frontend is not None:
-            frontend.on_restarted = self._admin_restarted
+        if service.frontend is not None:
+            service.frontend.on_restarted = functools.partial(self._admin_restarted, service)
+        return service
 
-    async def _admin_restarted(self, temp: Path) -> None:
-        """The admin socket's front-end died and was started again."""
-        assert self.config.admin is not None
-        path = self.config.admin.socket
+    async def _admin_restarted(self, service: AdminService, temp: Path) -> None:
+        """The admin socket's front-end died and was started again: its new
+        socket takes the path, if the path still has the old one."""
         try:
-            same = file_id_of(path) == self._admin_id
+            same = file_id_of(service.path) == service.socket_id
         except FileNotFoundError:
             same = True
         if not same or self._stopping:
             with contextlib.suppress(FileNotFoundError):
                 temp.unlink()
-        else:
-            os.rename(temp, path)
-            self._admin_id = file_id_of(path)
-        with contextlib.suppress(OSError):
-            temp.parent.rmdir()
+            if service.frontend is not None:
+                service.frontend.remove_bind_dir()
+            return
+        service.temp = temp
+        service.place()
 
     def announce(self) -> None:
         for service in self.tenants.values():
@@ -361,11 +365,10 @@ class Daemon:
         services = [*self.tenants.values(), *self.reloads.retiring]
         admin_stop: asyncio.Task[None] | None = None
         if self._admin is not None:
-            if self._admin_health is not None:
-                await self._admin_health.enter_graceful_shutdown()
+            await self._admin.health.enter_graceful_shutdown()
             if self._admin_servicer is not None:
                 self._admin_servicer.end_follows()
-            admin_stop = asyncio.ensure_future(self._admin.stop(1))
+            admin_stop = asyncio.ensure_future(self._admin.server.stop(1))
         # Running spawns end DAEMON_SHUTDOWN (new ones are refused meanwhile);
         # their calls send the final events; only then do the servers close
         # their connections, after a moment for the clients to read them (a
@@ -386,7 +389,7 @@ class Daemon:
         for service in self.tenants.values():
             unlink_if_ours(service.tenant.socket, service.socket_id)
         if self.config.admin is not None:
-            unlink_if_ours(self.config.admin.socket, self._admin_id)
+            unlink_if_ours(self.config.admin.socket, self._admin.socket_id if self._admin else None)
         await asyncio.gather(*self.reloads.retiring.values(), return_exceptions=True)
         await asyncio.gather(*(s.fs.close() for s in self.tenants.values()), return_exceptions=True)
         await self.spawner.close()

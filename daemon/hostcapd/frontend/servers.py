@@ -225,16 +225,45 @@ async def serve_tenant_here(runtime: TenantRuntime) -> TenantService:
     return TenantService(runtime, fs_runtime, server, health_servicer, temp)
 
 
+@dataclass(eq=False)
+class AdminService:
+    """The admin socket as served: its server (or front-end process), bound
+    under a temporary name until `place` puts it at its path."""
+
+    server: Server
+    health: Graceful
+    temp: Path | None
+    path: Path
+    frontend: Frontend | None = None
+    socket_id: tuple[int, int] | None = None
+
+    def place(self) -> None:
+        assert self.temp is not None
+        os.rename(self.temp, self.path)
+        self.temp = None
+        self.socket_id = file_id_of(self.path)
+        if self.frontend is not None:
+            self.frontend.remove_bind_dir()
+
+    async def discard(self) -> None:
+        await self.server.stop(None)
+        if self.temp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.temp.unlink()
+        if self.frontend is not None:
+            self.frontend.remove_bind_dir()
+
+
 async def serve_admin(
     admin: AdminSettings,
     servicer: AdminServicer,
     audit: AuditLog | None = None,
     frontend_process: bool = False,
-) -> tuple[Server, Graceful, tuple[int, int], Frontend | None]:
-    """Start the admin server and put its socket in place; its server, health
-    reporting, socket file id, and front-end process (with
-    `frontend_process`: the admin socket's own, relaying only the admin
-    operations to `servicer` here)."""
+) -> AdminService:
+    """Start the admin server, listening under a temporary name (`place`
+    puts it in place); with `frontend_process`, in a front-end process of
+    the admin socket's own, relaying only the admin operations to
+    `servicer` here."""
     gid, mode = admin_socket_access(admin)
     if frontend_process:
         assert audit is not None
@@ -248,15 +277,9 @@ async def serve_admin(
             servicer.end_follows,
         )
         temp = await frontend.start()
-        try:
-            os.rename(temp, admin.socket)
-        except BaseException:
-            await frontend.stop(None)
-            raise
-        finally:
-            frontend.remove_bind_dir()
-        return frontend, frontend, file_id_of(admin.socket), frontend
-    return (*(await _serve_admin_here(admin, servicer, gid, mode)), None)
+        return AdminService(frontend, frontend, temp, admin.socket, frontend)
+    server, health_servicer, temp = await _serve_admin_here(admin, servicer, gid, mode)
+    return AdminService(server, health_servicer, temp, admin.socket)
 
 
 #: The admin socket's largest request (grpc's default).
@@ -265,7 +288,7 @@ ADMIN_RECEIVE = 4 * 1024 * 1024
 
 async def _serve_admin_here(
     admin: AdminSettings, servicer: AdminServicer, gid: int, mode: int
-) -> tuple[grpc.aio.Server, HealthReporter, tuple[int, int]]:
+) -> tuple[grpc.aio.Server, HealthReporter, Path]:
     server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE])
     add_servicer(server, servicer, service_descriptor(admin_pb2, "AdminService"))
     health_servicer = new_health()
@@ -281,9 +304,9 @@ async def _serve_admin_here(
         await server.start()
         for name in (services[0], ""):
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-        os.rename(temp, admin.socket)
     except BaseException:
+        await server.stop(None)
         with contextlib.suppress(FileNotFoundError):
             temp.unlink()
         raise
-    return server, health_servicer, file_id_of(admin.socket)
+    return server, health_servicer, temp

@@ -602,8 +602,10 @@ def test_after_all_the_hostility_nothing_is_left_and_every_exec_has_its_exit(
     exits = {r["spawn_id"] for r in records if r["event"] == "process.exit"}
     assert execs <= exits
     # Only the daemon's own helpers run under it (the spawner, fs workers,
-    # warm children waiting for a request): nothing sandboxed is left.
+    # the sockets' front-ends, warm children waiting for a request): nothing
+    # sandboxed is left.
     helpers = [
         cmdline(pid) for pid in descendants(hostile_daemon.pid) if not waiting_warm_child(pid)
     ]
-    assert all(b"hostcapd.spawner" in c or b"hostcapd.fs.worker" in c for c in helpers), helpers
+    own = (b"hostcapd.spawner", b"hostcapd.fs.worker", b"hostcapd.bridge.frontend")
+    assert all(any(name in c for name in own) for c in helpers), helpers

@@ -88,7 +88,11 @@ def daemon_config(state: Path, tenants: dict[str, dict[str, Any]], **extra: Any)
         "admin": {"socket": str(state / "run" / "admin.sock"), "mode": 0o600},
         "tenants": tenants,
     }
-    config.update(extra)
+    for key, value in extra.items():
+        if key == "daemon":  # merged: a test sets one daemon setting
+            config["daemon"].update(value)
+        else:
+            config[key] = value
     return config
 
 

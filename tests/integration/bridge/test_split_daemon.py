@@ -7,11 +7,14 @@ serving the same path again."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
 import socket
 import struct
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +36,9 @@ from support.process import Client, request
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the split runs front-ends as another user"
 )
+
+
+CTL = (sys.executable, "-m", "hostcap.ctl.main")
 
 
 def frontends(daemon: Daemon) -> list[int]:
@@ -150,3 +156,28 @@ async def test_a_frontend_that_dies_ends_its_spawns_and_serves_again(
     finally:
         await client.close()
         await other.close()
+
+
+def test_hostcapctl_capabilities_reports_the_split(start_daemon: Callable[..., Daemon]) -> None:
+    daemon = start_daemon()
+    done = subprocess.run(
+        [*CTL, "--socket", str(daemon.socket), "capabilities", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert {p["name"]: p["applied"] for p in data["frontend_protections"]} == dict.fromkeys(
+        ("uid_drop", "no_new_privs", "not_dumpable", "no_capabilities", "landlock", "seccomp"),
+        True,
+    )
+    assert data["frontend_uid"] == listener_of(daemon.socket)[1] not in (0, NOBODY)
+
+
+def test_without_frontend_processes_the_root_process_serves(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = start_daemon(daemon={"frontend_processes": False})
+    assert frontends(daemon) == []
+    assert listener_of(daemon.socket) == (daemon.pid, 0)

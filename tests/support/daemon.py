@@ -120,6 +120,20 @@ def connectable(path: Path) -> bool:
         s.close()
 
 
+def file_identity(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.lstat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def placed_since(path: Path, before: tuple[int, int] | None) -> bool:
+    """The file at `path` is not the one that was there (`before`)."""
+    now = file_identity(path)
+    return now is not None and now != before
+
+
 @dataclass
 class Daemon:
     state: Path
@@ -160,6 +174,13 @@ class Daemon:
 
     def start(self, timeout: float = 20.0) -> Daemon:
         self.write_config()
+        sockets = [Path(t["socket"]) for t in self.config["tenants"].values()]
+        if self.config.get("admin"):
+            sockets.append(Path(self.config["admin"]["socket"]))
+        # A restart after SIGKILL: the old front-end may still be listening
+        # on the old socket file for a moment (its parent-death signal is on
+        # its way), so only a socket this process put in place counts.
+        previous = {s: file_identity(s) for s in sockets}
         env = {"PATH": "/usr/bin:/bin", "HOSTCAP_CANARY": "daemon-secret-canary", **self.env}
         self.log = open(self.state / "daemon.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -170,13 +191,10 @@ class Daemon:
             cwd=REPO,
         )
         deadline = time.monotonic() + timeout
-        sockets = [Path(t["socket"]) for t in self.config["tenants"].values()]
-        if self.config.get("admin"):
-            sockets.append(Path(self.config["admin"]["socket"]))
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"hostcapd exited with {self.proc.returncode}:\n{self.output()}")
-            if all(connectable(s) for s in sockets):
+            if all(placed_since(s, before) and connectable(s) for s, before in previous.items()):
                 return self
             time.sleep(0.05)
         raise RuntimeError(f"hostcapd did not serve within {timeout} s:\n{self.output()}")

@@ -221,9 +221,20 @@ async def tenants(
     await fresh.close()
 
 
+def _set_up(pid: int) -> bool:
+    """Whether a child of the spawner has dropped root (the spawner is root;
+    a child just cloned is too, until its set-up changes its identity)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
+    return "0" not in uids
+
+
 def _waiting(daemon: Daemon) -> list[int]:
-    """The spawner's children while nothing runs: the warm ones."""
-    return sorted(children_of(spawner_pid(daemon)))
+    """The spawner's children while nothing runs, once set up: the warm ones."""
+    return sorted(pid for pid in children_of(spawner_pid(daemon)) if _set_up(pid))
 
 
 async def _wait_warm(

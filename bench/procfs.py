@@ -18,6 +18,16 @@ def rss_bytes(pid: int) -> int:
     raise ValueError(f"no VmRSS for pid {pid}")
 
 
+def pss_bytes(pid: int) -> int:
+    """Pss of `pid` (its resident set, each shared page divided among the
+    processes that map it), in bytes: what a set of processes costs together
+    is the sum of theirs."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    raise ValueError(f"no Pss for pid {pid}")
+
+
 def cpu_seconds(pid: int, thread: int = 0) -> float:
     """User + system CPU seconds `pid` has used itself (not its children); of
     its thread `thread` alone if given (the main thread's id is `pid`)."""

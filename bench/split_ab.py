@@ -15,7 +15,11 @@ Prints, split against in-process, measured in alternation:
   part of a split daemon: the rate at which it caps), the front-end's, and
   the spawner's;
 - idle RSS: each front-end, and a bare grpc.aio server (bench.floor_servers)
-  started the same way, in the same run.
+  started the same way, in the same run;
+- what ten tenants cost, idle: a split and an in-process daemon with ten
+  tenants of the default profile each (`--many`), the sum of the PSS of the
+  daemon's own processes (root, spawner, front-ends, fs workers; not the
+  sandboxes' warm children), and the front-ends' RSS.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from bench.throughput import daemon_rate
 
 #: Two tenants of the default profile (warm, as by default).
 PROFILES.setdefault("full2", PROFILES["full"])
+#: The many-tenant memory row's tenants, all of the default profile.
+MANY_PREFIX = "many"
 TENANTS = ("full", "full2", "stream")
 STREAM_BYTES = 256 * MiB
 KINDS = ("split", "inproc")
@@ -47,7 +53,42 @@ def _cpu(pids: list[int]) -> float:
     return sum(procfs.cpu_seconds(pid) for pid in pids)
 
 
-async def main(rounds: int, seconds: float, windows: int) -> int:
+def _daemon_pids(daemon: BenchDaemon) -> list[int]:
+    return [daemon.pid, *daemon.helper_pids().values()]
+
+
+async def many_tenants(state: Path, many: int) -> None:
+    """Idle memory of a split and an in-process daemon with `many` tenants."""
+    names = tuple(f"{MANY_PREFIX}{i}" for i in range(many))
+    for name in names:
+        PROFILES.setdefault(name, PROFILES["full"])
+    figures: dict[str, tuple[int, list[int]]] = {}
+    for kind, split in (("split", True), ("inproc", False)):
+        daemon = BenchDaemon(state / f"{kind}-many", names, frontend_processes=split)
+        clients = []
+        try:
+            daemon.start()
+            clients = [TenantClient(daemon.socket(name)) for name in names]
+            for c in clients:
+                await c.true()
+            await asyncio.sleep(1.0)
+            pss = sum(procfs.pss_bytes(pid) for pid in _daemon_pids(daemon))
+            figures[kind] = (pss, [procfs.rss_bytes(pid) for pid in daemon.frontend_pids()])
+        finally:
+            for c in clients:
+                await c.close()
+            daemon.stop()
+    (split_pss, fe_rss), (inproc_pss, _) = figures["split"], figures["inproc"]
+    print(
+        f"{many} tenants, idle: split daemon PSS {split_pss / MiB:.0f} MiB ({len(fe_rss)} front-ends"
+        f" (no admin socket in this config), RSS {min(fe_rss) / MiB:.1f}-{max(fe_rss) / MiB:.1f} MiB"
+        f" each) | in-process daemon PSS"
+        f" {inproc_pss / MiB:.0f} MiB | split - in-process {(split_pss - inproc_pss) / MiB:.0f} MiB,"
+        f" {(split_pss - inproc_pss) / many / MiB:.1f} MiB a tenant"
+    )
+
+
+async def main(rounds: int, seconds: float, windows: int, many: int) -> int:
     state = Path(tempfile.mkdtemp(prefix="split-ab-", dir=state_parent()))
     daemons = {
         "split": BenchDaemon(state / "split", TENANTS, frontend_processes=True),
@@ -96,7 +137,7 @@ async def main(rounds: int, seconds: float, windows: int) -> int:
         streams: dict[str, list[float]] = {kind: [] for kind in KINDS}
         fe_cpu: list[float] = []
         root_cpu: dict[str, list[float]] = {kind: [] for kind in KINDS}
-        for index in range(max(2, windows // 2)):
+        for index in range(max(2, windows)):
             for kind in rotation(list(KINDS), index):
                 daemon = daemons[kind]
                 fes = daemon.frontend_pids()
@@ -163,6 +204,14 @@ async def main(rounds: int, seconds: float, windows: int) -> int:
             f" {us['inproc']:.0f} us; the split's root side alone would cap at"
             f" {1e6 / us['root']:.0f} spawns/s of one core"
         )
+        for per in clients.values():
+            for c in per.values():
+                await c.close()
+        clients = {}
+        for daemon in daemons.values():
+            daemon.stop()
+        if many:
+            await many_tenants(state, many)
     finally:
         for per in clients.values():
             for c in per.values():
@@ -180,5 +229,6 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--windows", type=int, default=4)
+    parser.add_argument("--many", type=int, default=10, help="tenants of the memory row (0: skip)")
     args = parser.parse_args()
-    sys.exit(asyncio.run(main(args.rounds, args.seconds, args.windows)))
+    sys.exit(asyncio.run(main(args.rounds, args.seconds, args.windows, args.many)))

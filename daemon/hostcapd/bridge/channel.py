@@ -33,8 +33,10 @@ from typing import Any
 
 import msgspec
 
-#: Messages (header and payload) up to this size travel in the datagram.
-INLINE_PAYLOAD = 1024 * 1024
+#: Messages (header and payload) up to this size travel in the datagram: a
+#: whole output event (a 1 MiB read of a spawn's pipe, with its framing)
+#: among them, so a stream never pays a memfd per event.
+INLINE_PAYLOAD = 1024 * 1024 + 64 * 1024
 #: Largest message in a memfd: above a request's gRPC ceiling (80 MiB) and a
 #: Run result with both streams at their largest.
 MAX_PAYLOAD = 1024 * 1024 * 1024

@@ -46,6 +46,19 @@ def test_a_call_round_trips_with_inline_and_memfd_payloads() -> None:
         assert payload == data
 
 
+def test_the_largest_output_event_travels_inline() -> None:
+    # A stream's events are whole reads of the spawn's pipe: each one in a
+    # memfd (create, write, read back) made row 3 take 1.7x the in-process
+    # time, against 1.3x inline.
+    from hostcapd.frontend.process_service import OUTPUT_CHUNK, output_event
+    from hostcapd.process.spawn import READ_CHUNK
+
+    event = output_event(1, b"x" * max(READ_CHUNK, OUTPUT_CHUNK))
+    buffers, fds = channel.encode(messages.Event(call=2**31), event)
+    assert fds == []
+    assert b"".join(bytes(b) for b in buffers).endswith(event)
+
+
 def test_the_proto_built_on_the_root_side_matches_the_request() -> None:
     wire = process_pb2.SpawnRequest(
         argv=["ls", "-l"], cwd="sub", env={"A": "1"}, stdin=b"in", request_id="r", labels={"k": "v"}

@@ -18,13 +18,14 @@ import contextlib
 import functools
 import logging
 import os
+import pwd
 import shutil
 import signal
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hostcapd import __version__, metrics, sdnotify
 from hostcapd.audit import AuditLog, AuditUnavailable
@@ -45,11 +46,26 @@ from hostcapd.sandbox.profile import (
 from hostcapd.spawner.client import SpawnerClient
 from hostcapd.tenant import TenantRuntime
 
+if TYPE_CHECKING:
+    from hostcapd.bridge.root import Frontend
+
 log = logging.getLogger("hostcapd")
 
 #: After the last call of a shutdown has sent its final event, how long the
 #: connections stay open for clients to read it.
 LINGER_S = 0.2
+
+
+def _served_by(frontend: Frontend | None) -> str:
+    """Who parses a socket's gRPC, for the start-up banner (decision 0027)."""
+    if frontend is None:
+        return "served by the root process (frontend_processes = false)"
+    uid, gid = frontend.identity
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        name = str(uid)
+    return f"served by an unprivileged front-end: pid {frontend.pid}, {name} (uid {uid} gid {gid})"
 
 
 def _ctl() -> str:
@@ -313,13 +329,15 @@ class Daemon:
                     f"  warm children: {runtime.warm.size} set up ahead of need (warm_spawns)",
                     file=sys.stderr,
                 )
+            print(f"  {_served_by(service.frontend)}", file=sys.stderr)
             print(f"  connect: {_ctl()} --socket {t.socket} run -- echo hello", file=sys.stderr)
             print(f"       or: grpcurl -plaintext -unix {t.socket} list", file=sys.stderr)
         if self.audit is not None:
             print(f"  audit log: {self.config.audit.path}", file=sys.stderr)
         if self.config.admin is not None:
             print(
-                f"  admin: {_ctl()} --admin-socket {self.config.admin.socket} ps",
+                f"  admin: {_ctl()} --admin-socket {self.config.admin.socket} ps"
+                f" ({_served_by(self._admin.frontend if self._admin else None)})",
                 file=sys.stderr,
             )
         if self.metrics is not None:

@@ -5,6 +5,7 @@ would), SIGTERM draining, and NOTIFY_SOCKET never reaching a child."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -186,6 +187,16 @@ def test_dev_mode_notifies_and_reloads_its_embedded_config(
         ready = notify.wait_after(-1, lambda m: m == "READY=1", "READY=1 in --dev")
         admin = state / "run" / "admin.sock"
         assert hostcapctl("health", admin=admin).returncode == 0
+        # `make run` shows the split: each socket's front-end, not root.
+        banner = (tmp_path / "dev.log").read_text()
+        served = re.findall(
+            r"served by an unprivileged front-end: pid (\d+), \S+ \(uid (\d+)", banner
+        )
+        assert len(served) == 2, banner  # the dev tenant's socket and the admin socket
+        for pid, uid in served:
+            status = Path(f"/proc/{pid}/status").read_text()
+            (real, effective, *_) = re.search(r"^Uid:\s+(.*)$", status, re.M).group(1).split()  # type: ignore[union-attr]
+            assert real == effective == uid != "0", status
         proc.send_signal(signal.SIGHUP)
         reloading = notify.wait_after(ready, lambda m: m.startswith("RELOADING=1"), "RELOADING=1")
         notify.wait_after(reloading, lambda m: m == "READY=1", "READY=1 after the reload")

@@ -73,6 +73,25 @@ class Graceful(Protocol):
     async def enter_graceful_shutdown(self) -> None: ...
 
 
+def _in_place(path: Path, frontend: Frontend | None) -> tuple[int, int]:
+    """A socket now at its path: its identity; its front-end's bind
+    directory is no longer needed."""
+    identity = file_id_of(path)
+    if frontend is not None:
+        frontend.remove_bind_dir()
+    return identity
+
+
+async def _release(server: Server, temp: Path | None, frontend: Frontend | None) -> None:
+    """Stop a prepared server that never served, and remove what it bound."""
+    await server.stop(None)
+    if temp is not None:
+        with contextlib.suppress(FileNotFoundError):
+            temp.unlink()
+    if frontend is not None:
+        frontend.remove_bind_dir()
+
+
 @dataclass(eq=False)
 class TenantService:
     """One tenant as served: runtime, fs worker, gRPC server, socket file."""
@@ -92,9 +111,7 @@ class TenantService:
     def placed(self) -> None:
         """The socket was renamed into place (`temp` is gone)."""
         self.temp = None
-        self.socket_id = file_id_of(self.tenant.socket)
-        if self.frontend is not None:
-            self.frontend.remove_bind_dir()
+        self.socket_id = _in_place(self.tenant.socket, self.frontend)
 
     @property
     def name(self) -> str:
@@ -119,12 +136,7 @@ class TenantService:
 
     async def discard(self) -> None:
         """Release a prepared tenant that never served."""
-        await self.server.stop(None)
-        if self.temp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.temp.unlink()
-        if self.frontend is not None:
-            self.frontend.remove_bind_dir()
+        await _release(self.server, self.temp, self.frontend)
         await self.fs.close()
         self.runtime.profile.close()
 
@@ -241,17 +253,10 @@ class AdminService:
         assert self.temp is not None
         os.rename(self.temp, self.path)
         self.temp = None
-        self.socket_id = file_id_of(self.path)
-        if self.frontend is not None:
-            self.frontend.remove_bind_dir()
+        self.socket_id = _in_place(self.path, self.frontend)
 
     async def discard(self) -> None:
-        await self.server.stop(None)
-        if self.temp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                self.temp.unlink()
-        if self.frontend is not None:
-            self.frontend.remove_bind_dir()
+        await _release(self.server, self.temp, self.frontend)
 
 
 async def serve_admin(

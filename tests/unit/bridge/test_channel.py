@@ -86,6 +86,18 @@ def msgpack(value: object) -> bytes:
     return msgspec.msgpack.encode(value)
 
 
+def _spawn_call(**request: object) -> bytes:
+    """A Spawn call's header as a front-end could write it, with `request`'s
+    fields beside the method and argv (which it may replace)."""
+    return msgpack(
+        {
+            "op": "call",
+            "call": 1,
+            "request": {"method": "ProcessService.Spawn", "argv": ["id"], **request},
+        }
+    )
+
+
 def _raw(header: bytes, payload: bytes = b"", fds: list[int] | None = None) -> None:
     data = struct.pack("=IQ", len(header), 0) + header + payload
     channel.decode(memoryview(data), fds or [], messages.FROM_FRONTEND["tenant"])
@@ -95,93 +107,14 @@ def _raw(header: bytes, payload: bytes = b"", fds: list[int] | None = None) -> N
     ("header", "why"),
     [
         # fields a front-end has no say in: the root side derives them
-        (
-            msgpack(
-                {
-                    "op": "call",
-                    "call": 1,
-                    "request": {
-                        "method": "ProcessService.Spawn",
-                        "argv": ["id"],
-                        "tenant": "other",
-                    },
-                }
-            ),
-            "tenant",
-        ),
-        (
-            msgpack(
-                {
-                    "op": "call",
-                    "call": 1,
-                    "request": {"method": "ProcessService.Spawn", "argv": ["id"], "uid": 0},
-                }
-            ),
-            "uid",
-        ),
-        (
-            msgpack(
-                {
-                    "op": "call",
-                    "call": 1,
-                    "request": {"method": "ProcessService.Spawn", "argv": ["id"], "roots": ["/"]},
-                }
-            ),
-            "roots",
-        ),
-        (
-            msgpack(
-                {
-                    "op": "call",
-                    "call": 1,
-                    "request": {
-                        "method": "ProcessService.Spawn",
-                        "argv": ["id"],
-                        "limits": {"landlock": False},
-                    },
-                }
-            ),
-            "landlock",
-        ),
+        (_spawn_call(tenant="other"), "tenant"),
+        (_spawn_call(uid=0), "uid"),
+        (_spawn_call(roots=["/"]), "roots"),
+        (_spawn_call(limits={"landlock": False}), "landlock"),
         # wrong types and ranges
-        (
-            msgpack(
-                {
-                    "op": "call",
-                    "call": 1,
-                    "request": {"method": "ProcessService.Spawn", "argv": "id"},
-                }
-            ),
-            "argv",
-        ),
-        (
-            msgpack(
-                {
-                    "op": "call",
-                    "call": 1,
-                    "request": {
-                        "method": "ProcessService.Spawn",
-                        "argv": ["id"],
-                        "limits": {"pids": -1},
-                    },
-                }
-            ),
-            "pids",
-        ),
-        (
-            msgpack(
-                {
-                    "op": "call",
-                    "call": 1,
-                    "request": {
-                        "method": "ProcessService.Spawn",
-                        "argv": ["id"],
-                        "limits": {"memory_bytes": True},
-                    },
-                }
-            ),
-            "memory_bytes",
-        ),
+        (_spawn_call(argv="id"), "argv"),
+        (_spawn_call(limits={"pids": -1}), "pids"),
+        (_spawn_call(limits={"memory_bytes": True}), "memory_bytes"),
         (msgpack({"op": "call", "call": 0, "request": {"method": "ProcessService.List"}}), "call"),
         # unknown methods and kinds
         (msgpack({"op": "call", "call": 1, "request": {"method": "AdminService.Kill"}}), "method"),

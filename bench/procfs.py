@@ -37,6 +37,11 @@ def cpu_seconds(pid: int, thread: int = 0) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def cpu_seconds_of(pids: list[int]) -> float:
+    """The CPU seconds of `pids` together (each its own, not its children's)."""
+    return sum(cpu_seconds(pid) for pid in pids)
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds all CPUs have spent not idle (nor waiting for I/O) since boot."""
     with open("/proc/stat") as f:

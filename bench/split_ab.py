@@ -49,10 +49,6 @@ STREAM_BYTES = 256 * MiB
 KINDS = ("split", "inproc")
 
 
-def _cpu(pids: list[int]) -> float:
-    return sum(procfs.cpu_seconds(pid) for pid in pids)
-
-
 def _daemon_pids(daemon: BenchDaemon) -> list[int]:
     return [daemon.pid, *daemon.helper_pids().values()]
 
@@ -88,8 +84,9 @@ async def many_tenants(state: Path, many: int) -> None:
     )
 
 
-async def main(rounds: int, seconds: float, windows: int, many: int) -> int:
-    state = Path(tempfile.mkdtemp(prefix="split-ab-", dir=state_parent()))
+async def compare(state: Path, rounds: int, seconds: float, windows: int) -> None:
+    """Idle front-end RSS, rows 1 and 3, throughput and CPU per spawn: a split
+    and an in-process daemon with the same tenants, measured in alternation."""
     daemons = {
         "split": BenchDaemon(state / "split", TENANTS, frontend_processes=True),
         "inproc": BenchDaemon(state / "inproc", TENANTS, frontend_processes=False),
@@ -141,12 +138,12 @@ async def main(rounds: int, seconds: float, windows: int, many: int) -> int:
             for kind in rotation(list(KINDS), index):
                 daemon = daemons[kind]
                 fes = daemon.frontend_pids()
-                before = _cpu(fes)
+                before = procfs.cpu_seconds_of(fes)
                 figures = await daemon_stream(clients[kind]["stream"], daemon, STREAM_BYTES)
                 streams[kind].append(figures["seconds"])
                 root_cpu[kind].append(figures["daemon_cpu_s"])
                 if kind == "split":
-                    fe_cpu.append(_cpu(fes) - before)
+                    fe_cpu.append(procfs.cpu_seconds_of(fes) - before)
         med = {kind: statistics.median(v) for kind, v in streams.items()}
         print(
             f"row 3, {STREAM_BYTES // MiB} MiB stream: split {STREAM_BYTES / MiB / med['split']:.0f} MiB/s"
@@ -173,10 +170,12 @@ async def main(rounds: int, seconds: float, windows: int, many: int) -> int:
                     "frontend": daemon.frontend_pids(),
                     "spawner": [helpers["spawner"]],
                 }
-                cpu = {role: _cpu(pids) for role, pids in watched.items()}
+                cpu = {role: procfs.cpu_seconds_of(pids) for role, pids in watched.items()}
                 done, took = await daemon_rate(daemon.socket("full"), seconds)
                 one[kind].append(done / took)
-                used = {role: _cpu(pids) - cpu[role] for role, pids in watched.items()}
+                used = {
+                    role: procfs.cpu_seconds_of(pids) - cpu[role] for role, pids in watched.items()
+                }
                 if kind == "split":
                     for role in ("root", "frontend", "spawner"):
                         per_spawn[role].append(used[role] / done * 1e6)
@@ -204,14 +203,6 @@ async def main(rounds: int, seconds: float, windows: int, many: int) -> int:
             f" {us['inproc']:.0f} us; the split's root side alone would cap at"
             f" {1e6 / us['root']:.0f} spawns/s of one core"
         )
-        for per in clients.values():
-            for c in per.values():
-                await c.close()
-        clients = {}
-        for daemon in daemons.values():
-            daemon.stop()
-        if many:
-            await many_tenants(state, many)
     finally:
         for per in clients.values():
             for c in per.values():
@@ -220,6 +211,15 @@ async def main(rounds: int, seconds: float, windows: int, many: int) -> int:
             daemon.stop()
         if floor is not None:
             stop(floor)
+
+
+async def main(rounds: int, seconds: float, windows: int, many: int) -> int:
+    state = Path(tempfile.mkdtemp(prefix="split-ab-", dir=state_parent()))
+    try:
+        await compare(state, rounds, seconds, windows)
+        if many:
+            await many_tenants(state, many)
+    finally:
         shutil.rmtree(state, ignore_errors=True)
     return 0
 

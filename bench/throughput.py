@@ -56,10 +56,6 @@ async def daemon_rate(socket: Path, seconds: float, clients: int = CLIENTS) -> t
             await c.close()
 
 
-def _cpu(pids: list[int]) -> float:
-    return sum(procfs.cpu_seconds(pid) for pid in pids)
-
-
 def _loops(root: int, frontends: list[int]) -> list[float]:
     """CPU seconds of the main thread (the event loop) of the root process,
     then of each front-end."""
@@ -92,7 +88,7 @@ async def measure(base: Baselines, daemon: BenchDaemon, quick: bool) -> Row:
             (procfs.machine_busy_seconds() - busy) * 1e3 / (rate * (time.perf_counter() - start))
         )
         for tenant in ("full", "nocg"):
-            front, back = _cpu(front_pids), procfs.cpu_seconds(spawner)
+            front, back = procfs.cpu_seconds_of(front_pids), procfs.cpu_seconds(spawner)
             loops = _loops(daemon.pid, frontends)
             busy = procfs.machine_busy_seconds()
             spawns, elapsed = await daemon_rate(daemon.socket(tenant), seconds)
@@ -104,7 +100,7 @@ async def measure(base: Baselines, daemon: BenchDaemon, quick: bool) -> Row:
             loop_busy[f"{tenant}_root"].append(used[0] / elapsed)
             # The other tenants' front-ends are idle: the busiest is this one's.
             loop_busy[tenant].append(max(used[1:] or used[:1]) / elapsed)
-            cpu_ms[tenant].append((_cpu(front_pids) - front) * 1e3 / spawns)
+            cpu_ms[tenant].append((procfs.cpu_seconds_of(front_pids) - front) * 1e3 / spawns)
             cpu_ms[f"{tenant}_spawner"].append((procfs.cpu_seconds(spawner) - back) * 1e3 / spawns)
     med = {name: statistics.median(v) for name, v in rates.items()}
     row = Row("2 throughput")

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 from hostcap_proto.v1 import common_pb2
 from ops_support import (
     DEADLINE_S,
@@ -194,9 +195,8 @@ def test_dev_mode_notifies_and_reloads_its_embedded_config(
         )
         assert len(served) == 2, banner  # the dev tenant's socket and the admin socket
         for pid, uid in served:
-            status = Path(f"/proc/{pid}/status").read_text()
-            (real, effective, *_) = re.search(r"^Uid:\s+(.*)$", status, re.M).group(1).split()  # type: ignore[union-attr]
-            assert real == effective == uid != "0", status
+            uids = psutil.Process(int(pid)).uids()
+            assert uids.real == uids.effective == int(uid) != 0, uids
         proc.send_signal(signal.SIGHUP)
         reloading = notify.wait_after(ready, lambda m: m.startswith("RELOADING=1"), "RELOADING=1")
         notify.wait_after(reloading, lambda m: m == "READY=1", "READY=1 after the reload")

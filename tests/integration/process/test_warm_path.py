@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from hostcapd.config import PROTECTION_NAMES
 from support.daemon import Daemon, audit_records, children_of, spawner_pid
@@ -225,11 +226,9 @@ def _set_up(pid: int) -> bool:
     """Whether a child of the spawner has dropped root (the spawner is root;
     a child just cloned is too, until its set-up changes its identity)."""
     try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
+        return 0 not in psutil.Process(pid).uids()
+    except psutil.NoSuchProcess:
         return False
-    uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
-    return "0" not in uids
 
 
 def _waiting(daemon: Daemon) -> list[int]:

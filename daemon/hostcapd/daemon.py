@@ -6,7 +6,7 @@ and the service manager's notifications.
     daemon = Daemon(config, config_path)     # or reload_source=... for --dev
     exit_code = await daemon.serve()         # SIGTERM/SIGINT drain, SIGHUP reloads
 
-Every tenant is a `TenantService` (`hostcapd.frontend.servers`): its runtime,
+Every tenant is a `TenantService` (`hostcapd.service.servers`): its runtime,
 its fs worker and the gRPC server bound to its socket, owned together and
 released together.
 """
@@ -31,9 +31,6 @@ from hostcapd import __version__, metrics, sdnotify
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.checks import check_config, summary
 from hostcapd.config import Config, Tenant
-from hostcapd.frontend.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
-from hostcapd.frontend.servers import AdminService, TenantService, serve_admin, serve_tenant
-from hostcapd.frontend.sockets import StartupError, file_id_of, unlink_if_ours
 from hostcapd.fs.client import FsWorkerUnavailable
 from hostcapd.reload import STOP_GRACE_S, Reloads, notify
 from hostcapd.sandbox.profile import (
@@ -43,11 +40,14 @@ from hostcapd.sandbox.profile import (
     prepare,
     probe_host,
 )
+from hostcapd.service.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
+from hostcapd.service.servers import AdminService, TenantService, serve_admin, serve_tenant
+from hostcapd.service.sockets import StartupError, file_id_of, unlink_if_ours
 from hostcapd.spawner.client import SpawnerClient
 from hostcapd.tenant import TenantRuntime
 
 if TYPE_CHECKING:
-    from hostcapd.bridge.root import Frontend
+    from hostcapd.bridge.frontends import FrontendProcess
 
 log = logging.getLogger("hostcapd")
 
@@ -56,7 +56,7 @@ log = logging.getLogger("hostcapd")
 LINGER_S = 0.2
 
 
-def _served_by(frontend: Frontend | None) -> str:
+def _served_by(frontend: FrontendProcess | None) -> str:
     """Who parses a socket's gRPC, for the start-up banner (decision 0027)."""
     if frontend is None:
         return "served by the root process (frontend_processes = false)"

@@ -2,7 +2,7 @@
 
 Mechanism code (the spawn's preparation, the fs worker, the fs front-end)
 raises `Refusal`; only the front-end turns it into a gRPC status
-(`hostcapd.frontend.refusals.refuse`). The reason is the name of a
+(`hostcapd.service.refusals.refuse`). The reason is the name of a
 `hostcap.v1.ErrorReason` value (`hostcap_proto.errors.REASONS`), or one of the
 two transport conditions below, which travel as gRPC's own status codes.
 This module imports nothing of gRPC or protobuf: the fs worker, which never

@@ -23,12 +23,12 @@ from hostcapd import __version__, sdnotify
 from hostcapd.audit import AuditUnavailable
 from hostcapd.checks import INVALID, check_config, summary
 from hostcapd.config import Config, ConfigError, load_config
-from hostcapd.frontend.admin_service import ReloadOutcome, ReloadRejected
-from hostcapd.frontend.servers import TenantService
-from hostcapd.frontend.sockets import StartupError, unlink_if_ours
 from hostcapd.fs.client import FsWorkerUnavailable
 from hostcapd.process.report import Outcome
 from hostcapd.sandbox.profile import ProtectionUnavailable, TenantProfile, prepare
+from hostcapd.service.admin_service import ReloadOutcome, ReloadRejected
+from hostcapd.service.servers import TenantService
+from hostcapd.service.sockets import StartupError, unlink_if_ours
 from hostcapd.spawner.client import SpawnerLost
 
 if TYPE_CHECKING:

@@ -26,8 +26,8 @@ from hostcapd.sandbox.profile import TenantProfile
 from hostcapd.spawner.client import SpawnerClient
 
 if TYPE_CHECKING:
-    from hostcapd.bridge.root import Frontend
-    from hostcapd.frontend.fs_runtime import FsRuntime
+    from hostcapd.bridge.frontends import FrontendProcess
+    from hostcapd.service.fs_runtime import FsRuntime
 
 log = logging.getLogger("hostcapd.tenant")
 
@@ -65,7 +65,7 @@ class TenantRuntime:
         #: The tenant's FsService runtime, once the server has started it.
         self.fs: FsRuntime | None = None
         #: The tenant's front-end process, when it has one.
-        self.frontend: Frontend | None = None
+        self.frontend: FrontendProcess | None = None
 
     @property
     def name(self) -> str:

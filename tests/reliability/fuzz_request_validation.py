@@ -25,11 +25,11 @@ with atheris.instrument_imports(include=["hostcapd", "hostcap_proto"]):
     from hostcap_proto.v1 import fs_pb2, process_pb2
     from hostcapd.config import parse_config
     from hostcapd.errors import Refusal
-    from hostcapd.frontend.convert import request_from_wire
     from hostcapd.fs.scope import FsScope, RootSpec
     from hostcapd.process import environment, executable
     from hostcapd.process import limits as limits_mod
     from hostcapd.process.request import resolve_cwd, validate_argv
+    from hostcapd.service.convert import request_from_wire
 
 STATE = Path(tempfile.mkdtemp(prefix="hostcap-fuzz-"))
 WORKSPACE, REFERENCE = STATE / "workspace", STATE / "reference"

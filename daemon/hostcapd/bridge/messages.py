@@ -138,7 +138,7 @@ class Limits(Value, frozen=True):
     total_output_bytes: U64 | None = None
 
 
-class SpawnRequest(Request, frozen=True, tag="ProcessService.Spawn"):
+class SpawnCall(Request, frozen=True, tag="ProcessService.Spawn"):
     proto_class = process_pb2.SpawnRequest
     payload_field = "stdin"
     argv: list[str] = []
@@ -152,11 +152,11 @@ class SpawnRequest(Request, frozen=True, tag="ProcessService.Spawn"):
     labels: dict[str, str] = {}
 
 
-class RunRequest(SpawnRequest, frozen=True, tag="ProcessService.Run"):
+class RunCall(SpawnCall, frozen=True, tag="ProcessService.Run"):
     """The same request, for ProcessService.Run."""
 
 
-class SignalRequest(Request, frozen=True, tag="ProcessService.Signal"):
+class SignalCall(Request, frozen=True, tag="ProcessService.Signal"):
     proto_class = process_pb2.SignalRequest
     spawn_id: str | None = None
     pid: I32 | None = None
@@ -167,22 +167,22 @@ class SignalRequest(Request, frozen=True, tag="ProcessService.Signal"):
             raise ValueError("a signal has one target: spawn_id or pid")
 
 
-class ListRequest(Request, frozen=True, tag="ProcessService.List"):
+class ListCall(Request, frozen=True, tag="ProcessService.List"):
     proto_class = process_pb2.ListRequest
 
 
-class CapabilitiesRequest(Request, frozen=True, tag="HostService.Capabilities"):
+class CapabilitiesCall(Request, frozen=True, tag="HostService.Capabilities"):
     proto_class = host_pb2.CapabilitiesRequest
 
 
-class ReadFileRequest(Request, frozen=True, tag="FsService.ReadFile"):
+class ReadFileCall(Request, frozen=True, tag="FsService.ReadFile"):
     proto_class = fs_pb2.ReadFileRequest
     path: str = ""
     offset: U64 = 0
     max_bytes: U64 | None = None
 
 
-class WriteFileRequest(Request, frozen=True, tag="FsService.WriteFile"):
+class WriteFileCall(Request, frozen=True, tag="FsService.WriteFile"):
     proto_class = fs_pb2.WriteFileRequest
     payload_field = "data"
     path: str = ""
@@ -195,7 +195,7 @@ class WriteFileRequest(Request, frozen=True, tag="FsService.WriteFile"):
     request_id: str = ""
 
 
-class ListDirectoryRequest(Request, frozen=True, tag="FsService.ListDirectory"):
+class ListDirectoryCall(Request, frozen=True, tag="FsService.ListDirectory"):
     proto_class = fs_pb2.ListDirectoryRequest
     path: str = ""
     max_entries: U32 | None = None
@@ -203,7 +203,7 @@ class ListDirectoryRequest(Request, frozen=True, tag="FsService.ListDirectory"):
     include_hidden: bool = False
 
 
-class StatRequest(Request, frozen=True, tag="FsService.Stat"):
+class StatCall(Request, frozen=True, tag="FsService.Stat"):
     proto_class = fs_pb2.StatRequest
     path: str = ""
 
@@ -216,23 +216,23 @@ class Timestamp(Value, frozen=True):
     nanos: Annotated[int, msgspec.Meta(ge=0, le=999_999_999)] = 0
 
 
-class ListSpawnsRequest(Request, frozen=True, tag="AdminService.ListSpawns"):
+class ListSpawnsCall(Request, frozen=True, tag="AdminService.ListSpawns"):
     proto_class = admin_pb2.ListSpawnsRequest
     tenant: str = ""
 
 
-class KillRequest(Request, frozen=True, tag="AdminService.Kill"):
+class KillCall(Request, frozen=True, tag="AdminService.Kill"):
     proto_class = admin_pb2.KillRequest
     spawn_id: str = ""
 
 
-class TailAuditRequest(Request, frozen=True, tag="AdminService.TailAudit"):
+class TailAuditCall(Request, frozen=True, tag="AdminService.TailAudit"):
     proto_class = admin_pb2.TailAuditRequest
     lines: U32 = 0
     follow: bool = False
 
 
-class QueryAuditRequest(Request, frozen=True, tag="AdminService.QueryAudit"):
+class QueryAuditCall(Request, frozen=True, tag="AdminService.QueryAudit"):
     proto_class = admin_pb2.QueryAuditRequest
     tenant: str = ""
     since: Timestamp | None = None
@@ -242,24 +242,22 @@ class QueryAuditRequest(Request, frozen=True, tag="AdminService.QueryAudit"):
     spawn_id: str = ""
 
 
-class ReloadRequest(Request, frozen=True, tag="AdminService.Reload"):
+class ReloadCall(Request, frozen=True, tag="AdminService.Reload"):
     proto_class = admin_pb2.ReloadRequest
 
 
 TenantRequest = (
-    SpawnRequest
-    | RunRequest
-    | SignalRequest
-    | ListRequest
-    | CapabilitiesRequest
-    | ReadFileRequest
-    | WriteFileRequest
-    | ListDirectoryRequest
-    | StatRequest
+    SpawnCall
+    | RunCall
+    | SignalCall
+    | ListCall
+    | CapabilitiesCall
+    | ReadFileCall
+    | WriteFileCall
+    | ListDirectoryCall
+    | StatCall
 )
-AdminRequest = (
-    ListSpawnsRequest | KillRequest | TailAuditRequest | QueryAuditRequest | ReloadRequest
-)
+AdminRequest = ListSpawnsCall | KillCall | TailAuditCall | QueryAuditCall | ReloadCall
 
 
 def _by_method(*classes: type[Request]) -> dict[str, type[Request]]:
@@ -270,19 +268,17 @@ def _by_method(*classes: type[Request]) -> dict[str, type[Request]]:
 #: only its kind's.
 REQUESTS: Mapping[str, Mapping[str, type[Request]]] = {
     "tenant": _by_method(
-        SpawnRequest,
-        RunRequest,
-        SignalRequest,
-        ListRequest,
-        CapabilitiesRequest,
-        ReadFileRequest,
-        WriteFileRequest,
-        ListDirectoryRequest,
-        StatRequest,
+        SpawnCall,
+        RunCall,
+        SignalCall,
+        ListCall,
+        CapabilitiesCall,
+        ReadFileCall,
+        WriteFileCall,
+        ListDirectoryCall,
+        StatCall,
     ),
-    "admin": _by_method(
-        ListSpawnsRequest, KillRequest, TailAuditRequest, QueryAuditRequest, ReloadRequest
-    ),
+    "admin": _by_method(ListSpawnsCall, KillCall, TailAuditCall, QueryAuditCall, ReloadCall),
 }
 
 

@@ -1,4 +1,4 @@
-"""The front-end's handle on a tenant's fs worker process.
+"""The daemon's handle on a tenant's fs worker process.
 
     worker = FsWorker(settings)
     await worker.start()                       # FsWorkerUnavailable if it refuses to serve
@@ -11,7 +11,7 @@ single-threaded and a write is a prepare / audit / commit exchange that must
 not interleave with anything. A session is the unit that holds the lock.
 
 The worker is a fresh interpreter started with subprocess (vfork + exec,
-no preexec_fn): the front-end has gRPC's threads and must never fork. If
+no preexec_fn): the daemon has gRPC's threads and must never fork. If
 the worker dies or stops answering within `op_timeout_s`, it is killed, the
 request in flight fails with `FsWorkerUnavailable`, and the next session
 starts a new one. Start it from the event loop's thread: the worker's

@@ -18,7 +18,7 @@ the root can lead to `.git/hooks`, and the real path is what counts.
 
 A file once opened is reopened through its own /proc/self/fd entry, never by
 name again, so what is read is the inode that was checked; for a read, that
-fd is what the worker hands to the front-end.
+fd is what the worker hands to the daemon.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def _hash_fd(fd: int) -> str:
 @dataclass
 class PendingWrite:
     """A prepared write: content durable in an unnamed (or temp-named) file,
-    waiting for the front-end's audit record before it is renamed into place."""
+    waiting for the daemon's audit record before it is renamed into place."""
 
     anchor: int
     dir_fd: int

@@ -42,7 +42,7 @@ CTL = (sys.executable, "-m", "hostcap.ctl.main")
 
 
 def frontends(daemon: Daemon) -> list[int]:
-    return [p for p in children_of(daemon.pid) if b"hostcapd.bridge.frontend" in cmdline(p)]
+    return [p for p in children_of(daemon.pid) if b"hostcapd.frontend" in cmdline(p)]
 
 
 def status(pid: int) -> dict[str, str]:

@@ -34,7 +34,7 @@ from hostcap_proto.errors import WireError, from_rpc_error
 from hostcap_proto.v1 import common_pb2, fs_pb2, fs_pb2_grpc, process_pb2, process_pb2_grpc
 from hostcapd.audit import AuditLog
 from hostcapd.config import AuditSettings, FsSettings, Tenant, dev_config, prepare_dev_state
-from hostcapd.frontend.fs_runtime import start_fs_service
+from hostcapd.service.fs_runtime import start_fs_service
 from support.daemon import NOBODY, Daemon, children_of, cmdline, daemon_config, tenant_config
 from support.identity import as_user
 

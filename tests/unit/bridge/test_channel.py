@@ -35,7 +35,7 @@ def _roundtrip(model: messages.Message, payload: bytes = b"") -> tuple[object, b
 
 
 def _spawn(**fields: object) -> messages.Call:
-    return messages.Call(call=1, request=messages.SpawnRequest(argv=["echo", "hi"], **fields))  # type: ignore[arg-type]
+    return messages.Call(call=1, request=messages.SpawnCall(argv=["echo", "hi"], **fields))  # type: ignore[arg-type]
 
 
 def test_a_call_round_trips_with_inline_and_memfd_payloads() -> None:
@@ -50,8 +50,8 @@ def test_the_largest_output_event_travels_inline() -> None:
     # A stream's events are whole reads of the spawn's pipe: each one in a
     # memfd (create, write, read back) made row 3 take 1.7x the in-process
     # time, against 1.3x inline.
-    from hostcapd.frontend.process_service import OUTPUT_CHUNK, output_event
     from hostcapd.process.spawn import READ_CHUNK
+    from hostcapd.service.process_service import OUTPUT_CHUNK, output_event
 
     event = output_event(1, b"x" * max(READ_CHUNK, OUTPUT_CHUNK))
     buffers, fds = channel.encode(messages.Event(call=2**31), event)
@@ -65,11 +65,11 @@ def test_the_proto_built_on_the_root_side_matches_the_request() -> None:
     )
     wire.limits.wall_seconds = 2.5
     wire.limits.pids = 7
-    model, payload = messages.RunRequest.from_proto(wire)
+    model, payload = messages.RunCall.from_proto(wire)
     assert payload == b"in"
     assert model.proto(payload) == wire
     bare = process_pb2.SpawnRequest(argv=["true"])
-    model, payload = messages.SpawnRequest.from_proto(bare)
+    model, payload = messages.SpawnCall.from_proto(bare)
     built = model.proto(payload)
     assert built == bare and not built.HasField("stdin") and not built.HasField("limits")
 

@@ -9,12 +9,12 @@ from collections.abc import AsyncIterator
 from hostcap_proto.v1 import process_pb2, process_pb2_grpc
 
 from hostcapd.errors import Refusal
-from hostcapd.frontend import convert
-from hostcapd.frontend.context import Context
-from hostcapd.frontend.refusals import refuse
 from hostcapd.process import killing
 from hostcapd.process.request import SpawnRequest
 from hostcapd.process.spawn import Spawn
+from hostcapd.service import convert
+from hostcapd.service.context import Context
+from hostcapd.service.refusals import refuse
 from hostcapd.tenant import TenantRuntime
 
 _VALID_SIGNALS = {int(s) for s in signal_mod.Signals}

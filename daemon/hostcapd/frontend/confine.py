@@ -3,7 +3,7 @@ clients' bytes.
 
     applied = confine(Confinement(".", interpreter_paths(), parent_pid, uid=uid, gid=gid))
 
-Root started the front-end (`hostcapd.bridge.frontend`) as a fresh
+Root started the front-end (`hostcapd.frontend.server`) as a fresh
 interpreter; it imported all it needs and calls this before any thread
 exists (landlock and seccomp confine the calling thread and the threads it
 makes later). Every step is required, in this order; one that cannot be

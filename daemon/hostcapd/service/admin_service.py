@@ -38,10 +38,10 @@ from hostcapd.audit import AuditLog, AuditSubscription, AuditSubscriptionLagged
 from hostcapd.audit.files import rotated_files
 from hostcapd.audit.redact import redact_argv
 from hostcapd.errors import Refusal
-from hostcapd.frontend import convert
-from hostcapd.frontend.context import Context
 from hostcapd.process.report import Outcome, Report
 from hostcapd.process.spawn import Spawn
+from hostcapd.service import convert
+from hostcapd.service.context import Context
 from hostcapd.tenant import TenantRuntime
 
 log = logging.getLogger("hostcapd.admin")

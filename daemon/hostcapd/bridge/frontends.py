@@ -1,7 +1,7 @@
 """The root side of the split: a front-end process, the channel to it, and
 the calls it relays.
 
-    frontend = Frontend(endpoint, audit, methods, on_lost)
+    frontend = FrontendProcess(endpoint, audit, methods, on_lost)
     temp = await frontend.start()        # bound, confined, listening under `temp`
     ...                                  # the daemon renames `temp` into place
     await frontend.stop(grace)           # as grpc.aio.Server.stop
@@ -47,8 +47,8 @@ from hostcapd import metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.bridge import channel, messages
 from hostcapd.config import Tenant
-from hostcapd.frontend import handlers
-from hostcapd.frontend.sockets import StartupError
+from hostcapd.service import handlers
+from hostcapd.service.sockets import StartupError
 
 log = logging.getLogger("hostcapd.bridge")
 
@@ -384,13 +384,13 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 # --- the process ---------------------------------------------------------------
 
 
-class Frontend:
+class FrontendProcess:
     """One front-end process, supervised: what the daemon holds as that
     socket's server (stop / enter_graceful_shutdown as grpc.aio's)."""
 
     #: The program, given its channel's fd number. A test replaces it (and
     #: `stdout`) with a hostile front-end that takes the same first steps.
-    command: ClassVar[list[str]] = [sys.executable, "-I", "-m", "hostcapd.bridge.frontend"]
+    command: ClassVar[list[str]] = [sys.executable, "-I", "-m", "hostcapd.frontend"]
     stdout: ClassVar[int | None] = None
 
     def __init__(

@@ -52,7 +52,7 @@ import ctypes, errno, importlib, json, os, resource, signal, socket, sys, thread
 spec = json.loads(sys.argv[1])
 sys.path[:0] = spec["sys_path"]
 import prctl
-from hostcapd.bridge.confine import Confinement, confine, interpreter_paths
+from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
 from hostcapd.applied import Unavailable
 
 libc = ctypes.CDLL(None, use_errno=True)

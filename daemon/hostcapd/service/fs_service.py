@@ -32,12 +32,12 @@ from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
-from hostcapd.frontend.context import Context
-from hostcapd.frontend.refusals import refuse
 from hostcapd.fs import content
 from hostcapd.fs.client import FsWorker, FsWorkerUnavailable
 from hostcapd.fs.errors import refusal_from_errno
 from hostcapd.labels import validate_correlation
+from hostcapd.service.context import Context
+from hostcapd.service.refusals import refuse
 
 T = TypeVar("T")
 

@@ -1,13 +1,13 @@
 """A tenant's front-end: the unprivileged process that serves its socket.
 
-    python -I -m hostcapd.bridge.frontend FD
+    python -I -m hostcapd.frontend FD
 
-started by the root side (`hostcapd.bridge.root.Frontend`) as a fresh
+started by the root side (`hostcapd.bridge.frontends.FrontendProcess`) as a fresh
 interpreter, already as the front-end user with no supplementary groups
 and no capabilities, in a directory made for it beside the tenant's socket,
 with one end of a socketpair as FD (its channel, bound to one tenant by
 the root side when it made it). It reads the `Hello`, confines itself
-(`hostcapd.bridge.confine`: before any thread exists, so every thread grpc
+(`hostcapd.frontend.confine`: before any thread exists, so every thread grpc
 makes is confined too), binds the socket, says `Ready`, and serves:
 
 - every request is parsed here (HTTP/2, protobuf: the untrusted bytes) and
@@ -46,7 +46,7 @@ from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd.applied import Unavailable
 from hostcapd.bridge import channel, messages
-from hostcapd.bridge.confine import Confinement, confine, interpreter_paths
+from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
 from hostcapd.frontend.options import HealthReporter, new_health, server_options
 
 #: Modules imported on first use that a front-end uses.
@@ -276,7 +276,7 @@ def confined(sock: socket.socket) -> tuple[messages.Hello, list[messages.Protect
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if len(args) != 1 or not args[0].isdigit():
-        print("usage: python -m hostcapd.bridge.frontend FD (started by hostcapd)", file=sys.stderr)
+        print("usage: python -m hostcapd.frontend FD (started by hostcapd)", file=sys.stderr)
         return 2
     sock = socket.socket(fileno=int(args[0]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the root side decides when it stops

@@ -19,7 +19,7 @@ from google.rpc import error_details_pb2, status_pb2
 from hostcap_proto.errors import DOMAIN, WireError
 
 from hostcapd import metrics
-from hostcapd.frontend.context import Context
+from hostcapd.service.context import Context
 
 MALFORMED = WireError("INVALID_ARGUMENT", "malformed request message")
 

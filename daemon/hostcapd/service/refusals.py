@@ -12,10 +12,10 @@ import grpc
 
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.errors import INTERNAL, UNAVAILABLE, Refusal, shorten
-from hostcapd.frontend.context import Context
 from hostcapd.labels import MAX_REQUEST_ID, bounded_labels
+from hostcapd.service.context import Context
 
-log = logging.getLogger("hostcapd.frontend")
+log = logging.getLogger("hostcapd.service")
 
 
 async def refuse(

@@ -21,12 +21,8 @@ from hostcap_proto.messages import reply_bytes
 from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd.audit import AuditLog
-from hostcapd.bridge.root import ADMIN, Endpoint, Frontend, relayed_methods
+from hostcapd.bridge.frontends import ADMIN, Endpoint, FrontendProcess, relayed_methods
 from hostcapd.config import AdminSettings, Tenant
-from hostcapd.frontend.admin_service import AdminServicer
-from hostcapd.frontend.fs_runtime import FsRuntime, start_fs_service
-from hostcapd.frontend.handlers import add_servicer
-from hostcapd.frontend.host_service import HostServicer
 from hostcapd.frontend.options import (
     GRPC_MESSAGE_CEILING,
     KEEPALIVE,
@@ -35,9 +31,13 @@ from hostcapd.frontend.options import (
     new_health,
     server_options,
 )
-from hostcapd.frontend.process_service import ProcessServicer
-from hostcapd.frontend.sockets import admin_socket_access, bind_socket, file_id_of
 from hostcapd.process.spawn import EOF_GRACE
+from hostcapd.service.admin_service import AdminServicer
+from hostcapd.service.fs_runtime import FsRuntime, start_fs_service
+from hostcapd.service.handlers import add_servicer
+from hostcapd.service.host_service import HostServicer
+from hostcapd.service.process_service import ProcessServicer
+from hostcapd.service.sockets import admin_socket_access, bind_socket, file_id_of
 from hostcapd.tenant import TenantRuntime
 
 
@@ -62,7 +62,7 @@ def register(
 
 class Server(Protocol):
     """What a tenant's server is to the daemon: a grpc.aio.Server in this
-    process, or the tenant's front-end process (`hostcapd.bridge.root`)."""
+    process, or the tenant's front-end process (`hostcapd.bridge.frontends`)."""
 
     async def stop(self, grace: float | None) -> None: ...
 
@@ -73,7 +73,7 @@ class Graceful(Protocol):
     async def enter_graceful_shutdown(self) -> None: ...
 
 
-def _in_place(path: Path, frontend: Frontend | None) -> tuple[int, int]:
+def _in_place(path: Path, frontend: FrontendProcess | None) -> tuple[int, int]:
     """A socket now at its path: its identity; its front-end's bind
     directory is no longer needed."""
     identity = file_id_of(path)
@@ -82,7 +82,7 @@ def _in_place(path: Path, frontend: Frontend | None) -> tuple[int, int]:
     return identity
 
 
-async def _release(server: Server, temp: Path | None, frontend: Frontend | None) -> None:
+async def _release(server: Server, temp: Path | None, frontend: FrontendProcess | None) -> None:
     """Stop a prepared server that never served, and remove what it bound."""
     await server.stop(None)
     if temp is not None:
@@ -106,7 +106,7 @@ class TenantService:
     socket_id: tuple[int, int] | None = None
     stops: list[asyncio.Task[None]] = field(default_factory=list)
     #: The front-end process serving the socket, when the tenant has one.
-    frontend: Frontend | None = None
+    frontend: FrontendProcess | None = None
 
     def placed(self) -> None:
         """The socket was renamed into place (`temp` is gone)."""
@@ -166,11 +166,11 @@ async def serve_tenant_split(runtime: TenantRuntime) -> TenantService:
     nothing is left behind."""
     tenant, profile = runtime.tenant, runtime.profile
     fs_runtime: FsRuntime | None = None
-    frontend: Frontend | None = None
+    frontend: FrontendProcess | None = None
     try:
         fs_runtime = await start_fs_service(tenant, runtime.audit)
         runtime.fs = fs_runtime
-        frontend = Frontend(
+        frontend = FrontendProcess(
             Endpoint.of_tenant(tenant, MAX_MESSAGE_BYTES, send_limit(tenant)),
             runtime.audit,
             relayed_methods("tenant", _servicers(runtime, fs_runtime)),
@@ -246,7 +246,7 @@ class AdminService:
     health: Graceful
     temp: Path | None
     path: Path
-    frontend: Frontend | None = None
+    frontend: FrontendProcess | None = None
     socket_id: tuple[int, int] | None = None
 
     def place(self) -> None:
@@ -275,7 +275,7 @@ async def serve_admin(
         endpoint = Endpoint(
             "admin", ADMIN, admin.socket, 0, gid, mode, ADMIN_RECEIVE, GRPC_MESSAGE_CEILING
         )
-        frontend = Frontend(
+        frontend = FrontendProcess(
             endpoint,
             audit,
             relayed_methods("admin", {"AdminService": servicer}),

@@ -19,10 +19,10 @@ from hostcap_proto.v1 import common_pb2
 from hostcapd.applied import Applied
 from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant, Tier
-from hostcapd.frontend.fs_service import FsServicer
 from hostcapd.fs.client import FsWorker
 from hostcapd.fs.scope import RootSpec
 from hostcapd.fs.worker import WorkerSettings
+from hostcapd.service.fs_service import FsServicer
 
 #: A file operation taking longer than this is presumed hung: the worker is
 #: killed and restarted, the request fails UNAVAILABLE. Generous: a 64 MiB

@@ -6,8 +6,8 @@ from hostcap_proto.v1 import common_pb2, host_pb2, host_pb2_grpc
 
 from hostcapd import __version__
 from hostcapd.config import LIMIT_NAMES, Limits, Tier
-from hostcapd.frontend import convert
-from hostcapd.frontend.context import Context
+from hostcapd.service import convert
+from hostcapd.service.context import Context
 from hostcapd.tenant import TenantRuntime
 
 

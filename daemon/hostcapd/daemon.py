@@ -40,8 +40,8 @@ from hostcapd.sandbox.profile import (
     prepare,
     probe_host,
 )
-from hostcapd.service.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
-from hostcapd.service.servers import AdminService, TenantService, serve_admin, serve_tenant
+from hostcapd.service.admin_service import AdminService, ReloadOutcome, ReloadRejected
+from hostcapd.service.servers import AdminSocket, TenantService, serve_admin, serve_tenant
 from hostcapd.service.sockets import StartupError, file_id_of, unlink_if_ours
 from hostcapd.spawner.client import SpawnerClient
 from hostcapd.tenant import TenantRuntime
@@ -58,7 +58,7 @@ LINGER_S = 0.2
 
 def _served_by(frontend: FrontendProcess | None) -> str:
     """Who parses a socket's gRPC, for the start-up banner (decision 0027)."""
-    if frontend is None:
+    if frontend is None or frontend.in_process:
         return "served by the root process (frontend_processes = false)"
     uid, gid = frontend.identity
     try:
@@ -110,8 +110,8 @@ class Daemon:
         self._stop = asyncio.Event()
         self.host: HostSupport | None = None
         self.audit: AuditLog | None = None
-        self._admin: AdminService | None = None
-        self._admin_servicer: AdminServicer | None = None
+        self._admin: AdminSocket | None = None
+        self._admin_service: AdminService | None = None
         self.reloads = Reloads(self)
         self._serving = False
         self._stopping = False
@@ -202,14 +202,14 @@ class Daemon:
             failed = [p for p in prepared if isinstance(p, BaseException)]
             if failed:
                 for service in prepared:
-                    if isinstance(service, (TenantService, AdminService)):
+                    if isinstance(service, (TenantService, AdminSocket)):
                         await service.discard()
                 raise failed[0]
             for service in prepared[:-1]:
                 assert isinstance(service, TenantService)
                 self._commit(service)
             admin = prepared[-1]
-            assert admin is None or isinstance(admin, AdminService)
+            assert admin is None or isinstance(admin, AdminSocket)
             self._admin = admin
         finally:
             for p in profiles.values():
@@ -279,19 +279,20 @@ class Daemon:
         service.placed()
         log.warning("tenant %s: its front-end serves again", service.name)
 
-    async def _prepare_admin(self) -> AdminService | None:
+    async def _prepare_admin(self) -> AdminSocket | None:
         admin = self.config.admin
         if admin is None:
             return None
-        self._admin_servicer = AdminServicer(self)
+        assert self.audit is not None
+        self._admin_service = AdminService(self)
         service = await serve_admin(
-            admin, self._admin_servicer, self.audit, self.config.daemon.frontend_processes
+            admin, self._admin_service, self.audit, self.config.daemon.frontend_processes
         )
         if service.frontend is not None:
             service.frontend.on_restarted = functools.partial(self._admin_restarted, service)
         return service
 
-    async def _admin_restarted(self, service: AdminService, temp: Path) -> None:
+    async def _admin_restarted(self, service: AdminSocket, temp: Path) -> None:
         """The admin socket's front-end died and was started again: its new
         socket takes the path, if the path still has the old one."""
         try:
@@ -384,8 +385,8 @@ class Daemon:
         admin_stop: asyncio.Task[None] | None = None
         if self._admin is not None:
             await self._admin.health.enter_graceful_shutdown()
-            if self._admin_servicer is not None:
-                self._admin_servicer.end_follows()
+            if self._admin_service is not None:
+                self._admin_service.end_follows()
             admin_stop = asyncio.ensure_future(self._admin.server.stop(1))
         # Running spawns end DAEMON_SHUTDOWN (new ones are refused meanwhile);
         # their calls send the final events; only then do the servers close

@@ -25,6 +25,7 @@ from typing import Any
 
 import msgspec
 from hostcapd.bridge import channel, messages
+from hostcapd.frontend import convert
 from hostcapd.frontend.server import confined
 
 libc = ctypes.CDLL(None, use_errno=True)
@@ -85,6 +86,9 @@ class Channel:
             message, payload = got
             if getattr(message, "call", None) != call:
                 continue
+            if isinstance(message, messages.Reply):
+                # As the real front-end answers its client: the wire bytes.
+                payload = convert.serialize(convert.to_proto(message.answer))
             seen.append({**msgspec.to_builtins(message), "payload": payload.hex()})
             if isinstance(message, messages.Event):
                 self.send(messages.Ack(call=call))

@@ -1,5 +1,5 @@
-"""The root side of the split: a front-end process, the channel to it, and
-the calls it relays.
+"""The daemon's handle on a front-end process: the process, the channel to
+it, and the calls it relays.
 
     frontend = FrontendProcess(endpoint, audit, methods, on_lost)
     temp = await frontend.start()        # bound, confined, listening under `temp`
@@ -8,9 +8,11 @@ the calls it relays.
 
 A front-end runs as an unprivileged user (`frontend_identity`), parses
 every byte its clients send, and relays each call as one typed `Call`. The
-root side validates it (`hostcapd.bridge.messages`), builds the request
-message from the validated values, and runs the same servicer a
-single-process daemon would, bound to this channel's tenant: every
+root side validates it (`hostcapd.bridge.messages`) and runs the service's
+method on the typed request, bound to this channel's tenant
+(`hostcapd.service`): its typed answers go back as `Reply` or `Event`, a
+`Refusal` as an `Abort` (status code, reason, message). Nothing here
+touches protobuf or gRPC. Every
 privilege (identity, roots, landlock, seccomp, namespaces, environment,
 executable, cwd, ceilings) comes from the root side's config for that
 tenant, and the exec record is written here before the exec. A datagram
@@ -37,17 +39,15 @@ import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, cast
+from typing import Any, ClassVar, Literal
 
-import grpc
-from google.protobuf import message as protobuf_message
-from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
+import msgspec
 
 from hostcapd import metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.bridge import channel, messages
 from hostcapd.config import Tenant
-from hostcapd.service import handlers
+from hostcapd.errors import INTERNAL, Refusal
 from hostcapd.service.sockets import StartupError
 
 log = logging.getLogger("hostcapd.bridge")
@@ -116,55 +116,29 @@ class Endpoint:
         )
 
 
-# --- a relayed call as the root side's servicers see it ------------------------
+# --- a relayed call as the daemon's services see it ----------------------------
 
 
-class Aborted(Exception):
-    """A servicer ended its call with a status (context.abort)."""
+@dataclass(frozen=True)
+class RelayedCall:
+    """What a service method gets beside its typed request."""
+
+    #: The call's id on its channel.
+    id: int
+    #: The request's bytes field (stdin, a file's content); None when unset.
+    payload: bytes | None = None
 
 
-class CallContext:
-    """What a servicer's `context` is on the root side: an abort ends the
-    call with a status the front-end gives its client."""
-
-    def __init__(self) -> None:
-        self._code: grpc.StatusCode | None = None
-        self._details = ""
-        self._trailing: tuple[tuple[str, Any], ...] = ()
-
-    async def abort(
-        self,
-        code: grpc.StatusCode,
-        details: str = "",
-        trailing_metadata: tuple[tuple[str, Any], ...] = (),
-    ) -> None:
-        self._code, self._details, self._trailing = code, details, tuple(trailing_metadata or ())
-        raise Aborted(details)
-
-    async def abort_with_status(self, status: grpc.Status) -> None:
-        await self.abort(status.code, status.details, status.trailing_metadata)
-
-    def trailing_metadata(self) -> tuple[tuple[str, Any], ...]:
-        return self._trailing
-
-    def code(self) -> grpc.StatusCode | None:
-        return self._code
-
-    def abort_message(self, call: int) -> tuple[messages.Abort, bytes]:
-        code = self._code or grpc.StatusCode.UNKNOWN
-        details = b""
-        for key, value in self._trailing:
-            if key == "grpc-status-details-bin" and isinstance(value, bytes):
-                details = value
-        abort = messages.Abort(call=call, code=code.value[0], details=self._details)
-        return abort, details
+#: A service method: (request, call) to an answer, or to an async iterator
+#: of streamed answers; it raises `Refusal` to refuse.
+Behaviour = Callable[[Any, RelayedCall], Any]
 
 
 @dataclass(frozen=True)
 class Relayed:
     """A method the root side serves for a front-end."""
 
-    behaviour: Callable[..., Any]
+    behaviour: Behaviour
     streaming: bool
     #: "Service.Method"
     name: str
@@ -175,25 +149,33 @@ class Relayed:
         return service, method
 
 
-_SERVICE_DESCRIPTORS = {
-    "ProcessService": process_pb2.DESCRIPTOR.services_by_name["ProcessService"],
-    "HostService": host_pb2.DESCRIPTOR.services_by_name["HostService"],
-    "FsService": fs_pb2.DESCRIPTOR.services_by_name["FsService"],
-    "AdminService": admin_pb2.DESCRIPTOR.services_by_name["AdminService"],
-}
-
-
-def relayed_methods(kind: str, servicers: Mapping[str, Any]) -> dict[str, Relayed]:
-    """{"Service.Method": Relayed} for the servicers by service name; every
+def relayed_methods(kind: str, services: Mapping[str, Any]) -> dict[str, Relayed]:
+    """{"Service.Method": Relayed} for the services by service name; every
     method of the kind's services must be served."""
     table: dict[str, Relayed] = {}
-    for name in messages.REQUESTS[kind]:
+    for name, request in messages.REQUESTS[kind].items():
         service, _, method = name.partition(".")
-        descriptor = _SERVICE_DESCRIPTORS[service].methods_by_name[method]
-        table[name] = Relayed(
-            getattr(servicers[service], method), descriptor.server_streaming, name
-        )
+        table[name] = Relayed(getattr(services[service], method), request.streaming, name)
     return table
+
+
+def abort_of(call: int, refusal: Refusal) -> messages.Abort:
+    """The channel's form of a refusal: its status code, and its reason when
+    the wire has it."""
+    reason = refusal.reason if refusal.on_the_wire else ""
+    return messages.Abort(call=call, code=refusal.code, message=refusal.message, reason=reason)
+
+
+def call_result(error: BaseException | None) -> str:
+    """How a call ended, for the metrics: OK, CANCELLED, the hostcap reason
+    it was refused with, or its status code's name."""
+    if error is None:
+        return "OK"
+    if isinstance(error, asyncio.CancelledError):
+        return "CANCELLED"
+    if isinstance(error, Refusal):
+        return error.reason
+    return INTERNAL
 
 
 @dataclass(eq=False)
@@ -267,15 +249,12 @@ class Bridge:
         if request.payload_field is None and payload:
             self.violation(f"{request.method} carries no payload, and one came")
             return
-        try:
-            built = request.proto(payload)
-        except (ValueError, TypeError) as error:
-            self.violation(f"{request.method}: a value protobuf refuses: {error}")
-            return
+        present = bool(getattr(request, "payload", False))
+        call = RelayedCall(message.call, payload if present else None)
         relayed = self.methods[request.method]
         state = _CallState()
         self.calls[message.call] = state
-        state.task = asyncio.ensure_future(self._serve(message.call, relayed, built, state))
+        state.task = asyncio.ensure_future(self._serve(call, relayed, request, state))
 
     def _on_error(self, error: channel.ChannelError) -> None:
         self.violation(str(error))
@@ -320,45 +299,43 @@ class Bridge:
     # --- serving a call -------------------------------------------------------
 
     async def _serve(
-        self, call: int, relayed: Relayed, request: protobuf_message.Message, state: _CallState
+        self, call: RelayedCall, relayed: Relayed, request: messages.Request, state: _CallState
     ) -> None:
-        context = CallContext()
         error: BaseException | None = None
         try:
             if relayed.streaming:
                 # Closed on every way out: a cancel while it waits for an
                 # ack must run its finally (which ends the spawn's tree)
                 # now, not when the generator is collected.
-                async with contextlib.aclosing(relayed.behaviour(request, context)) as stream:
+                async with contextlib.aclosing(relayed.behaviour(request, call)) as stream:
                     async for item in stream:
                         state.acked = asyncio.get_running_loop().create_future()
-                        self.send(messages.Event(call=call), _wire(item))
+                        self.send(messages.Event(call=call.id, item=item))
                         await state.acked
-                self.send(messages.End(call=call))
+                self.send(messages.End(call=call.id))
             else:
-                reply = await relayed.behaviour(request, context)
-                self.send(messages.Reply(call=call), _wire(reply))
-        except Aborted as aborted:
-            error = aborted
-            self.send(*context.abort_message(call))
+                answer = await relayed.behaviour(request, call)
+                self.send(messages.Reply(call=call.id, answer=answer))
+        except Refusal as refusal:
+            error = refusal
+            self.send(abort_of(call.id, refusal))
         except asyncio.CancelledError as cancelled:
             error = cancelled  # the client went away: nobody to answer
         except channel.ChannelError as failed:
             error = failed
             log.error("%s: a reply that cannot be framed: %s", self._who, failed)
-            await _internal(context, "the reply is too large for the front-end channel")
-            self.send(*context.abort_message(call))
+            self.send(
+                abort_of(call.id, _internal("the reply is too large for the front-end channel"))
+            )
         except Exception as failed:
             error = failed
             log.exception("%s: %s failed inside the daemon", self._who, relayed.name)
-            await _internal(context, "internal error")
-            self.send(*context.abort_message(call))
+            self.send(abort_of(call.id, _internal("internal error")))
         finally:
-            self.calls.pop(call, None)
+            self.calls.pop(call.id, None)
             if self.kind == "tenant":
                 with contextlib.suppress(Exception):
-                    result = handlers.call_result(cast(Any, context), error)
-                    metrics.rpc_finished(self.tenant, *relayed.observed, result)
+                    metrics.rpc_finished(self.tenant, *relayed.observed, call_result(error))
 
     def close(self) -> None:
         """Close the channel quietly (the owner is stopping it)."""
@@ -367,13 +344,8 @@ class Bridge:
             self.link = None
 
 
-async def _internal(context: CallContext, message: str) -> None:
-    with contextlib.suppress(Aborted):
-        await context.abort(grpc.StatusCode.INTERNAL, message)
-
-
-def _wire(item: Any) -> bytes:
-    return item if isinstance(item, bytes) else bytes(item.SerializeToString())
+def _internal(message: str) -> Refusal:
+    return Refusal(INTERNAL, message)
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -386,7 +358,12 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 class FrontendProcess:
     """One front-end process, supervised: what the daemon holds as that
-    socket's server (stop / enter_graceful_shutdown as grpc.aio's)."""
+    socket's server (stop / enter_graceful_shutdown as grpc.aio's).
+
+    With `in_process`, the same front-end code (`hostcapd.frontend.server`)
+    runs as a task on this loop instead, over the same channel, unconfined
+    (`frontend_processes = false`; the benchmark's in-process row and the fs
+    tests' in-process endpoint). Only then does this process load gRPC."""
 
     #: The program, given its channel's fd number. A test replaces it (and
     #: `stdout`) with a hostile front-end that takes the same first steps.
@@ -399,9 +376,12 @@ class FrontendProcess:
         audit: AuditLog,
         methods: Mapping[str, Relayed],
         on_lost: Callable[[], None],
+        *,
+        in_process: bool = False,
     ) -> None:
         self.endpoint = endpoint
-        self.identity = frontend_identity()
+        self.in_process = in_process
+        self.identity = (os.getuid(), os.getgid()) if in_process else frontend_identity()
         self.bridge = Bridge(endpoint.name, endpoint.kind, audit, methods, self._lost)
         self._on_lost = on_lost
         self.proc: subprocess.Popen[bytes] | None = None
@@ -415,12 +395,15 @@ class FrontendProcess:
         self._stopping = False
         self._exited: asyncio.Future[int] | None = None
         self._restart: asyncio.Task[None] | None = None
+        self._task: asyncio.Task[int] | None = None
         #: Called with the new socket's temporary path after a restart: the
         #: owner puts it in place.
         self.on_restarted: Callable[[Path], Awaitable[None]] | None = None
 
     @property
     def pid(self) -> int:
+        if self.in_process:
+            return os.getpid()
         return self.proc.pid if self.proc is not None else 0
 
     async def start(self) -> Path:
@@ -444,36 +427,21 @@ class FrontendProcess:
                 os.chown(bind_dir, -1, gid)
                 os.chmod(bind_dir, 0o770)
             self.bridge.attach(ours)
-            self.proc = subprocess.Popen(
-                [*self.command, str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),),
-                stdin=subprocess.DEVNULL,
-                stdout=self.stdout,
-                # It starts as root, as the fs worker does: the interpreter
-                # may live where the front-end user cannot read (a pyenv
-                # under /root); it imports all it needs, then takes its
-                # identity (Hello.uid/gid) before it reads a client's byte.
-                # It binds a name relative to this directory.
-                cwd=bind_dir,
-                env={"LC_ALL": "C.UTF-8"},
+            hello = messages.Hello(
+                kind=endpoint.kind,
+                tenant=endpoint.name,
+                bind_path=BIND_NAME,
+                socket_mode=endpoint.mode,
+                max_receive=endpoint.max_receive,
+                max_send=endpoint.max_send,
+                parent_pid=os.getpid(),
+                uid=uid,
+                gid=gid,
             )
-            theirs.close()
-            self.starts += 1
-            self._exited = _watch_exit(self.proc)
-            self._exited.add_done_callback(self._on_exit)
-            self.bridge.send(
-                messages.Hello(
-                    kind=endpoint.kind,
-                    tenant=endpoint.name,
-                    bind_path=BIND_NAME,
-                    socket_mode=endpoint.mode,
-                    max_receive=endpoint.max_receive,
-                    max_send=endpoint.max_send,
-                    parent_pid=os.getpid(),
-                    uid=uid,
-                    gid=gid,
-                )
-            )
+            if self.in_process:
+                self._start_here(theirs, hello, bind_dir)
+            else:
+                self._start_process(theirs, hello, bind_dir)
             assert self.bridge.ready is not None
             try:
                 ready = await asyncio.wait_for(asyncio.shield(self.bridge.ready), START_TIMEOUT_S)
@@ -492,10 +460,49 @@ class FrontendProcess:
             self._started_at = asyncio.get_running_loop().time()
             return path
         except BaseException:
-            theirs.close()
+            if self._task is None:
+                theirs.close()  # else the in-process front-end's, closed as it ends
             await self._kill()
             self.remove_bind_dir()
             raise
+
+    def _start_process(self, theirs: Any, hello: messages.Hello, bind_dir: Path) -> None:
+        self.proc = subprocess.Popen(
+            [*self.command, str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=self.stdout,
+            # It starts as root, as the fs worker does: the interpreter
+            # may live where the front-end user cannot read (a pyenv
+            # under /root); it imports all it needs, then takes its
+            # identity (Hello.uid/gid) before it reads a client's byte.
+            # It binds a name relative to this directory.
+            cwd=bind_dir,
+            env={"LC_ALL": "C.UTF-8"},
+        )
+        theirs.close()
+        self.starts += 1
+        self._exited = _watch_exit(self.proc)
+        self._exited.add_done_callback(self._on_exit)
+        self.bridge.send(hello)
+
+    def _start_here(self, theirs: Any, hello: messages.Hello, bind_dir: Path) -> None:
+        # Imported here: the daemon loads gRPC only when a socket is served in-process.
+        from hostcapd.frontend import server
+
+        here = msgspec.structs.replace(hello, bind_path=str(bind_dir / BIND_NAME))
+        self.starts += 1
+        self._task = asyncio.ensure_future(server.serve(theirs, here, []))
+        exited: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+
+        def done(task: asyncio.Task[int]) -> None:
+            if not exited.done():
+                failed = task.cancelled() or task.exception() is not None
+                exited.set_result(-1 if failed else task.result())
+
+        self._task.add_done_callback(done)
+        self._exited = exited
+        self._exited.add_done_callback(self._on_exit)
 
     async def _why(self) -> str:
         """Why a starting front-end went away (its exit status)."""
@@ -523,7 +530,7 @@ class FrontendProcess:
         self._stopping = True
         if self._restart is not None:
             self._restart.cancel()
-        if self.proc is None or self._exited is None:
+        if self._exited is None:
             return
         if grace is None:
             await self._kill()
@@ -535,10 +542,16 @@ class FrontendProcess:
             await self._kill()
         self.bridge.close()
 
-    async def _kill(self) -> None:
+    def _end(self) -> None:
+        """Kill the process (or cancel the in-process front-end)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.send_signal(signal.SIGKILL)
+
+    async def _kill(self) -> None:
+        self._end()
         if self._exited is not None:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self._exited)
@@ -551,9 +564,7 @@ class FrontendProcess:
         (unless the daemon is stopping it, which ends them its own way)."""
         if not self._stopping:
             self._on_lost()
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.send_signal(signal.SIGKILL)
+        self._end()
 
     def _on_exit(self, exited: asyncio.Future[int]) -> None:
         if exited.cancelled():

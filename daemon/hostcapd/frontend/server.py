@@ -11,8 +11,9 @@ the root side when it made it). It reads the `Hello`, confines itself
 makes is confined too), binds the socket, says `Ready`, and serves:
 
 - every request is parsed here (HTTP/2, protobuf: the untrusted bytes) and
-  relayed as one typed `Call`; the root side's answer (the serialized reply,
-  each streamed event, or a status) goes back to the client as it is;
+  relayed as one typed `Call`; the daemon's typed answer (a reply, each
+  streamed event, or a refusal's status) is converted back to the wire here
+  (`hostcapd.frontend.convert`: the daemon's only protobuf and gRPC code);
 - a client that goes away sends `Cancel`; a streamed event the client's
   connection took sends `Ack` (the root side sends the next only then: the
   back-pressure of a single-process daemon, one event deep);
@@ -32,6 +33,7 @@ import os
 import signal
 import socket
 import sys
+import typing
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -46,6 +48,7 @@ from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd.applied import Unavailable
 from hostcapd.bridge import channel, messages
+from hostcapd.frontend import convert
 from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
 from hostcapd.frontend.options import HealthReporter, new_health, server_options
 
@@ -59,7 +62,6 @@ PRELOADED = (
     "grpc_reflection.v1alpha._async",
 )
 MALFORMED = WireError("INVALID_ARGUMENT", "malformed request message")
-_CODES = {code.value[0]: code for code in grpc.StatusCode}
 #: What each kind of front-end serves.
 SERVICES: dict[str, tuple[tuple[Any, str], ...]] = {
     "tenant": ((process_pb2, "ProcessService"), (host_pb2, "HostService"), (fs_pb2, "FsService")),
@@ -71,7 +73,7 @@ class _Call:
     """A relayed call: what the root side sent for it, in order."""
 
     def __init__(self) -> None:
-        self.inbox: asyncio.Queue[tuple[Any, bytes]] = asyncio.Queue()
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
         self.finished = False
 
 
@@ -109,7 +111,7 @@ class Relay:
             return  # answered after the client went away
         if not isinstance(message, messages.Event):
             call.finished = True
-        call.inbox.put_nowait((message, payload))
+        call.inbox.put_nowait(message)
 
     def _on_error(self, error: channel.ChannelError) -> None:
         print(f"hostcapd front-end: the root side sent a bad message: {error}", file=sys.stderr)
@@ -117,19 +119,11 @@ class Relay:
 
     def _on_closed(self) -> None:
         self.link.close()
-        gone = messages.Abort(call=1, code=grpc.StatusCode.UNAVAILABLE.value[0], details="")
+        gone = messages.Abort(call=1, code=grpc.StatusCode.UNAVAILABLE.value[0], message="")
         for call in self.calls.values():
             call.finished = True
-            call.inbox.put_nowait((gone, b""))
+            call.inbox.put_nowait(gone)
         self.stopped.set()
-
-
-async def _abort(context: Any, message: messages.Abort, details: bytes) -> None:
-    code = _CODES.get(message.code, grpc.StatusCode.UNKNOWN)
-    if code is grpc.StatusCode.UNAVAILABLE and not message.details:
-        await context.abort(code, "the daemon went away")
-    trailing = (("grpc-status-details-bin", details),) if details else ()
-    await context.abort(code, message.details, trailing_metadata=trailing)
 
 
 def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any) -> Any:
@@ -137,42 +131,42 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
 
     async def parse(raw: bytes, context: Any) -> tuple[messages.Request, bytes]:
         try:
-            return model.from_proto(request_type.FromString(raw))
+            return convert.request_of(model, request_type.FromString(raw))
         except (protobuf_message.DecodeError, msgspec.ValidationError, ValueError):
             relay.link.send(messages.Malformed(method=name))
             await context.abort_with_status(MALFORMED.to_status())
             raise AssertionError("abort_with_status returned") from None
 
-    async def unary(raw: bytes, context: Any) -> bytes:
+    async def unary(raw: bytes, context: Any) -> Any:
         request, payload = await parse(raw, context)
         call_id, call = relay.open(request, payload)
         try:
-            message, data = await call.inbox.get()
+            message = await call.inbox.get()
         finally:
             relay.done(call_id)
         if isinstance(message, messages.Abort):
-            await _abort(context, message, data)
-        return data
+            await convert.abort(context, message)
+        return convert.to_proto(message.answer)
 
-    async def stream(raw: bytes, context: Any) -> AsyncIterator[bytes]:
+    async def stream(raw: bytes, context: Any) -> AsyncIterator[Any]:
         request, payload = await parse(raw, context)
         call_id, call = relay.open(request, payload)
         try:
             while True:
-                message, data = await call.inbox.get()
+                message = await call.inbox.get()
                 if isinstance(message, messages.Event):
-                    yield data
+                    yield convert.streamed(message.item)
                     relay.link.send(messages.Ack(call=call_id))
                 elif isinstance(message, messages.Abort):
-                    await _abort(context, message, data)
+                    await convert.abort(context, message)
                 else:
                     return
         finally:
             relay.done(call_id)
 
     if streaming:
-        return grpc.unary_stream_rpc_method_handler(stream)
-    return grpc.unary_unary_rpc_method_handler(unary)
+        return grpc.unary_stream_rpc_method_handler(stream, response_serializer=convert.serialize)
+    return grpc.unary_unary_rpc_method_handler(unary, response_serializer=convert.serialize)
 
 
 def _handlers(relay: Relay, kind: str) -> list[grpc.GenericRpcHandler[Any, Any]]:
@@ -194,40 +188,44 @@ async def serve(
     stopped = asyncio.Event()
     relay = Relay(sock, stopped, hello.kind)
     server = grpc.aio.server(options=server_options(hello.max_receive, hello.max_send))
-    server.add_generic_rpc_handlers(_handlers(relay, hello.kind))
-    health_servicer: HealthReporter = new_health()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = [m.DESCRIPTOR.services_by_name[s].full_name for m, s in SERVICES[hello.kind]]
-    health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-    reflection.enable_server_reflection([*names, health_name, reflection.SERVICE_NAME], server)
-    # The socket's mode comes from the umask: chmod is denied to a front-end.
-    previous = os.umask(0o777 & ~hello.socket_mode)
     try:
-        bound = server.add_insecure_port(f"unix:{hello.bind_path}")
+        server.add_generic_rpc_handlers(_handlers(relay, hello.kind))
+        health_servicer: HealthReporter = new_health()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        names = [m.DESCRIPTOR.services_by_name[s].full_name for m, s in SERVICES[hello.kind]]
+        health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+        reflection.enable_server_reflection([*names, health_name, reflection.SERVICE_NAME], server)
+        # The socket's mode comes from the umask: chmod is denied to a front-end.
+        previous = os.umask(0o777 & ~hello.socket_mode)
+        try:
+            bound = server.add_insecure_port(f"unix:{hello.bind_path}")
+        finally:
+            os.umask(previous)
+        if bound == 0:
+            print(f"hostcapd front-end: cannot bind {hello.bind_path}", file=sys.stderr)
+            return 1
+        await server.start()
+        for name in [*names, ""]:
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        stops: list[asyncio.Task[None]] = []
+
+        def drain(message: messages.Drain) -> None:
+            async def go() -> None:
+                await health_servicer.enter_graceful_shutdown()
+                if not message.health_only:
+                    await server.stop(message.grace)
+                    stopped.set()
+
+            stops.append(asyncio.ensure_future(go()))
+
+        relay.drain = drain
+        relay.link.send(messages.Ready(pid=os.getpid(), protections=protections))
+        await stopped.wait()
+        return 0
     finally:
-        os.umask(previous)
-    if bound == 0:
-        print(f"hostcapd front-end: cannot bind {hello.bind_path}", file=sys.stderr)
-        return 1
-    await server.start()
-    for name in [*names, ""]:
-        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    stops: list[asyncio.Task[None]] = []
-
-    def drain(message: messages.Drain) -> None:
-        async def go() -> None:
-            await health_servicer.enter_graceful_shutdown()
-            if not message.health_only:
-                await server.stop(message.grace)
-                stopped.set()
-
-        stops.append(asyncio.ensure_future(go()))
-
-    relay.drain = drain
-    relay.link.send(messages.Ready(pid=os.getpid(), protections=protections))
-    await stopped.wait()
-    await server.stop(0)
-    return 0
+        # Also when cancelled (a front-end run in the daemon's process).
+        await server.stop(0)
+        relay.link.close()
 
 
 def _hello(sock: socket.socket) -> messages.Hello:
@@ -252,8 +250,13 @@ def _preload() -> None:
         for model in models.values():
             buffers, _ = channel.encode(messages.CALLS[kind](call=1, request=model()))
             channel.decode(memoryview(b"".join(buffers)), [], messages.FROM_FRONTEND[kind])
-    reply, _ = channel.encode(messages.Abort(call=1, code=1, details="x"), b"y")
-    channel.decode(memoryview(b"".join(reply)), [], messages.TO_FRONTEND)
+    answers = [messages.Reply(call=1, answer=a()) for a in typing.get_args(messages.Replied)]
+    streamed = [messages.Event(call=1, item=a()) for a in typing.get_args(messages.Streamed)]
+    for message in [messages.Abort(call=1, code=1, message="x"), *answers, *streamed]:
+        reply, _ = channel.encode(message)
+        channel.decode(memoryview(b"".join(reply)), [], messages.TO_FRONTEND)
+    for item in [*(a.answer for a in answers), *(e.item for e in streamed)]:
+        convert.serialize(convert.to_proto(item))
     MALFORMED.to_status()
 
 

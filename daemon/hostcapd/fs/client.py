@@ -30,7 +30,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from hostcap_proto.errors import REASONS
+from hostcap_proto.reasons import REASONS
 
 from hostcapd.applied import Applied, Unavailable
 from hostcapd.errors import INTERNAL, UNAVAILABLE, Refusal

@@ -24,7 +24,8 @@ PATH_MAX = 4096
 
 @dataclass(frozen=True)
 class SpawnRequest:
-    """A spawn request as plain values (the front-end converts the wire message)."""
+    """A spawn request as plain values (the process service builds it from the
+    channel's `SpawnCall`)."""
 
     argv: tuple[str, ...]
     cwd: str = ""

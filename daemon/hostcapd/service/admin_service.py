@@ -3,11 +3,11 @@
 Who may call is decided by the kernel, not here: the admin socket file is
 owned by root, group `admin.group`, mode 0660 (0600 without a group), so a
 process of any other user cannot even connect (`Daemon.serve_admin`). The
-servicer sees every tenant through `Administered`, the narrow view of the
-daemon it is constructed with:
+service sees every tenant through `Administered`, the narrow view of the
+daemon it is constructed with, and answers on the channel's typed messages:
 
-    servicer = AdminServicer(daemon)       # daemon: Administered
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(servicer, server)
+    service = AdminService(daemon)         # daemon: Administered
+    relayed_methods("admin", {"AdminService": service})
 """
 
 from __future__ import annotations
@@ -20,9 +20,8 @@ import logging
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
-import grpc
 from hostcap_proto.audit import (
     OUTCOMES,
     AuditFileError,
@@ -31,17 +30,16 @@ from hostcap_proto.audit import (
     encode_line,
     tail_records,
 )
-from hostcap_proto.errors import WireError
-from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc
 
 from hostcapd.audit import AuditLog, AuditSubscription, AuditSubscriptionLagged
 from hostcapd.audit.files import rotated_files
 from hostcapd.audit.redact import redact_argv
-from hostcapd.errors import Refusal
+from hostcapd.bridge import messages
+from hostcapd.bridge.frontends import RelayedCall
+from hostcapd.errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, Refusal
 from hostcapd.process.report import Outcome, Report
 from hostcapd.process.spawn import Spawn
 from hostcapd.service import convert
-from hostcapd.service.context import Context
 from hostcapd.tenant import TenantRuntime
 
 log = logging.getLogger("hostcapd.admin")
@@ -95,6 +93,18 @@ class Administered(Protocol):
         ...
 
 
+def _datetime(stamp: messages.Timestamp) -> dt.datetime:
+    """A google.protobuf.Timestamp's time (ValueError out of its range,
+    0001-01-01 to 9999-12-31, as protobuf's ToDatetime)."""
+    try:
+        return _EPOCH + dt.timedelta(seconds=stamp.seconds, microseconds=stamp.nanos // 1000)
+    except OverflowError:
+        raise ValueError(f"timestamp {stamp.seconds} s is out of range") from None
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def _record_time(value: dt.datetime) -> str:
     # Records hold fixed-width UTC times, so bounds compare as strings.
     return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -112,14 +122,14 @@ class AuditFilter:
     spawn_id: str = ""
 
     @classmethod
-    def from_wire(cls, request: admin_pb2.QueryAuditRequest) -> AuditFilter:
+    def of_call(cls, request: messages.QueryAuditCall) -> AuditFilter:
         """Raises ValueError for a timestamp out of range or an unknown outcome."""
         if request.outcome and request.outcome.upper() not in OUTCOMES:
             raise ValueError(
                 f"unknown outcome {request.outcome!r}: valid outcomes are {', '.join(OUTCOMES)}"
             )
-        since = _record_time(request.since.ToDatetime(dt.UTC)) if request.HasField("since") else ""
-        until = _record_time(request.until.ToDatetime(dt.UTC)) if request.HasField("until") else ""
+        since = _record_time(_datetime(request.since)) if request.since is not None else ""
+        until = _record_time(_datetime(request.until)) if request.until is not None else ""
         return cls(
             tenant=request.tenant,
             since=since,
@@ -173,22 +183,12 @@ async def stored_records(path: Path) -> AsyncIterator[dict[str, Any]]:
             yield record
 
 
-def _line(record: Mapping[str, Any]) -> admin_pb2.AuditLine:
-    return admin_pb2.AuditLine(json=encode_line(record)[:-1].decode("utf-8"))
+def _line(record: Mapping[str, Any]) -> messages.AuditLine:
+    return messages.AuditLine(json=encode_line(record)[:-1].decode("utf-8"))
 
 
-async def _abort(context: Context, code: grpc.StatusCode, message: str) -> NoReturn:
-    await context.abort(code, message)
-    raise AssertionError("abort returned")
-
-
-async def _refuse(context: Context, reason: str, message: str) -> NoReturn:
-    await context.abort_with_status(WireError(reason, message).to_status())  # type: ignore[attr-defined]
-    raise AssertionError("abort_with_status returned")
-
-
-class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    """AdminService over every tenant of one daemon."""
+class AdminService:
+    """hostcap.v1.AdminService over every tenant of one daemon."""
 
     def __init__(self, daemon: Administered) -> None:
         self.daemon = daemon
@@ -204,48 +204,46 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return sorted(spawns, key=lambda s: s.started_at)
 
     async def ListSpawns(
-        self, request: admin_pb2.ListSpawnsRequest, context: Context
-    ) -> admin_pb2.ListSpawnsResponse:
-        response = admin_pb2.ListSpawnsResponse()
-        for spawn in self._live_spawns():
-            if spawn.pid and (not request.tenant or spawn.deps.tenant.name == request.tenant):
-                info = convert.spawn_info(spawn)
+        self, request: messages.ListSpawnsCall, call: RelayedCall
+    ) -> messages.ListSpawnsResponse:
+        return messages.ListSpawnsResponse(
+            spawns=[
                 # As the audit log shows it: an ops screen is no place for a token.
-                info.argv[:] = redact_argv(info.argv)
-                response.spawns.append(info)
-        return response
+                convert.spawn_info(spawn, argv=redact_argv(list(spawn.prepared.argv)))
+                for spawn in self._live_spawns()
+                if spawn.pid and (not request.tenant or spawn.deps.tenant.name == request.tenant)
+            ]
+        )
 
-    async def Kill(
-        self, request: admin_pb2.KillRequest, context: Context
-    ) -> admin_pb2.KillResponse:
+    async def Kill(self, request: messages.KillCall, call: RelayedCall) -> messages.KillResponse:
         spawn = next((s for s in self._live_spawns() if s.id == request.spawn_id), None)
         if not request.spawn_id or spawn is None:
-            await _refuse(context, "NOT_FOUND", f"no live spawn has the id {request.spawn_id!r}")
+            raise Refusal("NOT_FOUND", f"no live spawn has the id {request.spawn_id!r}")
         log.warning("admin kill of spawn %s (tenant %s)", spawn.id, spawn.deps.tenant.name)
         spawn.cancel(Outcome.CANCELLED, KILLED_BY_ADMIN)
-        response = admin_pb2.KillResponse(spawn_id=spawn.id, tenant=spawn.deps.tenant.name)
+        tenant = spawn.deps.tenant.name
         wait = spawn.deps.kill_grace + KILL_WAIT_MARGIN_S
         try:
             report: Report = await asyncio.wait_for(asyncio.shield(spawn.done), wait)
         except TimeoutError:
-            await _abort(
-                context,
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                f"spawn {spawn.id} was killed but had not ended after {wait:g} s",
-            )
+            raise Refusal(
+                DEADLINE_EXCEEDED, f"spawn {spawn.id} was killed but had not ended after {wait:g} s"
+            ) from None
         except Refusal:
-            return response  # refused before it ran: nothing ran, nothing to end
-        response.exited.CopyFrom(convert.exited_to_wire(spawn, report))
-        return response
+            # refused before it ran: nothing ran, nothing to end
+            return messages.KillResponse(spawn_id=spawn.id, tenant=tenant)
+        return messages.KillResponse(
+            spawn_id=spawn.id, tenant=tenant, exited=convert.exited_message(spawn, report)
+        )
 
     async def TailAudit(
-        self, request: admin_pb2.TailAuditRequest, context: Context
-    ) -> AsyncIterator[admin_pb2.AuditLine]:
+        self, request: messages.TailAuditCall, call: RelayedCall
+    ) -> AsyncIterator[messages.AuditLine]:
         audit = self.daemon.audit
         if audit is None:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the audit log is closed")
+            raise Refusal(UNAVAILABLE, "the audit log is closed")
         if request.lines > MAX_TAIL_LINES:
-            await _refuse(context, "INVALID_ARGUMENT", f"lines must be at most {MAX_TAIL_LINES}")
+            raise Refusal("INVALID_ARGUMENT", f"lines must be at most {MAX_TAIL_LINES}")
         # Subscribe before reading the file, so nothing written in between is
         # missed; what both show is sent once (by seq).
         subscription = audit.subscribe(max_queue=FOLLOW_QUEUE) if request.follow else None
@@ -255,7 +253,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             try:
                 recent = await asyncio.to_thread(recent_records, audit.path, request.lines)
             except AuditFileError as error:
-                await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+                raise Refusal(UNAVAILABLE, str(error)) from None
             last_seq = 0
             for record in recent:
                 yield _line(record)
@@ -269,42 +267,41 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     yield _line(record)
                     last_seq = record["seq"]
             except AuditSubscriptionLagged:
-                await _abort(
-                    context,
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                raise Refusal(
+                    RESOURCE_EXHAUSTED,
                     f"this follower fell more than {FOLLOW_QUEUE} records behind and "
                     f"missed some after seq {last_seq}; follow again (or query the files)",
-                )
+                ) from None
         finally:
             if subscription is not None:
                 self._follows.discard(subscription)
                 subscription.close()
 
     async def QueryAudit(
-        self, request: admin_pb2.QueryAuditRequest, context: Context
-    ) -> AsyncIterator[admin_pb2.AuditLine]:
+        self, request: messages.QueryAuditCall, call: RelayedCall
+    ) -> AsyncIterator[messages.AuditLine]:
         audit = self.daemon.audit
         if audit is None:
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, "the audit log is closed")
+            raise Refusal(UNAVAILABLE, "the audit log is closed")
         try:
-            selected = AuditFilter.from_wire(request)
+            selected = AuditFilter.of_call(request)
         except ValueError as error:
-            await _refuse(context, "INVALID_ARGUMENT", f"bad query: {error}")
+            raise Refusal("INVALID_ARGUMENT", f"bad query: {error}") from None
         try:
             async for record in stored_records(audit.path):
                 if selected.matches(record):
                     yield _line(record)
         except AuditFileError as error:
             # A rotated file pruned under us, typically: the caller may retry.
-            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))
+            raise Refusal(UNAVAILABLE, str(error)) from None
 
     async def Reload(
-        self, request: admin_pb2.ReloadRequest, context: Context
-    ) -> admin_pb2.ReloadResponse:
+        self, request: messages.ReloadCall, call: RelayedCall
+    ) -> messages.ReloadResponse:
         try:
             outcome = await self.daemon.reload()
         except ReloadRejected as rejected:
-            await _refuse(context, rejected.reason, rejected.message)
-        return admin_pb2.ReloadResponse(
-            added=outcome.added, removed=outcome.removed, changed=outcome.changed
+            raise Refusal(rejected.reason, rejected.message) from None
+        return messages.ReloadResponse(
+            added=list(outcome.added), removed=list(outcome.removed), changed=list(outcome.changed)
         )

@@ -1,7 +1,7 @@
-"""A tenant's FsService: its worker process and the servicer bound to it.
+"""A tenant's FsService: its worker process and the service bound to it.
 
     runtime = await start_fs_service(tenant, audit)
-    fs_pb2_grpc.add_FsServiceServicer_to_server(runtime.servicer, server)
+    runtime.service.ReadFile(request, call)      # FsService, on the channel's messages
     ...
     await runtime.close()        # no worker process is left when it returns
 
@@ -14,15 +14,13 @@ from __future__ import annotations
 
 import os
 
-from hostcap_proto.v1 import common_pb2
-
 from hostcapd.applied import Applied
 from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant, Tier
 from hostcapd.fs.client import FsWorker
 from hostcapd.fs.scope import RootSpec
 from hostcapd.fs.worker import WorkerSettings
-from hostcapd.service.fs_service import FsServicer
+from hostcapd.service.fs_service import FsService
 
 #: A file operation taking longer than this is presumed hung: the worker is
 #: killed and restarted, the request fails UNAVAILABLE. Generous: a 64 MiB
@@ -31,25 +29,16 @@ OP_TIMEOUT_S = 120.0
 
 
 class FsRuntime:
-    """Owns the tenant's fs worker; `servicer` serves FsService over it."""
+    """Owns the tenant's fs worker; `service` serves FsService over it."""
 
-    def __init__(self, servicer: FsServicer, worker: FsWorker) -> None:
-        self.servicer = servicer
+    def __init__(self, service: FsService, worker: FsWorker) -> None:
+        self.service = service
         self.worker = worker
 
     @property
     def protections(self) -> tuple[Applied, ...]:
         """What the fs worker applied (uid_drop, no_new_privs, landlock)."""
         return self.worker.protections
-
-    def protections_pb(self) -> list[common_pb2.Protection]:
-        """The same, as wire messages, for HostService.Capabilities."""
-        return [
-            common_pb2.Protection(
-                name=p.name, applied=p.applied, reason=p.reason, required=p.required
-            )
-            for p in self.protections
-        ]
 
     async def close(self) -> None:
         await self.worker.close()
@@ -80,7 +69,7 @@ def worker_settings(tenant: Tenant) -> WorkerSettings:
 async def start_fs_service(
     tenant: Tenant, audit: AuditLog, *, op_timeout_s: float = OP_TIMEOUT_S
 ) -> FsRuntime:
-    """Start `tenant`'s fs worker and the servicer bound to it."""
+    """Start `tenant`'s fs worker and the service bound to it."""
     worker = FsWorker(worker_settings(tenant), op_timeout_s=op_timeout_s)
     await worker.start()
-    return FsRuntime(FsServicer(tenant, audit, worker), worker)
+    return FsRuntime(FsService(tenant, audit, worker), worker)

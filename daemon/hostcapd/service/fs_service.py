@@ -4,8 +4,8 @@ The servicer is bound to its tenant, its audit log and its worker at
 construction; no request can name another tenant. It checks what needs no
 file system (sizes against the tenant's ceilings, argument shapes), leaves
 every path decision to the worker (which runs as the tenant beneath the
-roots), and translates the worker's plain refusals into gRPC statuses with
-an ErrorInfo reason.
+roots), and raises the worker's refusals as they are (the channel carries
+each as an Abort with its reason).
 
 WriteFile's audit order (docs/decisions/0020-fs-write-audit-order.md): the
 worker prepares the write (all checks done, content fsynced in an unnamed
@@ -24,19 +24,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from typing import Any, NoReturn, TypeVar
 
-from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc
-
 from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.bridge import messages
+from hostcapd.bridge.frontends import RelayedCall
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.fs import content
 from hostcapd.fs.client import FsWorker, FsWorkerUnavailable
 from hostcapd.fs.errors import refusal_from_errno
 from hostcapd.labels import validate_correlation
-from hostcapd.service.context import Context
 from hostcapd.service.refusals import refuse
 
 T = TypeVar("T")
@@ -60,15 +59,16 @@ AUDITED_READ_REASONS = frozenset(
     }
 )
 
-_FILE_TYPES: Mapping[str, fs_pb2.FileType] = {
-    "regular": fs_pb2.REGULAR,
-    "directory": fs_pb2.DIRECTORY,
-    "symlink": fs_pb2.SYMLINK,
-    "other": fs_pb2.OTHER,
+#: The worker's file types as the wire names them (hostcap.v1.FileType).
+_FILE_TYPES = {
+    "regular": "REGULAR",
+    "directory": "DIRECTORY",
+    "symlink": "SYMLINK",
+    "other": "OTHER",
 }
 
 
-class FsServicer(fs_pb2_grpc.FsServiceServicer):
+class FsService:
     """hostcap.v1.FsService for one tenant."""
 
     def __init__(self, tenant: Tenant, audit: AuditLog, worker: FsWorker) -> None:
@@ -80,13 +80,13 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
     # --- the four methods ---------------------------------------------
 
     async def ReadFile(
-        self, request: fs_pb2.ReadFileRequest, context: Context
-    ) -> fs_pb2.ReadFileResponse:
+        self, request: messages.ReadFileCall, call: RelayedCall
+    ) -> messages.ReadFileResponse:
         try:
             if request.offset > MAX_OFFSET:
                 raise Refusal("INVALID_ARGUMENT", "offset is too large")
             max_bytes = self._fs.max_read_bytes
-            if request.HasField("max_bytes"):
+            if request.max_bytes is not None:
                 if request.max_bytes == 0 or request.max_bytes > max_bytes:
                     raise Refusal(
                         "LIMIT_INVALID",
@@ -95,8 +95,8 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
                 max_bytes = request.max_bytes
             path, result = await _run_to_end(self._read(request.path, request.offset, max_bytes))
         except Refusal as failure:
-            await self._refuse(context, "ReadFile", request.path, failure)
-        return fs_pb2.ReadFileResponse(
+            self._refuse("ReadFile", request.path, failure)
+        return messages.ReadFileResponse(
             path=path,
             data=result.data,
             size=result.size,
@@ -131,12 +131,13 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
         return str(reply.header["path"]), result
 
     async def WriteFile(
-        self, request: fs_pb2.WriteFileRequest, context: Context
-    ) -> fs_pb2.WriteFileResponse:
+        self, request: messages.WriteFileCall, call: RelayedCall
+    ) -> messages.WriteFileResponse:
         labels = dict(request.labels)
+        data = call.payload or b""
         try:
-            self._validate_write(request, labels)
-            expected = request.expected_sha256 if request.HasField("expected_sha256") else None
+            self._validate_write(request, data, labels)
+            expected = request.expected_sha256
             prepare = {
                 "op": "write_prepare",
                 "path": request.path,
@@ -144,14 +145,10 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
                 "exclusive": request.exclusive,
                 "expected_sha256": expected,
             }
-            prepared = await _run_to_end(
-                self._write(prepare, request.data, labels, request.request_id)
-            )
+            prepared = await _run_to_end(self._write(prepare, data, labels, request.request_id))
         except Refusal as failure:
-            await self._refuse(
-                context, "WriteFile", request.path, failure, labels, request.request_id
-            )
-        return fs_pb2.WriteFileResponse(
+            self._refuse("WriteFile", request.path, failure, labels, request.request_id)
+        return messages.WriteFileResponse(
             path=prepared["path"],
             size=prepared["size"],
             sha256=prepared["sha256"],
@@ -160,13 +157,16 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
         )
 
     async def ListDirectory(
-        self, request: fs_pb2.ListDirectoryRequest, context: Context
-    ) -> fs_pb2.ListDirectoryResponse:
+        self, request: messages.ListDirectoryCall, call: RelayedCall
+    ) -> messages.ListDirectoryResponse:
         try:
             max_entries = self._bounded(
-                request, "max_entries", self._fs.max_list_entries, self._fs.max_list_entries
+                "max_entries",
+                request.max_entries,
+                self._fs.max_list_entries,
+                self._fs.max_list_entries,
             )
-            depth = self._bounded(request, "depth", self._fs.max_list_depth, 1)
+            depth = self._bounded("depth", request.depth, self._fs.max_list_depth, 1)
             header = await self._single(
                 {
                     "op": "list",
@@ -177,11 +177,11 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
                 }
             )
         except Refusal as failure:
-            await self._refuse(context, "ListDirectory", request.path, failure)
-        return fs_pb2.ListDirectoryResponse(
+            self._refuse("ListDirectory", request.path, failure)
+        return messages.ListDirectoryResponse(
             path=header["path"],
             entries=[
-                fs_pb2.DirEntry(
+                messages.DirEntry(
                     name=entry["name"],
                     type=_FILE_TYPES[entry["type"]],
                     size=entry["size"],
@@ -193,12 +193,12 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
             truncated=header["truncated"],
         )
 
-    async def Stat(self, request: fs_pb2.StatRequest, context: Context) -> fs_pb2.StatResponse:
+    async def Stat(self, request: messages.StatCall, call: RelayedCall) -> messages.StatResponse:
         try:
             header = await self._single({"op": "stat", "path": request.path})
         except Refusal as failure:
-            await self._refuse(context, "Stat", request.path, failure)
-        return fs_pb2.StatResponse(
+            self._refuse("Stat", request.path, failure)
+        return messages.StatResponse(
             path=header["path"],
             type=_FILE_TYPES[header["type"]],
             size=header["size"],
@@ -253,30 +253,28 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
                 ) from None
         return prepared
 
-    def _validate_write(self, request: fs_pb2.WriteFileRequest, labels: dict[str, str]) -> None:
+    def _validate_write(
+        self, request: messages.WriteFileCall, data: bytes, labels: dict[str, str]
+    ) -> None:
         limit = self._fs.max_write_bytes
-        if len(request.data) > limit:
+        if len(data) > limit:
             raise Refusal(
                 "TOO_LARGE",
-                f"content of {len(request.data)} bytes is above the tenant's write ceiling of {limit}",
+                f"content of {len(data)} bytes is above the tenant's write ceiling of {limit}",
             )
-        if (
-            request.HasField("expected_sha256")
-            and request.expected_sha256
-            and not _SHA256.match(request.expected_sha256)
-        ):
+        if request.expected_sha256 and not _SHA256.match(request.expected_sha256):
             raise Refusal(
                 "INVALID_ARGUMENT", "expected_sha256 must be 64 lowercase hex digits, or empty"
             )
         validate_correlation(labels, request.request_id)
 
     @staticmethod
-    def _bounded(request: Any, name: str, ceiling: int, default: int) -> int:
+    def _bounded(name: str, requested: int | None, ceiling: int, default: int) -> int:
         """A requested bound: `default` when unset; zero or above the ceiling
         is LIMIT_INVALID, never clamped."""
-        if not request.HasField(name):
+        if requested is None:
             return default
-        value = int(getattr(request, name))
+        value = int(requested)
         if value == 0 or value > ceiling:
             raise Refusal(
                 "LIMIT_INVALID",
@@ -284,9 +282,8 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
             )
         return value
 
-    async def _refuse(
+    def _refuse(
         self,
-        context: Context,
         method: str,
         path: str,
         failure: Refusal,
@@ -295,8 +292,7 @@ class FsServicer(fs_pb2_grpc.FsServiceServicer):
     ) -> NoReturn:
         """Every refused write is audited; of reads, listings and stats only
         the refusals in AUDITED_READ_REASONS (a missing file is not)."""
-        await refuse(
-            context,
+        refuse(
             self._audit,
             self._tenant.name,
             method,

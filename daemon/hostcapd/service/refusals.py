@@ -1,6 +1,7 @@
-"""Refusing a call, for every service: audit it as policy.deny, then abort
-with the typed status (an ErrorInfo reason), or with gRPC's own INTERNAL or
-UNAVAILABLE for the two transport conditions."""
+"""Refusing a call, for every service: audit it as policy.deny, then raise
+the `Refusal`, which the channel carries to the front-end as an `Abort`
+(`hostcapd.bridge.frontends`): a typed status with an ErrorInfo reason, or
+gRPC's own INTERNAL or UNAVAILABLE for the transport conditions."""
 
 from __future__ import annotations
 
@@ -8,18 +9,14 @@ import logging
 from collections.abc import Mapping
 from typing import Any, NoReturn
 
-import grpc
-
 from hostcapd.audit import AuditLog, AuditUnavailable
-from hostcapd.errors import INTERNAL, UNAVAILABLE, Refusal, shorten
+from hostcapd.errors import Refusal, shorten
 from hostcapd.labels import MAX_REQUEST_ID, bounded_labels
-from hostcapd.service.context import Context
 
 log = logging.getLogger("hostcapd.service")
 
 
-async def refuse(
-    context: Context,
+def refuse(
     audit: AuditLog,
     tenant: str,
     method: str,
@@ -48,9 +45,4 @@ async def refuse(
         except AuditUnavailable as error:
             # the request is refused anyway; its own reason says more
             log.error("could not audit a refusal: %s", error)
-    if refusal.reason == UNAVAILABLE:
-        await context.abort(grpc.StatusCode.UNAVAILABLE, refusal.message)
-    if refusal.reason == INTERNAL:
-        await context.abort(grpc.StatusCode.INTERNAL, refusal.message)
-    await context.abort_with_status(refusal.wire().to_status())  # type: ignore[attr-defined]
-    raise AssertionError("abort_with_status returned")
+    raise refusal

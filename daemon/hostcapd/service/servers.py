@@ -1,44 +1,36 @@
-"""The gRPC servers: one per tenant socket (a `TenantService`: its runtime,
-its fs worker and the server bound to its socket, owned and released
+"""The served sockets: one per tenant (a `TenantService`: its runtime, its
+fs worker and the front-end serving its socket, owned and released
 together) and the admin one. Each is built completely, listening under a
-temporary socket name, before the daemon puts it in place."""
+temporary socket name, before the daemon puts it in place. A socket is
+served by a front-end process (`hostcapd.bridge.frontends`), or with
+`frontend_processes = false` by the same front-end code in this process."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import grpc
-from google.protobuf.descriptor import ServiceDescriptor
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 from hostcap_proto.messages import reply_bytes
-from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd.audit import AuditLog
 from hostcapd.bridge.frontends import ADMIN, Endpoint, FrontendProcess, relayed_methods
 from hostcapd.config import AdminSettings, Tenant
-from hostcapd.frontend.options import (
-    GRPC_MESSAGE_CEILING,
-    KEEPALIVE,
-    MAX_MESSAGE_BYTES,
-    HealthReporter,
-    new_health,
-    server_options,
-)
 from hostcapd.process.spawn import EOF_GRACE
-from hostcapd.service.admin_service import AdminServicer
+from hostcapd.service.admin_service import AdminService
 from hostcapd.service.fs_runtime import FsRuntime, start_fs_service
-from hostcapd.service.handlers import add_servicer
-from hostcapd.service.host_service import HostServicer
-from hostcapd.service.process_service import ProcessServicer
-from hostcapd.service.sockets import admin_socket_access, bind_socket, file_id_of
+from hostcapd.service.host_service import HostService
+from hostcapd.service.process_service import ProcessService
+from hostcapd.service.sockets import admin_socket_access, file_id_of
 from hostcapd.tenant import TenantRuntime
+
+#: gRPC message ceiling: a spawn request with stdin, or a file write, fits.
+MAX_MESSAGE_BYTES = 80 * 1024 * 1024
+#: gRPC's own ceiling for one message.
+GRPC_MESSAGE_CEILING = 2**31 - 1
 
 
 def send_limit(tenant: Tenant) -> int:
@@ -49,20 +41,9 @@ def send_limit(tenant: Tenant) -> int:
     return min(GRPC_MESSAGE_CEILING, reply_bytes(kept, tenant.fs.max_read_bytes))
 
 
-def service_descriptor(module: Any, name: str) -> ServiceDescriptor:
-    return module.DESCRIPTOR.services_by_name[name]  # type: ignore[no-any-return]
-
-
-def register(
-    add: Callable[[Any, grpc.aio.Server], None], servicer: Any, server: grpc.aio.Server
-) -> None:
-    """Add a servicer with its generated (untyped) add_*_to_server function."""
-    add(servicer, server)
-
-
 class Server(Protocol):
-    """What a tenant's server is to the daemon: a grpc.aio.Server in this
-    process, or the tenant's front-end process (`hostcapd.bridge.frontends`)."""
+    """What a tenant's server is to the daemon: its front-end
+    (`hostcapd.bridge.frontends.FrontendProcess`)."""
 
     async def stop(self, grace: float | None) -> None: ...
 
@@ -141,27 +122,19 @@ class TenantService:
         self.runtime.profile.close()
 
 
-def _servicers(runtime: TenantRuntime, fs_runtime: FsRuntime) -> dict[str, Any]:
-    """The tenant's servicers by service name: bound to its runtime."""
+def _services(runtime: TenantRuntime, fs_runtime: FsRuntime) -> dict[str, Any]:
+    """The tenant's services by name: bound to its runtime."""
     return {
-        "ProcessService": ProcessServicer(runtime),
-        "HostService": HostServicer(runtime),
-        "FsService": fs_runtime.servicer,
+        "ProcessService": ProcessService(runtime),
+        "HostService": HostService(runtime),
+        "FsService": fs_runtime.service,
     }
 
 
-async def serve_tenant(runtime: TenantRuntime, frontend_process: bool = False) -> TenantService:
-    """A tenant's service: with `frontend_process`, its socket served by a
-    front-end process of its own (`serve_tenant_split`), else by a gRPC
-    server in this process."""
-    if frontend_process:
-        return await serve_tenant_split(runtime)
-    return await serve_tenant_here(runtime)
-
-
-async def serve_tenant_split(runtime: TenantRuntime) -> TenantService:
-    """Start a tenant's fs worker here and its front-end process, which
-    binds under a temporary name; the servicers run here, on what the
+async def serve_tenant(runtime: TenantRuntime, frontend_process: bool = True) -> TenantService:
+    """Start a tenant's fs worker here and its front-end (a process of its
+    own, or with `frontend_process` False the same code in this process),
+    which binds under a temporary name; the services run here, on what the
     front-end relays. Takes ownership of the runtime's profile: on failure
     nothing is left behind."""
     tenant, profile = runtime.tenant, runtime.profile
@@ -173,8 +146,9 @@ async def serve_tenant_split(runtime: TenantRuntime) -> TenantService:
         frontend = FrontendProcess(
             Endpoint.of_tenant(tenant, MAX_MESSAGE_BYTES, send_limit(tenant)),
             runtime.audit,
-            relayed_methods("tenant", _servicers(runtime, fs_runtime)),
+            relayed_methods("tenant", _services(runtime, fs_runtime)),
             runtime.frontend_lost,
+            in_process=not frontend_process,
         )
         runtime.frontend = frontend
         temp = await frontend.start()
@@ -189,58 +163,10 @@ async def serve_tenant_split(runtime: TenantRuntime) -> TenantService:
     return TenantService(runtime, fs_runtime, frontend, frontend, temp, frontend=frontend)
 
 
-async def serve_tenant_here(runtime: TenantRuntime) -> TenantService:
-    """Start a tenant's fs worker and gRPC server, bound under a temporary
-    name. Takes ownership of the runtime's profile: on failure nothing is
-    left behind."""
-    tenant, profile = runtime.tenant, runtime.profile
-    fs_runtime: FsRuntime | None = None
-    server: grpc.aio.Server | None = None
-    temp: Path | None = None
-    try:
-        fs_runtime = await start_fs_service(tenant, runtime.audit)
-        runtime.fs = fs_runtime  # HostService.Capabilities reports its protections
-        server = grpc.aio.server(options=server_options(MAX_MESSAGE_BYTES, send_limit(tenant)))
-        servicers = _servicers(runtime, fs_runtime)
-        for module, name in (
-            (process_pb2, "ProcessService"),
-            (host_pb2, "HostService"),
-            (fs_pb2, "FsService"),
-        ):
-            add_servicer(server, servicers[name], service_descriptor(module, name), tenant.name)
-        health_servicer = new_health()
-        register(health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server)
-        services = [
-            process_pb2.DESCRIPTOR.services_by_name["ProcessService"].full_name,
-            host_pb2.DESCRIPTOR.services_by_name["HostService"].full_name,
-            fs_pb2.DESCRIPTOR.services_by_name["FsService"].full_name,
-            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-            reflection.SERVICE_NAME,
-        ]
-        reflection.enable_server_reflection(services, server)
-        temp = await bind_socket(
-            server, tenant.socket, tenant.socket_uid, tenant.socket_gid, tenant.socket_mode
-        )
-        await server.start()
-        for name in [*services[:3], ""]:
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    except BaseException:
-        if server is not None:
-            await server.stop(None)
-        if temp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                temp.unlink()
-        if fs_runtime is not None:
-            await fs_runtime.close()
-        profile.close()
-        raise
-    return TenantService(runtime, fs_runtime, server, health_servicer, temp)
-
-
 @dataclass(eq=False)
-class AdminService:
-    """The admin socket as served: its server (or front-end process), bound
-    under a temporary name until `place` puts it at its path."""
+class AdminSocket:
+    """The admin socket as served: its front-end, bound under a temporary
+    name until `place` puts it at its path."""
 
     server: Server
     health: Graceful
@@ -261,57 +187,28 @@ class AdminService:
 
 async def serve_admin(
     admin: AdminSettings,
-    servicer: AdminServicer,
-    audit: AuditLog | None = None,
-    frontend_process: bool = False,
-) -> AdminService:
-    """Start the admin server, listening under a temporary name (`place`
-    puts it in place); with `frontend_process`, in a front-end process of
-    the admin socket's own, relaying only the admin operations to
-    `servicer` here."""
+    service: AdminService,
+    audit: AuditLog,
+    frontend_process: bool = True,
+) -> AdminSocket:
+    """Start the admin socket's front-end, listening under a temporary name
+    (`place` puts it in place): a process of the admin socket's own (or with
+    `frontend_process` False the same code in this process), relaying only
+    the admin operations to `service` here."""
     gid, mode = admin_socket_access(admin)
-    if frontend_process:
-        assert audit is not None
-        endpoint = Endpoint(
-            "admin", ADMIN, admin.socket, 0, gid, mode, ADMIN_RECEIVE, GRPC_MESSAGE_CEILING
-        )
-        frontend = FrontendProcess(
-            endpoint,
-            audit,
-            relayed_methods("admin", {"AdminService": servicer}),
-            servicer.end_follows,
-        )
-        temp = await frontend.start()
-        return AdminService(frontend, frontend, temp, admin.socket, frontend)
-    server, health_servicer, temp = await _serve_admin_here(admin, servicer, gid, mode)
-    return AdminService(server, health_servicer, temp, admin.socket)
+    endpoint = Endpoint(
+        "admin", ADMIN, admin.socket, 0, gid, mode, ADMIN_RECEIVE, GRPC_MESSAGE_CEILING
+    )
+    frontend = FrontendProcess(
+        endpoint,
+        audit,
+        relayed_methods("admin", {"AdminService": service}),
+        service.end_follows,
+        in_process=not frontend_process,
+    )
+    temp = await frontend.start()
+    return AdminSocket(frontend, frontend, temp, admin.socket, frontend)
 
 
 #: The admin socket's largest request (grpc's default).
 ADMIN_RECEIVE = 4 * 1024 * 1024
-
-
-async def _serve_admin_here(
-    admin: AdminSettings, servicer: AdminServicer, gid: int, mode: int
-) -> tuple[grpc.aio.Server, HealthReporter, Path]:
-    server = grpc.aio.server(options=[("grpc.so_reuseport", 0), *KEEPALIVE])
-    add_servicer(server, servicer, service_descriptor(admin_pb2, "AdminService"))
-    health_servicer = new_health()
-    register(health_pb2_grpc.add_HealthServicer_to_server, health_servicer, server)
-    services = [
-        admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name,
-        health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-        reflection.SERVICE_NAME,
-    ]
-    reflection.enable_server_reflection(services, server)
-    temp = await bind_socket(server, admin.socket, 0, gid, mode)
-    try:
-        await server.start()
-        for name in (services[0], ""):
-            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
-    except BaseException:
-        await server.stop(None)
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
-        raise
-    return server, health_servicer, temp

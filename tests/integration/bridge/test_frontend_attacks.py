@@ -162,7 +162,7 @@ async def test_limits_above_the_ceiling_are_refused_by_the_root_side(
     request = {"argv": ["/usr/bin/true"], "limits": {"memory_bytes": 64 * GiB}}
     result = await split.hostile(monkeypatch, "spawn", {"request": request})
     (answer,) = result["answer"]
-    assert answer["op"] == "abort" and "memory_bytes" in answer["details"]
+    assert answer["op"] == "abort" and "memory_bytes" in answer["message"]
     (denial,) = split.records("policy.deny", tenant="attacker")
     assert denial["reason"] == "LIMIT_INVALID"
     assert not split.records("process.exec", tenant="attacker")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from hostcap_proto.v1 import common_pb2, process_pb2
-from hostcapd.service.process_service import OUTPUT_CHUNK, output_event
+from hostcapd.frontend.convert import output_event
+from hostcapd.service.process_service import OUTPUT_CHUNK
 
 # Either side of each size where the data's or the event's length prefix
 # grows by a byte, and the largest event the daemon sends.

@@ -1,0 +1,139 @@
+"""The one conversion between the wire (protobuf) and the channel's typed
+messages, in the front-end only.
+
+    request, payload = request_of(messages.SpawnCall, parsed)   # a call in
+    reply = to_proto(answer)                                    # an answer out
+    await abort(context, message)                               # a refusal out
+
+The channel's structs mirror the wire messages field for field, so both
+directions are generic: a request's fields are read by the message's
+descriptor and validated by the struct; an answer's values build the
+message named by its `proto`. A spawn's output is the hot path: its event is
+written as wire bytes directly (`output_event`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import msgspec
+from google.protobuf import descriptor_pool
+from google.protobuf import message as protobuf_message
+from google.protobuf.message_factory import GetMessageClass
+from hostcap_proto.errors import WireError
+
+# The wire's messages must be in the default pool before they are looked up.
+from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2  # noqa: F401
+
+from hostcapd.bridge import messages
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+_STREAMS = {"STDOUT": 1, "STDERR": 2}
+_CLASSES: dict[str, type[protobuf_message.Message]] = {}
+
+
+def message_class(full_name: str) -> type[protobuf_message.Message]:
+    """The generated class of a wire message, by its full name."""
+    found = _CLASSES.get(full_name)
+    if found is None:
+        descriptor = descriptor_pool.Default().FindMessageTypeByName(full_name)
+        found = _CLASSES[full_name] = GetMessageClass(descriptor)
+    return found
+
+
+def request_of(
+    model: type[messages.Request], message: protobuf_message.Message
+) -> tuple[messages.Request, bytes]:
+    """The struct of a parsed request message and its payload; raises
+    msgspec.ValidationError (or ValueError) for a value the struct refuses."""
+    values: dict[str, Any] = {}
+    payload = b""
+    for field in message.DESCRIPTOR.fields:
+        name = field.name
+        if field.has_presence and not message.HasField(name):
+            continue
+        value = getattr(message, name)
+        if name == model.payload_field:
+            payload, values["payload"] = value, True
+        elif field.message_type is not None and field.message_type.GetOptions().map_entry:
+            values[name] = dict(value)
+        elif field.message_type is not None and not field.is_repeated:
+            values[name] = {
+                f.name: getattr(value, f.name)
+                for f in field.message_type.fields
+                if not f.has_presence or value.HasField(f.name)
+            }
+        elif field.is_repeated:
+            values[name] = list(value)
+        else:
+            values[name] = value
+    return msgspec.convert(values, model), payload
+
+
+def _present(value: Any) -> Any:
+    """`value` without None entries (unset optional fields), recursively."""
+    if isinstance(value, dict):
+        return {k: _present(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_present(v) for v in value]
+    return value
+
+
+def to_proto(answer: messages.Answer) -> protobuf_message.Message:
+    """The wire message of a typed answer (ValueError or TypeError for a
+    value protobuf refuses: a daemon bug, answered INTERNAL)."""
+    fields = _present(msgspec.to_builtins(answer, builtin_types=(bytes,)))
+    fields.pop("message", None)
+    return message_class(answer.proto)(**fields)
+
+
+def request_proto(request: messages.Request, payload: bytes) -> protobuf_message.Message:
+    """The wire message a request struct stands for (tests compare it with
+    what the client sent)."""
+    fields = _present(msgspec.to_builtins(request, builtin_types=(bytes,)))
+    fields.pop("method", None)
+    if fields.pop("payload", False) and request.payload_field is not None:
+        fields[request.payload_field] = payload
+    return message_class(request.proto)(**fields)
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def output_event(stream: int, data: bytes | memoryview) -> bytes:
+    """The wire bytes of `SpawnEvent{output: Output{stream, data}}`, as
+    SerializeToString would give them, built with one concatenation: no
+    message is built and serialized per chunk (a stream's hot path).
+    `stream` is STDOUT or STDERR and `data` is not empty (proto3 would omit
+    either field otherwise)."""
+    inner = b"\x08" + _varint(stream) + b"\x12" + _varint(len(data))
+    return b"".join((b"\x12", _varint(len(inner) + len(data)), inner, data))
+
+
+def streamed(item: messages.Streamed) -> bytes | protobuf_message.Message:
+    """A streamed answer as gRPC sends it (an output event as its bytes)."""
+    if isinstance(item, messages.SpawnEvent) and item.output is not None:
+        return output_event(_STREAMS[item.output.stream], item.output.data)
+    return to_proto(item)
+
+
+def serialize(message: protobuf_message.Message | bytes) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+async def abort(context: Any, message: messages.Abort) -> None:
+    """End the call with the Abort's status: a hostcap reason travels as a
+    google.rpc.Status with its ErrorInfo; a bare code as itself."""
+    if message.reason:
+        await context.abort_with_status(WireError(message.reason, message.message).to_status())
+    code = _CODES.get(message.code, grpc.StatusCode.UNKNOWN)
+    if code is grpc.StatusCode.UNAVAILABLE and not message.message:
+        await context.abort(code, "the daemon went away")
+    await context.abort(code, message.message)

@@ -47,7 +47,7 @@ from hostcapd import metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.bridge import channel, messages
 from hostcapd.config import Tenant
-from hostcapd.errors import INTERNAL, Refusal
+from hostcapd.errors import INTERNAL, TRANSPORT_REASONS, Refusal
 from hostcapd.service.sockets import StartupError
 
 log = logging.getLogger("hostcapd.bridge")
@@ -173,7 +173,7 @@ def call_result(error: BaseException | None) -> str:
         return "OK"
     if isinstance(error, asyncio.CancelledError):
         return "CANCELLED"
-    if isinstance(error, Refusal):
+    if isinstance(error, Refusal) and (error.on_the_wire or error.reason in TRANSPORT_REASONS):
         return error.reason
     return INTERNAL
 

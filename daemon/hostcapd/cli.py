@@ -123,10 +123,11 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     logging.getLogger("hostcapd").info("event loop: %s", loop_name)
-    from hostcapd.daemon import Daemon  # gRPC is imported only here
+    from hostcapd.daemon import Daemon
 
-    # grpc.aio binds to the running loop when the Daemon first builds a
-    # server or channel, so under uvloop it is initialised on uvloop's loop.
+    # With frontend_processes = false, grpc.aio binds to the running loop
+    # when the front-end code first builds a server in this process, so
+    # under uvloop it is initialised on uvloop's loop.
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(Daemon(config, path, reload_source).serve())
 

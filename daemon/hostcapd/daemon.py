@@ -7,7 +7,7 @@ and the service manager's notifications.
     exit_code = await daemon.serve()         # SIGTERM/SIGINT drain, SIGHUP reloads
 
 Every tenant is a `TenantService` (`hostcapd.service.servers`): its runtime,
-its fs worker and the gRPC server bound to its socket, owned together and
+its fs worker and the front-end serving its socket, owned together and
 released together.
 """
 

@@ -1,6 +1,6 @@
 """A tenant at run time: its config, applied profile and live spawns.
 
-A servicer is constructed holding one TenantRuntime and can address nothing
+A service is constructed holding one TenantRuntime and can address nothing
 else: no request can name another tenant.
 """
 

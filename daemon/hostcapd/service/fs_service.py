@@ -1,6 +1,6 @@
 """FsService for one tenant: validates requests, asks the fs worker, audits.
 
-The servicer is bound to its tenant, its audit log and its worker at
+The service is bound to its tenant, its audit log and its worker at
 construction; no request can name another tenant. It checks what needs no
 file system (sizes against the tenant's ceilings, argument shapes), leaves
 every path decision to the worker (which runs as the tenant beneath the

@@ -75,7 +75,7 @@ async def _release(server: Server, temp: Path | None, frontend: FrontendProcess 
 
 @dataclass(eq=False)
 class TenantService:
-    """One tenant as served: runtime, fs worker, gRPC server, socket file."""
+    """One tenant as served: runtime, fs worker, front-end, socket file."""
 
     runtime: TenantRuntime
     fs: FsRuntime

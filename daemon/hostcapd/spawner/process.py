@@ -3,7 +3,7 @@ set-up, reaps them with wait4 and reports their exits.
 
 Single-threaded by construction (this module never imports gRPC or starts a
 thread), so the vfork-style clone in `childsetup.spawn` is safe. It is a child
-subreaper and dies with the front-end (PR_SET_PDEATHSIG); its children in
+subreaper and dies with the daemon (PR_SET_PDEATHSIG); its children in
 turn die with it, and a child that is still in set-up when it dies sees the
 life pipe hang up and does not exec.
 """
@@ -35,7 +35,7 @@ CLONE_NEWPID = 0x20000000
 #: Seconds between looks at the pools when nothing happens (a pooled mount
 #: namespace expires and is made again).
 IDLE_RECHECK = 10.0
-#: Longest a child waits, right before exec, for the front-end's go (its
+#: Longest a child waits, right before exec, for the daemon's go (its
 #: write-ahead audit record is durable); the spawner is blocked meanwhile.
 GO_TIMEOUT_MS = 30_000
 SO_SNDBUFFORCE = 32
@@ -45,7 +45,7 @@ GO_MARGIN = 5.0
 MAX_RELEASED = 64
 #: Pools are not refilled while a child younger than this runs: making a
 #: namespace is ~1.5 ms of kernel work that, beside a child that has just
-#: exec'd, delayed the front-end hearing of it by ~0.6 ms (a short command's
+#: exec'd, delayed the daemon hearing of it by ~0.6 ms (a short command's
 #: whole life is in that window). Between spawns, or beside older children,
 #: they are made as before.
 FILL_QUIET = 0.05
@@ -109,7 +109,7 @@ class Spawner:
     #: Where the records of warm children are watched (main's loop).
     selector: selectors.BaseSelector | None = None
 
-    # --- orders from the front-end ---
+    # --- orders from the daemon ---
 
     def handle(self, wire: messages.Wire, fds: list[int]) -> None:
         try:
@@ -573,7 +573,7 @@ class Spawner:
 
     def warm_reaped(self, child: WarmChild) -> None:
         """A warm child died waiting for its request (killed from outside:
-        dropped ones are forgotten first): the front-end drops it too."""
+        dropped ones are forgotten first): the daemon drops it too."""
         del self.warm[child.id]
         if self.selector is not None and not child.ready:
             with contextlib.suppress(KeyError, ValueError):
@@ -586,7 +586,7 @@ class Spawner:
         try:
             channel.send(self.sock, message.to_wire())
         except OSError:
-            self.running = False  # the front-end is gone; we are about to die too
+            self.running = False  # the daemon is gone; we are about to die too
 
     def kill_all(self) -> None:
         self.drop_warm()
@@ -601,7 +601,7 @@ class Spawner:
 
 def main(argv: list[str]) -> int:
     fd, parent = int(argv[0]), int(argv[1])
-    # Dies with the front-end; terminal signals are the front-end's to handle.
+    # Dies with the daemon; terminal signals are the daemon's to handle.
     prctl.set_pdeathsig(signal.SIGKILL)
     if os.getppid() != parent:
         return 1

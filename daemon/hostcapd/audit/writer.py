@@ -37,6 +37,7 @@ from typing import Any
 from hostcap_proto.audit import (
     GENESIS_HASH,
     SCHEMA,
+    argv_sha256,
     sealed_line,
     validate_event_fields,
 )
@@ -85,6 +86,25 @@ def _event_id() -> str:
     raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
     raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
     return raw.hex()
+
+
+def _seal_argv(body: dict[str, Any]) -> None:
+    """The argv of a record as stored, and what the writer alone says of it:
+    the digest of the argv as given (before anything is redacted or cut),
+    whether anything was redacted, whether it was cut (then argc). Whatever
+    a caller passed for these is replaced."""
+    for name in ("argv_truncated", "argc", "argv_redacted", "argv_sha256"):
+        body.pop(name, None)
+    given: list[str] = body["argv"]
+    # Redaction first, on whole values; only then may anything be cut.
+    redacted = redact_argv(given)
+    argv, cut = bound_argv(redacted)
+    body["argv"] = argv
+    body["argv_sha256"] = argv_sha256(given)
+    body["argv_redacted"] = redacted != given
+    body["argv_truncated"] = cut
+    if cut:
+        body["argc"] = len(given)
 
 
 class AuditLog(DeferredQueue, GroupCommit):
@@ -275,14 +295,7 @@ class AuditLog(DeferredQueue, GroupCommit):
                 self._flush_deferred()
         body = validate_event_fields(event, fields)
         if "argv" in body:
-            # Redaction first, on whole values; only then may anything be cut.
-            body.pop("argv_truncated", None)
-            body.pop("argc", None)
-            argv, cut = bound_argv(redact_argv(body["argv"]))
-            if cut:
-                body["argv_truncated"] = True
-                body["argc"] = len(body["argv"])
-            body["argv"] = argv
+            _seal_argv(body)
         self._write_header_if_pending()
         record, line = self._line(event, body)
         if self._file_has_records and self._size + len(line) > self._settings.max_bytes:

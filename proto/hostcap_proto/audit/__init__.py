@@ -81,6 +81,7 @@ from hostcap_proto.audit.schema import (
     AuditRecordError,
     EventName,
     OutcomeName,
+    argv_sha256,
 )
 from hostcap_proto.audit.verify import (
     Failure,
@@ -125,6 +126,7 @@ __all__ = [
     "StreamBytes",
     "TornTail",
     "VerifyReport",
+    "argv_sha256",
     "canonical_bytes",
     "chain_order",
     "check_line",

@@ -204,3 +204,66 @@ async def test_query_skips_unreadable_lines_and_says_so(
     assert code == 0
     assert len(out.splitlines()) == 6
     assert f"1 unreadable line(s) skipped (first {path}:3)" in err
+
+
+CLOAKS = [
+    ["sh", "-c", "API_TOKEN=1; echo payload; touch ~/x"],
+    ["sh", "-c", " " * 4096 + "echo payload; touch ~/x"],
+    ["sh", "-c", " " * 4096 + "echo payload; touch ~/x" + " " * 4096],
+]
+
+
+@pytest.mark.parametrize("argv", CLOAKS, ids=["assignment", "padding", "padding-both-sides"])
+async def test_verify_argv_proves_the_argv_a_record_was_written_for(
+    argv: list[str], make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 29's cloaks: the record shows the payload, or flags what it hid,
+    and its digest tells the argv that ran from any other."""
+    s = make_settings()
+    log = AuditLog.open(s, "b")
+    await log.write_durable("process.exec", **exec_fields("sp-c", argv=argv))
+    await log.close()
+    stored = json.loads(s.path.read_text())
+    shown = "echo payload; touch ~/x" in stored["argv"][2]
+    assert shown or stored["argv_truncated"] or stored["argv_redacted"]
+    if argv is CLOAKS[0] or argv is CLOAKS[1]:
+        assert shown  # these two cannot hide it at all
+    code, out, _ = run(
+        ["audit", "verify-argv", "--file", str(s.path), "--spawn", "sp-c", "--", *argv], capsys
+    )
+    assert code == 0 and out.startswith("OK   the argv given is the argv of seq 1"), out
+    code, out, _ = run(
+        [
+            "audit",
+            "verify-argv",
+            "--file",
+            str(s.path),
+            "--seq",
+            "1",
+            "--argv-json",
+            json.dumps(argv),
+        ],
+        capsys,
+    )
+    assert code == 0, out
+    other = [*argv[:2], argv[2].replace("payload", "harmless")]
+    code, out, _ = run(
+        ["audit", "verify-argv", "--file", str(s.path), "--spawn", "sp-c", "--", *other], capsys
+    )
+    assert code == 1 and out.startswith("FAIL"), out
+
+
+async def test_verify_argv_refuses_a_record_it_cannot_check(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = await sample_log(make_settings)
+    code, out, _ = run(
+        ["audit", "verify-argv", "--file", str(path), "--seq", "1", "--", "x"], capsys
+    )
+    assert code == 1 and "holds no argv_sha256" in out
+    code, _, err = run(
+        ["audit", "verify-argv", "--file", str(path), "--seq", "99", "--", "x"], capsys
+    )
+    assert code == 2 and "no record is seq 99" in err
+    code, _, err = run(["audit", "verify-argv", "--file", str(path), "--", "x"], capsys)
+    assert code == 2 and "exactly one of" in err

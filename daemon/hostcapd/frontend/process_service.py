@@ -12,7 +12,7 @@ from hostcapd.errors import Refusal
 from hostcapd.frontend import convert
 from hostcapd.frontend.context import Context
 from hostcapd.frontend.refusals import refuse
-from hostcapd.process import killing
+from hostcapd.process import killing, records
 from hostcapd.process.request import SpawnRequest
 from hostcapd.process.spawn import Spawn
 from hostcapd.tenant import TenantRuntime
@@ -76,6 +76,9 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
                 refusal,
                 request.labels,
                 request.request_id,
+                details=records.refused_record(
+                    request, spawn.prepared if spawn is not None else None
+                ),
             )
         except asyncio.CancelledError:
             if spawn is not None and not attached:

@@ -29,8 +29,10 @@ async def refuse(
     *,
     path: str | None = None,
     audited: bool = True,
+    details: Mapping[str, Any] | None = None,
 ) -> NoReturn:
-    """`audited` False for refusals not worth a line (a missing file read)."""
+    """`audited` False for refusals not worth a line (a missing file read);
+    `details`: more fields of the policy.deny (what a refused spawn asked for)."""
     if audited:
         fields: dict[str, Any] = {
             "tenant": tenant,
@@ -43,6 +45,8 @@ async def refuse(
         }
         if path is not None:
             fields["path"] = path
+        if details:
+            fields.update(details)
         try:
             audit.write("policy.deny", **fields)
         except AuditUnavailable as error:

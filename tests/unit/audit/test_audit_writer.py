@@ -350,3 +350,22 @@ def test_write_outside_an_event_loop_syncs_at_once(make_settings: SettingsFactor
     log.write("daemon.start", version="0.1.0")
     assert log.sync_count == before + 1
     asyncio.run(log.close())
+
+
+async def test_a_refused_argv_far_past_any_exec_is_recorded_bounded(
+    make_settings: SettingsFactory,
+) -> None:
+    """A refusal's argv may be larger than any exec's (TOO_LARGE): an element
+    that could never run is named by its size, redaction never runs over
+    megabytes, and the digest is still of the whole argv."""
+    log = AuditLog.open(make_settings(), "b")
+    argv = ["tool", "x" * 300_000, "--token", "s3cr3t", *(["y" * 100] * 5000)]
+    denied = await log.write_durable(
+        "policy.deny", tenant="dev", method="Run", reason="TOO_LARGE", message="m", argv=argv
+    )
+    await log.close()
+    assert denied["argv"][:4] == ["tool", "...[300000 chars not recorded]...", "--token", REDACTED]
+    assert sum(map(len, denied["argv"])) <= 64 * 1024
+    assert denied["argv_truncated"] is True and denied["argc"] == len(argv)
+    assert denied["argv_redacted"] is True
+    assert denied["argv_sha256"] == argv_sha256(argv)

@@ -27,7 +27,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -37,12 +37,17 @@ from hostcap_proto.audit import (
     OUTCOMES,
     AuditFileError,
     AuditRecordError,
+    FilterError,
     RecordReader,
     VerifyReport,
     argv_sha256,
+    check_event,
     encode_line,
     parse_line,
+    resolve_spawn,
     tail_records,
+    tenants_of,
+    unknown_tenant,
     verify_files,
 )
 from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc
@@ -61,20 +66,31 @@ _RELATIVE = re.compile(r"(\d+)\s*([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
+_TIME_OF_DAY = re.compile(r"\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?")
+
+
 def parse_time(text: str, *, now: dt.datetime | None = None) -> dt.datetime:
     """A --since/--until value: RFC 3339 / ISO 8601 (``2024-05-01T12:00:00Z``,
-    ``2024-05-01``; without an offset it is UTC, like the log), or an age
-    (``90s``, ``15m``, ``2h``, ``7d`` ago)."""
+    ``2024-05-01``; without an offset it is UTC, like the log), a time of day
+    (``14:00``, ``14:00:30``, ``14:00+02:00``: today's, UTC unless an offset
+    says otherwise), or an age (``90s``, ``15m``, ``2h``, ``7d`` ago)."""
     text = text.strip()
+    current = now or dt.datetime.now(dt.UTC)
     relative = _RELATIVE.fullmatch(text)
     if relative:
         amount, unit = int(relative.group(1)), relative.group(2)
-        return (now or dt.datetime.now(dt.UTC)) - dt.timedelta(**{_UNITS[unit]: amount})
+        return current - dt.timedelta(**{_UNITS[unit]: amount})
     try:
-        value = dt.datetime.fromisoformat(text)
+        if _TIME_OF_DAY.fullmatch(text):
+            of_day = dt.time.fromisoformat(text if len(text.split(":")[0]) == 2 else "0" + text)
+            zone = of_day.tzinfo or dt.UTC
+            value = dt.datetime.combine(current.astimezone(zone).date(), of_day, zone)
+        else:
+            value = dt.datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a time (use 2024-05-01T12:00:00Z, 2024-05-01, or an age like 2h)"
+            f"{text!r} is not a time (use 2024-05-01T12:00:00Z, 2024-05-01, a time of day "
+            "like 14:00, or an age like 2h)"
         ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
@@ -95,6 +111,15 @@ def outcome_name(text: str) -> str:
             f"unknown outcome {text!r}: valid outcomes are {', '.join(OUTCOMES)}"
         )
     return name
+
+
+def event_pattern(text: str) -> str:
+    """An --event value: an event name or a glob naming at least one event;
+    anything else is an error listing the valid names."""
+    try:
+        return check_event(text)
+    except FilterError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _matches_exe(pattern: str, path: str) -> bool:
@@ -194,8 +219,10 @@ class QueryFilter:
             return False
         if self.event is not None and not fnmatch.fnmatchcase(str(event or ""), self.event):
             return False
-        if self.spawn_id is not None and record.get("spawn_id") != self.spawn_id:
-            return False
+        if self.spawn_id is not None and not str(record.get("spawn_id", "")).startswith(
+            self.spawn_id
+        ):
+            return False  # the daemon resolved a prefix to one spawn; a file query did here
         if self.outcome is not None and record.get("outcome") != self.outcome.upper():
             return False
         if self.failed and not failed(record):
@@ -342,29 +369,44 @@ def run_query(
     *,
     json_lines: bool = False,
     output: str | None = None,
+    check_tenant: bool = True,
 ) -> int:
     """Print the records `query` selects; the exit code. `output`: table,
     json (one array; each exit gains `command`, the argv of its exec: added
-    by the query, not stored) or jsonl (the stored lines, verbatim)."""
+    by the query, not stored) or jsonl (the stored lines, verbatim).
+
+    A --tenant that no record names is an error listing those that are
+    (raises FilterError, having printed nothing). `check_tenant` False when
+    the daemon checks it (it knows its config, and sends one tenant's records)."""
     output = output or ("jsonl" if json_lines else "table")
-    selected = query.select_joined(records)
-    if output == "jsonl":
-        print_records((r for r, _ in selected), out, json_lines=True)
-    elif output == "json":
-        out.write("[")
-        for index, (record, exec_record) in enumerate(selected):
+    known: set[str] = set()
+    tenant = query.tenant if check_tenant else None
+
+    def watched() -> Iterator[Mapping[str, Any]]:
+        for record in records:
+            if tenant is not None and tenant not in known:
+                known.update(tenants_of(record))
+            yield record
+
+    count = 0
+    for record, exec_record in query.select_joined(watched()):
+        if output == "jsonl":
+            out.write(encode_line(record).decode("utf-8"))
+        elif output == "json":
             item = dict(record)
             if record.get("event") == "process.exit" and exec_record is not None:
                 item["command"] = list(exec_record.get("argv", []))
-            out.write(("," if index else "") + "\n" + json.dumps(item, sort_keys=True))
-        out.write("\n]\n")
-        out.flush()
-    else:
-        for index, (record, exec_record) in enumerate(selected):
-            if index == 0:
+            out.write(("," if count else "[") + "\n" + json.dumps(item, sort_keys=True))
+        else:
+            if count == 0:
                 out.write(_HEADER + "\n")
             out.write(format_row(record, exec_record) + "\n")
-        out.flush()
+        count += 1
+    if count == 0 and tenant is not None and tenant not in known:
+        raise unknown_tenant(tenant, known)
+    if output == "json":
+        out.write("\n]\n" if count else "[\n]\n")
+    out.flush()
     return EXIT_OK
 
 
@@ -473,8 +515,9 @@ def _query_daemon(args: argparse.Namespace, socket: Any) -> int:
                 query,
                 sys.stdout,
                 output=_output(args),
+                check_tenant=False,
             )
-        except DaemonStreamError as error:
+        except (DaemonStreamError, FilterError) as error:
             return _error(str(error))
 
 
@@ -501,10 +544,19 @@ def _cmd_query(args: argparse.Namespace) -> int:
         if socket is not None:
             return _query_daemon(args, socket)
         return _error("give the audit file(s) with --file, or the daemon's --admin-socket")
+    files = [Path(p) for p in args.file]
     try:
-        reader = RecordReader([Path(p) for p in args.file])
-        code = run_query(reader, QueryFilter.from_args(args), sys.stdout, output=_output(args))
-    except AuditFileError as error:
+        query = QueryFilter.from_args(args)
+        if query.spawn_id is not None:
+            # An id or a unique prefix of one (as kill takes it): one pass to find it.
+            ids = (r.get("spawn_id") for r in RecordReader(files))
+            query = replace(
+                query,
+                spawn_id=resolve_spawn(query.spawn_id, (i for i in ids if isinstance(i, str))),
+            )
+        reader = RecordReader(files)
+        code = run_query(reader, query, sys.stdout, output=_output(args))
+    except (AuditFileError, FilterError) as error:
         return _error(str(error))
     if reader.skipped:
         path, line = reader.skipped[0]
@@ -656,17 +708,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="audit file (repeat for rotated files); without it, ask the daemon (--admin-socket)",
     )
-    query.add_argument("--tenant", metavar="T")
-    query.add_argument("--since", type=parse_time, metavar="TIME", help="ISO time or age (2h)")
-    query.add_argument("--until", type=parse_time, metavar="TIME", help="ISO time or age (2h)")
-    query.add_argument("--event", metavar="E", help="event name or glob, e.g. 'process.*'")
+    query.add_argument(
+        "--tenant", metavar="T", help="one tenant's records (one no record names is an error)"
+    )
+    query.add_argument(
+        "--since", type=parse_time, metavar="TIME", help="ISO time, time of day (14:00) or age (2h)"
+    )
+    query.add_argument(
+        "--until", type=parse_time, metavar="TIME", help="ISO time, time of day (14:00) or age (2h)"
+    )
+    query.add_argument(
+        "--event",
+        type=event_pattern,
+        metavar="E",
+        help="event name or glob, e.g. 'process.*' (one naming no event is an error)",
+    )
     query.add_argument(
         "--outcome",
         type=outcome_name,
         metavar="O",
         help=f"process.exit outcome: {', '.join(OUTCOMES)}",
     )
-    query.add_argument("--spawn", metavar="ID", help="one spawn's records")
+    query.add_argument(
+        "--spawn", metavar="ID", help="one spawn's records: its id or a unique prefix of it"
+    )
     query.add_argument(
         "--exe",
         metavar="PATH",

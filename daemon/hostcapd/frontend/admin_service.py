@@ -18,7 +18,7 @@ import fnmatch
 import itertools
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
@@ -26,10 +26,15 @@ import grpc
 from hostcap_proto.audit import (
     OUTCOMES,
     AuditFileError,
+    FilterError,
     RecordReader,
     chain_order,
+    check_event,
     encode_line,
+    resolve_spawn,
     tail_records,
+    tenants_of,
+    unknown_tenant,
 )
 from hostcap_proto.errors import WireError
 from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc
@@ -120,6 +125,8 @@ class AuditFilter:
             )
         since = _record_time(request.since.ToDatetime(dt.UTC)) if request.HasField("since") else ""
         until = _record_time(request.until.ToDatetime(dt.UTC)) if request.HasField("until") else ""
+        if request.event:
+            check_event(request.event)
         return cls(
             tenant=request.tenant,
             since=since,
@@ -171,6 +178,15 @@ async def stored_records(path: Path) -> AsyncIterator[dict[str, Any]]:
     while batch := await asyncio.to_thread(_take, records, QUERY_BATCH):
         for record in batch:
             yield record
+
+
+async def spawn_ids(path: Path) -> set[str]:
+    """Every spawn id the stored records of the log at `path` name."""
+    return {
+        record["spawn_id"]
+        async for record in stored_records(path)
+        if isinstance(record.get("spawn_id"), str)
+    }
 
 
 def _line(record: Mapping[str, Any]) -> admin_pb2.AuditLine:
@@ -291,9 +307,29 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         except ValueError as error:
             await _refuse(context, "INVALID_ARGUMENT", f"bad query: {error}")
         try:
+            if selected.spawn_id:
+                # An id or a unique prefix of one (as kill takes it).
+                try:
+                    spawn_id = resolve_spawn(selected.spawn_id, await spawn_ids(audit.path))
+                except FilterError as error:
+                    await _refuse(context, "INVALID_ARGUMENT", f"bad query: {error}")
+                selected = replace(selected, spawn_id=spawn_id)
+            # A tenant no record names, nor the config: an error listing those that are.
+            known = {rt.name for rt in self.daemon.live_runtimes()}
+            tenant_known = not selected.tenant or selected.tenant in known
             async for record in stored_records(audit.path):
+                if not tenant_known:
+                    named = tenants_of(record)
+                    known.update(named)
+                    tenant_known = selected.tenant in named
                 if selected.matches(record):
                     yield _line(record)
+            if not tenant_known:
+                await _refuse(
+                    context,
+                    "INVALID_ARGUMENT",
+                    f"bad query: {unknown_tenant(selected.tenant, known)}",
+                )
         except AuditFileError as error:
             # A rotated file pruned under us, typically: the caller may retry.
             await _abort(context, grpc.StatusCode.UNAVAILABLE, str(error))

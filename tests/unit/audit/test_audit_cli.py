@@ -144,6 +144,41 @@ def test_parse_time_forms() -> None:
     assert ctl.parse_time("2024-05-01") == dt.datetime(2024, 5, 1, tzinfo=dt.UTC)
     with pytest.raises(argparse.ArgumentTypeError):
         ctl.parse_time("soon")
+    # A time of day: today's, in UTC unless an offset is given.
+    assert ctl.parse_time("14:00", now=now) == dt.datetime(2024, 5, 1, 14, 0, tzinfo=dt.UTC)
+    assert ctl.parse_time("9:05:30", now=now) == dt.datetime(2024, 5, 1, 9, 5, 30, tzinfo=dt.UTC)
+    assert ctl.parse_time("14:00Z", now=now) == dt.datetime(2024, 5, 1, 14, 0, tzinfo=dt.UTC)
+    assert ctl.parse_time("14:00+02:00", now=now) == now
+    for bad in ("25:00", "14:61", "14:0"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            ctl.parse_time(bad, now=now)
+
+
+async def test_misspelt_filters_are_errors_listing_the_valid_values(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(await sample_log(make_settings))
+    with pytest.raises(SystemExit) as exit_info:
+        ctl.main(["audit", "query", "--file", path, "--event", "proces.exec"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown event 'proces.exec'" in err and "process.exec, process.exit" in err
+    code, out, err = run(
+        ["audit", "query", "--file", path, "--tenant", "dve", "--format", "json"], capsys
+    )
+    assert (code, out) == (2, "")
+    assert "unknown tenant 'dve': valid tenants are ci, dev" in err
+    code, out, _ = run(
+        ["audit", "query", "--file", path, "--tenant", "ci", "--format", "json"], capsys
+    )
+    assert code == 0 and [r["spawn_id"] for r in json.loads(out)] == ["sp-b", "sp-b"]
+    code, out, _ = run(
+        ["audit", "query", "--file", path, "--spawn", "sp-a", "--format", "json"], capsys
+    )
+    assert code == 0 and len(json.loads(out)) == 2
+    code, out, err = run(["audit", "query", "--file", path, "--spawn", "sp-"], capsys)
+    assert (code, out) == (2, "")
+    assert "spawn id prefix 'sp-' is ambiguous: 2 spawns match: sp-a, sp-b" in err
 
 
 async def test_tail_prints_the_last_records(

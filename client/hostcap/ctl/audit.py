@@ -50,6 +50,7 @@ from hostcap_proto.audit import (
     unknown_tenant,
     verify_files,
 )
+from hostcap_proto.audit.export import ExportReport, export_lines, is_export, verify_export
 from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc
 
 from hostcap.ctl.common import channel, wire_error
@@ -192,6 +193,15 @@ class QueryFilter:
     ) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
         """(record, the exec record of its spawn or None) for each match.
         Only the execs of spawns not yet ended are held."""
+        for record, exec_record, matched in self.classify(records):
+            if matched:
+                yield record, exec_record
+
+    def classify(
+        self, records: Iterable[Mapping[str, Any]]
+    ) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any] | None, bool]]:
+        """(record, its spawn's exec record or None, whether it matches) for
+        every record (an export needs the ones left out too)."""
         since = _record_time(self.since) if self.since else None
         until = _record_time(self.until) if self.until else None
         execs: dict[str, Mapping[str, Any]] = {}
@@ -206,12 +216,10 @@ class QueryFilter:
                 elif event == "process.exit":
                     exec_record = execs.pop(spawn, None)
             time = str(record.get("time", ""))
-            if until is not None and time > until:
-                continue
-            if since is not None and time < since:
-                continue
-            if self._matches(record, exec_record):
-                yield record, exec_record
+            in_window = not (
+                (until is not None and time > until) or (since is not None and time < since)
+            )
+            yield record, exec_record, in_window and self._matches(record, exec_record)
 
     def _matches(self, record: Mapping[str, Any], exec_record: Mapping[str, Any] | None) -> bool:
         event = record.get("event")
@@ -248,6 +256,15 @@ class QueryFilter:
             if self.uid is not None and exec_record.get("uid") != self.uid:
                 return False
         return True
+
+    def selection(self) -> dict[str, Any]:
+        """The filters set, as JSON values (an export's header names them)."""
+        chosen: dict[str, Any] = {}
+        for name, value in vars(self).items():
+            if value is None or value is False:
+                continue
+            chosen[name] = _record_time(value) if isinstance(value, dt.datetime) else value
+        return chosen
 
     def daemon_request(self) -> admin_pb2.QueryAuditRequest:
         """What the daemon filters: only what keeps each exit's exec in the
@@ -448,9 +465,47 @@ def _error(message: str) -> int:
     return EXIT_ERROR
 
 
+def print_export_report(exported: ExportReport, out: TextIO) -> None:
+    """The human form of an export's verification."""
+    report = exported.report
+    if report.failure is not None:
+        out.write(f"FAIL {report.failure}\n")
+        return
+    chosen = ", ".join(f"{k}={v}" for k, v in sorted(exported.selection.items())) or "everything"
+    out.write(
+        f"OK   export of {report.records} record(s) ({chosen}), seq {report.first_seq}.."
+        f"{report.last_seq}, anchored at {report.anchor}; {exported.omitted} record(s) left "
+        f"out in {exported.runs} run(s), by their hashes\n"
+        f"     last hash {report.last_hash}\n"
+    )
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     if not args.files:
         return _error("give the audit file(s) to verify, e.g. audit.jsonl audit.jsonl.*")
+    exports = [p for p in args.files if is_export(Path(p))]
+    if exports:
+        if len(args.files) > 1:
+            return _error("verify an export on its own (it holds its chain, from first to last)")
+        try:
+            exported = verify_export(Path(exports[0]))
+        except AuditFileError as error:
+            return _error(str(error))
+        if args.json:
+            sys.stdout.write(
+                json.dumps(
+                    {
+                        **exported.report.to_json(),
+                        "omitted": exported.omitted,
+                        "selection": dict(exported.selection),
+                    },
+                    sort_keys=True,
+                )
+                + "\n"
+            )
+        else:
+            print_export_report(exported, sys.stdout)
+        return EXIT_OK if exported.report.ok else EXIT_BROKEN
     try:
         report = verify_files([Path(p) for p in args.files])
     except AuditFileError as error:
@@ -565,6 +620,55 @@ def _cmd_query(args: argparse.Namespace) -> int:
             "run `hostcapctl audit verify`\n"
         )
     return code
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    query = QueryFilter.from_args(args)
+    if not query.selection():
+        return _error("choose what to export (--tenant, --event, --spawn, --since, --until)")
+    try:
+        if args.file:
+            files = [Path(p) for p in args.file]
+            if query.spawn_id is not None:
+                ids = (r.get("spawn_id") for r in RecordReader(files))
+                query = replace(
+                    query,
+                    spawn_id=resolve_spawn(query.spawn_id, (i for i in ids if isinstance(i, str))),
+                )
+            return _write_export(RecordReader(files), query, args.output)
+        socket = _admin_socket(args)
+        if socket is None:
+            return _error("give the audit file(s) with --file, or the daemon's --admin-socket")
+        with channel(Path(socket)) as ch:
+            # Every record: the ones left out give their hashes.
+            everything = daemon_records(_stub(ch).QueryAudit(admin_pb2.QueryAuditRequest()))
+            if query.spawn_id is not None:
+                return _error("--spawn exports from the files (--file): give them")
+            return _write_export(everything, query, args.output)
+    except (AuditFileError, DaemonStreamError, FilterError) as error:
+        return _error(str(error))
+
+
+def _write_export(
+    records: Iterable[Mapping[str, Any]], query: QueryFilter, output: str | None
+) -> int:
+    known: set[str] = set()
+
+    def marked() -> Iterator[tuple[Mapping[str, Any], bool]]:
+        for record, _, matched in query.classify(records):
+            known.update(tenants_of(record))
+            yield record, matched
+
+    lines = list(export_lines(marked(), query.selection()))
+    if query.tenant is not None and query.tenant not in known:
+        raise unknown_tenant(query.tenant, known)
+    if output is None or output == "-":
+        sys.stdout.buffer.writelines(lines)
+        sys.stdout.flush()
+    else:
+        with open(output, "xb") as f:
+            f.writelines(lines)
+    return EXIT_OK
 
 
 def _cmd_tail(args: argparse.Namespace) -> int:
@@ -757,6 +861,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     query.add_argument("--json", action="store_true", help="the same as --format jsonl")
     query.set_defaults(func=_cmd_query)
+
+    export = commands.add_parser(
+        "export",
+        help="write chosen records with the chain hashes of the rest (verify checks it)",
+        description="Write the records that match every filter given, and for the records "
+        "between them only their chain hashes (runs of left-out records), so that "
+        "`hostcapctl audit verify EXPORT` checks the chosen records against the chain without "
+        "the other records' content. From the files (--file) or the daemon (--admin-socket).",
+    )
+    export.add_argument(
+        "--file",
+        action="append",
+        metavar="FILE",
+        help="audit file (repeat for rotated files); without it, ask the daemon (--admin-socket)",
+    )
+    export.add_argument("--tenant", metavar="T", help="one tenant's records")
+    export.add_argument("--event", type=event_pattern, metavar="E", help="event name or glob")
+    export.add_argument("--spawn", metavar="ID", help="one spawn's records (id or unique prefix)")
+    export.add_argument("--since", type=parse_time, metavar="TIME", help="as for query")
+    export.add_argument("--until", type=parse_time, metavar="TIME", help="as for query")
+    export.add_argument(
+        "-o", "--output", metavar="FILE", help="write here (a new file) instead of stdout"
+    )
+    export.set_defaults(func=_cmd_export, outcome=None)
 
     verify_argv = commands.add_parser(
         "verify-argv",

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gzip
 import json
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from audit_helpers import SettingsFactory, exec_fields, exit_fields
 from hostcap.ctl import audit as ctl
+from hostcap_proto.audit import encode_line, seal
 from hostcapd.audit import AuditLog
 from hostcapd.audit.files import rotated_files
 
@@ -302,3 +307,90 @@ async def test_verify_argv_refuses_a_record_it_cannot_check(
     assert code == 2 and "no record is seq 99" in err
     code, _, err = run(["audit", "verify-argv", "--file", str(path), "--", "x"], capsys)
     assert code == 2 and "exactly one of" in err
+
+
+def _rewrite_line(
+    path: Path, index: int, change: Callable[[dict[str, Any]], None], *, rehash: bool
+) -> None:
+    lines = path.read_bytes().splitlines(keepends=True)
+    record = json.loads(lines[index])
+    change(record)
+    if rehash:
+        record = seal({k: v for k, v in record.items() if k != "hash"})
+    lines[index] = encode_line(record)
+    path.write_bytes(b"".join(lines))
+
+
+async def test_a_one_tenant_export_verifies_and_an_altered_one_fails(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Issue 33: `audit query --tenant beta --format jsonl` failed verify with
+    "deleted"; an export carries the hashes of what it leaves out."""
+    path = await sample_log(make_settings)
+    exported = tmp_path / "ci.export.jsonl"
+    code, _, err = run(
+        ["audit", "export", "--file", str(path), "--tenant", "ci", "-o", str(exported)], capsys
+    )
+    assert code == 0, err
+    text = exported.read_text()
+    assert (
+        "sleep" in text and "sp-a" not in text and "/opt/x" not in text
+    )  # dev's content is not there
+    code, out, _ = run(["audit", "verify", str(exported)], capsys)
+    assert code == 0, out
+    assert out.startswith("OK   export of 2 record(s) (tenant=ci), seq 1..6, anchored at genesis")
+    assert "4 record(s) left out in 2 run(s)" in out
+
+    # Its bytes changed: the record no longer matches its hash.
+    altered = tmp_path / "altered.jsonl"
+    altered.write_bytes(exported.read_bytes().replace(b'"sleep"', b'"sleeq"'))
+    code, out, _ = run(["audit", "verify", str(altered)], capsys)
+    assert code == 1 and out.startswith(f"FAIL {altered}:") and "edited" in out, out
+
+    # Rewritten with a recomputed hash: the next entry no longer links to it.
+    forged = tmp_path / "forged.jsonl"
+    forged.write_bytes(exported.read_bytes())
+    _rewrite_line(forged, 2, lambda r: r.update(argv=["true"]), rehash=True)
+    code, out, _ = run(["audit", "verify", "--json", str(forged)], capsys)
+    report = json.loads(out)
+    assert code == 1 and report["failure"]["problem"] == "edited", report
+    assert "does not link to the hash" in report["failure"]["detail"]
+
+    # A left-out run removed: the gap shows.
+    cut = tmp_path / "cut.jsonl"
+    kept = exported.read_bytes().splitlines(keepends=True)
+    cut.write_bytes(b"".join(kept[:1] + kept[2:]))
+    code, out, _ = run(["audit", "verify", str(cut)], capsys)
+    assert code == 1 and "FAIL" in out
+
+    # An export is verified on its own.
+    code, _, err = run(["audit", "verify", str(exported), str(path)], capsys)
+    assert code == 2 and "on its own" in err
+
+
+async def test_verify_of_archived_and_kept_copies_of_the_same_files(
+    make_settings: SettingsFactory, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """docs/audit.md's whole-history command: an archive holding copies of
+    files still kept beside the log (one compressed) verifies."""
+    s = make_settings(max_bytes=4096, keep_files=50)
+    log = AuditLog.open(s, "b")
+    for i in range(30):
+        await log.write_durable("process.exec", **exec_fields(f"s{i}"))
+    await log.close()
+    rotated = rotated_files(s.path)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    for file in rotated:
+        shutil.copy(file, archive / file.name)
+    with gzip.open(archive / (rotated[0].name + ".gz"), "wb") as f:
+        f.write(rotated[0].read_bytes())
+    (archive / rotated[0].name).unlink()
+    files = [*map(str, sorted(archive.iterdir())), str(s.path), *map(str, rotated)]
+    code, out, _ = run(["audit", "verify", *files], capsys)
+    assert code == 0, out
+    assert f"{len(rotated) + 1} file(s), chain anchored at genesis" in out
+    # A copy that differs is not a duplicate: the chain breaks where it is.
+    (archive / rotated[1].name).write_bytes(rotated[1].read_bytes()[:-1] + b" \n")
+    code, out, _ = run(["audit", "verify", *files], capsys)
+    assert code == 1, out

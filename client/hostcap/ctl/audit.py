@@ -639,11 +639,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
         socket = _admin_socket(args)
         if socket is None:
             return _error("give the audit file(s) with --file, or the daemon's --admin-socket")
+        if query.spawn_id is not None:
+            return _error("--spawn exports from the files (--file): give them")
         with channel(Path(socket)) as ch:
             # Every record: the ones left out give their hashes.
             everything = daemon_records(_stub(ch).QueryAudit(admin_pb2.QueryAuditRequest()))
-            if query.spawn_id is not None:
-                return _error("--spawn exports from the files (--file): give them")
             return _write_export(everything, query, args.output)
     except (AuditFileError, DaemonStreamError, FilterError) as error:
         return _error(str(error))

@@ -394,3 +394,35 @@ async def test_verify_of_archived_and_kept_copies_of_the_same_files(
     (archive / rotated[1].name).write_bytes(rotated[1].read_bytes()[:-1] + b" \n")
     code, out, _ = run(["audit", "verify", *files], capsys)
     assert code == 1, out
+
+
+@pytest.mark.parametrize(
+    ("args", "records", "omitted"),
+    [
+        (["--event", "daemon.start"], 1, 5),  # the first record chosen, the rest one run
+        (["--event", "audit.prune"], 0, 6),  # nothing chosen: one run, still a chain
+        (["--tenant", "dev", "--event", "process.*"], 2, 4),
+    ],
+)
+async def test_exports_of_any_shape_verify(
+    args: list[str],
+    records: int,
+    omitted: int,
+    make_settings: SettingsFactory,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    path = await sample_log(make_settings)
+    exported = tmp_path / "e.jsonl"
+    code, _, err = run(["audit", "export", "--file", str(path), *args, "-o", str(exported)], capsys)
+    assert code == 0, err
+    code, out, _ = run(["audit", "verify", "--json", str(exported)], capsys)
+    report = json.loads(out)
+    assert code == 0 and report["ok"], report
+    assert (report["records"], report["omitted"]) == (records, omitted)
+    assert (report["first_seq"], report["last_seq"], report["anchor"]) == (1, 6, "genesis")
+
+
+def test_an_export_needs_a_choice(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, _, err = run(["audit", "export", "--file", str(tmp_path / "x")], capsys)
+    assert code == 2 and "choose what to export" in err

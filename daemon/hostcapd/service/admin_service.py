@@ -18,17 +18,22 @@ import fnmatch
 import itertools
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from hostcap_proto.audit import (
     OUTCOMES,
     AuditFileError,
+    FilterError,
     RecordReader,
     chain_order,
+    check_event,
     encode_line,
+    resolve_spawn,
     tail_records,
+    tenants_of,
+    unknown_tenant,
 )
 
 from hostcapd.audit import AuditLog, AuditSubscription, AuditSubscriptionLagged
@@ -130,6 +135,8 @@ class AuditFilter:
             )
         since = _record_time(_datetime(request.since)) if request.since is not None else ""
         until = _record_time(_datetime(request.until)) if request.until is not None else ""
+        if request.event:
+            check_event(request.event)
         return cls(
             tenant=request.tenant,
             since=since,
@@ -181,6 +188,15 @@ async def stored_records(path: Path) -> AsyncIterator[dict[str, Any]]:
     while batch := await asyncio.to_thread(_take, records, QUERY_BATCH):
         for record in batch:
             yield record
+
+
+async def spawn_ids(path: Path) -> set[str]:
+    """Every spawn id the stored records of the log at `path` name."""
+    return {
+        record["spawn_id"]
+        async for record in stored_records(path)
+        if isinstance(record.get("spawn_id"), str)
+    }
 
 
 def _line(record: Mapping[str, Any]) -> messages.AuditLine:
@@ -288,9 +304,27 @@ class AdminService:
         except ValueError as error:
             raise Refusal("INVALID_ARGUMENT", f"bad query: {error}") from None
         try:
+            if selected.spawn_id:
+                # An id or a unique prefix of one (as kill takes it).
+                try:
+                    spawn_id = resolve_spawn(selected.spawn_id, await spawn_ids(audit.path))
+                except FilterError as error:
+                    raise Refusal("INVALID_ARGUMENT", f"bad query: {error}") from None
+                selected = replace(selected, spawn_id=spawn_id)
+            # A tenant no record names, nor the config: an error listing those that are.
+            known = {rt.name for rt in self.daemon.live_runtimes()}
+            tenant_known = not selected.tenant or selected.tenant in known
             async for record in stored_records(audit.path):
+                if not tenant_known:
+                    named = tenants_of(record)
+                    known.update(named)
+                    tenant_known = selected.tenant in named
                 if selected.matches(record):
                     yield _line(record)
+            if not tenant_known:
+                raise Refusal(
+                    "INVALID_ARGUMENT", f"bad query: {unknown_tenant(selected.tenant, known)}"
+                )
         except AuditFileError as error:
             # A rotated file pruned under us, typically: the caller may retry.
             raise Refusal(UNAVAILABLE, str(error)) from None

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from hostcapd.bridge import messages
 from hostcapd.bridge.frontends import RelayedCall
 from hostcapd.errors import Refusal
-from hostcapd.process import killing
+from hostcapd.process import killing, records
 from hostcapd.process.request import SpawnRequest
 from hostcapd.process.spawn import Spawn
 from hostcapd.service import convert
@@ -57,6 +57,9 @@ class ProcessService:
                 refusal,
                 request.labels,
                 request.request_id,
+                details=records.refused_record(
+                    request, spawn.prepared if spawn is not None else None
+                ),
             )
         except asyncio.CancelledError:
             if spawn is not None and not attached:

@@ -26,8 +26,10 @@ def refuse(
     *,
     path: str | None = None,
     audited: bool = True,
+    details: Mapping[str, Any] | None = None,
 ) -> NoReturn:
-    """`audited` False for refusals not worth a line (a missing file read)."""
+    """`audited` False for refusals not worth a line (a missing file read);
+    `details`: more fields of the policy.deny (what a refused spawn asked for)."""
     if audited:
         fields: dict[str, Any] = {
             "tenant": tenant,
@@ -40,6 +42,8 @@ def refuse(
         }
         if path is not None:
             fields["path"] = path
+        if details:
+            fields.update(details)
         try:
             audit.write("policy.deny", **fields)
         except AuditUnavailable as error:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from hostcap.errors import HostError, ToolCancelledError
+from hostcap.errors import HostError, ToolCancelledError, ToolDispatchError
 
 if TYPE_CHECKING:
     from hostcap.dispatch_context import DispatchContext
@@ -24,6 +24,20 @@ T = TypeVar("T")
 #: How long past a `host_call_options` deadline the registry waits for the
 #: host to report it before abandoning the call itself.
 DEADLINE_GRACE_S = 5.0
+
+
+def cancel_wins(
+    error: ToolDispatchError, signal: asyncio.Event | None
+) -> ToolDispatchError:
+    """`error`, or the cancellation that outranks it: a refusal or failure
+    reported while the signal is set is a ToolCancelledError (the seed's
+    "cancel wins ahead of all other classifications"). Every awaited step
+    has settled by then, so the host call is over."""
+    if signal is None or not signal.is_set() or isinstance(error, ToolCancelledError):
+        return error
+    cancelled = ToolCancelledError(tool_id=error.tool_id)
+    cancelled.__cause__ = error
+    return cancelled
 
 
 def refuse_if_cancelled(ctx: DispatchContext, tool_id: str | None) -> None:
@@ -39,6 +53,10 @@ async def guarded(work: Awaitable[T], signal: asyncio.Event | None, tool_id: str
     waits for it to finish (so a process tree is gone before we return) and
     propagates. A CancelledError out of `work` while the caller is not being
     cancelled (the host call itself was cancelled) is a ToolCancelledError.
+
+    Cancel wins: when the signal is set by the time `work` has settled (the
+    abort and a result or a host error landing in the same step), the
+    outcome is ToolCancelledError, whatever `work` returned or raised.
     """
     task = asyncio.ensure_future(work)
     current = asyncio.current_task()
@@ -62,6 +80,9 @@ async def guarded(work: Awaitable[T], signal: asyncio.Event | None, tool_id: str
         if current is not None and current.cancelling():
             raise asyncio.CancelledError
         raise ToolCancelledError(tool_id=tool_id, detail="the host call was cancelled")
+    if signal is not None and signal.is_set():
+        # Settled in the same step as the abort: the abort is what is reported.
+        raise ToolCancelledError(tool_id=tool_id, detail=cancel_detail(task))
     return task.result()
 
 

@@ -47,7 +47,7 @@ from typing import Any, Literal
 from hostcap.admission import tool_admission
 from hostcap.admit import admit
 from hostcap.approval import ToolActionPreview
-from hostcap.cancellation import refuse_if_cancelled
+from hostcap.cancellation import cancel_wins, refuse_if_cancelled
 from hostcap.dispatch_context import (
     Admitted,
     AnyToolDef,
@@ -197,9 +197,13 @@ class ToolRegistry:
                 admitted.tool, result, ctx.node_config.output_mapping
             )
             outcome = await finish(admitted, self._host, call, ctx, result, state_updates)
-        except ToolDispatchError as error:
+        except ToolDispatchError as refused:
+            # Cancel wins: an abort set by the time a step reported wins over its error.
+            error = cancel_wins(refused, ctx.signal)
             await self._emit(ctx, error_event(error, call, ctx, admitted, started))
-            raise
+            if error is refused:
+                raise
+            raise error from refused
         except asyncio.CancelledError:
             # The caller's task was cancelled: the terminal event still goes
             # out (best effort, shielded), then the cancellation propagates.

@@ -26,9 +26,7 @@ T = TypeVar("T")
 DEADLINE_GRACE_S = 5.0
 
 
-def cancel_wins(
-    error: ToolDispatchError, signal: asyncio.Event | None
-) -> ToolDispatchError:
+def cancel_wins(error: ToolDispatchError, signal: asyncio.Event | None) -> ToolDispatchError:
     """`error`, or the cancellation that outranks it: a refusal or failure
     reported while the signal is set is a ToolCancelledError (the seed's
     "cancel wins ahead of all other classifications"). Every awaited step

@@ -262,7 +262,7 @@ def preview_fields(admitted: Admitted) -> ToolActionPreview:
         except ValueError:
             host = None
         host = normalise_hostname(host) if host else None
-    return ToolActionPreview(path=target.path, command=command, host=host)
+    return ToolActionPreview(path=target.path, command=command, host=host, tool=target.mcp_tool)
 
 
 def approval_request(
@@ -273,6 +273,7 @@ def approval_request(
         path=redact_secret_shaped_text(raw.path) if raw.path else None,
         command=redact_secret_shaped_text(raw.command) if raw.command else None,
         host=redact_secret_shaped_text(raw.host) if raw.host else None,
+        tool=redact_secret_shaped_text(raw.tool) if raw.tool else None,
     )
     action: ToolActionClass = admitted.action or (
         "egress" if admitted.tool.source == "mcp" else "process"
@@ -282,7 +283,7 @@ def approval_request(
     # read the one, an `always` grant is keyed on both.
     target = admitted.target or PolicyTarget()
     unredacted = ToolActionPreview(
-        path=raw.path, command=target.command, host=raw.host, args=tuple(target.args)
+        path=raw.path, command=target.command, host=raw.host, args=tuple(target.args), tool=raw.tool
     )
     return ToolApprovalRequest(
         tool_id=admitted.tool.id,

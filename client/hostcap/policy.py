@@ -69,6 +69,9 @@ class PolicyTarget:
     path: str | None = None
     #: The media handle a media tool reads (checked against the media scope).
     media_handle: str | None = None
+    #: The tool an MCP call names on its server (`host`): a grant covers
+    #: the server and this tool, never the server alone.
+    mcp_tool: str | None = None
 
 
 @dataclass(frozen=True, init=False)

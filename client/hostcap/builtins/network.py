@@ -130,5 +130,5 @@ MCP_CALL = ToolDef(
     id="mcp_call", source="builtin", description="Call a tool of a configured MCP server.",
     args_model=McpCallArgs, result_model=McpCallResult, dispatch=_mcp_call,
     policy=ToolPolicyClass(egress="mcp"), arms=frozenset({"mcp"}),
-    policy_target=lambda a: PolicyTarget(host=a.server),
+    policy_target=lambda a: PolicyTarget(host=a.server, mcp_tool=a.tool),
 )  # fmt: skip

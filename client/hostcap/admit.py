@@ -37,6 +37,7 @@ from hostcap.errors import (
     UnknownToolError,
 )
 from hostcap.host import ToolHost
+from hostcap.ids import utf16_sorted
 from hostcap.policy import PolicyTarget, domain_allowed, governed_action, https_host
 from hostcap.tooldef import ToolRunContext
 
@@ -80,7 +81,7 @@ def admit(
     except ToolDispatchError as error:
         raise deny("assemble", error) from None
     trace.append(
-        StepDecision("assemble", "pass", f"keys: {', '.join(sorted(effective)) or '(none)'}")
+        StepDecision("assemble", "pass", f"keys: {', '.join(utf16_sorted(effective)) or '(none)'}")
     )
 
     # 4. Secret taint, then validation of the complete set.
@@ -147,14 +148,14 @@ def admit(
 
 
 def _assemble(tool: AnyToolDef, call: ToolCall, config: ToolNodeConfig) -> dict[str, Any]:
-    model_set = sorted(set(call.args) & tool.config_only_params)
+    model_set = utf16_sorted(set(call.args) & tool.config_only_params)
     if model_set:
         raise ToolArgsInvalidError(
             f"{', '.join(model_set)}: set by the node's configuration, not by the model",
             tool_id=tool.id,
             fields=model_set,
         )
-    mapped_config_only = sorted(set(config.input_mapping) & tool.config_only_params)
+    mapped_config_only = utf16_sorted(set(config.input_mapping) & tool.config_only_params)
     if mapped_config_only:
         raise ToolArgsInvalidError(
             f"{', '.join(mapped_config_only)}: a config-only parameter cannot come from input_mapping",
@@ -180,7 +181,7 @@ def _check_taint(tool: AnyToolDef, effective: Mapping[str, Any], ctx: DispatchCo
         return
     # Project dotted / indexed paths ("headers.Authorization", "items[0]") onto top-level keys.
     tainted = {key.split(".", 1)[0].split("[", 1)[0] for key in keys}
-    hit = sorted((tainted & set(effective)) - tool.credential_params)
+    hit = utf16_sorted((tainted & set(effective)) - tool.credential_params)
     if hit:
         raise ToolArgsInvalidError(
             f"{', '.join(hit)}: a secret-tainted value cannot reach this argument",
@@ -192,7 +193,7 @@ def _check_taint(tool: AnyToolDef, effective: Mapping[str, Any], ctx: DispatchCo
 def _check_output_mapping(tool: AnyToolDef, output_mapping: Mapping[str, str]) -> None:
     # Checked before the host call, so a bad mapping never follows a side effect.
     fields = tool.result_model.model_fields
-    unknown = sorted(path for path in output_mapping if path.split(".", 1)[0] not in fields)
+    unknown = utf16_sorted(path for path in output_mapping if path.split(".", 1)[0] not in fields)
     if unknown:
         raise ToolArgsInvalidError(
             f"output_mapping names fields the result of {tool.id} lacks: {', '.join(unknown)}",

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar, Literal
 
+from hostcap.ids import utf16_sorted
+
 ErrorCode = Literal["tool_failed", "tool_denied", "tool_unavailable", "cancelled"]
 
 #: Why the engine's own guardrails refused a call (`ToolPolicyError.reason`).
@@ -91,7 +93,7 @@ class UnknownToolError(ToolDispatchError):
     loop_correctable: ClassVar[bool] = True
 
     def __init__(self, name: str, available: Iterable[str]) -> None:
-        self.available = tuple(sorted(available))
+        self.available = tuple(utf16_sorted(available))
         shown = (
             name
             if len(name) <= 64 and name.isprintable()

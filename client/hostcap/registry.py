@@ -67,6 +67,7 @@ from hostcap.errors import (
 )
 from hostcap.events import EventCallback, ToolEvent, deliver, summarize_output
 from hostcap.host import ToolHost
+from hostcap.ids import utf16_key, utf16_sorted
 from hostcap.pipeline import (
     Emit,
     apply_output_mapping,
@@ -123,7 +124,7 @@ class ToolRegistry:
 
     @property
     def tool_ids(self) -> tuple[str, ...]:
-        return tuple(sorted(self._tools))
+        return tuple(utf16_sorted(self._tools))
 
     def get(self, tool_id: str) -> AnyToolDef | None:
         return self._tools.get(tool_id)
@@ -139,7 +140,7 @@ class ToolRegistry:
         approval = ctx.approval if ctx is not None else None
         return tuple(
             tool
-            for tool_id, tool in sorted(self._tools.items())
+            for tool_id, tool in sorted(self._tools.items(), key=lambda item: utf16_key(item[0]))
             if (ctx is None or tool_id in ctx.granted_tool_ids)
             and not tool_admission(tool, approval).denied
         )

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from hostcap.errors import Arm, ToolArgsInvalidError, ToolRegistrationError, ToolUnavailableError
 from hostcap.host import ToolHost
+from hostcap.ids import TOOL_ID_MAX_CHARS, is_tool_id
 from hostcap.policy import FsScope, PolicyTarget, ToolPolicyClass
 
 #: Where a tool comes from. `plugin_mcp`: an MCP tool a plugin contributes
@@ -92,9 +93,9 @@ class ToolDef(Generic[A, R]):
     plan_safe_actions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.id or not self.id.replace("_", "").replace("-", "").isalnum():
+        if not is_tool_id(self.id):
             raise ToolRegistrationError(
-                f"tool id {self.id!r} must be a non-empty [A-Za-z0-9_-] name"
+                f"tool id {self.id!r} must be 1-{TOOL_ID_MAX_CHARS} characters of [A-Za-z0-9_-]"
             )
         fields = set(self.args_model.model_fields)
         missing = (self.config_only_params | self.credential_params) - fields

@@ -223,6 +223,12 @@ _VERSION_SUFFIX = re.compile(r"[0-9][0-9.]*$")
 #: is never overridden by an approval).
 DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     ".git/**",
+    # git reads these and runs the programs they name (filters, diff drivers,
+    # submodule commands); the daemon's default protects them too.
+    ".gitconfig",
+    ".gitattributes",
+    ".gitmodules",
+    ".config/git/**",
     ".hostcap/**",
     ".github/workflows/**",
     ".env",

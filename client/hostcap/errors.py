@@ -38,6 +38,7 @@ ToolPolicyDenyReason = Literal[
     "gate_required",
     "media_scope_denied",
     "mode_denied",
+    "unsafe_repository",
 ]
 POLICY_DENY_REASONS: frozenset[str] = frozenset(ToolPolicyDenyReason.__args__)  # type: ignore[attr-defined]
 
@@ -119,16 +120,22 @@ class ToolPolicyError(ToolDispatchError):
         "gate_required": "the tool requires a human-gate approval",
         "media_scope_denied": "the media is outside the allowed scope",
         "mode_denied": "the active contract mode does not permit this tool",
+        "unsafe_repository": "the repository's config or attributes name a program git would run",
     }
 
-    def __init__(self, reason: ToolPolicyDenyReason, *, tool_id: str | None) -> None:
+    def __init__(
+        self, reason: ToolPolicyDenyReason, *, tool_id: str | None, detail: str | None = None
+    ) -> None:
         if reason not in POLICY_DENY_REASONS:
             raise ValueError(f"unknown policy deny reason {reason!r}")
         self.reason: ToolPolicyDenyReason = reason
+        #: What exactly was refused, when the reason alone does not say (no values).
+        self.detail = detail
+        suffix = f": {detail}" if detail else ""
         # Only a scope denial is safe to feed back (refused before any effect, and
         # the model can adapt to an in-bounds target).
         super().__init__(
-            f"{tool_id or 'tool call'}: {self._TEXT[reason]} ({reason})",
+            f"{tool_id or 'tool call'}: {self._TEXT[reason]} ({reason}){suffix}",
             tool_id=tool_id,
             recoverable=reason == "media_scope_denied",
         )

@@ -9,8 +9,16 @@ from typing import Annotated
 from pydantic import AfterValidator, Field
 
 from hostcap.builtins.common import Arg, FrozenArgs, FrozenResult, PathArg, no_nul
-from hostcap.errors import HostError
+from hostcap.builtins.git_safety import (
+    GIT_READ_ENV,
+    GIT_READ_OPTIONS,
+    attributes_refusals,
+    config_refusals,
+)
+from hostcap.errors import HostError, ToolPolicyError
 from hostcap.host import (
+    FileType,
+    FsCapability,
     Outcome,
     ProcessCapability,
     ProcessLimits,
@@ -138,8 +146,45 @@ class GitResult(FrozenResult):
 
 
 async def _git_status(args: GitStatusArgs, host: ToolHost, ctx: ToolRunContext) -> GitResult:
-    done = await _spawn(host, ctx, "git", (*_GIT, "status", "--porcelain=v1", "--branch"))
+    # A read only reads: see `hostcap.builtins.git_safety` for what git may run.
+    refusals = await _repository_refusals(require_arm(host, "fs", ctx.tool_id))
+    if refusals:
+        raise ToolPolicyError("unsafe_repository", tool_id=ctx.tool_id, detail="; ".join(refusals))
+    done = await _spawn(
+        host, ctx, "git",
+        (*GIT_READ_OPTIONS, "status", "--porcelain=v1", "--branch", "--ignore-submodules=all"),
+        env=dict(GIT_READ_ENV),
+    )  # fmt: skip
     return GitResult(exit_code=done.exit_code, stdout=done.stdout, stderr=done.stderr)
+
+
+async def _repository_refusals(fs: FsCapability) -> list[str]:
+    """Why the workspace root's repository is one git_status will not run git in."""
+    try:
+        dot_git = await fs.stat(".git")
+    except HostError as error:
+        if error.reason == "NOT_FOUND":
+            return []  # no repository: git says so, and runs nothing
+        raise
+    if dot_git.type is not FileType.DIRECTORY:
+        return [".git is not a directory (a gitdir link to a repository elsewhere)"]
+    found: list[str] = []
+    for path, scan in (
+        (".git/config", config_refusals),
+        (".git/info/attributes", attributes_refusals),
+        (".gitattributes", attributes_refusals),
+    ):
+        try:
+            read = await fs.read_file(path)
+        except HostError as error:
+            if error.reason == "NOT_FOUND":
+                continue
+            raise
+        if read.truncated or read.is_binary:
+            found.append(f"{path} cannot be read whole as text")
+            continue
+        found += [f"{path}: {why}" for why in scan(read.data.decode("utf-8", errors="replace"))]
+    return found
 
 
 class GitCommitArgs(FrozenArgs):
@@ -178,7 +223,7 @@ RUN_COMMAND = ToolDef(
 GIT_STATUS = ToolDef(
     id="git_status", source="builtin", description="Show the git status of the workspace.",
     args_model=GitStatusArgs, result_model=GitResult, dispatch=_git_status,
-    policy=ToolPolicyClass(spawns_process=True, fixed_command=True), arms=frozenset({"process"}),
+    policy=ToolPolicyClass(spawns_process=True, fixed_command=True), arms=frozenset({"process", "fs"}),
     policy_target=lambda a: PolicyTarget(command="git", args=("status",), command_fixed=True),
 )  # fmt: skip
 

@@ -29,7 +29,17 @@ from hostcap.host import (
 #: Labels every spawn and write must carry.
 REQUIRED_LABELS = ("session", "node_id", "tool_call_id")
 #: The daemon's default floor patterns (its `FsSettings` defaults).
-DEFAULT_PROTECTED = PROTECTED_PATHS
+DEFAULT_PROTECTED = (
+    *PROTECTED_PATHS,
+    # The daemon's default adds the files git runs programs from (its config.py).
+    "**/.gitconfig",
+    "**/.gitattributes",
+    "**/.gitmodules",
+    "**/.config/git/**",
+    "**/.git/info/attributes",
+    "**/.git/config.worktree",
+    "**/.git/modules/**",
+)
 DEFAULT_SECRET = SECRET_PATHS
 
 

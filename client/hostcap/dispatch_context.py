@@ -116,9 +116,20 @@ class ToolNodeConfig(BaseModel):
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DispatchContext:
     """Everything one dispatch is authorised and configured by.
+
+        ctx = DispatchContext(
+            granted_tool_ids={"read_file", "run_command"},
+            tool_policy=ToolPolicy(allowed_commands={"pytest"}),
+            approval=ApprovalPolicy("accept-edits", prompt=ask).context(),
+            session_id="chat-1",
+        )
+
+    Only the grant must be decided; every other field has the default an
+    agent chat needs: node `agent`, no node config, no command or domain
+    allowed (deny-all), the workspace-write scope tier, no human gate.
 
     `approval` present means the interactive approval regime (chat): a
     governed call needs the confirm hook's decision. Absent means the
@@ -129,12 +140,19 @@ class DispatchContext:
     otherwise unknown.
     """
 
-    node_id: str
+    #: The tools this node may call (registered is not granted).
     granted_tool_ids: AbstractSet[str]
-    config: ToolNodeConfig | Mapping[str, Any]
-    tool_policy: ToolPolicy
-    fs_scope: FsScope
-    gate_approved: bool
+    #: Who calls: carried on every audit record (`node_id` label).
+    node_id: str = "agent"
+    #: The node's config: config-only values and input/output mappings.
+    config: ToolNodeConfig | Mapping[str, Any] = field(default_factory=dict)
+    #: The command and domain allowlists (empty: deny all).
+    tool_policy: ToolPolicy = field(default_factory=ToolPolicy)
+    #: The descriptive scope tier (the host enforces its own).
+    fs_scope: FsScope = "workspace-write"
+    #: A human gate approved this run (`git_commit` needs it): the engine's
+    #: workflow decides it, never the chat.
+    gate_approved: bool = False
     approval: ToolApprovalContext | None = None
     secret_arg_keys: AbstractSet[str] | None = None
     limits: ToolResultLimits | None = None

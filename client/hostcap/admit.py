@@ -39,6 +39,7 @@ from hostcap.errors import (
 from hostcap.host import ToolHost
 from hostcap.ids import utf16_sorted
 from hostcap.policy import PolicyTarget, domain_allowed, governed_action, https_host
+from hostcap.streaming import bounded_output
 from hostcap.tooldef import ToolRunContext
 
 
@@ -143,6 +144,7 @@ def admit(
         deadline=options.deadline if options is not None else None,
         contract=ctx.contract.value if ctx.contract is not None else None,
         media_scope=cast("frozenset[str] | None", ctx.media_scope),
+        on_output=bounded_output(ctx, call.id, tool.id),
     )
     return Admitted(tool, args, target, governed_action(tool.policy, target), admission, run_ctx)
 

@@ -25,6 +25,24 @@ from hostcap.tooldef import ToolDef, ToolRunContext
 from hostcap.untrusted import Untrusted
 
 AnyToolDef = ToolDef[Any, Any]
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """A piece of a running command's output, as `DispatchContext.on_output`
+    receives it: bounded (`ToolResultLimits.max_streamed_bytes` per call in
+    all) and `Untrusted`, like the result it becomes part of. `final` marks
+    the one chunk that says the stream stopped at its bound."""
+
+    tool_call_id: str
+    tool_id: str
+    stream: Literal["stdout", "stderr"]
+    text: Untrusted[str]
+    final: bool = False
+
+
+#: Receives output chunks while a command runs, sync or async.
+OutputCallback = Callable[[OutputChunk], object]
 #: `(tool_id, policy target) -> None | veto reason`, synchronous.
 BeforeDispatch = Callable[[str, PolicyTarget | None], object]
 
@@ -161,6 +179,9 @@ class DispatchContext:
     invoke_agent: Callable[[str, Any], Awaitable[Any]] | None = None
     #: Receives this dispatch's events (`hostcap.events`), sync or async.
     on_event: EventCallback | None = None
+    #: Receives a running command's output as it comes (`OutputChunk`), sync
+    #: or async; the outcome still carries the whole bounded result.
+    on_output: OutputCallback | None = None
     #: Trusted admission check run synchronously after approval, immediately
     #: before the host call: `(tool_id, frozen target) -> None` to proceed or
     #: a reason string to veto. It can only refuse: anything but None vetoes.
@@ -205,7 +226,7 @@ class DispatchContext:
             raise TypeError("DispatchContext.limits must be a ToolResultLimits")
         if self.signal is not None and not isinstance(self.signal, asyncio.Event):
             raise TypeError("DispatchContext.signal must be an asyncio.Event")
-        for name in ("on_event", "before_dispatch"):
+        for name in ("on_event", "before_dispatch", "on_output"):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise TypeError(f"DispatchContext.{name} must be callable")

@@ -18,7 +18,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from hostcap.errors import Arm, ToolArgsInvalidError, ToolRegistrationError, ToolUnavailableError
-from hostcap.host import ToolHost
+from hostcap.host import OutputHandler, ToolHost
 from hostcap.ids import TOOL_ID_MAX_CHARS, is_tool_id
 from hostcap.policy import FsScope, PolicyTarget, ToolPolicyClass
 
@@ -59,6 +59,9 @@ class ToolRunContext:
     contract: str | None = None
     #: The media handles the node may read (`read_media`); None: the run's own.
     media_scope: frozenset[str] | None = None
+    #: Where a command's output goes while it runs (bounded and marked by the
+    #: registry), when the engine asked for it (`DispatchContext.on_output`).
+    on_output: OutputHandler | None = None
 
 
 Dispatch = Callable[[A, ToolHost, ToolRunContext], Awaitable[R]]

@@ -96,6 +96,7 @@ async def _spawn(
     env: dict[str, str] | None = None,
     cwd: str | None = None,
     timeout_s: float | None = None,
+    stream: bool = False,
 ) -> ProcessResult:
     process: ProcessCapability = require_arm(host, "process", ctx.tool_id)
     options = SpawnOptions(
@@ -104,6 +105,7 @@ async def _spawn(
         limits=ProcessLimits(wall_seconds=timeout_s),
         request_id=f"{ctx.tool_call_id}:{uuid.uuid4().hex[:12]}",
         deadline=ctx.deadline,
+        on_output=ctx.on_output if stream else None,
     )
     return _finished(await process.spawn(command, args, env or {}, options))
 
@@ -112,8 +114,9 @@ async def _run_command(
     args: RunCommandArgs, host: ToolHost, ctx: ToolRunContext
 ) -> RunCommandResult:
     done = await _spawn(
-        host, ctx, args.command, args.args, env=args.env, cwd=args.cwd, timeout_s=args.timeout_s
-    )
+        host, ctx, args.command, args.args, env=args.env, cwd=args.cwd, timeout_s=args.timeout_s,
+        stream=True,
+    )  # fmt: skip
     return RunCommandResult(
         command=args.command, args=args.args, outcome=done.outcome, exit_code=done.exit_code,
         signal_name=done.signal_name, stdout=done.stdout, stderr=done.stderr,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import codecs
 import dataclasses
 import posixpath
 import time
@@ -40,12 +41,20 @@ class ProgramIO:
     fs: MemoryFs | None
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
+    #: Set while the caller streams: each write goes here as it is made.
+    live: asyncio.Queue[tuple[str, bytes]] | None = None
 
     def out(self, text: str | bytes) -> None:
-        self.stdout += text.encode() if isinstance(text, str) else text
+        data = text.encode() if isinstance(text, str) else text
+        self.stdout += data
+        if self.live is not None:
+            self.live.put_nowait(("stdout", data))
 
     def err(self, text: str | bytes) -> None:
-        self.stderr += text.encode() if isinstance(text, str) else text
+        data = text.encode() if isinstance(text, str) else text
+        self.stderr += data
+        if self.live is not None:
+            self.live.put_nowait(("stderr", data))
 
 
 Program = Callable[[ProgramIO], Awaitable[int]]
@@ -183,6 +192,10 @@ class MemoryProcess:
         io = ProgramIO(
             argv=argv, cwd=cwd, env=dict(declared_env), stdin=opts.stdin or b"", fs=self.fs
         )
+        forwarding: asyncio.Task[None] | None = None
+        if opts.on_output is not None:
+            io.live = asyncio.Queue()
+            forwarding = asyncio.create_task(_forward(io.live, opts.on_output))
         started = time.monotonic()
         outcome = Outcome.EXITED
         exit_code: int | None = None
@@ -208,6 +221,13 @@ class MemoryProcess:
         except Exception as error:
             outcome, message = Outcome.SPAWN_FAILED, f"program failed: {type(error).__name__}"
         finally:
+            if forwarding is not None:
+                assert io.live is not None
+                io.live.put_nowait(("", b""))  # the end: what was written is forwarded first
+                if outcome is Outcome.CANCELLED:
+                    forwarding.cancel()
+                else:
+                    await forwarding
             del self.live[record.spawn_id]
             self.spawns.append(
                 SpawnRecord(
@@ -224,6 +244,22 @@ class MemoryProcess:
             stdout_dropped_bytes=out_dropped, stderr_dropped_bytes=err_dropped,
             duration_seconds=time.monotonic() - started, message=message, executable=command,
         )  # fmt: skip
+
+
+async def _forward(
+    live: asyncio.Queue[tuple[str, bytes]], on_output: Callable[[str, str], Awaitable[None]]
+) -> None:
+    decoders = {
+        name: codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for name in ("stdout", "stderr")
+    }
+    while True:
+        stream, data = await live.get()
+        if not stream:
+            return
+        text = decoders[stream].decode(data)
+        if text:
+            await on_output(stream, text)
 
 
 def _head_tail(data: bytes, keep: int) -> tuple[str, int]:

@@ -282,3 +282,27 @@ async def test_a_daemon_that_went_away_is_unavailable() -> None:
             assert caught.value.host_reason == "UNREACHABLE"
     finally:
         stop_daemon(daemon)
+
+
+async def test_output_streams_through_dispatch_while_the_command_runs(
+    registry: ToolRegistry, host: hostcap.GrpcToolHost
+) -> None:
+    from hostcap.dispatch_context import OutputChunk
+
+    chunks: list[OutputChunk] = []
+    live_at_first_chunk: list[bool] = []
+
+    async def on_output(chunk: OutputChunk) -> None:
+        if not chunks:
+            spawns = await host.process.live_spawns()
+            live_at_first_chunk.append(any(s.argv[0] == "sh" for s in spawns))
+        chunks.append(chunk)
+
+    outcome = await registry.dispatch(
+        ToolCall("it-stream-1", "run_command",
+                 {"command": "sh", "args": ["-c", "echo early; sleep 1; echo late"]}),
+        make_ctx(on_output=on_output),
+    )  # fmt: skip
+    assert live_at_first_chunk == [True]  # the first chunk came while sh still ran
+    assert "".join(c.text.unwrap() for c in chunks) == "early\nlate\n"
+    assert "late" in outcome.tool_result.unwrap()

@@ -25,7 +25,7 @@ from hostcap import (
     ToolPolicyError,
 )
 
-FILTER = "[filter \"pwn\"]\n\tclean = touch {marker} && cat\n\tsmudge = cat\n"
+FILTER = '[filter "pwn"]\n\tclean = touch {marker} && cat\n\tsmudge = cat\n'
 
 
 async def _setup_repository(registry: hostcap.ToolRegistry, daemon: Daemon) -> None:

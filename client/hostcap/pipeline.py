@@ -60,6 +60,40 @@ Emit = Callable[[ToolEvent], Awaitable[None]]
 VETO_LABEL_CHARS = 200
 
 
+#: Host refusals of a path that a card cannot change: the scope pre-check
+#: refuses with them before anyone is asked.
+PRECHECK_DENIALS = frozenset({"PATH_ESCAPES_ROOT", "SYMLINK_REFUSED", "SECRET_PATH"})
+
+
+async def check_scope(admitted: Admitted, host: ToolHost, ctx: DispatchContext) -> None:
+    """Before step 6, for a call that would take approval: the host checks
+    its path (a write's file, a command's working directory) with a stat, so
+    a human is never asked about a call the host refuses anyway (a path
+    outside the roots, a secret, a refused symlink). The refusal is the one
+    the host call would have raised; anything else (a file not there yet)
+    is left to the host call."""
+    target = admitted.target
+    policy = admitted.tool.policy
+    fs = getattr(host, "fs", None)
+    if (
+        not needs_approval(admitted, ctx)
+        or target is None
+        or not target.path
+        or fs is None
+        or not (policy.fs_scoped or policy.spawns_process)
+    ):
+        return
+    tool = admitted.tool
+    try:
+        await guarded(fs.stat(target.path), ctx.signal, tool.id)
+    except HostError as error:
+        if error.reason in PRECHECK_DENIALS:
+            arm = "fs" if policy.fs_scoped else "process"
+            raise from_host_error(
+                error, tool_id=tool.id, arm=arm, idempotent_read=policy.idempotent_read
+            ) from error
+
+
 async def approve(admitted: Admitted, call: ToolCall, ctx: DispatchContext, emit: Emit) -> None:
     """Step 6: per-tool approval of a governed call through the confirm hook
     (fail closed), reported as `approval_requested` / `approval_answered`."""

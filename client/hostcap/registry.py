@@ -20,6 +20,9 @@ arrives by input mapping is checked like one the model wrote):
    gate, the media scope; then the admission predicate the catalogue shares
    (`hostcap.admission`: the contract's admission by effect, the read-only
    `ask` mode); then the arms the tool needs;
+   for a call that would take approval, the host checks its path first
+   (`check_scope`: a stat), so nobody is asked about a call the host
+   refuses anyway;
 6. per-tool approval of governed calls through the confirm hook
    (fail-closed), reported as `approval_requested` / `approval_answered`;
 7. the engine's `before_dispatch` veto (synchronous, can only refuse);
@@ -75,6 +78,7 @@ from hostcap.pipeline import (
     approve,
     before_dispatch,
     call_host,
+    check_scope,
     dispatch_event,
     error_event,
     finish,
@@ -182,6 +186,7 @@ class ToolRegistry:
         try:
             refuse_if_cancelled(ctx, call.name)
             admitted = self._admit(call, ctx, [])
+            await check_scope(admitted, self._host, ctx)
             await approve(admitted, call, ctx, self._emitter(ctx))
             before_dispatch(admitted, ctx)
             refuse_if_cancelled(ctx, admitted.tool.id)

@@ -306,3 +306,23 @@ async def test_output_streams_through_dispatch_while_the_command_runs(
     assert live_at_first_chunk == [True]  # the first chunk came while sh still ran
     assert "".join(c.text.unwrap() for c in chunks) == "early\nlate\n"
     assert "late" in outcome.tool_result.unwrap()
+
+
+async def test_a_write_the_daemon_would_refuse_never_reaches_a_card(
+    registry: ToolRegistry,
+) -> None:
+    # The review's case: the card came, then path_escapes_root.
+    cards: list[ApprovalCard] = []
+
+    async def prompt(card: ApprovalCard) -> str:
+        cards.append(card)
+        return "approve"
+
+    policy = hostcap.ApprovalPolicy("accept-edits", prompt=prompt)
+    with pytest.raises(hostcap.ToolHostDeniedError) as refused:
+        await registry.dispatch(
+            ToolCall("it-scope-1", "write_file", {"path": "../reference/x.txt", "content": "x"}),
+            make_ctx(approval=policy.context()),
+        )
+    assert refused.value.reason == "path_escapes_root"
+    assert cards == []

@@ -143,15 +143,16 @@ class HostcapMcpServer:
     async def list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        context = self.context()
         return types.ListToolsResult(
             tools=[
                 types.Tool(
                     name=tool.id,
-                    description=tool.description,
+                    description=self.registry.description(tool, context),
                     input_schema=dict(tool.llm_visible_params),
                     annotations=tool_annotations(tool),
                 )
-                for tool in self.registry.catalogue(self.context())
+                for tool in self.registry.catalogue(context)
             ]
         )
 

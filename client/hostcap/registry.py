@@ -86,6 +86,7 @@ from hostcap.pipeline import (
     model_text,
     needs_approval,
 )
+from hostcap.policy import ToolPolicy
 from hostcap.tooldef import ToolDef
 from hostcap.untrusted import Untrusted
 
@@ -149,6 +150,15 @@ class ToolRegistry:
             and not tool_admission(tool, approval).denied
         )
 
+    def description(self, tool: AnyToolDef, ctx: DispatchContext | None = None) -> str:
+        """The description the model is shown for `tool` under `ctx`: a tool
+        running a model-chosen program names the programs the node's
+        allowlist admits, so the model does not learn them by failing."""
+        policy = tool.policy
+        if ctx is None or not policy.spawns_process or policy.fixed_command:
+            return tool.description
+        return f"{tool.description} {allowed_programs(ctx.tool_policy)}"
+
     def openai_tools(self, ctx: DispatchContext | None = None) -> list[dict[str, Any]]:
         """The catalogue in OpenAI's tool-calling shape."""
         return [
@@ -156,7 +166,7 @@ class ToolRegistry:
                 "type": "function",
                 "function": {
                     "name": tool.id,
-                    "description": tool.description,
+                    "description": self.description(tool, ctx),
                     "parameters": dict(tool.llm_visible_params),
                 },
             }
@@ -168,7 +178,7 @@ class ToolRegistry:
         return [
             {
                 "name": tool.id,
-                "description": tool.description,
+                "description": self.description(tool, ctx),
                 "input_schema": dict(tool.llm_visible_params),
             }
             for tool in self.catalogue(ctx)
@@ -293,6 +303,27 @@ class ToolRegistry:
                 )
             )
         return DispatchExplanation(call.id, admitted.tool.id, tuple(trace), verdict, error, preview)
+
+
+#: How many allowed programs a description names before "and N more".
+LISTED_PROGRAMS = 24
+
+
+def allowed_programs(policy: ToolPolicy) -> str:
+    """The allowlist, as a sentence of a tool description (bounded)."""
+    names = utf16_sorted(policy.allowed_commands)
+    globs = list(policy.allowed_command_globs)
+    if not names and not globs:
+        return "No program is allowed here: every call is refused."
+    shown = names[:LISTED_PROGRAMS]
+    text = "Allowed programs: " + ", ".join(shown) if shown else "Allowed programs: none by name"
+    if len(names) > len(shown):
+        text += f", and {len(names) - len(shown)} more"
+    if globs:
+        text += "; also any program matching " + ", ".join(globs[:LISTED_PROGRAMS])
+        if len(globs) > LISTED_PROGRAMS:
+            text += f" and {len(globs) - LISTED_PROGRAMS} more patterns"
+    return text + ". Any other program is refused."
 
 
 def create_tool_registry(

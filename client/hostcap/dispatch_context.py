@@ -264,6 +264,9 @@ class ToolDispatchOutcome:
     truncated: bool = False
     spilled: SpilledResult | None = None
     media: Untrusted[MediaHandle] | None = None
+    #: The call ended cleanly: False for a command that timed out, was
+    #: killed, hit a limit or exited non-zero (its result says how).
+    clean: bool = True
 
 
 StepName = Literal[

@@ -193,7 +193,9 @@ class HostcapMcpServer:
                     size=outcome.spilled.byte_length,
                 )
             )
-        return types.CallToolResult(content=content, is_error=False)
+        # A command that timed out, was killed or exited non-zero is an error
+        # result, its outcome in the text; never a success that reads as one.
+        return types.CallToolResult(content=content, is_error=not outcome.clean)
 
     # ------------------------------------------------------------- approval
 

@@ -269,6 +269,7 @@ async def finish(
         truncated=bounded.truncated,
         spilled=spilled,
         media=Untrusted(media) if isinstance(media, MediaHandle) else None,
+        clean=bool(getattr(result, "clean", True)),
     )
 
 

@@ -60,11 +60,19 @@ class RunCommandResult(FrozenResult):
     duration_seconds: float
     message: str
 
+    @property
+    def clean(self) -> bool:
+        """The command ran to its end and exited 0."""
+        return self.outcome is Outcome.EXITED and self.exit_code == 0
+
     def model_text(self) -> str:
         status = {
             Outcome.EXITED: f"exit code {self.exit_code}",
             Outcome.SIGNALED: f"killed by {self.signal_name}",
-        }.get(self.outcome, self.message or self.outcome.value)
+        }.get(
+            self.outcome,
+            f"{self.outcome.value}: {self.message}" if self.message else self.outcome.value,
+        )
         parts = [f"$ {shlex.join([self.command, *self.args])}", f"[{status}]"]
         for name, text, dropped in (
             ("stdout", self.stdout, self.stdout_dropped_bytes),
@@ -138,6 +146,11 @@ class GitResult(FrozenResult):
     exit_code: int | None
     stdout: str
     stderr: str
+
+    @property
+    def clean(self) -> bool:
+        """git exited 0."""
+        return self.exit_code == 0
 
     def model_text(self) -> str:
         text = self.stdout.rstrip("\n")

@@ -349,7 +349,7 @@ HOST_REASONS: Mapping[str, HostReason] = {
     "EXECUTABLE_NOT_FOUND": HostReason(
         _D.EXECUTION, "the executable was not found on the host's PATH"
     ),
-    "NOT_FOUND": HostReason(_D.EXECUTION, "no such file or directory"),
+    "NOT_FOUND": HostReason(_D.EXECUTION, "the path does not exist"),
     "TOO_LARGE": HostReason(_D.EXECUTION, "the content is larger than the host allows"),
     "LIMIT_INVALID": HostReason(
         _D.EXECUTION, "a requested limit is invalid or above the host's ceiling"

@@ -135,10 +135,12 @@ class ToolDef(Generic[A, R]):
         except ValidationError as error:
             problems = []
             names = []
-            for item in error.errors(include_input=False, include_url=False, include_context=False):
-                where = ".".join(str(part) for part in item["loc"]) or "(arguments)"
+            for item in error.errors(include_input=False, include_url=False):
+                where = json_location(item["loc"])
                 names.append(where)
-                problems.append(f"{where}: {item['msg']}")
+                problems.append(
+                    f"{where}: {json_terms(item['type'], item['msg'], item.get('ctx'))}"
+                )
             raise ToolArgsInvalidError("; ".join(problems), tool_id=self.id, fields=names) from None
 
     def target(self, args: A) -> PolicyTarget | None:
@@ -167,3 +169,56 @@ def require_arm(host: ToolHost, arm: Arm, tool_id: str) -> Any:
     if value is None:
         raise ToolUnavailableError(tool_id=tool_id, arm=arm)
     return value
+
+
+#: What a model sent, said in JSON's terms rather than Python's (issue 34):
+#: the model wrote a JSON array, not a tuple.
+_JSON_TYPES = {
+    "tuple_type": "must be a JSON array",
+    "list_type": "must be a JSON array",
+    "set_type": "must be a JSON array",
+    "dict_type": "must be a JSON object",
+    "model_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
+    "string_type": "must be a JSON string",
+    "int_type": "must be a JSON integer (a number with no fraction)",
+    "int_parsing": "must be a JSON integer (a number with no fraction)",
+    "int_from_float": "must be a JSON integer (a number with no fraction)",
+    "float_type": "must be a JSON number",
+    "float_parsing": "must be a JSON number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "missing": "Field required (a required property is missing)",
+    "extra_forbidden": "not a parameter of this tool",
+}
+
+
+def json_terms(kind: str, message: str, context: Mapping[str, Any] | None = None) -> str:
+    """A validation problem said in JSON's terms: types by their JSON names,
+    lengths in characters or items, never a Python type."""
+    if kind in _JSON_TYPES:
+        return _JSON_TYPES[kind]
+    context = context or {}
+    if kind in ("string_too_short", "string_too_long"):
+        bound = (
+            context.get("min_length") if kind == "string_too_short" else context.get("max_length")
+        )
+        if kind == "string_too_short" and bound == 1:
+            return "must be a non-empty JSON string"
+        which = "at least" if kind == "string_too_short" else "at most"
+        return f"must be a JSON string of {which} {bound} characters"
+    if kind in ("too_short", "too_long"):
+        bound = context.get("min_length") if kind == "too_short" else context.get("max_length")
+        which = "at least" if kind == "too_short" else "at most"
+        return f"must have {which} {bound} items"
+    if kind == "value_error":
+        return message.removeprefix("Value error, ")
+    return message.replace("Input should be", "must be").replace("String should", "must")
+
+
+def json_location(loc: tuple[int | str, ...]) -> str:
+    """A validation location as a JSON path: `args[2]`, `headers.Accept`."""
+    where = ""
+    for part in loc:
+        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+    return where or "(arguments)"

@@ -149,8 +149,14 @@ def render_error(error: ToolDispatchError) -> str:
         )
     if error.loop_correctable:
         advice = "Correct the call and try again."
+    elif getattr(error, "host_reason", None) == "NOT_FOUND":
+        advice = "Nothing was read or changed. Check the path (list_directory shows what exists)."
+    elif isinstance(error, ToolHostDeniedError) and error.recoverable:
+        advice = (
+            "Nothing was done: the path is outside the allowed scope. Use a path in the workspace."
+        )
     elif error.recoverable:
-        advice = "Nothing was done; you may try again with an in-scope target."
+        advice = "Nothing was changed; you may try again."
     elif isinstance(error, ToolDeniedByUserError):
         advice = "Nothing was done. Do not retry this call unless the user asks for it."
     elif isinstance(error, ToolCancelledError):

@@ -1,0 +1,44 @@
+"""What the model reads when a call goes wrong (issue 34, item 6): errors in
+JSON's terms, a missing file that says it does not exist."""
+
+from __future__ import annotations
+
+import pytest
+from client_support import MakeCtx
+from hostcap import BUILTIN_TOOLS, ToolArgsInvalidError, ToolCall, ToolDispatchError
+from hostcap import create_tool_registry as create
+from hostcap.adapters import render_error
+from hostcap.testing import MemoryToolHost
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "said"),
+    [
+        ("run_command", {"command": "echo", "args": "a b"}, "args: must be a JSON array"),
+        ("run_command", {"command": "echo", "args": ["a", 2]}, "args[1]: must be a JSON string"),
+        ("run_command", {"command": "echo", "timeout_s": "soon"}, "timeout_s: must be a JSON number"),
+        ("read_file", {"path": "x", "colour": "red"}, "colour: not a parameter of this tool"),
+        ("write_file", {"path": "x"}, "content: Field required"),
+        ("read_file", {"path": ""}, "path: must be a non-empty JSON string"),
+        ("read_file", {"path": "a\x00b"}, "path: must not contain NUL characters"),
+    ],
+)  # fmt: skip
+async def test_argument_errors_speak_json(
+    name: str, args: dict[str, object], said: str, make_ctx: MakeCtx
+) -> None:
+    registry = create(tools=BUILTIN_TOOLS, host=MemoryToolHost())
+    with pytest.raises(ToolArgsInvalidError) as refused:
+        await registry.dispatch(ToolCall("t", name, args), make_ctx())
+    text = render_error(refused.value)
+    assert said in text
+    for python in ("tuple", "dict", "Input should", "Value error", "float", "Extra inputs"):
+        assert python not in text
+
+
+async def test_a_missing_file_says_it_does_not_exist(make_ctx: MakeCtx) -> None:
+    registry = create(tools=BUILTIN_TOOLS, host=MemoryToolHost())
+    with pytest.raises(ToolDispatchError) as failed:
+        await registry.dispatch(ToolCall("t", "read_file", {"path": "nope.txt"}), make_ctx())
+    text = render_error(failed.value)
+    assert "does not exist" in text
+    assert "in-scope" not in text and "scope" not in text

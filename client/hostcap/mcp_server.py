@@ -47,10 +47,12 @@ from hostcap.approval import (
     ToolApprovalDecision,
     ToolApprovalRequest,
 )
+from hostcap.contract import ContractEffect, builtin_effect
 from hostcap.dispatch_context import OutputCallback, OutputChunk
 from hostcap.errors import ToolDispatchError
 from hostcap.mcp_config import McpServerConfig
 from hostcap.output_store import OutputStoreError
+from hostcap.policy import ToolPolicy
 from hostcap.registry import DispatchContext, ToolCall, ToolRegistry
 from hostcap.tooldef import ToolDef
 
@@ -73,10 +75,28 @@ _call: contextvars.ContextVar[_CallState | None] = contextvars.ContextVar(
 )
 
 
-def tool_annotations(tool: ToolDef[Any, Any]) -> types.ToolAnnotations:
-    """The MCP hints of a tool, read from its policy class."""
+def tool_annotations(
+    tool: ToolDef[Any, Any], tool_policy: ToolPolicy | None = None
+) -> types.ToolAnnotations:
+    """The MCP hints of a tool, read from what its effect can be shown to be:
+    its policy class; for a builtin that pins its program, its contract
+    classification (git_status reads, decision 0025); for a command runner,
+    the node's allowlist (every allowed program declared read-only)."""
     policy = tool.policy
-    read_only = policy.idempotent_read
+    read_only = (
+        policy.idempotent_read
+        or (
+            policy.fixed_command
+            and tool.source == "builtin"
+            and builtin_effect(tool) is ContractEffect.ORDINARY
+        )
+        or (
+            policy.spawns_process
+            and not policy.fixed_command
+            and tool_policy is not None
+            and tool_policy.only_reads
+        )
+    )
     destructive = (
         policy.fs_write
         or policy.spawns_process
@@ -150,7 +170,7 @@ class HostcapMcpServer:
                     name=tool.id,
                     description=self.registry.description(tool, context),
                     input_schema=dict(tool.llm_visible_params),
-                    annotations=tool_annotations(tool),
+                    annotations=tool_annotations(tool, self.config.tool_policy),
                 )
                 for tool in self.registry.catalogue(context)
             ]

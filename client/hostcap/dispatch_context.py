@@ -267,6 +267,10 @@ class ToolDispatchOutcome:
     #: The call ended cleanly: False for a command that timed out, was
     #: killed, hit a limit or exited non-zero (its result says how).
     clean: bool = True
+    #: The model-facing text may carry content from outside the call (a
+    #: file, output, a response); False for an acknowledgement made of the
+    #: host's facts and the call's own arguments.
+    untrusted_content: bool = True
 
 
 StepName = Literal[

@@ -270,6 +270,7 @@ async def finish(
         spilled=spilled,
         media=Untrusted(media) if isinstance(media, MediaHandle) else None,
         clean=bool(getattr(result, "clean", True)),
+        untrusted_content=bool(getattr(result, "untrusted_content", True)) or bounded.truncated,
     )
 
 

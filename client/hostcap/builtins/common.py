@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -31,3 +31,9 @@ class FrozenArgs(BaseModel):
 
 class FrozenResult(BaseModel):
     model_config = ConfigDict(frozen=True)
+
+    #: The model-facing text may carry content from outside (a file, a
+    #: command's output, a response): it is fenced as untrusted data. A
+    #: result made only of the host's own facts and the call's own
+    #: arguments (a write's acknowledgement) says False and gets a short tag.
+    untrusted_content: ClassVar[bool] = True

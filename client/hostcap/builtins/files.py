@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import Field
 
@@ -78,6 +78,8 @@ class WriteFileResult(FrozenResult):
     size: int
     sha256: str
     created: bool
+
+    untrusted_content: ClassVar[bool] = False
 
     def model_text(self) -> str:
         return f"{'created' if self.created else 'wrote'} {self.path} ({self.size} bytes, sha256 {self.sha256})"

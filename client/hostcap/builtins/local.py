@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import AfterValidator, Field
 
@@ -44,6 +44,8 @@ class NotifyArgs(FrozenArgs):
 
 class NotifyResult(FrozenResult):
     delivered: bool
+
+    untrusted_content: ClassVar[bool] = False
 
     def model_text(self) -> str:
         return "notification delivered" if self.delivered else "notification not delivered"

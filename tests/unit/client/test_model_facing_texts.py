@@ -64,4 +64,7 @@ async def test_a_result_with_no_outside_content_gets_a_short_tag_not_the_fence(
     assert "untrusted data" in fenced and fenced.endswith(
         "[hostcap: end of output of tool read_file]"
     )
-    assert len(text) < len(fenced) - 150
+    # What the marking costs: the tag's prefix against the fence's two lines.
+    tag = len(text) - len(written.tool_result.unwrap())
+    fence = len(fenced) - len(read.tool_result.unwrap())
+    assert tag <= 25 < 150 < fence

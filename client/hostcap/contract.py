@@ -61,6 +61,7 @@ BUILTIN_CONTRACT_EFFECTS: Mapping[str, ContractEffect] = {
     "read_clipboard": ContractEffect.ORDINARY,
     "notify": ContractEffect.ORDINARY,
     "write_file": ContractEffect.ACTS_ON_STATE,
+    "edit_file": ContractEffect.ACTS_ON_STATE,
     "git_commit": ContractEffect.ACTS_ON_STATE,
     "invoke_agent": ContractEffect.ACTS_ON_STATE,
     "read_media": ContractEffect.ORDINARY,

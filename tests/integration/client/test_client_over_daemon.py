@@ -326,3 +326,36 @@ async def test_a_write_the_daemon_would_refuse_never_reaches_a_card(
         )
     assert refused.value.reason == "path_escapes_root"
     assert cards == []
+
+
+async def test_edit_file_over_the_daemon_keeps_a_change_made_since_its_read(
+    daemon: Daemon, host: hostcap.GrpcToolHost
+) -> None:
+    target = daemon.workspace / "edited.txt"
+    target.write_text("one\ntwo\n")
+    target.chmod(0o666)
+
+    class ChangedUnderneath:
+        async def read_file(self, path: str, **kwargs: Any) -> Any:
+            read = await host.fs.read_file(path, **kwargs)
+            target.write_text("another writer\n")  # lands between the read and the write
+            return read
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(host.fs, name)
+
+    raced = hostcap.StaticToolHost(fs=ChangedUnderneath(), process=host.process)  # type: ignore[arg-type]
+    registry = hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=raced)
+    call = ToolCall(
+        "it-edit-1", "edit_file", {"path": "edited.txt", "old_text": "two", "new_text": "2"}
+    )
+    with pytest.raises(hostcap.ToolExecutionError) as failed:
+        await registry.dispatch(call, make_ctx())
+    assert failed.value.host_reason == "CONFLICT"
+    assert target.read_text() == "another writer\n"
+    # Without the race the same edit applies.
+    target.write_text("one\ntwo\n")
+    plain = hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=host)
+    outcome = await plain.dispatch(call, make_ctx())
+    assert target.read_text() == "one\n2\n"
+    assert "-two\n+2" in outcome.tool_result.unwrap()

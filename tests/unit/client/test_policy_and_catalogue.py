@@ -77,6 +77,7 @@ def test_contract_admission_of_the_builtins(contract: Contract) -> None:
     admission = {tool.id: contract_admission(tool, contract) for tool in BUILTIN_TOOLS}
     assert {k for k, v in admission.items() if v is Admission.DENY} == {
         "write_file",
+        "edit_file",
         "git_commit",
         "invoke_agent",
         "http_request",
@@ -151,6 +152,7 @@ def test_the_catalogue_withholds_what_the_contract_denies(
     offered = {tool.id for tool in registry.catalogue(plan)}
     assert offered == ALL_BUILTINS - {
         "write_file",
+        "edit_file",
         "git_commit",
         "invoke_agent",
         "http_request",

@@ -39,6 +39,7 @@ ToolPolicyDenyReason = Literal[
     "media_scope_denied",
     "mode_denied",
     "unsafe_repository",
+    "action_not_declared",
 ]
 POLICY_DENY_REASONS: frozenset[str] = frozenset(ToolPolicyDenyReason.__args__)  # type: ignore[attr-defined]
 
@@ -121,6 +122,7 @@ class ToolPolicyError(ToolDispatchError):
         "media_scope_denied": "the media is outside the allowed scope",
         "mode_denied": "the active contract mode does not permit this tool",
         "unsafe_repository": "the repository's config or attributes name a program git would run",
+        "action_not_declared": "the tool's declared plan-safe actions do not include this effect",
     }
 
     def __init__(

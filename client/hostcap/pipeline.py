@@ -50,6 +50,7 @@ from hostcap.errors import (
 from hostcap.events import EventKind, ToolEvent, clip, summarize_input
 from hostcap.host import MediaHandle, SpilledResult, ToolHost
 from hostcap.output_store import OutputStoreError
+from hostcap.plan_safe import PlanSafeHost
 from hostcap.policy import PolicyTarget, ToolActionClass, normalise_hostname
 from hostcap.redaction import redact_secret_shaped_text
 from hostcap.untrusted import Untrusted
@@ -173,6 +174,9 @@ async def call_host(admitted: Admitted, host: ToolHost, ctx: DispatchContext) ->
     tool = admitted.tool
     refuse_if_cancelled(ctx, tool.id)
     arm = min(tool.arms) if tool.arms else "host"
+    if tool.source == "plugin" and ctx.contract is not None:
+        # The declared plan-safe actions, enforced where the effects happen.
+        host = PlanSafeHost(host, tool.plan_safe_actions, tool.id)
     work = tool.dispatch(admitted.args, host, admitted.run_ctx)
     if admitted.run_ctx.deadline is not None:
         work = within_deadline(work, admitted.run_ctx.deadline)

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from types import MappingProxyType
 from typing import Any, cast
 
 from hostcap.admission import READ_ONLY_LABEL, Offer, tool_admission
 from hostcap.contract import Admission
+from hostcap.discovery import TOOL_SEARCH_ID
 from hostcap.dispatch_context import (
     Admitted,
     AnyToolDef,
@@ -50,10 +52,14 @@ def admit(
     ctx: DispatchContext,
     trace: list[StepDecision],
     offered: Callable[[], Iterable[str]],
+    granted: AbstractSet[str],
+    discoverable: Callable[[], tuple[Mapping[str, Any], ...]],
 ) -> Admitted:
     """Steps 1-5 for `call`, each decision appended to `trace`: the admitted
     call, or the ToolDispatchError the first refusing step raises.
-    `offered` lists the ids an unknown tool's error names."""
+    `offered` lists the ids an unknown tool's error names; `granted` is the
+    node's grant (with `tool_search` when MCP tools are deferred behind it),
+    `discoverable` the schemas that search returns."""
 
     def deny(step: StepName, error: ToolDispatchError) -> ToolDispatchError:
         trace.append(StepDecision(step, "deny", error.message))
@@ -70,7 +76,7 @@ def admit(
         # Only what this node is offered: the model never learns of tools it cannot call.
         raise deny("resolve", UnknownToolError(call.name, offered()))
     trace.append(StepDecision("resolve", "pass", tool.id))
-    if tool.id not in ctx.granted_tool_ids:
+    if tool.id not in granted:
         raise deny("grant", ToolPolicyError("not_granted", tool_id=tool.id))
     trace.append(StepDecision("grant", "pass"))
 
@@ -145,6 +151,7 @@ def admit(
         contract=ctx.contract.value if ctx.contract is not None else None,
         media_scope=cast("frozenset[str] | None", ctx.media_scope),
         on_output=bounded_output(ctx, call.id, tool.id),
+        discoverable=discoverable() if tool.id == TOOL_SEARCH_ID else (),
     )
     return Admitted(tool, args, target, governed_action(tool.policy, target), admission, run_ctx)
 

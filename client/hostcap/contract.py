@@ -67,6 +67,7 @@ BUILTIN_CONTRACT_EFFECTS: Mapping[str, ContractEffect] = {
     "git_commit": ContractEffect.ACTS_ON_STATE,
     "invoke_agent": ContractEffect.ACTS_ON_STATE,
     "read_media": ContractEffect.ORDINARY,
+    "tool_search": ContractEffect.ORDINARY,
     "http_request": ContractEffect.ACTS_ON_STATE,
     "web_search": ContractEffect.ACTS_ON_STATE,
     "run_command": ContractEffect.OPAQUE,

@@ -44,13 +44,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
 from hostcap.admission import tool_admission
 from hostcap.admit import admit
 from hostcap.approval import ToolActionPreview
 from hostcap.cancellation import cancel_wins, refuse_if_cancelled
+from hostcap.discovery import TOOL_SEARCH, TOOL_SEARCH_ID, deferred_tools, schema_of
 from hostcap.dispatch_context import (
     Admitted,
     AnyToolDef,
@@ -122,6 +123,8 @@ class ToolRegistry:
                 raise ToolRegistrationError(f"tool id {tool.id!r} is registered twice")
             self._tools[tool.id] = tool
         self._host = host
+        # The registry's own search tool, unless the engine registered one by that name.
+        self._search = None if TOOL_SEARCH_ID in self._tools else TOOL_SEARCH
 
     @property
     def host(self) -> ToolHost:
@@ -132,7 +135,22 @@ class ToolRegistry:
         return tuple(utf16_sorted(self._tools))
 
     def get(self, tool_id: str) -> AnyToolDef | None:
+        if tool_id == TOOL_SEARCH_ID and self._search is not None:
+            return self._search
         return self._tools.get(tool_id)
+
+    def deferred(self, ctx: DispatchContext | None) -> list[AnyToolDef]:
+        """The granted MCP tools a contract mode keeps behind `tool_search`."""
+        if self._search is None:
+            return []
+        return deferred_tools(self._tools.values(), ctx)
+
+    def is_granted(self, tool_id: str, ctx: DispatchContext) -> bool:
+        """Whether `ctx` grants `tool_id`: the node's grant, and `tool_search`
+        while it stands in for deferred MCP tools."""
+        if tool_id == TOOL_SEARCH_ID and self._search is not None:
+            return bool(self.deferred(ctx))
+        return tool_id in ctx.granted_tool_ids
 
     # ---------------------------------------------------------------- catalogue
 
@@ -143,12 +161,17 @@ class ToolRegistry:
         predicate is `hostcap.admission.tool_admission`, the one the
         dispatch guard uses."""
         approval = ctx.approval if ctx is not None else None
-        return tuple(
+        deferred = {tool.id for tool in self.deferred(ctx)}
+        offered = [
             tool
-            for tool_id, tool in sorted(self._tools.items(), key=lambda item: utf16_key(item[0]))
+            for tool_id, tool in self._tools.items()
             if (ctx is None or tool_id in ctx.granted_tool_ids)
+            and tool_id not in deferred
             and not tool_admission(tool, approval).denied
-        )
+        ]
+        if deferred and self._search is not None:
+            offered.append(self._search)
+        return tuple(sorted(offered, key=lambda tool: utf16_key(tool.id)))
 
     def description(self, tool: AnyToolDef, ctx: DispatchContext | None = None) -> str:
         """The description the model is shown for `tool` under `ctx`: a tool
@@ -251,9 +274,18 @@ class ToolRegistry:
         return emit
 
     def _admit(self, call: ToolCall, ctx: DispatchContext, trace: list[StepDecision]) -> Admitted:
+        tools: Mapping[str, AnyToolDef] = self._tools
+        granted = ctx.granted_tool_ids
+        if call.name == TOOL_SEARCH_ID and self._search is not None:
+            tools = {**self._tools, TOOL_SEARCH_ID: self._search}
+            if self.is_granted(TOOL_SEARCH_ID, ctx):
+                granted = granted | {TOOL_SEARCH_ID}
         return admit(
-            self._tools, self._host, call, ctx, trace, lambda: [t.id for t in self.catalogue(ctx)]
-        )
+            tools, self._host, call, ctx, trace,
+            offered=lambda: [t.id for t in self.catalogue(ctx)],
+            granted=granted,
+            discoverable=lambda: tuple(schema_of(t) for t in self.deferred(ctx)),
+        )  # fmt: skip
 
     def explain(self, call: ToolCall, ctx: DispatchContext) -> DispatchExplanation:
         """Every step's decision for `call`, without prompting or calling the host."""

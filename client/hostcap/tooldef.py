@@ -62,6 +62,8 @@ class ToolRunContext:
     #: Where a command's output goes while it runs (bounded and marked by the
     #: registry), when the engine asked for it (`DispatchContext.on_output`).
     on_output: OutputHandler | None = None
+    #: For `tool_search` only: the schemas of the tools deferred behind it.
+    discoverable: tuple[Mapping[str, Any], ...] = ()
 
 
 Dispatch = Callable[[A, ToolHost, ToolRunContext], Awaitable[R]]

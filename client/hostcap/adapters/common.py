@@ -98,7 +98,7 @@ def parse_call(
         raise TypeError("a tool call needs a non-empty string id")
     name = name if isinstance(name, str) else ""
     tool = registry.get(name)
-    if tool is None or name not in ctx.granted_tool_ids:
+    if tool is None or not registry.is_granted(name, ctx):
         return ParsedCall(call_id, name, ToolCall(call_id, name, {}))
     if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
         parsed: Any = {}

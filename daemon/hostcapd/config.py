@@ -211,7 +211,18 @@ class DiskSettings(_Model):
     inodes: int | None = Field(default=None, gt=0)
 
 
-DEFAULT_PROTECTED_PATHS = PROTECTED_PATHS
+DEFAULT_PROTECTED_PATHS = (
+    *PROTECTED_PATHS,
+    # Files git reads and runs programs from (filters, diff drivers, submodule
+    # commands): a write there is code a later git run executes (issue 29).
+    "**/.gitconfig",
+    "**/.gitattributes",
+    "**/.gitmodules",
+    "**/.config/git/**",
+    "**/.git/info/attributes",
+    "**/.git/config.worktree",
+    "**/.git/modules/**",
+)
 DEFAULT_SECRET_PATHS = SECRET_PATHS
 
 

@@ -168,7 +168,7 @@ async def serve_tenant_split(runtime: TenantRuntime) -> TenantService:
     fs_runtime: FsRuntime | None = None
     frontend: Frontend | None = None
     try:
-        fs_runtime = await start_fs_service(tenant, runtime.audit)
+        fs_runtime = await start_fs_service(tenant, runtime.audit, place=profile.place_daemon_side)
         runtime.fs = fs_runtime
         frontend = Frontend(
             Endpoint.of_tenant(tenant, MAX_MESSAGE_BYTES, send_limit(tenant)),
@@ -177,6 +177,7 @@ async def serve_tenant_split(runtime: TenantRuntime) -> TenantService:
             runtime.frontend_lost,
         )
         runtime.frontend = frontend
+        frontend.place = profile.place_daemon_side
         temp = await frontend.start()
     except BaseException:
         if frontend is not None:
@@ -198,7 +199,7 @@ async def serve_tenant_here(runtime: TenantRuntime) -> TenantService:
     server: grpc.aio.Server | None = None
     temp: Path | None = None
     try:
-        fs_runtime = await start_fs_service(tenant, runtime.audit)
+        fs_runtime = await start_fs_service(tenant, runtime.audit, place=profile.place_daemon_side)
         runtime.fs = fs_runtime  # HostService.Capabilities reports its protections
         server = grpc.aio.server(options=server_options(MAX_MESSAGE_BYTES, send_limit(tenant)))
         servicers = _servicers(runtime, fs_runtime)

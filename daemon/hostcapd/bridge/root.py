@@ -229,7 +229,7 @@ class Bridge:
             self.lost,
         )
 
-    def send(self, message: messages.Message, payload: bytes = b"") -> None:
+    def send(self, message: messages.Message, payload: channel.Payload = b"") -> None:
         if self.link is not None:
             self.link.send(message, payload)
 
@@ -372,8 +372,10 @@ async def _internal(context: CallContext, message: str) -> None:
         await context.abort(grpc.StatusCode.INTERNAL, message)
 
 
-def _wire(item: Any) -> bytes:
-    return item if isinstance(item, bytes) else bytes(item.SerializeToString())
+def _wire(item: Any) -> channel.Payload:
+    # Pieces (WireParts: output the servicer references where it lies) go
+    # to the channel as they are, which gathers them.
+    return item if isinstance(item, bytes | list) else bytes(item.SerializeToString())
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -24,7 +24,7 @@ from hostcapd.frontend.context import Context
 MALFORMED = WireError("INVALID_ARGUMENT", "malformed request message")
 
 
-def _serialize(message: protobuf_message.Message | bytes) -> bytes:
+def _serialize(message: protobuf_message.Message | bytes | Any) -> bytes:
     # A servicer may answer with wire bytes it encoded itself (Spawn's Output
     # events, the bulk of a stream): they go out as they are.
     if isinstance(message, bytes):

@@ -13,6 +13,7 @@ from hostcapd.frontend import convert
 from hostcapd.frontend.context import Context
 from hostcapd.frontend.refusals import refuse
 from hostcapd.process import killing
+from hostcapd.process.output import StreamBuffer
 from hostcapd.process.request import SpawnRequest
 from hostcapd.process.spawn import Spawn
 from hostcapd.tenant import TenantRuntime
@@ -31,14 +32,48 @@ def _varint(n: int) -> bytes:
     return bytes(out)
 
 
-def output_event(stream: int, data: bytes | memoryview) -> bytes:
+class WireParts(list[bytes | bytearray | memoryview]):
+    """A reply's wire bytes as pieces that whoever writes them gathers (the
+    front-end channel: one sendmsg, or one write each into its memfd), so a
+    spawn's output is passed along, not joined into one more copy.
+    SerializeToString joins them (the in-process server)."""
+
+    def SerializeToString(self) -> bytes:
+        return b"".join(self)
+
+
+def output_event(stream: int, data: bytes | memoryview) -> WireParts:
     """The wire bytes of `SpawnEvent{output: Output{stream, data}}`, as
-    SerializeToString would give them, built with one concatenation: no
-    message is built and serialized per chunk (a stream's hot path).
-    `stream` is STDOUT or STDERR and `data` is not empty (proto3 would omit
-    either field otherwise)."""
+    SerializeToString would give them: a prefix, then `data` itself (no
+    message is built and serialized per chunk, and the chunk is not
+    copied: a stream's hot path). `stream` is STDOUT or STDERR and `data`
+    is not empty (proto3 would omit either field otherwise)."""
     inner = b"\x08" + _varint(stream) + b"\x12" + _varint(len(data))
-    return b"".join((b"\x12", _varint(len(inner) + len(data)), inner, data))
+    return WireParts((b"\x12" + _varint(len(inner) + len(data)) + inner, data))
+
+
+def run_result(
+    started: process_pb2.Started | None,
+    stdout: StreamBuffer,
+    stderr: StreamBuffer,
+    exited: process_pb2.Exited | None,
+) -> WireParts:
+    """The wire bytes of `RunResult{started, stdout, stderr, exited}` as
+    SerializeToString would give them (fields in number order), the kept
+    output referenced where it lies: up to twice the output ceiling is not
+    copied into a message and then serialized into another."""
+    parts = WireParts()
+    if started is not None:
+        parts.append(process_pb2.RunResult(started=started).SerializeToString())
+    for tag, buf in ((b"\x12", stdout), (b"\x1a", stderr)):
+        pieces = buf.parts()
+        size = sum(len(p) for p in pieces)
+        if size:
+            parts.append(tag + _varint(size))
+            parts.extend(pieces)
+    if exited is not None:
+        parts.append(process_pb2.RunResult(exited=exited).SerializeToString())
+    return parts
 
 
 class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
@@ -86,7 +121,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
 
     async def Spawn(
         self, request: process_pb2.SpawnRequest, context: Context
-    ) -> AsyncIterator[process_pb2.SpawnEvent | bytes]:
+    ) -> AsyncIterator[process_pb2.SpawnEvent | WireParts]:
         self.runtime.active_calls += 1  # a shutdown lets these finish sending
         try:
             async for event in self._spawn(request, context):
@@ -96,7 +131,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
 
     async def _spawn(
         self, request: process_pb2.SpawnRequest, context: Context
-    ) -> AsyncIterator[process_pb2.SpawnEvent | bytes]:
+    ) -> AsyncIterator[process_pb2.SpawnEvent | WireParts]:
         req = convert.request_from_wire(request)
         spawn, started, attached = await self._begin(req, context, "Spawn", streaming=True)
         if spawn is None or attached:
@@ -131,7 +166,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
 
     async def Run(
         self, request: process_pb2.SpawnRequest, context: Context
-    ) -> process_pb2.RunResult:
+    ) -> process_pb2.RunResult | WireParts:
         self.runtime.active_calls += 1
         try:
             return await self._run(request, context)
@@ -140,7 +175,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
 
     async def _run(
         self, request: process_pb2.SpawnRequest, context: Context
-    ) -> process_pb2.RunResult:
+    ) -> process_pb2.RunResult | WireParts:
         req = convert.request_from_wire(request)
         spawn, started, attached = await self._begin(req, context, "Run", streaming=False)
         if spawn is None:
@@ -150,11 +185,11 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
         finally:
             if not spawn.done.done():
                 spawn.cancel()
-        return process_pb2.RunResult(
-            started=convert.started_of(spawn, attached=attached),
-            stdout=spawn.stdout.result(),
-            stderr=spawn.stderr.result(),
-            exited=convert.exited_to_wire(spawn, report),
+        return run_result(
+            convert.started_of(spawn, attached=attached),
+            spawn.stdout,
+            spawn.stderr,
+            convert.exited_to_wire(spawn, report),
         )
 
     async def Signal(

@@ -56,7 +56,22 @@ def test_the_largest_output_event_travels_inline() -> None:
     event = output_event(1, b"x" * max(READ_CHUNK, OUTPUT_CHUNK))
     buffers, fds = channel.encode(messages.Event(call=2**31), event)
     assert fds == []
-    assert b"".join(bytes(b) for b in buffers).endswith(event)
+    assert b"".join(bytes(b) for b in buffers).endswith(event.SerializeToString())
+
+
+def test_a_payload_in_pieces_arrives_whole_inline_and_in_a_memfd() -> None:
+    for size in (10, channel.INLINE_PAYLOAD + 1):
+        pieces: list[bytes | bytearray | memoryview] = [
+            b"head",
+            bytearray(size),
+            memoryview(b"tail"),
+        ]
+        buffers, fds = channel.encode(messages.Reply(call=3), pieces)
+        message, payload = channel.decode(
+            memoryview(b"".join(bytes(b) for b in buffers)), fds, messages.TO_FRONTEND
+        )
+        assert message == messages.Reply(call=3)
+        assert payload == b"head" + bytes(size) + b"tail"
 
 
 def test_the_proto_built_on_the_root_side_matches_the_request() -> None:

@@ -322,10 +322,10 @@ class CgroupHost:
             stale.kill()
             stale.remove()
         for h in self.hierarchies:
-            for parent, _ in _entries(h.subtree):
-                if parent:
+            for parent, name in _entries(h.subtree):
+                if not parent and name.startswith(TENANT_PREFIX):
                     with contextlib.suppress(OSError):
-                        os.rmdir(h.subtree / parent)
+                        os.rmdir(h.subtree / name)
         return sum(1 for _, prefix, _ in found if prefix != FRONTEND_PREFIX)
 
     def _in(self, directory: str) -> CgroupHost:

@@ -36,7 +36,7 @@ from hostcapd.frontend.servers import AdminService, TenantService, serve_admin, 
 from hostcapd.frontend.sockets import StartupError, file_id_of, unlink_if_ours
 from hostcapd.fs.client import FsWorkerUnavailable
 from hostcapd.reload import STOP_GRACE_S, Reloads, notify
-from hostcapd.sandbox.cgroupfs import instance_name
+from hostcapd.sandbox.cgroupfs import CgroupError, instance_name
 from hostcapd.sandbox.profile import (
     HostSupport,
     ProtectionUnavailable,
@@ -189,7 +189,10 @@ class Daemon:
             raise StartupError(summary(problems))
         # What a crashed instance of this daemon left, before its tenants'
         # cgroups are made again.
-        swept = self.host.cgroups.sweep_stale() if not self.host.cgroup_failure else 0
+        try:
+            swept = self.host.cgroups.sweep_stale() if not self.host.cgroup_failure else 0
+        except CgroupError as error:
+            raise StartupError(str(error)) from None
         if swept:
             log.warning("swept %d stale spawn cgroups", swept)
         profiles: dict[str, TenantProfile] = {}

@@ -4,7 +4,9 @@ Two config-file daemons on one host, neither naming a `cgroup_parent`, used
 to share `<own cgroup>/hostcapd`: the second one's start-up sweep killed the
 first one's live spawns and warm children. Now each has a subtree named from
 its config's path (`hostcapd-<hash>`), and the sweep at its (re)start kills
-only what a previous instance of the same daemon left.
+only what a previous instance of the same daemon left. A daemon given an
+explicit `cgroup_parent` that another live daemon serves from refuses to
+start rather than sweep it.
 """
 
 from __future__ import annotations
@@ -38,13 +40,13 @@ pytestmark = pytest.mark.skipif(
 SLEEPER = "echo started; exec sleep 1000"
 
 
-def _daemon(state: Path) -> Daemon:
+def _daemon(state: Path, cgroup_parent: str = "") -> Daemon:
     state.mkdir(mode=0o711)
     config = daemon_config(
         state,
         {"dev": tenant_config(state, "dev", warm_spawns=2)},
-        # What an operator's config leaves unset: the subtree is derived.
-        daemon={"cgroup_parent": ""},
+        # Unset, as an operator's config leaves it: the subtree is derived.
+        daemon={"cgroup_parent": cgroup_parent},
     )
     return Daemon(state, config)
 
@@ -126,3 +128,35 @@ async def test_a_restart_of_one_daemon_leaves_the_other_daemons_spawns_alone(
             await client.close()
         with contextlib.suppress(BaseException):
             await other.close()
+
+
+async def test_a_daemon_given_another_live_daemons_subtree_refuses_to_start(
+    state_dir: Path,
+) -> None:
+    """Two daemons given one explicit cgroup_parent: the second would sweep
+    the first's spawns. It refuses to start instead, naming the first, and
+    the first's spawn lives on."""
+    shared = f"hostcapd-test-shared-{uuid.uuid4().hex[:8]}"
+    first, second = _daemon(state_dir / "first", shared), _daemon(state_dir / "second", shared)
+    marker = f"shared-{uuid.uuid4().hex[:8]}"
+    client: Client | None = None
+    call: object = None
+    try:
+        first.start()
+        client = Client(first.socket)
+        call = await _start_sleeper(client, marker)
+        await _warm(first)
+        [sleeper] = processes_with(marker)
+        with pytest.raises(RuntimeError):
+            second.start(timeout=20)
+        assert f"in use by another live hostcapd (pid {first.pid})" in second.output()
+        assert _alive(sleeper)
+        assert (await client.run("echo", "still")).stdout == b"still\n"
+    finally:
+        if call is not None:
+            call.cancel()  # type: ignore[attr-defined]
+        if client is not None:
+            await client.close()
+        for daemon in (first, second):
+            if daemon.proc is not None and daemon.proc.poll() is None:
+                daemon.stop()

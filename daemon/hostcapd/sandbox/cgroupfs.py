@@ -164,6 +164,23 @@ def has_cgroup_kill(own_dir: Path, root: Path) -> bool:
     return release is not None and (int(release[1]), int(release[2])) >= (5, 14)
 
 
+def parent_pid(pid: int) -> int | None:
+    """`pid`'s parent, None once it is gone."""
+    try:
+        return int(read(Path("/proc", str(pid), "stat")).rpartition(")")[2].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cmdline(pid: int) -> bytes:
+    """`pid`'s command line (b"" once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def descendants(pid: int) -> set[int]:
     """`pid` and every process below it (by /proc's parent links)."""
     children: dict[int, list[int]] = {}

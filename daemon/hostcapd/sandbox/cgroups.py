@@ -47,11 +47,13 @@ from hostcapd.sandbox.cgroupfs import (
     CgroupError,
     Mount,
     cgroup_mounts,
+    cmdline,
     descendants,
     favor_dynamic_modifications,
     has_cgroup_kill,
     has_file,
     own_paths,
+    parent_pid,
     procs,
     read,
     subtree_path,
@@ -310,7 +312,16 @@ class CgroupHost:
         their front-ends'. Run before this instance makes its own; the
         subtree is this daemon's alone (a name derived from its config:
         `instance_name`), so another daemon's are never touched. Returns how
-        many spawns were swept."""
+        many spawns were swept. Raises CgroupError, touching nothing, if a
+        live daemon other than this process serves from the subtree (an
+        explicit `cgroup_parent` given to two daemons)."""
+        owner = self._live_owner()
+        if owner is not None:
+            raise CgroupError(
+                f"the cgroup subtree {self.hierarchies[0].subtree} is in use by another live "
+                f"hostcapd (pid {owner}): give each daemon a cgroup_parent of its own "
+                "(or leave it unset)"
+            )
         found: set[tuple[str, str, str]] = set()  # (tenant dir, prefix, name)
         for h in self.hierarchies:
             for parent, entry in _entries(h.subtree):
@@ -327,6 +338,20 @@ class CgroupHost:
                     with contextlib.suppress(OSError):
                         os.rmdir(h.subtree / name)
         return sum(1 for _, prefix, _ in found if prefix != FRONTEND_PREFIX)
+
+    def _live_owner(self) -> int | None:
+        """The pid of another live daemon whose front-ends or fs workers are
+        in the subtree's front-end cgroups (each a child of its daemon; a
+        crashed daemon's die with it, by their parent-death signal)."""
+        for h in self.hierarchies:
+            for parent, name in _entries(h.subtree):
+                if parent or not name.startswith(FRONTEND_PREFIX):
+                    continue
+                for pid in procs(h.subtree / name):
+                    ppid = parent_pid(pid)
+                    if ppid not in (None, 0, 1, os.getpid()) and b"hostcapd" in cmdline(ppid):
+                        return ppid
+        return None
 
     def _in(self, directory: str) -> CgroupHost:
         """The same host with its spawn cgroups in `directory` of the subtree."""

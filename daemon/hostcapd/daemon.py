@@ -33,6 +33,7 @@ from hostcapd.checks import check_config, summary
 from hostcapd.config import Config, Tenant
 from hostcapd.fs.client import FsWorkerUnavailable
 from hostcapd.reload import STOP_GRACE_S, Reloads, notify
+from hostcapd.sandbox.cgroupfs import CgroupError, instance_name
 from hostcapd.sandbox.profile import (
     HostSupport,
     ProtectionUnavailable,
@@ -178,18 +179,26 @@ class Daemon:
         )
         if closed:
             log.warning("closed %d spawns left open by the previous daemon", closed)
-        self.host = probe_host(cfg.daemon.cgroup_parent, cfg.daemon.cgroup_favor_dynmods)
+        # Unset, the cgroup subtree is this daemon's alone (from its config's
+        # path): its sweep below never touches another daemon's spawns.
+        parent = cfg.daemon.cgroup_parent or instance_name(self.config_path or cfg.daemon.state_dir)
+        self.host = probe_host(parent, cfg.daemon.cgroup_favor_dynmods)
         self.host.disks.directory = cfg.daemon.state_dir / "disk"  # tenant disk budgets
         problems = check_config(cfg, self.host)  # what check-config runs
         if problems:
             raise StartupError(summary(problems))
+        # What a crashed instance of this daemon left, before its tenants'
+        # cgroups are made again.
+        try:
+            swept = self.host.cgroups.sweep_stale() if not self.host.cgroup_failure else 0
+        except CgroupError as error:
+            raise StartupError(str(error)) from None
+        if swept:
+            log.warning("swept %d stale spawn cgroups", swept)
         profiles: dict[str, TenantProfile] = {}
         try:
             for tenant in cfg.tenants:
-                profiles[tenant.name] = prepare(tenant, self.host)
-            swept = self.host.cgroups.sweep_stale()
-            if swept:
-                log.warning("swept %d stale spawn cgroups", swept)
+                profiles[tenant.name] = prepare(tenant, self.host, cfg.tenants)
             await self.spawner.start()
             self.spawner.on_restart = self._spawner_restarted
             # Side by side: each starts a front-end process (and a tenant

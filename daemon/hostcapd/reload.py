@@ -167,7 +167,7 @@ class Reloads:
         prepared: list[TenantService] = []
         try:
             for name in (*added, *changed):
-                profiles[name] = prepare(after[name], self.daemon.host)
+                profiles[name] = prepare(after[name], self.daemon.host, new.tenants)
             for name in (*added, *changed):
                 prepared.append(await self.daemon._prepare_tenant(after[name], profiles.pop(name)))
         except BaseException as error:

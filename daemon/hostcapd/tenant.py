@@ -51,7 +51,15 @@ class TenantRuntime:
         profile_key = f"{tenant.name}#{next(_PROFILE_KEYS)}"
         #: What each spawn is given; fixed for this runtime's life.
         self.deps = SpawnDeps(
-            tenant, profile, profile_key, spawner, audit, cgroups, kill_grace, HashCache()
+            tenant,
+            profile,
+            profile_key,
+            spawner,
+            audit,
+            # Its spawns' cgroups go in its tenant cgroup (its ceilings).
+            profile.cgroups or cgroups,
+            kill_grace,
+            HashCache(),
         )
         #: Children made ahead of need for this runtime's spawns.
         self.warm = WarmPool(self.deps, tenant.warm_spawns)

@@ -211,7 +211,7 @@ class Bridge:
             self.lost,
         )
 
-    def send(self, message: messages.Message, payload: bytes = b"") -> None:
+    def send(self, message: messages.Message, payload: channel.Payload = b"") -> None:
         if self.link is not None:
             self.link.send(message, payload)
 
@@ -399,6 +399,9 @@ class FrontendProcess:
         #: Called with the new socket's temporary path after a restart: the
         #: owner puts it in place.
         self.on_restarted: Callable[[Path], Awaitable[None]] | None = None
+        #: Makes the started process its tenant's cost (its cgroups, its
+        #: oom_score_adj: TenantProfile.place_daemon_side); raises OSError.
+        self.place: Callable[[int], None] | None = None
 
     @property
     def pid(self) -> int:
@@ -481,6 +484,14 @@ class FrontendProcess:
             env={"LC_ALL": "C.UTF-8"},
         )
         theirs.close()
+        if self.place is not None:
+            try:
+                self.place(self.proc.pid)
+            except OSError as error:
+                raise StartupError(
+                    f"the front-end of {self.bridge._who} cannot be placed in its "
+                    f"tenant's cgroups: {error.strerror}: {error.filename}"
+                ) from None
         self.starts += 1
         self._exited = _watch_exit(self.proc)
         self._exited.add_done_callback(self._on_exit)

@@ -26,7 +26,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,6 +77,9 @@ class FsWorker:
         self.protections: tuple[Applied, ...] = ()
         #: How many times a worker was started (1 after start()).
         self.starts = 0
+        #: Makes a started worker its tenant's cost (cgroups, oom_score_adj);
+        #: raises OSError.
+        self.place: Callable[[int], None] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -112,6 +115,14 @@ class FsWorker:
             hello = {**self.settings.to_hello(), "handover": handover.to_hello()}
             handover.close()  # the worker has its own copies now
         self._proc = proc
+        if self.place is not None:
+            try:
+                self.place(proc.pid)
+            except OSError as error:
+                await self._discard()
+                raise FsWorkerUnavailable(
+                    f"the fs worker cannot be placed in its tenant's cgroups: {error.strerror}"
+                ) from None
         self.starts += 1
         self._link = FrameLink(front)
         try:

@@ -13,6 +13,7 @@ run-as identity); the message says which, for the start-up error.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from hostcapd.applied import Applied
 from hostcapd.audit import AuditLog
@@ -67,9 +68,15 @@ def worker_settings(tenant: Tenant) -> WorkerSettings:
 
 
 async def start_fs_service(
-    tenant: Tenant, audit: AuditLog, *, op_timeout_s: float = OP_TIMEOUT_S
+    tenant: Tenant,
+    audit: AuditLog,
+    *,
+    op_timeout_s: float = OP_TIMEOUT_S,
+    place: Callable[[int], None] | None = None,
 ) -> FsRuntime:
-    """Start `tenant`'s fs worker and the service bound to it."""
+    """Start `tenant`'s fs worker and the service bound to it; `place`
+    makes each worker started the tenant's cost."""
     worker = FsWorker(worker_settings(tenant), op_timeout_s=op_timeout_s)
+    worker.place = place
     await worker.start()
     return FsRuntime(FsService(tenant, audit, worker), worker)

@@ -141,7 +141,7 @@ async def serve_tenant(runtime: TenantRuntime, frontend_process: bool = True) ->
     fs_runtime: FsRuntime | None = None
     frontend: FrontendProcess | None = None
     try:
-        fs_runtime = await start_fs_service(tenant, runtime.audit)
+        fs_runtime = await start_fs_service(tenant, runtime.audit, place=profile.place_daemon_side)
         runtime.fs = fs_runtime
         frontend = FrontendProcess(
             Endpoint.of_tenant(tenant, MAX_MESSAGE_BYTES, send_limit(tenant)),
@@ -151,6 +151,7 @@ async def serve_tenant(runtime: TenantRuntime, frontend_process: bool = True) ->
             in_process=not frontend_process,
         )
         runtime.frontend = frontend
+        frontend.place = profile.place_daemon_side
         temp = await frontend.start()
     except BaseException:
         if frontend is not None:

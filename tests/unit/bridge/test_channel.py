@@ -61,6 +61,21 @@ def test_the_largest_output_event_travels_inline() -> None:
     assert data in b"".join(bytes(b) for b in buffers)
 
 
+def test_a_payload_in_pieces_arrives_whole_inline_and_in_a_memfd() -> None:
+    for size in (10, channel.INLINE_PAYLOAD + 1):
+        pieces: list[bytes | bytearray | memoryview] = [
+            b"head",
+            bytearray(size),
+            memoryview(b"tail"),
+        ]
+        buffers, fds = channel.encode(messages.End(call=3), pieces)
+        message, payload = channel.decode(
+            memoryview(b"".join(bytes(b) for b in buffers)), fds, messages.TO_FRONTEND
+        )
+        assert message == messages.End(call=3)
+        assert payload == b"head" + bytes(size) + b"tail"
+
+
 def test_the_typed_call_carries_the_whole_request() -> None:
     wire = process_pb2.SpawnRequest(
         argv=["ls", "-l"], cwd="sub", env={"A": "1"}, stdin=b"in", request_id="r", labels={"k": "v"}

@@ -6,18 +6,51 @@ spawner knows at once whether it exec'd."""
 from __future__ import annotations
 
 import os
+import selectors
 import time
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from hostcapd import childsetup
+from hostcapd.childsetup import ChildPlan
 from hostcapd.spawner import messages
-
-if TYPE_CHECKING:
-    from hostcapd.spawner.process import Spawner
+from hostcapd.spawner.messages import RegisterProfile
 
 #: Longest a child waits, right before exec, for the daemon's go (its
 #: write-ahead audit record is durable); the spawner is blocked meanwhile.
 GO_TIMEOUT_MS = 30_000
+
+
+class Parent(Protocol):
+    """The spawner (spawner/process.py) as a `ChildStart` sees it: its
+    profiles, its tables of children, its plans and its reports."""
+
+    profiles: dict[str, RegisterProfile]
+    #: live main processes: pid -> spawn id
+    children: dict[int, str]
+    #: pid -> the pooled namespace fds its child joined, held until reaped
+    held: dict[int, tuple[int, int]]
+    #: pid -> the report pipe of the child that is an init
+    inits: dict[int, int]
+    #: Namespace fds of reaped children, closed while idle.
+    released: list[int]
+    last_start: float
+    selector: selectors.BaseSelector | None
+
+    def report(self, message: messages.FromSpawner) -> None: ...
+
+    def plan(
+        self,
+        profile: RegisterProfile,
+        key: str,
+        *,
+        landlock_fd: int,
+        cgroup_fds: Sequence[int],
+        ids: tuple[int, int] | None,
+        loginuid: bytes | None,
+        rlimits: Sequence[childsetup.RLimit],
+        **request: Any,
+    ) -> tuple[ChildPlan, int, int]: ...
 
 
 class ChildStart(Protocol):
@@ -28,7 +61,7 @@ class ChildStart(Protocol):
 
 
 class FreshStart:
-    def __init__(self, spawner: Spawner) -> None:
+    def __init__(self, spawner: Parent) -> None:
         self.spawner = spawner
 
     def start(self, m: messages.SpawnOrder, fds: list[int]) -> None:

@@ -22,15 +22,11 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
 
 from hostcapd import childsetup
 from hostcapd.spawner import init_report, messages
-from hostcapd.spawner.fresh import GO_TIMEOUT_MS, close_fds
+from hostcapd.spawner.fresh import GO_TIMEOUT_MS, Parent, close_fds
 from hostcapd.spawner.messages import WarmOrder
-
-if TYPE_CHECKING:
-    from hostcapd.spawner.process import Spawner
 
 SO_SNDBUFFORCE = 32
 #: A warm child given its request has GO_TIMEOUT_MS and this long to exec.
@@ -68,7 +64,7 @@ class WarmChild:
 class WarmChildren:
     """The warm children of one spawner: ordered, waiting, and given a request."""
 
-    def __init__(self, spawner: Spawner) -> None:
+    def __init__(self, spawner: Parent) -> None:
         self.spawner = spawner
         #: Warm children waiting, by id; orders for more, made while idle.
         self.waiting: dict[str, WarmChild] = {}

@@ -12,7 +12,14 @@ setup(
             sources=sorted(str(p) for p in Path("daemon/hostcapd/childsetup_c").glob("*.c")),
             depends=sorted(str(p) for p in Path("daemon/hostcapd/childsetup_c").glob("*.h")),
             # Hidden: the files share functions, the module exports only PyInit.
-            extra_compile_args=["-Wall", "-Wextra", "-Werror", "-O2", "-std=gnu11", "-fvisibility=hidden"],
+            extra_compile_args=[
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-O2",
+                "-std=gnu11",
+                "-fvisibility=hidden",
+            ],
         )
     ]
 )

@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := libcap-dev bubblewrap gcc python3-dev e2fsprogs util-linux
-SOURCES := pyproject.toml setup.py daemon/hostcapd/_childsetup.c
+SOURCES := pyproject.toml setup.py $(wildcard daemon/hostcapd/childsetup_c/*.[ch])
 
 .PHONY: venv frontend-user run test lint proto bench bench-quick soak dist clean
 

@@ -16,10 +16,12 @@ from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.process import request as request_mod
+from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.executable import HashCache
+from hostcapd.process.launch import launch_for
 from hostcapd.process.report import Outcome, Report
 from hostcapd.process.request import Prepared, SpawnRequest
-from hostcapd.process.spawn import Spawn, SpawnDeps, plan_rlimits
+from hostcapd.process.spawn import Spawn, plan_rlimits
 from hostcapd.process.warm import WarmPool
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile
@@ -144,8 +146,8 @@ class TenantRuntime:
             )
         prepared = self.prepare(request)
         rlimits = plan_rlimits(self.profile, prepared)
-        warm = self.warm.take(prepared, rlimits)
-        spawn = Spawn(self.deps, request, prepared, streaming, warm, rlimits)
+        launch = launch_for(self.deps, self.warm.take(prepared, rlimits))
+        spawn = Spawn(self.deps, request, prepared, streaming, launch, rlimits)
         self.spawns[spawn.id] = spawn
         if request.request_id:
             self._by_request[request.request_id] = spawn

@@ -466,7 +466,7 @@ class AuditLog(DeferredQueue, GroupCommit):
     def subscribe(self, max_queue: int = 1024) -> AuditSubscription:
         """Records written from now on, as an async iterator (for ``audit tail -f``).
         Each record's stored line is ``hostcap_proto.audit.encode_line(record)``."""
-        subscription = AuditSubscription(self, max_queue)
+        subscription = AuditSubscription(self._subscribers, max_queue)
         if self._closed:
             subscription._end()
         else:

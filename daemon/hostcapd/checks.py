@@ -184,7 +184,7 @@ def _protection_problems(tenant: Tenant, host: HostSupport) -> list[str]:
     for name in PROTECTION_NAMES:
         if sandbox.level(name) is not Level.REQUIRED:
             continue
-        if name == "net_namespace" and sandbox.allow_host_network:
+        if name == "net_namespace" and tenant.network_mode == "host":
             continue
         if name in sandbox.simulate_unavailable:
             ok, reason = False, "unavailable (simulated by sandbox.simulate_unavailable)"

@@ -56,6 +56,24 @@ def _parser() -> argparse.ArgumentParser:
         help="state directory for --dev (default ./.hostcap)",
     )
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--network",
+        choices=("none", "proxy", "host"),
+        help="--dev: the dev tenant's network mode (default none)",
+    )
+    serve.add_argument(
+        "--allow", action="append", default=[], metavar="RULE", help="--dev: an egress allow rule"
+    )
+    serve.add_argument(
+        "--deny", action="append", default=[], metavar="RULE", help="--dev: an egress deny rule"
+    )
+    serve.add_argument(
+        "--resolve",
+        action="append",
+        default=[],
+        metavar="NAME=ADDR",
+        help="--dev: resolve NAME to ADDR in the proxy (tests, offline mirrors)",
+    )
     check = sub.add_parser("check-config", help="validate a config file and exit")
     check.add_argument("file", type=Path)
     return parser
@@ -73,6 +91,11 @@ def _check_config(path: Path) -> int:
     except ConfigError as error:
         print(error, file=sys.stderr)
         return 2
+    from hostcapd.egress.rules import warnings_of
+
+    for tenant in config.tenants:
+        for warning in warnings_of(tenant.network):
+            print(f"{path}: warning: tenant {tenant.name!r}: {warning}", file=sys.stderr)
     problems = check_config(config, probe_host_readonly(config.daemon.cgroup_parent))
     if problems:
         print(f"{path}: {len(problems)} problem(s)", file=sys.stderr)
@@ -85,6 +108,26 @@ def _check_config(path: Path) -> int:
         + ")"
     )
     return 0
+
+
+def _dev_network(args: argparse.Namespace) -> dict[str, object]:
+    """The dev tenant's [network] table from --network/--allow/--deny/--resolve."""
+    if not (args.network or args.allow or args.deny or args.resolve):
+        return {}
+    resolve = {}
+    for item in args.resolve:
+        name, sep, address = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--resolve {item!r}: not NAME=ADDR")
+        resolve[name] = address
+    table: dict[str, object] = {"mode": args.network or "proxy"}
+    if args.allow:
+        table["allow"] = list(args.allow)
+    if args.deny:
+        table["deny"] = list(args.deny)
+    if resolve:
+        table["resolve"] = resolve
+    return table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,15 +143,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.dev:
             state_dir: Path = args.state_dir
-            config = dev_config(state_dir)
+            network = _dev_network(args)
+            config = dev_config(state_dir, network)
             prepare_dev_state(config)
             path = None
 
             # A reload (SIGHUP) re-applies the embedded config: a no-op that
             # still validates, audits and reports.
             def reload_source() -> Config:
-                return dev_config(state_dir)
+                return dev_config(state_dir, network)
         else:
+            if args.network or args.allow or args.deny or args.resolve:
+                print("--network, --allow, --deny and --resolve go with --dev", file=sys.stderr)
+                return 2
             config = load_config(args.config)
             path = args.config
     except ConfigError as error:

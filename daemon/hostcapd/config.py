@@ -37,6 +37,8 @@ from hostcap_proto.limits import (
 )
 from hostcap_proto.limits import LIMIT_NAMES as LIMIT_NAMES  # callers import it from here
 from hostcap_proto.messages import check_receivable
+
+from hostcapd.egress.rules import Network, effective_mode, mode_problems
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 KiB = 1024
@@ -308,6 +310,8 @@ class Tenant(_Model):
     fs: FsSettings = FsSettings()
     cpu: CpuSettings = CpuSettings()
     disk: DiskSettings = DiskSettings()
+    #: Egress: "none", "proxy" (by rule, through the egress proxy) or "host".
+    network: Network = Network()
 
     @field_validator("name")
     @classmethod
@@ -381,6 +385,11 @@ class Tenant(_Model):
         """The socket's group: root's (0) when none is configured, which
         `socket_mode` then grants nothing (the group bits are refused)."""
         return 0 if self.socket_group is None else _identity(self.socket_group, "group")
+
+    @property
+    def network_mode(self) -> str:
+        """ "none", "proxy" or "host" (allow_host_network is "host")."""
+        return effective_mode(self.network, self.sandbox.allow_host_network)
 
     @property
     def primary_root(self) -> Root:
@@ -497,6 +506,9 @@ class DaemonSettings(_Model):
     #: same front-end code in the root process instead, unconfined (the
     #: benchmark's comparison: what the separate processes cost).
     frontend_processes: bool = True
+    #: Let tenants' `network.resolve` map names to addresses (tests, offline
+    #: mirrors): an address so named is connected to as given.
+    allow_resolve_overrides: bool = False
 
 
 class Config(_Model):
@@ -520,6 +532,15 @@ class Config(_Model):
         )
         if socket in taken:
             raise ValueError(f"metrics.socket {socket} is also another socket")
+        return self
+
+    @model_validator(mode="after")
+    def _network(self) -> Config:
+        for t in self.tenants:
+            for problem in mode_problems(
+                t.network, t.sandbox.allow_host_network, self.daemon.allow_resolve_overrides
+            ):
+                raise ValueError(f"tenant {t.name!r}: {problem}")
         return self
 
     @model_validator(mode="after")
@@ -629,8 +650,10 @@ def dev_identity() -> tuple[int, int]:
 DEV_DISK_BUDGET = 1 * GiB
 
 
-def dev_config(state_dir: Path) -> Config:
-    """The embedded default of `hostcapd serve --dev`."""
+def dev_config(state_dir: Path, network: Mapping[str, Any] | None = None) -> Config:
+    """The embedded default of `hostcapd serve --dev`; `network` is the dev
+    tenant's `[network]` table (`--network proxy --allow ...`). The dev
+    config allows resolve overrides."""
     state = state_dir.resolve()
     uid, gid = dev_identity()
     invoking_uid, invoking_gid = os.getuid(), os.getgid()
@@ -643,6 +666,7 @@ def dev_config(state_dir: Path) -> Config:
                 # Per state dir: a dev daemon sweeps only its own stale cgroups.
                 "cgroup_parent": "hostcapd-dev-"
                 + hashlib.sha256(str(state).encode()).hexdigest()[:12],
+                "allow_resolve_overrides": True,
             },
             "audit": {"path": str(state / "log" / "audit.jsonl"), "group": None},
             "admin": {"socket": str(state / "run" / "admin.sock"), "mode": 0o600},
@@ -673,6 +697,7 @@ def dev_config(state_dir: Path) -> Config:
                     "max_concurrent_spawns": 64,
                     "sandbox": dev_sandbox(),
                     "disk": {"budget_bytes": DEV_DISK_BUDGET},
+                    "network": dict(network or {}),
                 }
             },
         },

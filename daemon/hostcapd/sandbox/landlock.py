@@ -43,6 +43,7 @@ from hostcapd import linux
 
 _RULE_PATH_BENEATH = 1
 _RULE_NET_PORT = 2
+_RULE_NET_PORT = 2
 
 # Filesystem rights (include/uapi/linux/landlock.h), with the ABI that added them.
 FS_EXECUTE = 1 << 0
@@ -101,6 +102,9 @@ class LandlockRules:
     restrict_tcp: bool
     #: Scope abstract unix sockets and signals to the sandbox (ABI >= 6).
     scope: bool
+    #: With restrict_tcp: the TCP ports connect may still reach (the egress
+    #: proxy's listener in the spawn's own network namespace).
+    connect_ports: tuple[int, ...] = ()
 
 
 def fs_rights(abi: int) -> int:
@@ -256,6 +260,10 @@ class RulesetTemplate:
             attr, len(attr)
         )
         self._grants: list[tuple[int, ctypes.Array[ctypes.c_char], Path]] = []
+        self._ports = [
+            ctypes.create_string_buffer(struct.pack("=QQ", NET_CONNECT_TCP, port), 16)
+            for port in (rules.connect_ports if rules.restrict_tcp and abi >= 4 else ())
+        ]
         try:
             everything = fs_rights(abi)
             wanted = [(p, everything) for p in rules.read_write]
@@ -286,6 +294,13 @@ class RulesetTemplate:
             # With TCP handled and no port rule, every bind and connect is denied.
             for _, attr, path in self._grants:
                 _add_rule(ruleset_fd, attr, path)
+            for port in self._ports:
+                try:
+                    linux.landlock_add_rule(ruleset_fd, _RULE_NET_PORT, port)
+                except OSError as error:
+                    raise LandlockError(
+                        f"landlock: cannot add a TCP port rule: {error.strerror}", error.errno or 0
+                    ) from None
         except BaseException:
             os.close(ruleset_fd)
             raise

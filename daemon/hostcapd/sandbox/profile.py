@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
+from hostcapd.egress.rules import PROXY_PORT
 from hostcapd.sandbox import cgroups, cpu, diskquota, landlock, namespaces, seccomp, sockets
 from hostcapd.sandbox.spawn_cgroup import SpawnCgroup
 from hostcapd.sandbox.tenant_ceilings import HostTotals, TenantCeilings, tenant_ceilings
@@ -227,8 +228,9 @@ def _landlock_rules(tenant: Tenant, applied: set[str]) -> landlock.LandlockRules
         read_only=tuple(read_only),
         read_exec=tuple(p for p in tenant.sandbox.system_dirs if p.exists()),
         dev_files=DEV_FILES,
-        restrict_tcp=not tenant.sandbox.allow_host_network,
+        restrict_tcp=tenant.network_mode != "host",
         scope=True,
+        connect_ports=(PROXY_PORT,) if tenant.network_mode == "proxy" else (),
     )
 
 
@@ -244,7 +246,7 @@ def prepare(tenant: Tenant, host: HostSupport, tenants: Sequence[Tenant] = ()) -
         if level is Level.OFF:
             statuses.append(ProtectionStatus(name, False, "off in the tenant's profile", False))
             continue
-        if name == "net_namespace" and sandbox.allow_host_network:
+        if name == "net_namespace" and tenant.network_mode == "host":
             statuses.append(ProtectionStatus(name, False, "profile allows the host network", False))
             continue
         if name in sandbox.simulate_unavailable:
@@ -257,6 +259,13 @@ def prepare(tenant: Tenant, host: HostSupport, tenants: Sequence[Tenant] = ()) -
         if ok:
             applied.add(name)
 
+    if tenant.network_mode == "proxy" and "net_namespace" not in applied:
+        raise ProtectionUnavailable(
+            tenant.name,
+            "net_namespace",
+            'network.mode = "proxy" needs a private network namespace (the proxy is its only '
+            "way out), and it is not applied",
+        )
     socket_policy = sockets.socket_policy(inet=sandbox.network_sockets)
     cpu_share = _cpu_share(tenant, host, applied)
     ceilings = tenant_ceilings(tenant, tenants or (tenant,), host.totals)

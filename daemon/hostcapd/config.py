@@ -37,9 +37,9 @@ from hostcap_proto.limits import (
 )
 from hostcap_proto.limits import LIMIT_NAMES as LIMIT_NAMES  # callers import it from here
 from hostcap_proto.messages import check_receivable
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hostcapd.egress.rules import Network, effective_mode, mode_problems
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 KiB = 1024
 MiB = 1024 * KiB

@@ -7,7 +7,6 @@ import ipaddress
 from pathlib import Path
 
 import pytest
-
 from hostcapd.cli import main as hostcapd_main
 from hostcapd.config import ConfigError, dev_config, parse_config
 from hostcapd.egress.rules import Network, Policy, Rule, RuleError, warnings_of
@@ -150,7 +149,7 @@ def test_the_config_section_and_its_refusals(tmp_path: Path) -> None:
         parse_config(data)
     data = _dev(tmp_path)
     data["tenants"][0]["network"]["allow"] = ["py*pi.org"]  # type: ignore[index]
-    with pytest.raises(ConfigError, match="network.allow"):
+    with pytest.raises(ConfigError, match=r"network\.allow"):
         parse_config(data)
     data = _dev(tmp_path)
     data["tenants"][0]["network"] = {"mode": "none", "allow": ["pypi.org"]}  # type: ignore[index]

@@ -98,6 +98,17 @@ def rpc_finished(tenant: str, service: str, method: str, result: str) -> None:
         m.fs_operations.labels(tenant, method, result).inc()
 
 
+@_safe
+def count_egress(tenant: str, decision: str, bytes_up: int, bytes_down: int) -> None:
+    """A connection through a tenant's egress proxy ended (egress/supervisor.py)."""
+    m = _live
+    if m is None:
+        return
+    m.egress_connections.labels(tenant, decision).inc()
+    m.egress_bytes.labels(tenant, "up").inc(max(bytes_up, 0))
+    m.egress_bytes.labels(tenant, "down").inc(max(bytes_down, 0))
+
+
 # --- the endpoint --------------------------------------------------------------------
 
 #: A request head larger than this is refused (a scraper's is a few hundred bytes).

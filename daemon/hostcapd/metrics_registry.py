@@ -52,6 +52,18 @@ class Metrics:
             ("tenant", "service", "reason"),
             registry=r,
         )
+        self.egress_connections = Counter(
+            "hostcapd_egress_connections",
+            "Connections asked of the egress proxies, by tenant and decision (allowed, denied).",
+            ("tenant", "decision"),
+            registry=r,
+        )
+        self.egress_bytes = Counter(
+            "hostcapd_egress_bytes",
+            "Bytes relayed by the egress proxies, by tenant and direction (up, down).",
+            ("tenant", "direction"),
+            registry=r,
+        )
         self.fs_operations = Counter(
             "hostcapd_fs_operations",
             "FsService calls, by tenant, operation and result (OK, or the refusal's reason).",

@@ -29,6 +29,7 @@ from hostcapd.spawner.client import SpawnerClient
 
 if TYPE_CHECKING:
     from hostcapd.bridge.frontends import FrontendProcess
+    from hostcapd.egress.supervisor import EgressProxy
     from hostcapd.service.fs_runtime import FsRuntime
 
 log = logging.getLogger("hostcapd.tenant")
@@ -36,6 +37,16 @@ log = logging.getLogger("hostcapd.tenant")
 #: Finished spawns remembered for request_id retries.
 FINISHED_KEPT = 1024
 _PROFILE_KEYS = itertools.count(1)
+
+
+def _egress_of(tenant: Tenant, audit: AuditLog, profile: TenantProfile) -> EgressProxy | None:
+    """The tenant's egress proxy (not started yet) when its mode is "proxy"."""
+    if tenant.network_mode != "proxy":
+        return None
+    from hostcapd.bridge.frontends import frontend_identity
+    from hostcapd.egress.supervisor import EgressProxy
+
+    return EgressProxy(tenant, audit, frontend_identity(), place=profile.place_daemon_side)
 
 
 class TenantRuntime:
@@ -62,6 +73,7 @@ class TenantRuntime:
             profile.cgroups or cgroups,
             kill_grace,
             HashCache(),
+            _egress_of(tenant, audit, profile),
         )
         #: Children made ahead of need for this runtime's spawns.
         self.warm = WarmPool(self.deps, tenant.warm_spawns)
@@ -193,3 +205,5 @@ class TenantRuntime:
             spawn.cancel(Outcome.DAEMON_SHUTDOWN, "the daemon is shutting down")
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.deps.egress is not None:
+            await self.deps.egress.stop()

@@ -66,6 +66,15 @@ BIND_DIR_RIGHTS = landlock.FS_MAKE_SOCK | landlock.FS_REMOVE_FILE | landlock.FS_
 #: Files beyond the read paths a front-end reads: grpc's abseil seeds its
 #: random generators from /dev/urandom, and aborts the process without it.
 READ_FILES = ("/dev/urandom",)
+#: What the egress proxy's resolver reads (glibc's getaddrinfo).
+RESOLVER_FILES = (
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/services",
+)
 #: Packages whose own directory a front-end reads.
 _OWN_PACKAGES = ("hostcapd", "hostcap_proto")
 #: Packages whose holding directory (site-packages) a front-end reads.
@@ -85,6 +94,11 @@ class Confinement:
     #: keeps the one it was started with, which must not be root.
     uid: int | None = None
     gid: int | None = None
+    #: None for a front-end (no TCP at all, no connect). The egress proxy's
+    #: (hostcapd.egress.proxy): the TCP ports it may connect to (0: any),
+    #: the resolver's files readable, and its own seccomp filter, which
+    #: allows connect and IP sockets.
+    egress_ports: tuple[int, ...] | None = None
 
 
 def interpreter_paths() -> tuple[str, ...]:
@@ -125,7 +139,7 @@ def confine(c: Confinement) -> list[Applied]:
         applied.append(_landlock(ruleset))
     finally:
         os.close(ruleset)
-    applied.append(_seccomp())
+    applied.append(_seccomp(egress=c.egress_ports is not None))
     return applied
 
 
@@ -251,7 +265,7 @@ def _landlock_ruleset(c: Confinement) -> int:
             f"unix sockets), and this host has {support.reason}"
         )
     try:
-        bind_mode = os.stat(c.bind_dir).st_mode
+        bind_mode = os.stat(c.bind_dir or ".").st_mode
     except OSError as error:
         raise Unavailable(
             f"landlock: the bind directory {c.bind_dir} cannot be opened: {error.strerror}"
@@ -262,20 +276,26 @@ def _landlock_ruleset(c: Confinement) -> int:
     # Python's threads do); once landlocked it could not. Usually loaded already.
     with contextlib.suppress(OSError):
         ctypes.CDLL("libgcc_s.so.1")
+    ports = c.egress_ports
     rules = landlock.LandlockRules(
         read_write=(),
-        read_only=tuple(Path(p) for p in READ_FILES),
+        read_only=tuple(
+            Path(p) for p in READ_FILES + (RESOLVER_FILES if ports is not None else ())
+        ),
         read_exec=tuple(Path(p) for p in c.read_paths),
         dev_files=(),
-        restrict_tcp=True,  # handled with no port rule: no TCP bind or connect at all
+        # A front-end: handled with no port rule, no TCP bind or connect at all.
+        # The egress proxy: connect to its rules' ports only (0: any port).
+        restrict_tcp=ports is None or 0 not in ports,
         scope=True,
+        connect_ports=tuple(p for p in ports or () if p),
     )
     try:
         ruleset = landlock.build_ruleset(rules, support.abi)
     except landlock.LandlockError as error:
         raise Unavailable(f"landlock is required but could not be built: {error}") from None
     try:
-        if not landlock.add_path_rule(ruleset, c.bind_dir, BIND_DIR_RIGHTS):
+        if c.bind_dir and not landlock.add_path_rule(ruleset, c.bind_dir, BIND_DIR_RIGHTS):
             raise Unavailable(f"landlock: the bind directory {c.bind_dir} went away")
     except BaseException as error:
         os.close(ruleset)
@@ -299,10 +319,22 @@ def _landlock(ruleset: int) -> Applied:
     )
 
 
-def _seccomp() -> Applied:
+def _seccomp(egress: bool = False) -> Applied:
     support = seccomp.probe()
     if not support.available:
         raise Unavailable(f"seccomp is required but unavailable: {support.reason}")
+    if egress:
+        program = seccomp.build_egress_filter()
+        linux.seccomp_set_filter(program)
+        if not prctl.get_seccomp():
+            raise Unavailable("seccomp did not take effect")
+        return Applied(
+            "seccomp",
+            True,
+            f"egress proxy filter, {len(program) // 8} instructions: no exec, identity change, "
+            "namespace, mount or tracing; AF_UNIX, AF_INET and AF_INET6 sockets only",
+            True,
+        )
     try:
         program = seccomp.build_frontend_filter()
         linux.seccomp_set_filter(program)

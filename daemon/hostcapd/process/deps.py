@@ -5,6 +5,7 @@ one another."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
@@ -12,6 +13,9 @@ from hostcapd.process.executable import HashCache
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile
 from hostcapd.spawner.client import SpawnerClient
+
+if TYPE_CHECKING:
+    from hostcapd.egress.supervisor import EgressProxy
 
 
 @dataclass(frozen=True)
@@ -28,3 +32,6 @@ class SpawnDeps:
     cgroups: CgroupHost
     kill_grace: float
     hash_cache: HashCache
+    #: The tenant's egress proxy (network.mode = "proxy"): each spawn gets a
+    #: network namespace whose listener it holds.
+    egress: EgressProxy | None = None

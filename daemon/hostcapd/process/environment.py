@@ -27,6 +27,11 @@ def build(tenant: Tenant, declared: Mapping[str, str]) -> dict[str, str]:
         if size > MAX_ENV_BYTES:
             raise Refusal("TOO_LARGE", f"declared environment exceeds {MAX_ENV_BYTES} bytes")
         env[name] = value
+    if tenant.network_mode == "proxy":
+        # Last: the way out is the proxy's listener, whatever was declared.
+        from hostcapd.egress.supervisor import proxy_environment
+
+        env.update(proxy_environment())
     return env
 
 

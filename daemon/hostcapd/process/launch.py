@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import uuid
 from typing import TYPE_CHECKING, Protocol
 
+from hostcapd.egress.supervisor import EgressUnavailable
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
 from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost
 from hostcapd.spawner.messages import SpawnOrder
@@ -115,13 +117,31 @@ class FreshLaunch(Launch):
         ruleset = deps.profile.new_ruleset()
         extra = [ruleset] if ruleset >= 0 else []
         self.child_fds += extra
+        netns = False
+        if deps.egress is not None:
+            # The spawn's network namespace, the proxy's listener in it.
+            try:
+                netns_fd = await deps.egress.open(self.id)
+            except (EgressUnavailable, OSError) as error:
+                raise SetupFailed("egress", 0, str(error)) from None
+            self.child_fds.append(netns_fd)
+            extra.append(netns_fd)
+            netns = True
         if self.cgroup is not None:
             # Its cgroup, and the tenant's cpu share (hostcapd.sandbox.cpu).
             cgroup_fds = self.cgroup.procs_fds() + deps.profile.cpu_procs_fds()
             self.child_fds += cgroup_fds
             extra += cgroup_fds
-        await self._send(order_for(landlock=ruleset >= 0, warm=False), fds + extra)
+        order = order_for(landlock=ruleset >= 0, warm=False)
+        if netns:
+            order = dataclasses.replace(order, netns=True)
+        await self._send(order, fds + extra)
         self._close_child_fds()
+
+    def release(self, ran: bool) -> SpawnCgroup | None:
+        if self.deps.egress is not None:
+            self.deps.egress.close(self.id)
+        return super().release(ran)
 
 
 class WarmLaunch(Launch):

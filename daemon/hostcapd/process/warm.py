@@ -71,6 +71,8 @@ class WarmEntry:
 class WarmPool:
     def __init__(self, deps: SpawnDeps, size: int | None) -> None:
         self.deps = deps
+        if deps.egress is not None:
+            size = 0  # each spawn's namespace is made with its listener (egress proxy)
         if size is None:
             size = DEFAULT_SIZE if deps.profile.has("pid_namespace") else 0
         #: Entries kept waiting.

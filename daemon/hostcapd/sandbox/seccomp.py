@@ -208,6 +208,23 @@ def build_frontend_filter() -> bytes:
     )
 
 
+def build_egress_filter() -> bytes:
+    """The packed program of a tenant's egress proxy: a front-end's filter
+    but connect, which is its job; sockets AF_UNIX, AF_INET and AF_INET6, of
+    SOCK_STREAM, SOCK_SEQPACKET, or SOCK_DGRAM (its resolver's DNS queries)."""
+    policy = socket_families.SocketPolicy(
+        families=(socket_families.AF_UNIX, socket_families.AF_INET, socket_families.AF_INET6),
+        netlink_protocols=(),
+    )
+    groups = tuple(g for g in FRONTEND_DENIED if "connect" not in g.syscalls)
+    return _assemble(
+        DENIED_SYSCALLS + groups, policy, socket_types=(SOCK_STREAM, SOCK_SEQPACKET, _SOCK_DGRAM)
+    )
+
+
+_SOCK_DGRAM = 2
+
+
 def _assemble(
     groups: tuple[DeniedGroup, ...],
     policy: socket_families.SocketPolicy,

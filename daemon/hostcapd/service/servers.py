@@ -19,12 +19,13 @@ from hostcap_proto.messages import reply_bytes
 from hostcapd.audit import AuditLog
 from hostcapd.bridge.frontends import ADMIN, Endpoint, FrontendProcess, relayed_methods
 from hostcapd.config import AdminSettings, Tenant
+from hostcapd.egress.supervisor import EgressUnavailable
 from hostcapd.process.spawn import EOF_GRACE
 from hostcapd.service.admin_service import AdminService
 from hostcapd.service.fs_runtime import FsRuntime, start_fs_service
 from hostcapd.service.host_service import HostService
 from hostcapd.service.process_service import ProcessService
-from hostcapd.service.sockets import admin_socket_access, file_id_of
+from hostcapd.service.sockets import StartupError, admin_socket_access, file_id_of
 from hostcapd.tenant import TenantRuntime
 
 #: gRPC message ceiling: a spawn request with stdin, or a file write, fits.
@@ -153,7 +154,14 @@ async def serve_tenant(runtime: TenantRuntime, frontend_process: bool = True) ->
         runtime.frontend = frontend
         frontend.place = profile.place_daemon_side
         temp = await frontend.start()
+        if runtime.deps.egress is not None:
+            try:
+                await runtime.deps.egress.start()
+            except EgressUnavailable as error:
+                raise StartupError(f"tenant {tenant.name!r}: {error}") from None
     except BaseException:
+        if runtime.deps.egress is not None:
+            await runtime.deps.egress.stop()
         if frontend is not None:
             await frontend.stop(None)
             frontend.remove_bind_dir()

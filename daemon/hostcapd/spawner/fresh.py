@@ -45,6 +45,7 @@ class Parent(Protocol):
         key: str,
         *,
         landlock_fd: int,
+        given_netns: int = -1,
         cgroup_fds: Sequence[int],
         ids: tuple[int, int] | None,
         loginuid: bytes | None,
@@ -74,9 +75,11 @@ class FreshStart:
         exe_fd, stdin, stdout, stderr, cancel_fd, *rest = fds
         go_fd = rest.pop(0) if m.go else -1
         landlock_fd = rest.pop(0) if m.landlock else -1
+        given_netns = rest.pop(0) if m.netns and rest else -1
         plan, netns_fd, mntns_fd = spawner.plan(
             profile,
             m.profile,
+            given_netns=given_netns,
             landlock_fd=landlock_fd,
             cgroup_fds=rest,
             ids=m.ids,

@@ -291,10 +291,14 @@ class SpawnOrder:
     go: bool = False
     #: Run by the warm child of the same id (see WarmOrder).
     warm: bool = False
+    #: A network namespace fd follows the landlock ruleset: the child joins
+    #: it (the egress proxy's listener is in it already).
+    netns: bool = False
 
     def to_wire(self) -> Wire:
         return {
             "op": "spawn",
+            "netns": self.netns,
             "warm": self.warm,
             "id": self.id,
             "profile": self.profile,
@@ -322,6 +326,7 @@ class SpawnOrder:
             sid, argv, envp, rlimits, ids = m["id"], m["argv"], m["envp"], m["rlimits"], m["ids"]
             cwd_root, cwd, loginuid, go = m["cwd_root"], m["cwd"], m["loginuid"], get("go", False)
             warm = get("warm", False)
+            netns = get("netns", False)
             if (
                 type(sid) is str
                 and type(m["profile"]) is str
@@ -330,6 +335,7 @@ class SpawnOrder:
                 and type(m["landlock"]) is bool
                 and type(go) is bool
                 and type(warm) is bool
+                and type(netns) is bool
                 and (cwd_root is None or type(cwd_root) is bytes)
                 and (cwd is None or type(cwd) is bytes)
                 and (loginuid is None or type(loginuid) is bytes)
@@ -356,6 +362,7 @@ class SpawnOrder:
                     m["landlock"],
                     go,
                     warm,
+                    netns,
                 )
         return cls._explained(m)
 
@@ -381,6 +388,9 @@ class SpawnOrder:
         warm = m.get("warm", False)
         if type(warm) is not bool:
             raise _missing(op, "warm", sid)
+        netns = m.get("netns", False)
+        if type(netns) is not bool:
+            raise _missing(op, "netns", sid)
         return cls(
             id=sid,
             profile=_str(m, op, "profile", sid),
@@ -396,11 +406,12 @@ class SpawnOrder:
             landlock=_bool(m, op, "landlock", sid),
             go=go,
             warm=warm,
+            netns=netns,
         )
 
 
 _SPAWN_KEYS = _wire_keys(SpawnOrder)
-_SPAWN_REQUIRED = _SPAWN_KEYS - {"go", "warm"}
+_SPAWN_REQUIRED = _SPAWN_KEYS - {"go", "warm", "netns"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,12 +169,17 @@ class Spawner:
         self.profiles[profile.key] = profile
 
     def namespaces(
-        self, profile: RegisterProfile, key: str
+        self, profile: RegisterProfile, key: str, given_netns: int = -1
     ) -> tuple[int, bool, int, Sequence[childsetup.Mount], int, bool]:
         """(clone flags, loopback up, netns fd, mounts, mntns fd, init) of a
-        child of `profile`: pooled namespaces where there are, else its own."""
+        child of `profile`: pooled namespaces where there are, else its own;
+        `given_netns`, the order's (the egress proxy's listener in it), first."""
         clone_flags, loopback, netns_fd = profile.clone_flags, profile.loopback_up, -1
-        if clone_flags & netns.CLONE_NEWNET and self.netns is not None:
+        if given_netns >= 0:
+            netns_fd = given_netns
+            clone_flags &= ~netns.CLONE_NEWNET
+            loopback = False
+        elif clone_flags & netns.CLONE_NEWNET and self.netns is not None:
             netns_fd = self.netns.take()
             if netns_fd >= 0:  # a fresh namespace made while idle, loopback up
                 clone_flags &= ~netns.CLONE_NEWNET
@@ -199,13 +204,16 @@ class Spawner:
         ids: tuple[int, int] | None,
         loginuid: bytes | None,
         rlimits: Sequence[childsetup.RLimit],
+        given_netns: int = -1,
         **request: Any,
     ) -> tuple[ChildPlan, int, int]:
         """A child's plan: `profile`'s sandbox with its namespaces (pooled
         where there are: their fds, returned, are the caller's to hold or
         close), the identity, ruleset and cgroups given, and `request`'s
         fields (the executable, argv, stdio, ...: a warm child's are blanks)."""
-        clone_flags, loopback, netns_fd, mounts, mntns_fd, init = self.namespaces(profile, key)
+        clone_flags, loopback, netns_fd, mounts, mntns_fd, init = self.namespaces(
+            profile, key, given_netns
+        )
         plan = ChildPlan(
             umask=profile.umask,
             clone_flags=clone_flags,

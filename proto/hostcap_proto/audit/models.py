@@ -171,6 +171,29 @@ class PolicyDeny(_Correlated):
     write_id: str | None = None
 
 
+class NetworkConnect(_Correlated):
+    """network.connect: one connection a proxy-mode spawn asked its egress
+    proxy for, written by the daemon when it ended (a refused one at once),
+    from the proxy's report for a spawn the daemon gave that proxy."""
+
+    spawn_id: str
+    #: "connect" (HTTP CONNECT), "http" (plain HTTP proxying) or "socks5".
+    protocol: str
+    #: The host and port the spawn asked for, as it asked.
+    host: str
+    port: int
+    #: The address connected to ("" when refused before one was chosen).
+    address: str
+    #: The rule that decided ("" when none matched).
+    rule: str
+    allowed: bool
+    #: Why, as the spawn was told.
+    reason: str
+    bytes_up: int
+    bytes_down: int
+    duration_ms: int
+
+
 class DaemonEvent(_Fields):
     """daemon.start / daemon.stop / daemon.reload."""
 
@@ -235,6 +258,7 @@ EVENT_FIELDS: Mapping[str, type[_Fields]] = {
     "audit.rotate": AuditRotate,
     "audit.recover": AuditRecover,
     "audit.prune": AuditPrune,
+    "network.connect": NetworkConnect,
 }
 assert set(EVENT_FIELDS) == set(EVENTS)
 _FIELD_NAMES = {event: frozenset(model.model_fields) for event, model in EVENT_FIELDS.items()}

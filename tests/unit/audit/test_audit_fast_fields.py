@@ -98,6 +98,10 @@ DAEMON_RECORDS: list[tuple[str, dict[str, Any]]] = [
     ("daemon.reload", {"version": "0.1.0", "tenants": ["dev"], "added": [], "removed": ["x"],
                        "changed": ["dev"]}),
     ("audit.recover", {"file": "audit.jsonl", "torn_bytes": 12, "torn_sha256": "cd" * 32}),
+    ("network.connect", {"tenant": "dev", "spawn_id": "s1", "protocol": "connect", "host": "allowed.test",
+                         "port": 443, "address": "127.0.0.1", "rule": "allowed.test",
+                         "allowed": True, "reason": "allowed by rule", "bytes_up": 10,
+                         "bytes_down": 20, "duration_ms": 3}),
 ]  # fmt: skip
 
 
@@ -197,6 +201,11 @@ BASE_FIELDS: dict[str, dict[str, Any]] = {
         "files": [{"file": "f", "size": 1, "sha256": "x", "archived": True}],
         "keep_files": 1,
     },
+    "network.connect": {
+        "tenant": "t", "spawn_id": "s", "protocol": "socks5", "host": "h", "port": 1,
+        "address": "", "rule": "", "allowed": False, "reason": "r", "bytes_up": 0,
+        "bytes_down": 0, "duration_ms": 0,
+    },  # fmt: skip
 }
 
 

@@ -1,0 +1,100 @@
+"""The channel between the daemon and a tenant's egress proxy: one msgspec
+MessagePack message per SOCK_SEQPACKET datagram, a listener's fd beside a
+`Listen` (SCM_RIGHTS). The daemon trusts nothing the proxy says: a report
+naming a spawn the daemon did not hand this proxy is refused."""
+
+from __future__ import annotations
+
+import array
+import socket
+from typing import Literal
+
+import msgspec
+
+#: Largest datagram either side sends (a Hello with many rules).
+MAX_DATAGRAM = 256 * 1024
+_FD_SIZE = array.array("i").itemsize
+
+
+class Hello(msgspec.Struct, tag="hello", forbid_unknown_fields=True):
+    tenant: str
+    allow: list[str]
+    deny: list[str]
+    resolve: dict[str, str]
+    max_connections: int
+    max_bytes: int
+    connect_timeout: float
+    parent_pid: int
+    uid: int
+    gid: int
+
+
+class Listen(msgspec.Struct, tag="listen", forbid_unknown_fields=True):
+    """Accept for spawn `spawn_id` on the listener beside this message."""
+
+    spawn_id: str
+
+
+class Forget(msgspec.Struct, tag="forget", forbid_unknown_fields=True):
+    """The spawn ended: close its listener and its connections."""
+
+    spawn_id: str
+
+
+class Ready(msgspec.Struct, tag="ready", forbid_unknown_fields=True):
+    #: (name, applied, detail) of each confinement step.
+    protections: list[tuple[str, bool, str]]
+
+
+class Connection(msgspec.Struct, tag="connection", forbid_unknown_fields=True):
+    """One connection attempt of a spawn, reported when it ends (a refused
+    one at once)."""
+
+    spawn_id: str
+    protocol: Literal["connect", "http", "socks5"]
+    host: str
+    port: int
+    address: str
+    rule: str
+    allowed: bool
+    reason: str
+    bytes_up: int
+    bytes_down: int
+    duration_ms: int
+
+
+ToProxy = Hello | Listen | Forget
+FromProxy = Ready | Connection
+_to_proxy = msgspec.msgpack.Decoder(ToProxy)
+_from_proxy = msgspec.msgpack.Decoder(FromProxy)
+_encoder = msgspec.msgpack.Encoder()
+
+
+def encode(message: msgspec.Struct) -> bytes:
+    return _encoder.encode(message)
+
+
+def decode_to_proxy(data: bytes) -> ToProxy:
+    return _to_proxy.decode(data)
+
+
+def decode_from_proxy(data: bytes) -> FromProxy:
+    """A proxy's report; msgspec.DecodeError / ValidationError on anything else."""
+    return _from_proxy.decode(data)
+
+
+def send_with_fd(sock: socket.socket, data: bytes, fd: int) -> None:
+    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+
+
+def receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+    """One datagram and the fds it carried (b"" at EOF)."""
+    data, ancdata, _flags, _addr = sock.recvmsg(
+        MAX_DATAGRAM, socket.CMSG_SPACE(4 * _FD_SIZE), socket.MSG_CMSG_CLOEXEC
+    )
+    fds: list[int] = []
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            usable = len(payload) - len(payload) % _FD_SIZE
+            fds.extend(array.array("i", payload[:usable]))
+    return data, fds

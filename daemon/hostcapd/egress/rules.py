@@ -8,7 +8,8 @@ the egress proxy, and which addresses it may never reach.
 
 A rule is `NAME[:PORT]`: NAME is a domain (`pypi.org`, exact) or a suffix
 (`*.pythonhosted.org`: its subdomains, not itself), an IP address, or a
-CIDR range (`10.0.0.0/8`); PORT is one port or `*`, default 443 and 80.
+CIDR range (`10.0.0.0/8`); PORT is one port or `*`, default 443 and 80
+for an allow rule and every port for a deny rule.
 An IPv6 address with a port is bracketed (`[2001:db8::1]:443`). A deny rule
 wins over every allow rule. Addresses in the internal ranges (loopback,
 link-local, private, CGNAT, multicast, unique-local, the host's own) are
@@ -80,10 +81,12 @@ class Rule:
     network: IPNetwork | None = None
 
     @classmethod
-    def parse(cls, text: str) -> Rule:
+    def parse(cls, text: str, default_ports: tuple[int, ...] = DEFAULT_PORTS) -> Rule:
+        """An allow rule without a port is 443 and 80; a deny rule (given
+        `default_ports=(ANY_PORT,)`) is every port."""
         if not isinstance(text, str) or not text or len(text) > 300 or text != text.strip():
             raise RuleError(f"rule {text!r}: not NAME[:PORT]")
-        host, ports = _split_port(text)
+        host, ports = _split_port(text, default_ports)
         low = host.lower()
         low = low[:-1] if low.endswith(".") and low != "*." else low
         if low == "*":
@@ -134,7 +137,7 @@ class Rule:
         return self.text
 
 
-def _split_port(text: str) -> tuple[str, tuple[int, ...]]:
+def _split_port(text: str, default_ports: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
     """(host, ports) of `text`: `[v6]:port`, `name:port`, or no port."""
     if text.startswith("["):
         end = text.find("]")
@@ -142,14 +145,14 @@ def _split_port(text: str) -> tuple[str, tuple[int, ...]]:
             raise RuleError(f"rule {text!r}: unclosed '['")
         host, rest = text[: end + 1], text[end + 1 :]
         if not rest:
-            return host, DEFAULT_PORTS
+            return host, default_ports
         if not rest.startswith(":"):
             raise RuleError(f"rule {text!r}: junk after ']'")
         return host, (_port(text, rest[1:]),)
     if text.count(":") == 1:
         host, _, port = text.partition(":")
         return host, (_port(text, port),)
-    return text, DEFAULT_PORTS  # a bare name, or an IPv6 address without a port
+    return text, default_ports  # a bare name, or an IPv6 address without a port
 
 
 def _port(text: str, port: str) -> int:
@@ -299,7 +302,7 @@ class Policy:
         overrides = {normal_name(k): host_literal(v) for k, v in (resolve or {}).items()}
         return cls(
             tuple(map(Rule.parse, allow)),
-            tuple(map(Rule.parse, deny)),
+            tuple(Rule.parse(text, (ANY_PORT,)) for text in deny),
             {k: v for k, v in overrides.items() if v is not None},
             frozenset(own),
         )

@@ -1,0 +1,177 @@
+"""network.mode = "proxy" against a real daemon, with no internet: the
+test's own HTTP and HTTPS servers on the host, test names resolved to them
+by the tenant's `resolve` overrides. A sandboxed command reaches an allowed
+name through the proxy, and each way around it is tried and fails, with the
+reason in its output and a network.connect record in the audit log."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from support.daemon import Daemon, audit_records, children_of, cmdline
+from support.origin import BODY, Origin, self_signed
+from support.process import Client, outcome
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the proxy mode needs root")
+CURL = shutil.which("curl")
+
+
+@pytest.fixture
+def origins(tmp_path: Path) -> Iterator[tuple[Origin, Origin, Path]]:
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    tls = self_signed(certs, ["allowed.test", "denied.test"])
+    plain, secure = Origin(), Origin(tls)
+    yield plain, secure, tls[0]
+    plain.close()
+    secure.close()
+
+
+@pytest.fixture
+def proxy_daemon(
+    start_daemon: Callable[..., Daemon], origins: tuple[Origin, Origin, Path]
+) -> tuple[Daemon, Origin, Origin, Path]:
+    plain, secure, cert = origins
+    ports = (plain.port, secure.port)
+    network = {
+        "mode": "proxy",
+        "allow": [f"allowed.test:{p}" for p in ports]
+        + [f"*.test:{p}" for p in ports]
+        + [f"localhost:{p}" for p in ports],
+        "deny": ["denied.test"],
+        "resolve": {"allowed.test": "127.0.0.1", "denied.test": "127.0.0.1"},
+        "max_connections": 64,
+    }
+    daemon = start_daemon(
+        tenants={"dev": {"network": network, "sandbox": {"system_dirs": ["/usr", "/bin", "/lib",
+                                                                         "/lib64", "/etc"]}}},
+        daemon={"allow_resolve_overrides": True},
+    )  # fmt: skip
+    # The certificate where the tenant can read it: its read-only root.
+    reference = daemon.root(index=1)
+    shutil.copy(cert, reference / "cert.pem")
+    os.chmod(reference / "cert.pem", 0o644)
+    return daemon, plain, secure, reference / "cert.pem"
+
+
+def connects(daemon: Daemon) -> list[dict[str, Any]]:
+    return [r for r in audit_records(daemon.audit_path) if r["event"] == "network.connect"]
+
+
+def proxies(daemon: Daemon) -> list[int]:
+    return [p for p in children_of(daemon.pid) if b"hostcapd.egress" in cmdline(p)]
+
+
+async def sh(daemon: Daemon, script: str) -> tuple[str, bytes, bytes]:
+    client = Client(daemon.socket)
+    try:
+        result = await client.run("sh", "-c", script)
+    finally:
+        await client.close()
+    return outcome(result), result.stdout, result.stderr
+
+
+@pytest.mark.skipif(CURL is None, reason="curl is not installed")
+async def test_curl_https_to_an_allowed_name_goes_through_the_proxy(
+    proxy_daemon: tuple[Daemon, Origin, Origin, Path],
+) -> None:
+    daemon, plain, secure, cert = proxy_daemon
+    how, out, err = await sh(
+        daemon,
+        f"curl -sS -m 20 --cacert {cert} https://allowed.test:{secure.port}/ && "
+        f"curl -sS -m 20 http://allowed.test:{plain.port}/ && "
+        f"curl -sS -m 20 -x socks5h://127.0.0.1:3128 http://allowed.test:{plain.port}/",
+    )
+    assert (how, out) == ("EXITED", BODY * 3), err
+    records = connects(daemon)
+    allowed = [r for r in records if r["allowed"]]
+    assert {r["protocol"] for r in allowed} == {"connect", "http", "socks5"}
+    tls = next(r for r in allowed if r["protocol"] == "connect")
+    assert (tls["host"], tls["port"], tls["address"]) == ("allowed.test", secure.port, "127.0.0.1")
+    assert tls["rule"] == f"allowed.test:{secure.port}"
+    assert tls["bytes_down"] > len(BODY) and tls["bytes_up"] > 0  # TLS, relayed unread
+    assert tls["tenant"] == "dev" and tls["spawn_id"]
+
+
+@pytest.mark.skipif(CURL is None, reason="curl is not installed")
+async def test_each_way_around_the_rules_is_refused_with_its_reason_and_audited(
+    proxy_daemon: tuple[Daemon, Origin, Origin, Path],
+) -> None:
+    daemon, plain, secure, cert = proxy_daemon
+    p = plain.port
+    script = "; ".join(
+        [
+            # a denied name (deny wins over *.test)
+            f"curl -sS -m 20 http://denied.test:{p}/",
+            f"curl -sS -m 20 -o /dev/null -w 'connect:%{{http_connect}}\\n' --cacert {cert} "
+            f"https://denied.test:{secure.port}/",
+            # a name with no rule
+            f"curl -sS -m 20 http://other.example:{p}/",
+            # a name that resolves into 127.0.0.0/8 (no override: /etc/hosts)
+            f"curl -sS -m 20 --noproxy '' -x http://127.0.0.1:3128 http://localhost:{p}/",
+            # an IP literal
+            f"curl -sS -m 20 --noproxy '' -x http://127.0.0.1:3128 http://127.0.0.1:{p}/",
+            f"curl -sS -m 20 --noproxy '' -x http://127.0.0.1:3128 http://169.254.169.254/",
+            "true",
+        ]
+    )
+    how, out, _err = await sh(daemon, script)
+    text = out.decode()
+    assert how == "EXITED"
+    assert "denied by rule 'denied.test'" in text
+    assert "connect:403" in text  # CONNECT refused with a 403
+    assert "no allow rule matches other.example" in text
+    assert "resolved to 127.0.0.1, an internal address" in text
+    assert "IP address 127.0.0.1 is refused" in text
+    assert "IP address 169.254.169.254 is refused" in text
+    assert BODY.decode() not in text
+    denied = [r for r in connects(daemon) if not r["allowed"]]
+    hosts = {r["host"] for r in denied}
+    assert {"denied.test", "other.example", "localhost", "127.0.0.1", "169.254.169.254"} <= hosts
+    by_host = {r["host"]: r for r in denied}
+    assert by_host["denied.test"]["rule"] == "denied.test"
+    assert by_host["localhost"]["rule"] == f"localhost:{p}"
+
+
+async def test_no_way_out_but_the_proxy(proxy_daemon: tuple[Daemon, Origin, Origin, Path]) -> None:
+    daemon, plain, _secure, _cert = proxy_daemon
+    probe = f"""
+import socket
+def attempt(what, make):
+    try:
+        make()
+        print(what, "went out")
+    except OSError as error:
+        print(what, "refused:", error)
+attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.1", 53)))
+attempt("direct", lambda: socket.create_connection(("127.0.0.1", {plain.port}), timeout=5))
+attempt("outside", lambda: socket.create_connection(("192.0.2.1", 80), timeout=5))
+attempt("resolve", lambda: socket.getaddrinfo("allowed.test", 80))
+"""
+    how, out, err = await sh(daemon, f"python3 -c '{probe}'")
+    assert how == "EXITED", err
+    lines = out.decode().splitlines()
+    assert len(lines) == 4 and all("refused:" in line for line in lines), lines
+
+
+async def test_the_proxys_death_is_survived_never_as_an_open_network(
+    proxy_daemon: tuple[Daemon, Origin, Origin, Path],
+) -> None:
+    daemon, plain, _secure, _cert = proxy_daemon
+    url = f"http://allowed.test:{plain.port}/"
+    [first] = proxies(daemon)
+    os.kill(first, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while first in proxies(daemon) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    how, out, err = await sh(daemon, f"curl -sS -m 20 {url}")
+    assert (how, out) == ("EXITED", BODY), err
+    [second] = proxies(daemon)
+    assert second != first

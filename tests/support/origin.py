@@ -18,7 +18,7 @@ BODY = b"hello from the origin\n"
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+    def do_GET(self) -> None:
         if self.path.startswith("/big/"):
             size = int(self.path.rsplit("/", 1)[1])
             self.send_response(200)

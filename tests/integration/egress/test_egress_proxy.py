@@ -118,7 +118,7 @@ async def test_each_way_around_the_rules_is_refused_with_its_reason_and_audited(
             f"curl -sS -m 20 --noproxy '' -x http://127.0.0.1:3128 http://localhost:{p}/",
             # an IP literal
             f"curl -sS -m 20 --noproxy '' -x http://127.0.0.1:3128 http://127.0.0.1:{p}/",
-            f"curl -sS -m 20 --noproxy '' -x http://127.0.0.1:3128 http://169.254.169.254/",
+            "curl -sS -m 20 --noproxy '' -x http://127.0.0.1:3128 http://169.254.169.254/",
             "true",
         ]
     )

@@ -166,6 +166,8 @@ class QueryFilter:
     exit_code: int | None = None
     uid: int | None = None
     path: str | None = None
+    #: network.connect records of this host (a name, or a glob: *.github.com).
+    host: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> QueryFilter:
@@ -181,6 +183,7 @@ class QueryFilter:
             exit_code=getattr(args, "exit_code", None),
             uid=getattr(args, "uid", None),
             path=getattr(args, "path", None),
+            host=getattr(args, "host", None),
         )
 
     def select(self, records: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
@@ -244,6 +247,13 @@ class QueryFilter:
             return False
         if self.path is not None and not (
             event == "file.write" and _matches_path(self.path, str(record.get("path", "")))
+        ):
+            return False
+        if self.host is not None and not (
+            event == "network.connect"
+            and fnmatch.fnmatchcase(
+                str(record.get("host", "")).lower().rstrip("."), self.host.lower().rstrip(".")
+            )
         ):
             return False
         if self.exe is not None or self.uid is not None:
@@ -852,6 +862,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     query.add_argument("--uid", type=int, metavar="UID", help="spawns run as this uid")
     query.add_argument(
         "--path", metavar="PATH", help="file writes at PATH or beneath it (or a glob)"
+    )
+    query.add_argument(
+        "--host",
+        metavar="DOMAIN",
+        help="network.connect records of this host (or a glob: '*.github.com'): "
+        "which spawns talked to it",
     )
     query.add_argument(
         "--format",

@@ -175,3 +175,29 @@ async def test_the_proxys_death_is_survived_never_as_an_open_network(
     assert (how, out) == ("EXITED", BODY), err
     [second] = proxies(daemon)
     assert second != first
+
+
+@pytest.mark.skipif(CURL is None, reason="curl is not installed")
+async def test_audit_query_by_host_says_which_spawns_talked_to_it(
+    proxy_daemon: tuple[Daemon, Origin, Origin, Path],
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    daemon, plain, _secure, _cert = proxy_daemon
+    await sh(daemon, f"curl -sS -m 20 http://allowed.test:{plain.port}/")
+    await sh(daemon, f"curl -sS -m 20 http://denied.test:{plain.port}/")
+
+    def query(host: str) -> list[dict[str, Any]]:
+        out = subprocess.run(
+            [sys.executable, "-m", "hostcap.ctl.main", "audit", "query", "--file",
+             str(daemon.audit_path), "--host", host, "--json"],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    allowed = query("allowed.test")
+    assert [r["allowed"] for r in allowed] == [True]
+    assert [r["host"] for r in query("*.test")] == ["allowed.test", "denied.test"]
+    assert allowed[0]["spawn_id"] != query("denied.test")[0]["spawn_id"]

@@ -208,6 +208,16 @@ def cmd_capabilities(args: argparse.Namespace) -> int:
     for p in caps.protections:
         mark = "yes" if p.applied else "NO "
         print(f"  [{mark}] {p.name:16} {p.reason}")
+    net = caps.network
+    if net.mode == "proxy":
+        running = "running" if net.proxy_running else "NOT running"
+        print(f"  network: proxy at {net.proxy_url} ({running}); allow {list(net.allow)}")
+        if net.deny:
+            print(f"           deny {list(net.deny)}")
+        if net.resolve:
+            print(f"           resolve {list(net.resolve)}")
+    else:
+        print(f"  network: {net.mode or 'none'}")
     if caps.frontend_protections:
         print(f"  served by a front-end process as uid {caps.frontend_uid}:")
         for p in caps.frontend_protections:

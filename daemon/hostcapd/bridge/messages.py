@@ -377,6 +377,21 @@ class Root(Value, frozen=True):
     primary: bool = False
 
 
+class Network(Value, frozen=True):
+    """A tenant's egress (hostcap.v1.Network)."""
+
+    mode: str = "none"
+    allow: list[str] = []
+    deny: list[str] = []
+    resolve: list[str] = []
+    proxy_url: str = ""
+    max_connections: U32 = 0
+    max_bytes: U64 = 0
+    connect_timeout_seconds: float = 0.0
+    proxy_protections: list[Protection] = []
+    proxy_running: bool = False
+
+
 class CapabilitiesResponse(Answer, frozen=True, tag="hostcap.v1.CapabilitiesResponse"):
     tenant: str = ""
     daemon_version: str = ""
@@ -404,6 +419,7 @@ class CapabilitiesResponse(Answer, frozen=True, tag="hostcap.v1.CapabilitiesResp
     disk_budget_mechanism: str = ""
     frontend_protections: list[Protection] = []
     frontend_uid: U32 = 0
+    network: Network | None = None
 
 
 class ReadFileResponse(Answer, frozen=True, tag="hostcap.v1.ReadFileResponse"):

@@ -6,6 +6,7 @@ from hostcapd import __version__
 from hostcapd.bridge import messages
 from hostcapd.bridge.frontends import RelayedCall
 from hostcapd.config import LIMIT_NAMES, Limits, Tier
+from hostcapd.egress.supervisor import PROXY_URL
 from hostcapd.service import convert
 from hostcapd.tenant import TenantRuntime
 
@@ -58,4 +59,28 @@ class HostService:
             disk_budget_mechanism=profile.disk.mechanism if profile.disk else "",
             frontend_protections=list(rt.frontend.protections) if rt.frontend is not None else [],
             frontend_uid=rt.frontend.identity[0] if rt.frontend is not None else 0,
+            network=_network(rt),
         )
+
+
+def _network(rt: TenantRuntime) -> messages.Network:
+    """The tenant's egress: its mode and rules, and its proxy as running."""
+    tenant, egress = rt.tenant, rt.deps.egress
+    network = tenant.network
+    if tenant.network_mode != "proxy":
+        return messages.Network(mode=tenant.network_mode)
+    return messages.Network(
+        mode="proxy",
+        allow=list(network.allow),
+        deny=list(network.deny),
+        resolve=[f"{name}={address}" for name, address in network.resolve.items()],
+        proxy_url=PROXY_URL,
+        max_connections=network.max_connections,
+        max_bytes=network.max_bytes,
+        connect_timeout_seconds=network.connect_timeout_seconds,
+        proxy_protections=[
+            messages.Protection(name=name, applied=applied, reason=reason, required=True)
+            for name, applied, reason in (egress.protections if egress is not None else [])
+        ],
+        proxy_running=egress is not None and egress.running,
+    )

@@ -25,21 +25,23 @@ _sym_db = _symbol_database.Default()
 from hostcap_proto.v1 import common_pb2 as hostcap__proto_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhostcap_proto/v1/host.proto\x12\nhostcap.v1\x1a\x1dhostcap_proto/v1/common.proto\"\x15\n\x13\x43\x61pabilitiesRequest\"E\n\x04Root\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x1e\n\x04tier\x18\x02 \x01(\x0e\x32\x10.hostcap.v1.Tier\x12\x0f\n\x07primary\x18\x03 \x01(\x08\"\x80\x06\n\x14\x43\x61pabilitiesResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x16\n\x0e\x64\x61\x65mon_version\x18\x02 \x01(\t\x12\x12\n\nrun_as_uid\x18\x03 \x01(\r\x12\x12\n\nrun_as_gid\x18\x04 \x01(\r\x12\x1f\n\x05roots\x18\x05 \x03(\x0b\x32\x10.hostcap.v1.Root\x12\x0c\n\x04path\x18\x06 \x03(\t\x12\x1f\n\x17\x61llowed_executable_dirs\x18\x07 \x03(\t\x12*\n\x0e\x64\x65\x66\x61ult_limits\x18\x08 \x01(\x0b\x32\x12.hostcap.v1.Limits\x12$\n\x08\x63\x65ilings\x18\t \x01(\x0b\x32\x12.hostcap.v1.Limits\x12+\n\x0bprotections\x18\n \x03(\x0b\x32\x16.hostcap.v1.Protection\x12\x14\n\x0clandlock_abi\x18\x0b \x01(\r\x12\x16\n\x0e\x63group_version\x18\x0c \x01(\t\x12\x1a\n\x12\x63group_controllers\x18\r \x03(\t\x12\x1e\n\x16memory_limit_mechanism\x18\x0e \x01(\t\x12\x1d\n\x15max_concurrent_spawns\x18\x0f \x01(\r\x12\x15\n\renv_allowlist\x18\x10 \x03(\t\x12\x16\n\x0emax_read_bytes\x18\x11 \x01(\x04\x12\x17\n\x0fmax_write_bytes\x18\x12 \x01(\x04\x12.\n\x0e\x66s_protections\x18\x13 \x03(\x0b\x32\x16.hostcap.v1.Protection\x12\x17\n\x0fsocket_families\x18\x14 \x03(\t\x12\x12\n\ncpu_weight\x18\x15 \x01(\r\x12\x15\n\rcpu_max_cores\x18\x16 \x01(\x01\x12\x19\n\x11\x64isk_budget_bytes\x18\x17 \x01(\x04\x12\x1d\n\x15\x64isk_budget_mechanism\x18\x18 \x01(\t\x12\x34\n\x14\x66rontend_protections\x18\x19 \x03(\x0b\x32\x16.hostcap.v1.Protection\x12\x14\n\x0c\x66rontend_uid\x18\x1a \x01(\r*;\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\r\n\tREAD_ONLY\x10\x01\x12\x0e\n\nREAD_WRITE\x10\x02\x32`\n\x0bHostService\x12Q\n\x0c\x43\x61pabilities\x12\x1f.hostcap.v1.CapabilitiesRequest\x1a .hostcap.v1.CapabilitiesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bhostcap_proto/v1/host.proto\x12\nhostcap.v1\x1a\x1dhostcap_proto/v1/common.proto\"\x15\n\x13\x43\x61pabilitiesRequest\"E\n\x04Root\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x1e\n\x04tier\x18\x02 \x01(\x0e\x32\x10.hostcap.v1.Tier\x12\x0f\n\x07primary\x18\x03 \x01(\x08\"\xa6\x06\n\x14\x43\x61pabilitiesResponse\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x16\n\x0e\x64\x61\x65mon_version\x18\x02 \x01(\t\x12\x12\n\nrun_as_uid\x18\x03 \x01(\r\x12\x12\n\nrun_as_gid\x18\x04 \x01(\r\x12\x1f\n\x05roots\x18\x05 \x03(\x0b\x32\x10.hostcap.v1.Root\x12\x0c\n\x04path\x18\x06 \x03(\t\x12\x1f\n\x17\x61llowed_executable_dirs\x18\x07 \x03(\t\x12*\n\x0e\x64\x65\x66\x61ult_limits\x18\x08 \x01(\x0b\x32\x12.hostcap.v1.Limits\x12$\n\x08\x63\x65ilings\x18\t \x01(\x0b\x32\x12.hostcap.v1.Limits\x12+\n\x0bprotections\x18\n \x03(\x0b\x32\x16.hostcap.v1.Protection\x12\x14\n\x0clandlock_abi\x18\x0b \x01(\r\x12\x16\n\x0e\x63group_version\x18\x0c \x01(\t\x12\x1a\n\x12\x63group_controllers\x18\r \x03(\t\x12\x1e\n\x16memory_limit_mechanism\x18\x0e \x01(\t\x12\x1d\n\x15max_concurrent_spawns\x18\x0f \x01(\r\x12\x15\n\renv_allowlist\x18\x10 \x03(\t\x12\x16\n\x0emax_read_bytes\x18\x11 \x01(\x04\x12\x17\n\x0fmax_write_bytes\x18\x12 \x01(\x04\x12.\n\x0e\x66s_protections\x18\x13 \x03(\x0b\x32\x16.hostcap.v1.Protection\x12\x17\n\x0fsocket_families\x18\x14 \x03(\t\x12\x12\n\ncpu_weight\x18\x15 \x01(\r\x12\x15\n\rcpu_max_cores\x18\x16 \x01(\x01\x12\x19\n\x11\x64isk_budget_bytes\x18\x17 \x01(\x04\x12\x1d\n\x15\x64isk_budget_mechanism\x18\x18 \x01(\t\x12\x34\n\x14\x66rontend_protections\x18\x19 \x03(\x0b\x32\x16.hostcap.v1.Protection\x12\x14\n\x0c\x66rontend_uid\x18\x1a \x01(\r\x12$\n\x07network\x18\x1b \x01(\x0b\x32\x13.hostcap.v1.Network\"\xef\x01\n\x07Network\x12\x0c\n\x04mode\x18\x01 \x01(\t\x12\r\n\x05\x61llow\x18\x02 \x03(\t\x12\x0c\n\x04\x64\x65ny\x18\x03 \x03(\t\x12\x0f\n\x07resolve\x18\x04 \x03(\t\x12\x11\n\tproxy_url\x18\x05 \x01(\t\x12\x17\n\x0fmax_connections\x18\x06 \x01(\r\x12\x11\n\tmax_bytes\x18\x07 \x01(\x04\x12\x1f\n\x17\x63onnect_timeout_seconds\x18\x08 \x01(\x01\x12\x31\n\x11proxy_protections\x18\t \x03(\x0b\x32\x16.hostcap.v1.Protection\x12\x15\n\rproxy_running\x18\n \x01(\x08*;\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\r\n\tREAD_ONLY\x10\x01\x12\x0e\n\nREAD_WRITE\x10\x02\x32`\n\x0bHostService\x12Q\n\x0c\x43\x61pabilities\x12\x1f.hostcap.v1.CapabilitiesRequest\x1a .hostcap.v1.CapabilitiesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hostcap_proto.v1.host_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TIER']._serialized_start=939
-  _globals['_TIER']._serialized_end=998
+  _globals['_TIER']._serialized_start=1219
+  _globals['_TIER']._serialized_end=1278
   _globals['_CAPABILITIESREQUEST']._serialized_start=74
   _globals['_CAPABILITIESREQUEST']._serialized_end=95
   _globals['_ROOT']._serialized_start=97
   _globals['_ROOT']._serialized_end=166
   _globals['_CAPABILITIESRESPONSE']._serialized_start=169
-  _globals['_CAPABILITIESRESPONSE']._serialized_end=937
-  _globals['_HOSTSERVICE']._serialized_start=1000
-  _globals['_HOSTSERVICE']._serialized_end=1096
+  _globals['_CAPABILITIESRESPONSE']._serialized_end=975
+  _globals['_NETWORK']._serialized_start=978
+  _globals['_NETWORK']._serialized_end=1217
+  _globals['_HOSTSERVICE']._serialized_start=1280
+  _globals['_HOSTSERVICE']._serialized_end=1376
 # @@protoc_insertion_point(module_scope)

@@ -32,7 +32,7 @@ class Root(_message.Message):
     def __init__(self, path: _Optional[str] = ..., tier: _Optional[_Union[Tier, str]] = ..., primary: _Optional[bool] = ...) -> None: ...
 
 class CapabilitiesResponse(_message.Message):
-    __slots__ = ("tenant", "daemon_version", "run_as_uid", "run_as_gid", "roots", "path", "allowed_executable_dirs", "default_limits", "ceilings", "protections", "landlock_abi", "cgroup_version", "cgroup_controllers", "memory_limit_mechanism", "max_concurrent_spawns", "env_allowlist", "max_read_bytes", "max_write_bytes", "fs_protections", "socket_families", "cpu_weight", "cpu_max_cores", "disk_budget_bytes", "disk_budget_mechanism", "frontend_protections", "frontend_uid")
+    __slots__ = ("tenant", "daemon_version", "run_as_uid", "run_as_gid", "roots", "path", "allowed_executable_dirs", "default_limits", "ceilings", "protections", "landlock_abi", "cgroup_version", "cgroup_controllers", "memory_limit_mechanism", "max_concurrent_spawns", "env_allowlist", "max_read_bytes", "max_write_bytes", "fs_protections", "socket_families", "cpu_weight", "cpu_max_cores", "disk_budget_bytes", "disk_budget_mechanism", "frontend_protections", "frontend_uid", "network")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     DAEMON_VERSION_FIELD_NUMBER: _ClassVar[int]
     RUN_AS_UID_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class CapabilitiesResponse(_message.Message):
     DISK_BUDGET_MECHANISM_FIELD_NUMBER: _ClassVar[int]
     FRONTEND_PROTECTIONS_FIELD_NUMBER: _ClassVar[int]
     FRONTEND_UID_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     daemon_version: str
     run_as_uid: int
@@ -85,4 +86,29 @@ class CapabilitiesResponse(_message.Message):
     disk_budget_mechanism: str
     frontend_protections: _containers.RepeatedCompositeFieldContainer[_common_pb2.Protection]
     frontend_uid: int
-    def __init__(self, tenant: _Optional[str] = ..., daemon_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[Root, _Mapping]]] = ..., path: _Optional[_Iterable[str]] = ..., allowed_executable_dirs: _Optional[_Iterable[str]] = ..., default_limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., ceilings: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., landlock_abi: _Optional[int] = ..., cgroup_version: _Optional[str] = ..., cgroup_controllers: _Optional[_Iterable[str]] = ..., memory_limit_mechanism: _Optional[str] = ..., max_concurrent_spawns: _Optional[int] = ..., env_allowlist: _Optional[_Iterable[str]] = ..., max_read_bytes: _Optional[int] = ..., max_write_bytes: _Optional[int] = ..., fs_protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., socket_families: _Optional[_Iterable[str]] = ..., cpu_weight: _Optional[int] = ..., cpu_max_cores: _Optional[float] = ..., disk_budget_bytes: _Optional[int] = ..., disk_budget_mechanism: _Optional[str] = ..., frontend_protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., frontend_uid: _Optional[int] = ...) -> None: ...
+    network: Network
+    def __init__(self, tenant: _Optional[str] = ..., daemon_version: _Optional[str] = ..., run_as_uid: _Optional[int] = ..., run_as_gid: _Optional[int] = ..., roots: _Optional[_Iterable[_Union[Root, _Mapping]]] = ..., path: _Optional[_Iterable[str]] = ..., allowed_executable_dirs: _Optional[_Iterable[str]] = ..., default_limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., ceilings: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., landlock_abi: _Optional[int] = ..., cgroup_version: _Optional[str] = ..., cgroup_controllers: _Optional[_Iterable[str]] = ..., memory_limit_mechanism: _Optional[str] = ..., max_concurrent_spawns: _Optional[int] = ..., env_allowlist: _Optional[_Iterable[str]] = ..., max_read_bytes: _Optional[int] = ..., max_write_bytes: _Optional[int] = ..., fs_protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., socket_families: _Optional[_Iterable[str]] = ..., cpu_weight: _Optional[int] = ..., cpu_max_cores: _Optional[float] = ..., disk_budget_bytes: _Optional[int] = ..., disk_budget_mechanism: _Optional[str] = ..., frontend_protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., frontend_uid: _Optional[int] = ..., network: _Optional[_Union[Network, _Mapping]] = ...) -> None: ...
+
+class Network(_message.Message):
+    __slots__ = ("mode", "allow", "deny", "resolve", "proxy_url", "max_connections", "max_bytes", "connect_timeout_seconds", "proxy_protections", "proxy_running")
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    RESOLVE_FIELD_NUMBER: _ClassVar[int]
+    PROXY_URL_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONNECTIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CONNECT_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    PROXY_PROTECTIONS_FIELD_NUMBER: _ClassVar[int]
+    PROXY_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    allow: _containers.RepeatedScalarFieldContainer[str]
+    deny: _containers.RepeatedScalarFieldContainer[str]
+    resolve: _containers.RepeatedScalarFieldContainer[str]
+    proxy_url: str
+    max_connections: int
+    max_bytes: int
+    connect_timeout_seconds: float
+    proxy_protections: _containers.RepeatedCompositeFieldContainer[_common_pb2.Protection]
+    proxy_running: bool
+    def __init__(self, mode: _Optional[str] = ..., allow: _Optional[_Iterable[str]] = ..., deny: _Optional[_Iterable[str]] = ..., resolve: _Optional[_Iterable[str]] = ..., proxy_url: _Optional[str] = ..., max_connections: _Optional[int] = ..., max_bytes: _Optional[int] = ..., connect_timeout_seconds: _Optional[float] = ..., proxy_protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., proxy_running: _Optional[bool] = ...) -> None: ...

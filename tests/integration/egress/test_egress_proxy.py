@@ -201,3 +201,26 @@ async def test_audit_query_by_host_says_which_spawns_talked_to_it(
     assert [r["allowed"] for r in allowed] == [True]
     assert [r["host"] for r in query("*.test")] == ["allowed.test", "denied.test"]
     assert allowed[0]["spawn_id"] != query("denied.test")[0]["spawn_id"]
+
+
+async def test_capabilities_show_the_mode_and_the_rules(
+    proxy_daemon: tuple[Daemon, Origin, Origin, Path],
+) -> None:
+    import json
+    import subprocess
+    import sys
+
+    daemon = proxy_daemon[0]
+    out = subprocess.run(
+        [sys.executable, "-m", "hostcap.ctl.main", "--socket", str(daemon.socket),
+         "capabilities", "--json"],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    network = json.loads(out)["network"]
+    assert network["mode"] == "proxy"
+    assert network["deny"] == ["denied.test"]
+    assert "allowed.test=127.0.0.1" in network["resolve"]
+    assert network["proxy_url"] == "http://127.0.0.1:3128"
+    assert network["proxy_running"] is True
+    confined = {p["name"] for p in network["proxy_protections"] if p["applied"]}
+    assert {"uid_drop", "no_new_privs", "no_capabilities", "landlock", "seccomp"} <= confined

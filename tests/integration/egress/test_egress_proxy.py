@@ -224,3 +224,34 @@ async def test_capabilities_show_the_mode_and_the_rules(
     assert network["proxy_running"] is True
     confined = {p["name"] for p in network["proxy_protections"] if p["applied"]}
     assert {"uid_drop", "no_new_privs", "no_capabilities", "landlock", "seccomp"} <= confined
+
+
+@pytest.mark.skipif(CURL is None, reason="curl is not installed")
+async def test_the_tenants_ceilings_on_connections_and_bytes(
+    start_daemon: Callable[..., Daemon], origins: tuple[Origin, Origin, Path]
+) -> None:
+    plain = origins[0]
+    daemon = start_daemon(
+        tenants={"dev": {"network": {
+            "mode": "proxy", "allow": [f"allowed.test:{plain.port}"],
+            "resolve": {"allowed.test": "127.0.0.1"},
+            "max_connections": 2, "max_bytes": 4 << 20,
+        }}},
+        daemon={"allow_resolve_overrides": True},
+    )  # fmt: skip
+    url = f"http://allowed.test:{plain.port}"
+    how, out, _ = await sh(
+        daemon,
+        f"curl -sS -m 20 -o /dev/null -w '%{{size_download}}\\n' {url}/big/{16 << 20}; "
+        f"curl -sS -m 20 {url}/; curl -sS -m 20 {url}/",
+    )
+    lines = out.decode().splitlines()
+    assert how == "EXITED"
+    assert int(lines[0]) < 16 << 20  # cut at the byte ceiling
+    assert "limit of 2 connections" in out.decode()
+    records = connects(daemon)
+    assert any("limit of 4194304 bytes" in r["reason"] for r in records)
+    assert [r["allowed"] for r in records].count(False) == 1
+    # A new spawn starts with its own count.
+    how, out, _ = await sh(daemon, f"curl -sS -m 20 {url}/")
+    assert out == BODY

@@ -225,7 +225,12 @@ def _guardrails(tool: AnyToolDef, target: PolicyTarget | None, ctx: DispatchCont
         if host is None:
             raise ToolPolicyError("insecure_url", tool_id=tool.id)
         if not domain_allowed(ctx.tool_policy, host):
-            raise ToolPolicyError("domain_not_allowed", tool_id=tool.id)
+            # The engine's list, checked first; the host's rules come after (both must allow).
+            raise ToolPolicyError(
+                "domain_not_allowed",
+                tool_id=tool.id,
+                detail="refused by the client's allowed_domains",
+            )
     if policy.requires_gate_approval and not ctx.gate_approved:
         raise ToolPolicyError("gate_required", tool_id=tool.id)
     if policy.media:

@@ -40,6 +40,7 @@ ToolPolicyDenyReason = Literal[
     "mode_denied",
     "unsafe_repository",
     "action_not_declared",
+    "egress_rule_denied",
 ]
 POLICY_DENY_REASONS: frozenset[str] = frozenset(ToolPolicyDenyReason.__args__)  # type: ignore[attr-defined]
 
@@ -123,6 +124,7 @@ class ToolPolicyError(ToolDispatchError):
         "mode_denied": "the active contract mode does not permit this tool",
         "unsafe_repository": "the repository's config or attributes name a program git would run",
         "action_not_declared": "the tool's declared plan-safe actions do not include this effect",
+        "egress_rule_denied": "the host's egress rules for this tenant refused the destination",
     }
 
     def __init__(

@@ -6,8 +6,10 @@
 The `process` arm runs commands with ProcessService.Run (cancelling the
 awaiting task cancels the RPC, and the daemon kills the whole tree); the
 `fs` arm uses FsService; `output_store` is a run-scoped local store swept
-when the `async with` ends. `egress`, `os` and `mcp` are None: hostcapd does
-not provide them. Every refusal becomes a `HostError` with the daemon's
+when the `async with` ends. `egress` runs `http_request` through the
+tenant's egress proxy (a `curl` spawn, hostcap.egress) when the tenant's
+network mode is "proxy", else it is None and `egress_unavailable` says why;
+`os` and `mcp` are None: hostcapd does not provide them. Every refusal becomes a `HostError` with the daemon's
 wire reason, or `UNREACHABLE` / `UNIMPLEMENTED` / `CANCELLED` when the call
 carried none.
 """
@@ -36,6 +38,7 @@ from hostcap_proto.v1 import (
     process_pb2_grpc,
 )
 
+from hostcap.egress import SpawnEgress
 from hostcap.errors import HostError
 from hostcap.host import (
     DirEntry,
@@ -341,7 +344,6 @@ class GrpcFsArm:
 class GrpcToolHost:
     """A ToolHost backed by one hostcapd tenant socket."""
 
-    egress: None = None
     os: None = None
     mcp: None = None
 
@@ -351,6 +353,32 @@ class GrpcToolHost:
         self.fs = GrpcFsArm(channel)
         self.output_store = output_store
         self._host_stub = host_pb2_grpc.HostServiceStub(channel)  # type: ignore[no-untyped-call]
+        #: The egress arm, when the tenant's network mode is "proxy" (see
+        #: `discover_egress`); else None, and `egress_unavailable` says why.
+        self.egress: SpawnEgress | None = None
+        self.egress_unavailable = "not asked yet"
+
+    async def discover_egress(self) -> None:
+        """Offer the egress arm when the daemon runs this tenant's spawns
+        behind an egress proxy (capabilities: network.mode = "proxy")."""
+        try:
+            caps = await self.capabilities()
+        except HostError as error:
+            self.egress, self.egress_unavailable = None, f"capabilities failed: {error.reason}"
+            return
+        mode = caps.network.mode or "none"
+        if mode == "proxy" and caps.network.proxy_running:
+            self.egress, self.egress_unavailable = SpawnEgress(self.process), ""
+        elif mode == "proxy":
+            self.egress = None
+            self.egress_unavailable = "the tenant's egress proxy is not running"
+        else:
+            self.egress = None
+            self.egress_unavailable = (
+                f'the tenant\'s network mode is "{mode}", not "proxy": hostcapd gives '
+                "http_request no way out (ask the operator for [tenants.NAME.network] "
+                'mode = "proxy" and allow rules)'
+            )
 
     async def capabilities(self) -> Any:
         """What the daemon enforces for this tenant (HostService.Capabilities, the wire message)."""
@@ -386,7 +414,9 @@ async def connect(
             raise HostUnreachableError(
                 f"hostcapd did not answer on {path} within {ready_timeout:g} s"
             ) from None
-        yield GrpcToolHost(channel, store)
+        host = GrpcToolHost(channel, store)
+        await host.discover_egress()
+        yield host
     finally:
         await channel.close(grace=None)
         if output_store is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -50,6 +51,21 @@ async def serve(socket: str, config_path: str) -> int:
     known = [tool.id for tool in hostcap.BUILTIN_TOOLS]
     config = load_config(config_path, known)
     async with hostcap.connect(socket) as host:
+        if host.egress is None:
+            # Not offered at all: a tool that can only fail is no tool.
+            network = sorted(
+                t.id
+                for t in hostcap.BUILTIN_TOOLS
+                if "egress" in t.arms and t.id in config.granted_tools
+            )
+            if network:
+                print(
+                    f"hostcap mcp: not offering {', '.join(network)}: {host.egress_unavailable}",
+                    file=sys.stderr,
+                )
+                config = dataclasses.replace(
+                    config, granted_tools=config.granted_tools - frozenset(network)
+                )
         registry = hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=host)
         server = HostcapMcpServer(registry, config).build()
         async with stdio_server() as (read_stream, write_stream):

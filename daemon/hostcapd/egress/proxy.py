@@ -247,6 +247,7 @@ class Proxy:
                 status,
                 "Forbidden" if status == 403 else "Bad Gateway",
                 self._refusal_text(attempt, refused.verdict),
+                refusal=refused.verdict.reason if status == 403 else "",
             )
             return
         up_reader, up_writer = upstream
@@ -480,10 +481,15 @@ def _origin_head(head: protocols.HttpHead, path: bytes) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-async def _answer(writer: asyncio.StreamWriter, status: int, phrase: str, body: str) -> None:
+async def _answer(
+    writer: asyncio.StreamWriter, status: int, phrase: str, body: str, refusal: str = ""
+) -> None:
     data = body.encode()
+    # The reason also as a header: a CONNECT client (curl) shows headers, not the body.
+    header = "".join(c if " " <= c < "\x7f" else "?" for c in refusal)[:500]
+    header = f"X-Hostcap-Refusal: {header}\r\n" if header else ""
     writer.write(
-        f"HTTP/1.1 {status} {phrase}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"HTTP/1.1 {status} {phrase}\r\n{header}Content-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(data)}\r\nConnection: close\r\n\r\n".encode()
         + data
     )

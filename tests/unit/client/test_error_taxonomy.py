@@ -43,6 +43,7 @@ def test_reason_sets_are_the_seeds() -> None:
         "mode_denied",  # the contract PR's
         "unsafe_repository",  # the client's own (decision 0025)
         "action_not_declared",  # the client's own: plan_safe_actions enforced
+        "egress_rule_denied",  # the host's egress rules refused (issue 32)
     } == POLICY_DENY_REASONS
     assert {"user_rejected", "no_approval_hook", "approval_error"} == USER_DENY_REASONS
 

@@ -172,3 +172,17 @@ def test_dev_flags_refuse_a_bad_resolve(tmp_path: Path, capsys: pytest.CaptureFi
     )
     assert code == 2
     assert "NAME=ADDR" in capsys.readouterr().err
+
+
+def test_check_config_warns_on_allow_everything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from support import toml
+
+    data = dev_config(tmp_path, {"mode": "proxy", "allow": ["*", "pypi.org"]}).model_dump(
+        mode="json", exclude_none=True
+    )
+    path = tmp_path / "hostcapd.toml"
+    path.write_text(toml.dumps(data))
+    hostcapd_main(["check-config", str(path)])
+    assert "network.allow '*' allows every destination" in capsys.readouterr().err

@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := libcap-dev bubblewrap gcc python3-dev e2fsprogs util-linux
+DEB_PACKAGES := libcap-dev bubblewrap gcc python3-dev e2fsprogs util-linux curl git
 SOURCES := pyproject.toml setup.py $(wildcard daemon/hostcapd/childsetup_c/*.[ch])
 
 .PHONY: venv frontend-user run test lint proto bench bench-quick soak dist clean

@@ -62,6 +62,8 @@ DIST ?= dist
 dist: venv
 	rm -rf $(DIST)
 	$(PY) -m pip wheel --no-deps --no-build-isolation -q -w $(DIST) . ./proto ./client
+	@# setuptools leaves its metadata in the tree, where it would shadow the installed one.
+	rm -rf *.egg-info proto/*.egg-info client/*.egg-info
 	@ls -1 $(DIST)
 
 clean:

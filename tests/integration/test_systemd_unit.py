@@ -153,7 +153,7 @@ def test_the_documented_exposure_is_the_one_systemd_computes() -> None:
 #: Runs as the daemon would under the unit; prints {operation: error or null}.
 PROBE = textwrap.dedent(
     r"""
-    import json, os, signal, socket, subprocess, sys, tempfile
+    import json, os, signal, socket, subprocess, sys, tempfile, time
     from hostcapd import childsetup
 
     NOBODY = (65534, 65534)
@@ -218,6 +218,21 @@ PROBE = textwrap.dedent(
         subprocess.run(["unshare", "--net", "ip", "link", "set", "lo", "up"],
                        check=True, capture_output=True)
 
+    def setns_mnt():
+        # A mount namespace made ahead of need, entered later (the warm path).
+        holder = subprocess.Popen(["unshare", "--mount", "sleep", "30"])
+        try:
+            mine = os.readlink("/proc/self/ns/mnt")
+            for _ in range(500):
+                if os.readlink(f"/proc/{holder.pid}/ns/mnt") != mine:
+                    break
+                time.sleep(0.01)
+            subprocess.run(["nsenter", f"--mount=/proc/{holder.pid}/ns/mnt", "true"],
+                           check=True, capture_output=True)
+        finally:
+            holder.kill()
+            holder.wait()
+
     def cwd_in_workspace():
         workspace = sys.argv[2]
         out = output(*spawn(["/bin/pwd"], True, cwd=workspace.encode()))
@@ -260,6 +275,7 @@ NEEDED_FOR = {
     "CAP_CHOWN": ("chown", "Operation not permitted"),
     "CAP_KILL": ("kill", "Operation not permitted"),
     "CAP_NET_ADMIN": ("loopback", "returned non-zero exit status"),
+    "CAP_SYS_CHROOT": ("setns_mnt", "returned non-zero exit status"),
 }
 OPERATIONS = sorted({operation for operation, _ in NEEDED_FOR.values()})
 

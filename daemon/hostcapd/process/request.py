@@ -86,6 +86,12 @@ def resolve_cwd(cwd: str, tenant: Tenant) -> Cwd:
         root_fd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         raise Refusal("NOT_FOUND", "the tenant root does not exist") from None
+    if os.path.normpath(rel) == ".":
+        # The root itself: no lookup. Even "." beneath it needs search
+        # permission, which root lacks under the unit (no CAP_DAC_*) on a
+        # root private to the tenant (0700, the example's workspace).
+        os.close(root_fd)
+        return Cwd(base, base, ".")
     try:
         fd = openat2(
             root_fd, rel, os.O_PATH | os.O_DIRECTORY, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS

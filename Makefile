@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-DEB_PACKAGES := libcap-dev bubblewrap gcc python3-dev e2fsprogs util-linux
+DEB_PACKAGES := libcap-dev bubblewrap gcc python3-dev e2fsprogs util-linux curl apparmor
 SOURCES := pyproject.toml setup.py daemon/hostcapd/_childsetup.c
 
 .PHONY: venv frontend-user run test test-systemd systemd-root lint proto bench bench-quick soak dist clean

@@ -130,6 +130,30 @@ def test_a_spawn_runs_with_every_protection_this_host_gives(machine: Machine) ->
     assert bounding == sum(1 << bit for bit in want.values()), hex(bounding)
 
 
+def test_the_file_api_works_under_the_unit(machine: Machine) -> None:
+    # The fs worker runs as the tenant and resolves with openat2(RESOLVE_BENEATH).
+    fs = f"hostcapctl --socket {SOCKET} fs"
+    machine.ok(f"echo written | {fs} write --create-parents notes/a.txt", user=ENGINE_USER)
+    assert machine.ok(f"{fs} read notes/a.txt", user=ENGINE_USER) == "written\n"
+    escaped = machine.sh(f"{fs} read ../../../../etc/shadow", user=ENGINE_USER)
+    assert escaped.returncode != 0 and "root:" not in escaped.stdout
+
+
+def test_a_spawn_runs_in_a_subdirectory_of_its_workspace(machine: Machine) -> None:
+    machine.ok(f"{RUN} mkdir -p sub", user=ENGINE_USER)
+    # Root cannot search the 0700 workspace under the unit: the child, as the
+    # tenant, resolves the cwd beneath the root.
+    out = machine.ok(f"hostcapctl --socket {SOCKET} run --cwd sub -- pwd", user=ENGINE_USER)
+    assert out.strip().endswith("/workspace/sub")
+    # And nothing leaves the root that way.
+    for cwd in ("../reference", "sub/../..", "/etc"):
+        escaped = machine.sh(f"hostcapctl --socket {SOCKET} run --cwd {cwd} -- pwd", ENGINE_USER)
+        assert escaped.returncode != 0, (cwd, escaped.stdout)
+    machine.ok(f"{RUN} ln -s /etc sub/out", user=ENGINE_USER)
+    linked = machine.sh(f"hostcapctl --socket {SOCKET} run --cwd sub/out -- pwd", ENGINE_USER)
+    assert linked.returncode != 0 and "/etc" not in linked.stdout, linked
+
+
 def test_the_watchdog_is_fed(machine: Machine) -> None:
     before = machine.show("WatchdogUSec", "WatchdogTimestampMonotonic", "MainPID", "NRestarts")
     assert before["WatchdogUSec"] == "30s"

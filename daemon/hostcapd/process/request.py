@@ -101,6 +101,13 @@ def resolve_cwd(cwd: str, tenant: Tenant) -> Cwd:
             raise Refusal(
                 "PATH_ESCAPES_ROOT", f"cwd {cwd!r} resolves outside the tenant's roots"
             ) from None
+        lexical_rel = os.path.normpath(rel)
+        if error.errno == errno.EACCES and not lexical_rel.startswith(("..", "/")):
+            # Root cannot search a root private to the tenant (the unit keeps
+            # no CAP_DAC_*). The child resolves it again as the tenant, with
+            # openat2(RESOLVE_BENEATH) from the root it opened (apply_cwd),
+            # which is what confines it; a cwd that is not there fails there.
+            return Cwd(os.path.join(base, lexical_rel), base, lexical_rel)
         raise Refusal(
             "NOT_FOUND", f"cwd {cwd!r} is not a directory in the tenant's roots"
         ) from None

@@ -19,19 +19,21 @@ COMMAND_MODULES = (
 
 
 def version_line() -> str:
-    """`hostcapctl 0.2.0 (commit 1a2b3c4d, hostcap-client)`: the version of the
-    installed distribution this hostcapctl came with (the client's own wheel,
-    or the daemon's), and the commit its build was made from."""
+    """`hostcapctl 0.2.0 (commit 1a2b3c4d, hostcap-client)`: the version and
+    commit of this build (written into the wire package at build time, from
+    the same checkout as the client), and the distribution it came with (the
+    client's own wheel, or the daemon's)."""
     from importlib import metadata
 
-    from hostcap_proto.build import COMMIT
+    from hostcap_proto.build import COMMIT, VERSION
 
     for distribution in ("hostcap-client", "hostcap"):
         try:
-            return f"hostcapctl {metadata.version(distribution)} (commit {COMMIT}, {distribution})"
+            metadata.distribution(distribution)
         except metadata.PackageNotFoundError:
             continue
-    return "hostcapctl (version unknown: run from a source tree, not installed)"
+        return f"hostcapctl {VERSION} (commit {COMMIT}, {distribution})"
+    return f"hostcapctl {VERSION} (commit {COMMIT}, run from a source tree, not installed)"
 
 
 class _Version(argparse.Action):

@@ -45,7 +45,10 @@ test: venv frontend-user
 # a throwaway overlay of it. Needs root.
 SYSTEMD_STATE ?= .hostcap/systemd-test
 SYSTEMD_DEB_PACKAGES := debootstrap systemd-container
-DEBIAN_MIRROR ?= http://deb.debian.org/debian
+# The Debian archive this machine's apt already uses (its sources), unless given.
+DEBIAN_MIRROR ?= $(shell { sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/*.sources; \
+  sed -n 's/^deb  *\(\[[^]]*\]  *\)\{0,1\}\([^ ]*\) bookworm .*/\2/p' /etc/apt/sources.list; } 2>/dev/null \
+  | grep -v security | grep '/debian/*$$' | head -n 1)
 SYSTEMD_ROOT_PACKAGES := systemd,systemd-sysv,dbus,procps,iproute2,ca-certificates,python3,python3-venv,python3-dev,gcc,libcap-dev
 
 systemd-root: $(SYSTEMD_STATE)/debian12.stamp

@@ -46,6 +46,12 @@ class Ready(msgspec.Struct, tag="ready", forbid_unknown_fields=True):
     protections: list[tuple[str, bool, str]]
 
 
+class Listening(msgspec.Struct, tag="listening", forbid_unknown_fields=True):
+    """The proxy accepts on spawn `spawn_id`'s listener."""
+
+    spawn_id: str
+
+
 class Connection(msgspec.Struct, tag="connection", forbid_unknown_fields=True):
     """One connection attempt of a spawn, reported when it ends (a refused
     one at once)."""
@@ -64,7 +70,7 @@ class Connection(msgspec.Struct, tag="connection", forbid_unknown_fields=True):
 
 
 ToProxy = Hello | Listen | Forget
-FromProxy = Ready | Connection
+FromProxy = Ready | Listening | Connection
 _to_proxy = msgspec.msgpack.Decoder(ToProxy)
 _from_proxy = msgspec.msgpack.Decoder(FromProxy)
 _encoder = msgspec.msgpack.Encoder()

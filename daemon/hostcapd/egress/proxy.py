@@ -174,6 +174,8 @@ class Proxy:
             state.server = await asyncio.start_server(
                 lambda r, w: self._accepted(state, r, w), sock=listener
             )
+            with contextlib.suppress(OSError):
+                self.channel.send(messages.encode(messages.Listening(spawn_id)))
 
         task = asyncio.ensure_future(start())
         state.tasks.add(task)

@@ -129,6 +129,8 @@ class EgressProxy:
         self.listeners: dict[str, dict[str, str]] = {}
         self.protections: list[tuple[str, bool, str]] = []
         self.starts = 0
+        #: spawn id -> the proxy's word that it accepts on the spawn's listener.
+        self._listening: dict[str, asyncio.Future[None]] = {}
         self._lock = asyncio.Lock()
         self._stopping = False
 
@@ -214,26 +216,41 @@ class EgressProxy:
         """A new network namespace for spawn `spawn_id`, its listener handed
         to the proxy (started again first if it died); the namespace's fd,
         the caller's to close. EgressUnavailable when there is no proxy."""
-        async with self._lock:
-            if self._stopping:
-                raise EgressUnavailable("the daemon is stopping the egress proxy")
-            if not self.running:
+        for attempt in (1, 2):
+            async with self._lock:
+                if self._stopping:
+                    raise EgressUnavailable("the daemon is stopping the egress proxy")
+                if not self.running:
+                    self._lost()
+                    log.warning(
+                        "tenant %s: egress proxy not running; starting it", self.tenant.name
+                    )
+                    await self.start()
+            netns_fd, listener = await asyncio.to_thread(netns_with_listener)
+            listening = asyncio.get_running_loop().create_future()
+            self._listening[spawn_id] = listening
+            self.listeners[spawn_id] = dict(labels or {})
+            try:
+                assert self.channel is not None
+                messages.send_with_fd(
+                    self.channel, messages.encode(messages.Listen(spawn_id)), listener.fileno()
+                )
+                # Only once the proxy says it accepts: a proxy dying meanwhile
+                # is found here, not by the command's first connect.
+                await asyncio.wait_for(listening, START_TIMEOUT_S)
+                return netns_fd
+            except (OSError, TimeoutError, EgressUnavailable) as error:
+                os.close(netns_fd)
+                self.listeners.pop(spawn_id, None)
+                if attempt == 2:
+                    raise EgressUnavailable(
+                        f"the egress proxy did not take the listener: {error}"
+                    ) from None
                 self._lost()
-                log.warning("tenant %s: egress proxy not running; starting it", self.tenant.name)
-                await self.start()
-        netns_fd, listener = await asyncio.to_thread(netns_with_listener)
-        try:
-            assert self.channel is not None
-            messages.send_with_fd(
-                self.channel, messages.encode(messages.Listen(spawn_id)), listener.fileno()
-            )
-        except OSError as error:
-            os.close(netns_fd)
-            raise EgressUnavailable(f"the egress proxy cannot take the listener: {error}") from None
-        finally:
-            listener.close()  # the proxy holds it now
-        self.listeners[spawn_id] = dict(labels or {})
-        return netns_fd
+            finally:
+                listener.close()  # the proxy holds it now, or nobody does
+                self._listening.pop(spawn_id, None)
+        raise AssertionError("unreachable")
 
     def close(self, spawn_id: str) -> None:
         if self.listeners.pop(spawn_id, None) is None or self.channel is None:
@@ -262,6 +279,11 @@ class EgressProxy:
             log.error(
                 "tenant %s: egress proxy sent a malformed report: %s", self.tenant.name, error
             )
+            return
+        if isinstance(report, messages.Listening):
+            waiting = self._listening.get(report.spawn_id)
+            if waiting is not None and not waiting.done():
+                waiting.set_result(None)
             return
         if not isinstance(report, messages.Connection):
             return
@@ -316,6 +338,9 @@ class EgressProxy:
                 len(self.listeners),
             )
         self.listeners.clear()
+        for waiting in self._listening.values():
+            if not waiting.done():
+                waiting.set_exception(EgressUnavailable("the egress proxy went away"))
 
     async def stop(self) -> None:
         self._stopping = True

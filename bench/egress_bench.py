@@ -1,0 +1,193 @@
+"""What the egress proxy costs (issue 32): a download through it against the
+same download straight from the host's network, and a connection's set-up
+through it against a direct connect.
+
+    python -m bench.egress_bench [--quick]
+    results = run(quick=True)
+
+A hostcapd with one proxy-mode tenant (`allowed.test` resolved to the
+bench's own HTTP server on 127.0.0.1, no internet). Interleaved, round by
+round:
+
+- ``egress.download``: `curl` fetches 256 MiB (64 MiB with --quick) in a
+  spawn, through the proxy (plain HTTP proxying), against the same `curl`
+  run here in the host's network namespace; curl's own `time_total` for
+  both, so the spawn's start is not counted.
+- ``egress.setup``: a Python loop in a spawn opens N connections through
+  the proxy (CONNECT, up to its `200`), against the same loop here opening N
+  direct TCP connections to the server; the median per connection.
+
+Keys: ``egress.download.{proxy,direct}_s``, ``egress.download.ratio``,
+``egress.download.proxy_mib_s``, ``egress.setup.{proxy,direct}_us``,
+``egress.setup.ratio``, ``egress.rounds``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.server
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from hostcap_proto.v1 import process_pb2
+
+from bench.client import TenantClient
+from bench.daemon import BenchDaemon, state_parent
+from bench.native import BenchError
+
+MiB = 1 << 20
+SETUP_LOOP = r"""
+import socket, sys, time, statistics
+mode, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+times = []
+for _ in range(n):
+    t = time.perf_counter()
+    if mode == "proxy":
+        s = socket.create_connection(("127.0.0.1", 3128))
+        s.sendall(b"CONNECT allowed.test:%d HTTP/1.1\r\nHost: allowed.test\r\n\r\n" % port)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            more = s.recv(4096)
+            if not more:
+                raise SystemExit("the proxy hung up: " + got.decode(errors="replace"))
+            got += more
+        assert got.startswith(b"HTTP/1.1 200"), got
+    else:
+        s = socket.create_connection(("127.0.0.1", port))
+    times.append(time.perf_counter() - t)
+    s.close()
+print(statistics.median(times))
+"""
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        size = int(self.path.rsplit("/", 1)[1])
+        self.send_response(200)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        chunk = b"x" * MiB
+        left = size
+        while left:
+            n = min(left, len(chunk))
+            self.wfile.write(chunk[:n])
+            left -= n
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+async def _spawn(client: TenantClient, argv: list[str]) -> bytes:
+    request = process_pb2.SpawnRequest(argv=argv)
+    result = await client.process.Run(request)
+    if result.exited.outcome != 1 or result.exited.exit_code != 0:  # EXITED, 0
+        raise BenchError(f"{argv[0]} in the spawn failed: {result.stderr.decode(errors='replace')}")
+    return bytes(result.stdout)
+
+
+def _curl_time(stdout: bytes) -> float:
+    return float(stdout.decode().split()[0])
+
+
+async def measure(quick: bool) -> dict[str, Any]:
+    curl = shutil.which("curl")
+    if curl is None:
+        raise BenchError("curl is not installed")
+    size = (64 if quick else 256) * MiB
+    rounds = 3 if quick else 5
+    connects = 100 if quick else 300
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    state = Path(tempfile.mkdtemp(prefix="egress-", dir=state_parent()))
+    daemon = BenchDaemon(state / "d", ("full",))
+    daemon.config["daemon"]["allow_resolve_overrides"] = True
+    daemon.config["tenants"]["full"]["network"] = {
+        "mode": "proxy",
+        "allow": [f"allowed.test:{port}"],
+        "resolve": {"allowed.test": "127.0.0.1"},
+        "max_bytes": 64 * 1024 * MiB,
+        "max_connections": 100_000,
+    }
+    times: dict[str, list[float]] = {k: [] for k in ("proxy", "direct", "sproxy", "sdirect")}
+    try:
+        daemon.start()
+        workspace = daemon.workspace("full")
+        (workspace / "setup.py").write_text(SETUP_LOOP)
+        client = TenantClient(daemon.socket("full"))
+        write_out = ["-sS", "-o", "/dev/null", "-w", "%{time_total}\n"]
+        try:
+            for _ in range(rounds):
+                out = await _spawn(
+                    client, ["curl", *write_out, f"http://allowed.test:{port}/big/{size}"]
+                )
+                times["proxy"].append(_curl_time(out))
+                direct = subprocess.run(
+                    [curl, *write_out, "--noproxy", "*", f"http://127.0.0.1:{port}/big/{size}"],
+                    capture_output=True, check=True,
+                )  # fmt: skip
+                times["direct"].append(_curl_time(direct.stdout))
+                out = await _spawn(
+                    client,
+                    ["python3", str(workspace / "setup.py"), "proxy", str(port), str(connects)],
+                )
+                times["sproxy"].append(float(out))
+                here = subprocess.run(
+                    [sys.executable, "-c", SETUP_LOOP, "direct", str(port), str(connects)],
+                    capture_output=True, check=True,
+                )  # fmt: skip
+                times["sdirect"].append(float(here.stdout))
+        finally:
+            await client.close()
+    finally:
+        daemon.stop()
+        server.shutdown()
+        shutil.rmtree(state, ignore_errors=True)
+    proxy, direct = statistics.median(times["proxy"]), statistics.median(times["direct"])
+    sproxy, sdirect = statistics.median(times["sproxy"]), statistics.median(times["sdirect"])
+    return {
+        "egress.rounds": rounds,
+        "egress.download.bytes": size,
+        "egress.download.proxy_s": proxy,
+        "egress.download.direct_s": direct,
+        "egress.download.ratio": proxy / direct,
+        "egress.download.proxy_mib_s": size / MiB / proxy,
+        "egress.download.direct_mib_s": size / MiB / direct,
+        "egress.setup.proxy_us": sproxy * 1e6,
+        "egress.setup.direct_us": sdirect * 1e6,
+        "egress.setup.ratio": sproxy / sdirect,
+    }
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    return asyncio.run(measure(quick))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.egress_bench")
+    parser.add_argument("--quick", action="store_true")
+    results = run(parser.parse_args().quick)
+    print(json.dumps(results, indent=2))
+    print(
+        f"download {results['egress.download.bytes'] // MiB} MiB: proxy "
+        f"{results['egress.download.proxy_mib_s']:.0f} MiB/s, direct "
+        f"{results['egress.download.direct_mib_s']:.0f} MiB/s, ratio "
+        f"{results['egress.download.ratio']:.2f}x the time; connection set-up: proxy "
+        f"{results['egress.setup.proxy_us']:.0f} us, direct {results['egress.setup.direct_us']:.0f} us, "
+        f"ratio {results['egress.setup.ratio']:.1f}x"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

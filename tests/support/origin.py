@@ -104,3 +104,103 @@ class Origin:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class GitBackend(http.server.BaseHTTPRequestHandler):
+    """`git http-backend` (smart HTTP) as CGI, for the bare repositories
+    under `root` (set on a subclass)."""
+
+    root: Path
+
+    def do_GET(self) -> None:
+        self._cgi()
+
+    def do_POST(self) -> None:
+        self._cgi()
+
+    def _cgi(self) -> None:
+        path, _, query = self.path.partition("?")
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        env = {
+            "GIT_PROJECT_ROOT": str(self.root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "REQUEST_METHOD": self.command,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(length),
+            "PATH": "/usr/bin:/bin",
+        }
+        out = subprocess.run(
+            ["git", "http-backend"], input=body, env=env, capture_output=True, check=False
+        ).stdout
+        head, _, payload = out.partition(b"\r\n\r\n")
+        status = 200
+        headers = []
+        for line in head.split(b"\r\n"):
+            name, _, value = line.decode().partition(":")
+            if name.lower() == "status":
+                status = int(value.strip().split()[0])
+            elif name:
+                headers.append((name, value.strip()))
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class Files(http.server.SimpleHTTPRequestHandler):
+    """Static files (a package index) under `root` (set on a subclass)."""
+
+    root: Path
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, directory=str(self.root), **kwargs)  # type: ignore[arg-type]
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def serve(handler: type[http.server.BaseHTTPRequestHandler], tls: tuple[Path, Path]) -> Origin:
+    """An HTTPS server of `handler` (an Origin whose server is replaced)."""
+    origin = Origin.__new__(Origin)
+    origin.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(tls[0]), str(tls[1]))
+    origin.server.socket = context.wrap_socket(origin.server.socket, server_side=True)
+    origin.port = origin.server.server_address[1]
+    origin.thread = threading.Thread(target=origin.server.serve_forever, daemon=True)
+    origin.thread.start()
+    return origin
+
+
+def tiny_wheel(directory: Path, name: str = "hostcap_egress_probe", version: str = "1.0") -> Path:
+    """A minimal pure-Python wheel, made here (no build tool, no index)."""
+    import base64
+    import hashlib
+    import zipfile
+
+    wheel = directory / f"{name}-{version}-py3-none-any.whl"
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": b"VALUE = 42\n",
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{dist}/WHEEL": b"Wheel-Version: 1.0\nGenerator: hostcap-tests\nRoot-Is-Purelib: true\n"
+        b"Tag: py3-none-any\n",
+    }
+    record = []
+    for path, data in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
+    record.append(f"{dist}/RECORD,,")
+    files[f"{dist}/RECORD"] = ("\n".join(record) + "\n").encode()
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for path, data in files.items():
+            archive.writestr(path, data)
+    return wheel

@@ -452,10 +452,11 @@ class Proxy:
         ups = asyncio.ensure_future(pump(reader, up_writer, True))
         downs = asyncio.ensure_future(pump(up_reader, writer, False))
         try:
-            _, pending = await asyncio.wait({ups, downs}, return_when=asyncio.FIRST_COMPLETED)
+            done, pending = await asyncio.wait({ups, downs}, return_when=asyncio.FIRST_COMPLETED)
             # One way ended: the other runs on (a half-closed connection),
-            # unless the byte limit ended it.
-            if pending and not attempt.reason.startswith("the spawn's limit"):
+            # unless the byte limit or a broken connection ended it.
+            broken = any(not t.cancelled() and t.exception() is not None for t in done)
+            if pending and not broken and not attempt.reason.startswith("the spawn's limit"):
                 await asyncio.wait(pending)
         finally:
             for task in (ups, downs):

@@ -75,7 +75,9 @@ class FreshStart:
         exe_fd, stdin, stdout, stderr, cancel_fd, *rest = fds
         go_fd = rest.pop(0) if m.go else -1
         landlock_fd = rest.pop(0) if m.landlock else -1
-        given_netns = rest.pop(0) if m.netns and rest else -1
+        # A copy: the order's fds are closed after it, and this one is held
+        # until the child is reaped (as a pooled namespace's is).
+        given_netns = os.dup(rest.pop(0)) if m.netns and rest else -1
         plan, netns_fd, mntns_fd = spawner.plan(
             profile,
             m.profile,

@@ -6,6 +6,7 @@ reason in its output and a network.connect record in the audit log."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -260,3 +261,7 @@ async def test_the_tenants_ceilings_on_connections_and_bytes(
     # A new spawn starts with its own count.
     how, out, _ = await sh(daemon, f"curl -sS -m 20 {url}/")
     assert out == BODY
+    # The spawner held each spawn's namespace (its own copy of the fd) and
+    # let it go once idle, without closing anything twice.
+    await asyncio.sleep(1.5)
+    assert "spawner died" not in daemon.output()

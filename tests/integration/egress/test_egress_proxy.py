@@ -120,6 +120,8 @@ async def test_each_way_around_the_rules_is_refused_with_its_reason_and_audited(
             f"curl -sS -m 20 http://denied.test:{p}/",
             f"curl -sS -m 20 -o /dev/null -w 'connect:%{{http_connect}}\\n' --cacert {cert} "
             f"https://denied.test:{secure.port}/",
+            # the same through SOCKS5: its reply "not allowed by ruleset" (2)
+            f"curl -sS -m 20 -x socks5h://127.0.0.1:3128 http://denied.test:{p}/ 2>&1",
             # a name with no rule
             f"curl -sS -m 20 http://other.example:{p}/",
             # a name that resolves into 127.0.0.0/8 (no override: /etc/hosts)
@@ -135,12 +137,13 @@ async def test_each_way_around_the_rules_is_refused_with_its_reason_and_audited(
     assert how == "EXITED"
     assert "denied by rule 'denied.test'" in text
     assert "connect:403" in text  # CONNECT refused with a 403
+    assert "SOCKS5" in text and "(2)" in text, text  # SOCKS5 reply 2: not allowed by ruleset
     assert "no allow rule matches other.example" in text
     assert "resolved to 127.0.0.1, an internal address" in text
     assert "IP address 127.0.0.1 is refused" in text
     assert "IP address 169.254.169.254 is refused" in text
     assert BODY.decode() not in text
-    denied = [r for r in connects(daemon, at_least=6) if not r["allowed"]]
+    denied = [r for r in connects(daemon, at_least=7) if not r["allowed"]]
     hosts = {r["host"] for r in denied}
     assert {"denied.test", "other.example", "localhost", "127.0.0.1", "169.254.169.254"} <= hosts
     by_host = {r["host"]: r for r in denied}

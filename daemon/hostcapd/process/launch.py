@@ -58,6 +58,8 @@ class Launch:
         self.child_fds: list[int] = []
         #: The child's exit status, once `send` has sent the order.
         self.exit: asyncio.Future[ExitStatus] | None = None
+        #: The request's correlation labels (its network.connect records carry them).
+        self.labels: dict[str, str] = {}
         self._started: asyncio.Future[int] | None = None
 
     def make_cgroup(self, memory_bytes: int | None, pids: int | None) -> SpawnCgroup:
@@ -121,7 +123,7 @@ class FreshLaunch(Launch):
         if deps.egress is not None:
             # The spawn's network namespace, the proxy's listener in it.
             try:
-                netns_fd = await deps.egress.open(self.id)
+                netns_fd = await deps.egress.open(self.id, self.labels)
             except (EgressUnavailable, OSError) as error:
                 raise SetupFailed("egress", 0, str(error)) from None
             self.child_fds.append(netns_fd)

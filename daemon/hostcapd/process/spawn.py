@@ -255,6 +255,7 @@ class Spawn:
     async def _send_order(self) -> None:
         in_r, out_w, err_w = self._child_stdio
         fds = [self.prepared.exe.fd, in_r, out_w, err_w, self._cancel_fd, self._go_fd]
+        self.launch.labels = dict(self.request.labels)
         await self.launch.send(self._order, fds)
 
     async def _release_on_durable(self, synced: asyncio.Future[Any]) -> None:

@@ -80,7 +80,7 @@ def proxies(daemon: Daemon) -> list[int]:
 async def sh(daemon: Daemon, script: str) -> tuple[str, bytes, bytes]:
     client = Client(daemon.socket)
     try:
-        result = await client.run("sh", "-c", script)
+        result = await client.run("sh", "-c", script, labels={"session": "egress-test"})
     finally:
         await client.close()
     return outcome(result), result.stdout, result.stderr
@@ -106,6 +106,7 @@ async def test_curl_https_to_an_allowed_name_goes_through_the_proxy(
     assert tls["rule"] == f"allowed.test:{secure.port}"
     assert tls["bytes_down"] > len(BODY) and tls["bytes_up"] > 0  # TLS, relayed unread
     assert tls["tenant"] == "dev" and tls["spawn_id"]
+    assert tls["labels"] == {"session": "egress-test"}  # the request's, as on its exec
 
 
 @pytest.mark.skipif(CURL is None, reason="curl is not installed")

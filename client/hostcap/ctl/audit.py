@@ -330,6 +330,15 @@ def _detail(record: Mapping[str, Any], exec_record: Mapping[str, Any] | None = N
         return f"{record.get('path')} ({record.get('size')} bytes)"
     if event == "policy.deny":
         return f"{record.get('method')} {record.get('reason')}: {record.get('message')}"
+    if event == "network.connect":
+        where = f"{record.get('host')}:{record.get('port')}"
+        if not record.get("allowed"):
+            return f"DENIED {where} ({record.get('protocol')}): {record.get('reason')}"
+        return (
+            f"{where} -> {record.get('address')} by {record.get('rule')!r}, "
+            f"{record.get('bytes_up')} up {record.get('bytes_down')} down, "
+            f"{record.get('duration_ms')} ms"
+        )
     if event in ("daemon.start", "daemon.stop", "daemon.reload"):
         text = f"version {record.get('version')} tenants {','.join(record.get('tenants', []))}"
         return f"{text} {record['message']}" if record.get("message") else text

@@ -257,7 +257,9 @@ class Proxy:
             if head.method == b"CONNECT":
                 writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
             else:
-                up_writer.write(_origin_head(head, path))
+                origin_head = _origin_head(head, path)
+                up_writer.write(origin_head)
+                attempt.up += len(origin_head)
             if head.rest:
                 up_writer.write(head.rest)
                 attempt.up += len(head.rest)

@@ -42,6 +42,7 @@ from hostcap_proto.v1 import process_pb2
 from bench.client import TenantClient
 from bench.daemon import BenchDaemon, state_parent
 from bench.native import BenchError
+from bench.report import Line, Row
 
 MiB = 1 << 20
 SETUP_LOOP = r"""
@@ -174,6 +175,31 @@ async def measure(quick: bool) -> dict[str, Any]:
         "egress.setup.direct_us": sdirect * 1e6,
         "egress.setup.ratio": sproxy / sdirect,
     }
+
+
+def row(results: dict[str, Any]) -> Row:
+    """Row 7 of `make bench`: the proxy against the host's own network."""
+    mib = results["egress.download.bytes"] // MiB
+    return Row(
+        "7 egress proxy",
+        [
+            Line(
+                "7", f"{mib} MiB download through the proxy",
+                results["egress.download.ratio"],
+                f"{results['egress.download.proxy_mib_s']:.0f} MiB/s",
+                f"{results['egress.download.direct_mib_s']:.0f} MiB/s direct",
+                key="egress_download_ratio",
+            ),
+            Line(
+                "7", "connection set-up through the proxy (CONNECT to its 200)",
+                results["egress.setup.ratio"],
+                f"{results['egress.setup.proxy_us']:.0f} us",
+                f"{results['egress.setup.direct_us']:.0f} us direct connect",
+                key="egress_setup_ratio",
+            ),
+        ],
+        {k: float(v) for k, v in results.items()},
+    )  # fmt: skip
 
 
 def run(quick: bool = False) -> dict[str, Any]:

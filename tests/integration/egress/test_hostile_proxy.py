@@ -1,0 +1,61 @@
+"""The egress proxy parses untrusted bytes, so the daemon trusts nothing it
+says: a proxy replaced by a hostile one (tests/support/hostile_proxy.py)
+reports a connection of a spawn it was never given and sends junk; the
+daemon records neither, and records what it says of its own spawn under
+that spawn and tenant only."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from support import toml
+from support.daemon import audit_records, daemon_config, prepare_roots, tenant_config
+from support.process import Client, outcome
+
+from hostcapd.config import load_config
+from hostcapd.daemon import Daemon
+from hostcapd.egress.supervisor import EgressProxy
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the proxy mode needs root")
+HOSTILE = Path(__file__).resolve().parents[2] / "support" / "hostile_proxy.py"
+
+
+async def test_a_hostile_proxys_forged_reports_are_not_recorded(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(EgressProxy, "command", [sys.executable, "-I", str(HOSTILE)])
+    config = daemon_config(
+        state_dir,
+        {"dev": tenant_config(state_dir, "dev", network={"mode": "proxy", "allow": ["x.test"]})},
+    )
+    prepare_roots(config)
+    path = state_dir / "hostcapd.toml"
+    path.write_text(toml.dumps(config))
+    daemon = Daemon(load_config(path), path)
+    await daemon.start()
+    try:
+        client = Client(Path(config["tenants"]["dev"]["socket"]))
+        try:
+            result = await client.run("true")
+        finally:
+            await client.close()
+        assert outcome(result) == "EXITED"
+        spawn_id = result.started.spawn_id
+        deadline = asyncio.get_running_loop().time() + 20
+        while True:
+            records = [
+                r for r in audit_records(Path(config["audit"]["path"]))
+                if r["event"] == "network.connect"
+            ]  # fmt: skip
+            if records or asyncio.get_running_loop().time() > deadline:
+                break
+            await asyncio.sleep(0.05)
+        assert [(r["spawn_id"], r["tenant"], r["host"]) for r in records] == [
+            (spawn_id, "dev", "own.example")
+        ]
+    finally:
+        await daemon.stop()

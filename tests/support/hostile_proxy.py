@@ -16,7 +16,7 @@ import os
 import socket
 import sys
 
-from hostcapd.egress import messages  # noqa: I001
+from hostcapd.egress import messages
 
 
 def report(spawn_id: str, host: str) -> bytes:

@@ -12,13 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import toml
-from support.daemon import audit_records, daemon_config, prepare_roots, tenant_config
-from support.process import Client, outcome
-
 from hostcapd.config import load_config
 from hostcapd.daemon import Daemon
 from hostcapd.egress.supervisor import EgressProxy
+from support import toml
+from support.daemon import audit_records, daemon_config, prepare_roots, tenant_config
+from support.process import Client, outcome
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the proxy mode needs root")
 HOSTILE = Path(__file__).resolve().parents[2] / "support" / "hostile_proxy.py"

@@ -202,10 +202,19 @@ BASE_FIELDS: dict[str, dict[str, Any]] = {
         "keep_files": 1,
     },
     "network.connect": {
-        "tenant": "t", "spawn_id": "s", "protocol": "socks5", "host": "h", "port": 1,
-        "address": "", "rule": "", "allowed": False, "reason": "r", "bytes_up": 0,
-        "bytes_down": 0, "duration_ms": 0,
-    },  # fmt: skip
+        "tenant": "t",
+        "spawn_id": "s",
+        "protocol": "socks5",
+        "host": "h",
+        "port": 1,
+        "address": "",
+        "rule": "",
+        "allowed": False,
+        "reason": "r",
+        "bytes_up": 0,
+        "bytes_down": 0,
+        "duration_ms": 0,
+    },
 }
 
 

@@ -138,7 +138,7 @@ async def test_a_tenants_front_end_and_fs_worker_are_its_cost(
     children_adj = int(child.stdout)
     workers = {
         "front-end": [
-            p for p in children_of(daemon.pid) if b"hostcapd.bridge.frontend" in cmdline(p)
+            p for p in children_of(daemon.pid) if b"hostcapd.frontend" in cmdline(p)
         ],
         "fs worker": [p for p in children_of(daemon.pid) if b"hostcapd.fs.worker" in cmdline(p)],
     }

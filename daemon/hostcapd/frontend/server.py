@@ -146,7 +146,7 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
             relay.done(call_id)
         if isinstance(message, messages.Abort):
             await convert.abort(context, message)
-        return convert.to_proto(message.answer)
+        return convert.unary_reply(message.answer)
 
     async def stream(raw: bytes, context: Any) -> AsyncIterator[Any]:
         request, payload = await parse(raw, context)

@@ -220,7 +220,7 @@ class RunCommandResult(_Result):
         status = {
             Outcome.EXITED: f"exit code {self.exit_code}",
             Outcome.SIGNALED: f"killed by {self.signal_name}",
-        }.get(self.outcome, self.message or self.outcome.value)
+        }.get(self.outcome, self.message or self.outcome.value.lower())
         parts = [f"$ {shlex.join([self.command, *self.args])}", f"[{status}]"]
         for name, text, dropped in (
             ("stdout", self.stdout, self.stdout_dropped_bytes),

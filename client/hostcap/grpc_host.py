@@ -114,7 +114,7 @@ def _limits(limits: ProcessLimits) -> common_pb2.Limits:
 def _outcome(value: int) -> Outcome:
     name = common_pb2.Outcome.Name(value) if value in common_pb2.Outcome.values() else ""
     try:
-        return Outcome(name.lower())
+        return Outcome(name)
     except ValueError:
         raise HostError("HOST_FAILURE", f"the daemon reported outcome {value}") from None
 

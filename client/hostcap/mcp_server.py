@@ -182,7 +182,7 @@ class StreamingProcessArm:
             else ""
         )
         try:
-            outcome = Outcome(name.lower())
+            outcome = Outcome(name)
         except ValueError:
             raise HostError(
                 "HOST_FAILURE", f"the daemon reported outcome {exited.outcome}"

@@ -13,15 +13,12 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from hostcap_proto.v1 import common_pb2
+from hostcap_proto import names
 
 DOMAIN = "hostcap"
 
-#: Every reason the daemon may send, by name.
-REASONS: frozenset[str] = frozenset(
-    name for name in common_pb2.ErrorReason.keys()  # noqa: SIM118 (an enum wrapper, not a dict)
-    if name != "ERROR_REASON_UNSPECIFIED"
-)
+#: Every reason the daemon may send, by name (`hostcap_proto.names.ReasonName`).
+REASONS: frozenset[str] = frozenset(names.REASONS)
 
 #: The gRPC status code each reason travels with.
 STATUS_CODE: dict[str, grpc.StatusCode] = {

@@ -40,6 +40,7 @@ from typing import Annotated, Any, ClassVar
 
 import msgspec
 from google.protobuf import message as protobuf_message
+from hostcap_proto.names import HelperProtectionName
 from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 #: A uint64: msgspec's bounds are int64, so only the lower one is checked
@@ -292,7 +293,7 @@ REQUESTS: Mapping[str, Mapping[str, type[Request]]] = {
 class Protection(Value, frozen=True):
     """One protection of the front-end and whether it is in force."""
 
-    name: str
+    name: HelperProtectionName
     applied: bool
     reason: str
     required: bool

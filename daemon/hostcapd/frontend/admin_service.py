@@ -32,6 +32,7 @@ from hostcap_proto.audit import (
     tail_records,
 )
 from hostcap_proto.errors import WireError
+from hostcap_proto.names import ReasonName
 from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc
 
 from hostcapd.audit import AuditLog, AuditSubscription, AuditSubscriptionLagged
@@ -62,7 +63,7 @@ class ReloadRejected(Exception):
     """A reload was refused; the old config keeps serving. `reason` is a
     wire ErrorReason name, `message` says why."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: ReasonName, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
@@ -182,7 +183,7 @@ async def _abort(context: Context, code: grpc.StatusCode, message: str) -> NoRet
     raise AssertionError("abort returned")
 
 
-async def _refuse(context: Context, reason: str, message: str) -> NoReturn:
+async def _refuse(context: Context, reason: ReasonName, message: str) -> NoReturn:
     await context.abort_with_status(WireError(reason, message).to_status())  # type: ignore[attr-defined]
     raise AssertionError("abort_with_status returned")
 

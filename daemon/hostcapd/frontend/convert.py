@@ -72,7 +72,6 @@ def started_of(spawn: Spawn, attached: bool = False) -> process_pb2.Started:
 
 
 def exited_to_wire(spawn: Spawn, report: Report) -> process_pb2.Exited:
-    r = report.rusage
     exited = process_pb2.Exited(
         outcome=report.outcome.value,
         signal=report.signal,
@@ -80,15 +79,7 @@ def exited_to_wire(spawn: Spawn, report: Report) -> process_pb2.Exited:
         message=report.message,
         failed_step=report.failed_step,
         errno=report.errno,
-        rusage=common_pb2.Rusage(
-            user_seconds=r[0],
-            system_seconds=r[1],
-            max_rss_bytes=r[2] * 1024,
-            voluntary_context_switches=r[3],
-            involuntary_context_switches=r[4],
-            block_input_ops=r[5],
-            block_output_ops=r[6],
-        ),
+        rusage=common_pb2.Rusage(**report.rusage._asdict()),
         duration_seconds=report.duration,
         stdout=process_pb2.StreamStats(
             total_bytes=spawn.stdout.total,

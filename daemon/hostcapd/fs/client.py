@@ -30,10 +30,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from hostcap_proto.errors import REASONS
-
 from hostcapd.applied import Applied, Unavailable
-from hostcapd.errors import INTERNAL, UNAVAILABLE, Refusal
+from hostcapd.errors import UNAVAILABLE, Refusal
 from hostcapd.fs.protocol import FrameLink, ProtocolError, make_link
 from hostcapd.fs.worker import WorkerSettings, prepare_handover
 
@@ -176,11 +174,7 @@ class FsWorker:
             reply.close()
             # The worker parses untrusted paths: its reason is believed only
             # if it is one the wire has.
-            reason = str(answer.get("reason"))
-            raise Refusal(
-                reason if reason in REASONS or reason == INTERNAL else INTERNAL,
-                str(answer.get("message", "")),
-            )
+            raise Refusal(Refusal.reason_of(answer.get("reason")), str(answer.get("message", "")))
         return reply
 
     async def close(self) -> None:

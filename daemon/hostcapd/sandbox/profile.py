@@ -15,6 +15,8 @@ import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hostcap_proto.names import SpawnProtectionName
+
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
 from hostcapd.sandbox import cgroups, cpu, diskquota, landlock, namespaces, seccomp, sockets
 from hostcapd.spawner.messages import RegisterProfile
@@ -40,7 +42,7 @@ class ProtectionUnavailable(Exception):
 
 @dataclass(frozen=True)
 class ProtectionStatus:
-    name: str
+    name: SpawnProtectionName
     applied: bool
     reason: str
     required: bool

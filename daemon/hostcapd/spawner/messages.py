@@ -25,12 +25,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from hostcap_proto.names import Rusage
+
 from hostcapd.childsetup import LandlockRule, Mount, RLimit
 
 Wire = dict[str, Any]
 
 #: ru_utime, ru_stime, ru_maxrss, ru_nvcsw, ru_nivcsw, ru_inblock, ru_oublock
-Rusage = tuple[float, float, int, int, int, int, int]
 
 
 class MalformedMessage(ValueError):
@@ -665,7 +666,7 @@ class Exited:
             "id": self.id,
             "pid": self.pid,
             "status": self.status,
-            "rusage": self.rusage,
+            "rusage": tuple(self.rusage),
         }
 
     @classmethod
@@ -685,7 +686,7 @@ class Exited:
             _str(m, op, "id"),
             _int(m, op, "pid"),
             _int(m, op, "status"),
-            (usage[0], usage[1], usage[2], usage[3], usage[4], usage[5], usage[6]),
+            Rusage(*usage),
         )
 
 

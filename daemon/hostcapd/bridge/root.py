@@ -41,14 +41,17 @@ from typing import Any, ClassVar, Literal, cast
 
 import grpc
 from google.protobuf import message as protobuf_message
+from hostcap_proto.errors import WireError
 from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd import metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.bridge import channel, messages
 from hostcapd.config import Tenant
+from hostcapd.errors import shorten
 from hostcapd.frontend import handlers
 from hostcapd.frontend.sockets import StartupError
+from hostcapd.labels import MAX_REQUEST_ID, bounded_labels
 
 log = logging.getLogger("hostcapd.bridge")
 
@@ -62,6 +65,13 @@ RESTART_BACKOFF_S = (0.1, 10.0)
 STABLE_S = 30.0
 #: Calls in flight on one channel; more is a misbehaving front-end.
 MAX_CALLS = 4096
+#: Room in a call's message for all but its request (the channel's header
+#: is MessagePack of the values the request's protobuf held).
+HEADER_ROOM = 1024 * 1024
+#: A tenant's budget of request bytes the root side holds for its calls in
+#: flight, in its largest requests: a call past it is refused QUOTA_EXCEEDED,
+#: its payload unread.
+IN_FLIGHT_REQUESTS = 4
 #: The socket file's name in a front-end's bind directory.
 BIND_NAME = "s"
 #: The name the admin socket's front-end goes by (in logs and policy.deny):
@@ -200,6 +210,26 @@ def relayed_methods(kind: str, servicers: Mapping[str, Any]) -> dict[str, Relaye
 class _CallState:
     task: asyncio.Task[None] | None = None
     acked: asyncio.Future[None] | None = None
+    #: The payload bytes it holds of the tenant's in-flight budget.
+    held: int = 0
+
+
+class InFlight:
+    """Bytes of requests the root side holds for one tenant's calls not yet
+    answered (its front-end's channel: one per tenant), against a budget."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+
+    def reserve(self, size: int) -> bool:
+        if self.used + size > self.budget:
+            return False
+        self.used += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.used -= size
 
 
 # --- the channel's root end ------------------------------------------------------
@@ -215,9 +245,14 @@ class Bridge:
     methods: Mapping[str, Relayed]
     #: Called once when the channel is gone (EOF, broken, closed for a violation).
     on_lost: Callable[[], None]
+    #: The largest message a call may be (its max_receive, and the header).
+    limit: int = channel.MAX_PAYLOAD
+    in_flight: InFlight = field(default_factory=lambda: InFlight(channel.MAX_PAYLOAD))
     link: channel.Link | None = None
     ready: asyncio.Future[messages.Ready] | None = None
     calls: dict[int, _CallState] = field(default_factory=dict)
+    #: Payload bytes admitted for a call not yet taken up by `_call`.
+    _admitted: dict[int, int] = field(default_factory=dict)
 
     def attach(self, sock: Any) -> None:
         self.ready = asyncio.get_running_loop().create_future()
@@ -227,7 +262,19 @@ class Bridge:
             self._on_message,
             self._on_error,
             self.lost,
+            self.limit,
+            self._admit,
         )
+
+    def _admit(self, message: Any, size: int) -> bool:
+        """Read a call's payload only within the tenant's in-flight budget
+        (any other message's payload is never read)."""
+        if not isinstance(message, (messages.Call, messages.AdminCall)):
+            return False
+        if message.call in self._admitted or not self.in_flight.reserve(size):
+            return False
+        self._admitted[message.call] = size
+        return True
 
     def send(self, message: messages.Message, payload: bytes = b"") -> None:
         if self.link is not None:
@@ -235,9 +282,14 @@ class Bridge:
 
     # --- receiving ------------------------------------------------------------
 
-    def _on_message(self, message: Any, payload: bytes) -> None:
+    def _on_message(self, message: Any, payload: bytes | None) -> None:
         if isinstance(message, (messages.Call, messages.AdminCall)):
-            self._call(message, payload)
+            held = self._admitted.pop(message.call, 0)
+            try:
+                self._call(message, payload, held)
+            except BaseException:
+                self.in_flight.release(held)
+                raise
         elif isinstance(message, messages.Ack):
             state = self.calls.get(message.call)
             if state is not None and state.acked is not None and not state.acked.done():
@@ -256,26 +308,71 @@ class Bridge:
                 return
             metrics.rpc_finished(self.tenant, *relayed.observed, "INVALID_ARGUMENT")
 
-    def _call(self, message: messages.Call | messages.AdminCall, payload: bytes) -> None:
-        if message.call in self.calls:
-            self.violation(f"call id {message.call} is already in flight")
-            return
-        if len(self.calls) >= MAX_CALLS:
-            self.violation(f"more than {MAX_CALLS} calls in flight")
-            return
-        request = message.request
-        if request.payload_field is None and payload:
-            self.violation(f"{request.method} carries no payload, and one came")
-            return
+    def _call(
+        self, message: messages.Call | messages.AdminCall, payload: bytes | None, held: int
+    ) -> None:
+        """Start serving a call; `held` bytes of the budget are its payload's
+        (released when the call ends, or now if it does not start)."""
+        started = False
         try:
-            built = request.proto(payload)
-        except (ValueError, TypeError) as error:
-            self.violation(f"{request.method}: a value protobuf refuses: {error}")
-            return
-        relayed = self.methods[request.method]
-        state = _CallState()
-        self.calls[message.call] = state
-        state.task = asyncio.ensure_future(self._serve(message.call, relayed, built, state))
+            if message.call in self.calls:
+                self.violation(f"call id {message.call} is already in flight")
+                return
+            if len(self.calls) >= MAX_CALLS:
+                self.violation(f"more than {MAX_CALLS} calls in flight")
+                return
+            request = message.request
+            if request.payload_field is None and payload:
+                self.violation(f"{request.method} carries no payload, and one came")
+                return
+            relayed = self.methods[request.method]
+            if payload is None:  # not read: past the tenant's budget
+                self._refuse_unread(message.call, relayed, request)
+                return
+            try:
+                built = request.proto(payload)
+            except (ValueError, TypeError) as error:
+                self.violation(f"{request.method}: a value protobuf refuses: {error}")
+                return
+            del payload  # the built request holds its own copy
+            state = _CallState(held=held)
+            self.calls[message.call] = state
+            state.task = asyncio.ensure_future(self._serve(message.call, relayed, built, state))
+            started = True
+        finally:
+            if not started:
+                self.in_flight.release(held)
+
+    def _refuse_unread(self, call: int, relayed: Relayed, request: messages.Request) -> None:
+        """Refuse a call whose payload would pass the tenant's in-flight
+        budget (its payload was never read): QUOTA_EXCEEDED, audited."""
+        budget = self.in_flight
+        text = (
+            f"the daemon holds {budget.used} bytes of this tenant's calls in flight; this call "
+            f"would pass its budget of {budget.budget} bytes: retry once they are answered"
+        )
+        labels = getattr(request, "labels", None) or {}
+        try:
+            self.audit.write(
+                "policy.deny",
+                tenant=self.tenant,
+                method=relayed.name,
+                reason="QUOTA_EXCEEDED",
+                message=text,
+                labels=bounded_labels(labels),
+                request_id=shorten(str(getattr(request, "request_id", "")), MAX_REQUEST_ID),
+            )
+        except AuditUnavailable as error:
+            log.error("could not audit a refusal: %s", error)
+        status = WireError("QUOTA_EXCEEDED", text).to_status()
+        details = next(
+            (v for k, v in status.trailing_metadata if isinstance(v, bytes)), b""
+        )  # grpc-status-details-bin
+        self.send(
+            messages.Abort(call=call, code=status.code.value[0], details=status.details), details
+        )
+        if self.kind == "tenant":
+            metrics.rpc_finished(self.tenant, *relayed.observed, "QUOTA_EXCEEDED")
 
     def _on_error(self, error: channel.ChannelError) -> None:
         self.violation(str(error))
@@ -355,10 +452,17 @@ class Bridge:
             self.send(*context.abort_message(call))
         finally:
             self.calls.pop(call, None)
+            self.in_flight.release(state.held)
+            state.held = 0
             if self.kind == "tenant":
                 with contextlib.suppress(Exception):
                     result = handlers.call_result(cast(Any, context), error)
                     metrics.rpc_finished(self.tenant, *relayed.observed, result)
+            # The error's traceback holds this frame (and the servicer's, with
+            # the request): a reference cycle that would keep a refused
+            # call's payload alive until the cyclic collector ran.
+            error = None
+            del request
 
     def close(self) -> None:
         """Close the channel quietly (the owner is stopping it)."""
@@ -402,7 +506,16 @@ class Frontend:
     ) -> None:
         self.endpoint = endpoint
         self.identity = frontend_identity()
-        self.bridge = Bridge(endpoint.name, endpoint.kind, audit, methods, self._lost)
+        limit = endpoint.max_receive + HEADER_ROOM
+        self.bridge = Bridge(
+            endpoint.name,
+            endpoint.kind,
+            audit,
+            methods,
+            self._lost,
+            limit=limit,
+            in_flight=InFlight(IN_FLIGHT_REQUESTS * limit),
+        )
         self._on_lost = on_lost
         self.proc: subprocess.Popen[bytes] | None = None
         self.bind_dir: Path | None = None

@@ -129,14 +129,14 @@ class Rusage(NamedTuple):
     ``hostcap.v1.Rusage``'s (and the audit record's), in its order, so
     ``_asdict()`` is the one mapping to field names."""
 
-    user_seconds: float = 0.0
-    system_seconds: float = 0.0
-    #: Peak resident set size, in bytes (wait4 gives KiB: see `from_kib`).
-    max_rss_bytes: int = 0
-    voluntary_context_switches: int = 0
-    involuntary_context_switches: int = 0
-    block_input_ops: int = 0
-    block_output_ops: int = 0
+    user_seconds: float
+    system_seconds: float
+    #: Peak resident set size, in bytes (wait4 gives KiB: see `from_wait4`).
+    max_rss_bytes: int
+    voluntary_context_switches: int
+    involuntary_context_switches: int
+    block_input_ops: int
+    block_output_ops: int
 
     @classmethod
     def from_wait4(
@@ -151,3 +151,7 @@ class Rusage(NamedTuple):
     ) -> Rusage:
         """The usage of wait4's ``struct rusage`` (ru_maxrss in KiB)."""
         return cls(utime, stime, maxrss_kib * 1024, nvcsw, nivcsw, inblock, oublock)
+
+
+#: The usage of a spawn that never ran.
+NO_USAGE = Rusage(0.0, 0.0, 0, 0, 0, 0, 0)

@@ -8,16 +8,13 @@ import os
 import signal
 from dataclasses import dataclass
 
+from hostcap_proto.names import NO_USAGE, Rusage
 from hostcap_proto.names import Outcome as Outcome  # callers import it from here
-from hostcap_proto.names import Rusage
 
 from hostcapd.config import Limits
 from hostcapd.process import killing
 from hostcapd.sandbox.cgroups import CgroupStats
 from hostcapd.spawner.client import ExitStatus
-
-#: The usage of a spawn that never ran.
-_NO_USAGE = Rusage()
 
 
 @dataclass
@@ -31,7 +28,7 @@ class Report:
     message: str = ""
     failed_step: str = ""
     errno: int = 0
-    rusage: Rusage = _NO_USAGE
+    rusage: Rusage = NO_USAGE
     peak_memory_bytes: int | None = None
     oom_kills: int = 0
     duration: float = 0.0

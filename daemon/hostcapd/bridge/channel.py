@@ -64,6 +64,24 @@ class ChannelError(framing.FramingError):
 Admit = Callable[[Any, int], bool]
 
 
+class InFlight:
+    """Bytes of payloads a receiver holds for calls not yet answered,
+    against a budget (the root side: one per tenant, for its channel)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+
+    def reserve(self, size: int) -> bool:
+        if self.used + size > self.budget:
+            return False
+        self.used += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.used -= size
+
+
 def socketpair() -> tuple[socket.socket, socket.socket]:
     """The pair, with buffers large enough for a whole inline datagram (root
     forces them; an unprivileged end could not)."""

@@ -214,24 +214,6 @@ class _CallState:
     held: int = 0
 
 
-class InFlight:
-    """Bytes of requests the root side holds for one tenant's calls not yet
-    answered (its front-end's channel: one per tenant), against a budget."""
-
-    def __init__(self, budget: int) -> None:
-        self.budget = budget
-        self.used = 0
-
-    def reserve(self, size: int) -> bool:
-        if self.used + size > self.budget:
-            return False
-        self.used += size
-        return True
-
-    def release(self, size: int) -> None:
-        self.used -= size
-
-
 # --- the channel's root end ------------------------------------------------------
 
 
@@ -247,7 +229,9 @@ class Bridge:
     on_lost: Callable[[], None]
     #: The largest message a call may be (its max_receive, and the header).
     limit: int = channel.MAX_PAYLOAD
-    in_flight: InFlight = field(default_factory=lambda: InFlight(channel.MAX_PAYLOAD))
+    in_flight: channel.InFlight = field(
+        default_factory=lambda: channel.InFlight(channel.MAX_PAYLOAD)
+    )
     link: channel.Link | None = None
     ready: asyncio.Future[messages.Ready] | None = None
     calls: dict[int, _CallState] = field(default_factory=dict)
@@ -514,7 +498,7 @@ class Frontend:
             methods,
             self._lost,
             limit=limit,
-            in_flight=InFlight(IN_FLIGHT_REQUESTS * limit),
+            in_flight=channel.InFlight(IN_FLIGHT_REQUESTS * limit),
         )
         self._on_lost = on_lost
         self.proc: subprocess.Popen[bytes] | None = None

@@ -361,7 +361,7 @@ async def test_a_call_past_the_tenants_in_flight_budget_is_refused_unread(
     in flight (four of its largest requests; here made 12 MiB, so two 8 MiB
     ones pass it): the second call is refused QUOTA_EXCEEDED, audited, and
     its payload is never read; the first runs. Not a violation."""
-    from hostcapd.bridge.root import InFlight
+    from hostcapd.bridge.channel import InFlight
 
     bridge = split.frontend("attacker").bridge
     monkeypatch.setattr(bridge, "in_flight", InFlight(12 * MiB))

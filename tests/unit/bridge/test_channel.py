@@ -294,3 +294,12 @@ def test_the_memfd_a_sender_makes_is_sealed() -> None:
             os.pwrite(fd, b"y", 0)
     finally:
         os.close(fd)
+
+
+def test_the_in_flight_budget_admits_up_to_its_bytes_and_takes_them_back() -> None:
+    budget = channel.InFlight(100)
+    assert budget.reserve(60) and budget.reserve(40)
+    assert not budget.reserve(1)
+    budget.release(40)
+    assert not budget.reserve(41) and budget.reserve(40)
+    assert budget.used == 100

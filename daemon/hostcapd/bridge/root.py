@@ -390,6 +390,11 @@ class Bridge:
         if link is None:
             return
         link.close()
+        # A payload admitted, then found unreadable (a violation), was never
+        # a call: its bytes go back to the tenant's budget.
+        for held in self._admitted.values():
+            self.in_flight.release(held)
+        self._admitted.clear()
         if self.ready is not None and not self.ready.done():
             self.ready.set_exception(ConnectionError("the front-end closed its channel"))
             self.ready.add_done_callback(_retrieve)

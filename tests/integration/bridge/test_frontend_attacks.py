@@ -280,6 +280,7 @@ async def _violation(split: Split, hostile: int, words: str) -> dict[str, Any]:
     named = [d for d in denials if words in d["message"]]
     assert named, denials
     assert not split.records("process.exec", tenant="attacker")
+    assert split.frontend("attacker").bridge.in_flight.used == 0  # nothing held for it
     return named[0]
 
 

@@ -71,3 +71,11 @@ def test_rusage_fields_are_the_wire_rusage_message_and_the_audit_records() -> No
     assert usage.max_rss_bytes == 4096
     assert common_pb2.Rusage(**usage._asdict()).max_rss_bytes == 4096
     assert models.Rusage(**usage._asdict()).model_dump() == usage._asdict()
+
+
+def test_the_clients_host_reasons_are_the_wires_and_its_own() -> None:
+    from hostcap.errors import CLIENT_HOST_REASONS, HOST_REASONS, host_reason
+
+    assert set(HOST_REASONS) == set(names.REASONS) | CLIENT_HOST_REASONS
+    assert host_reason("PATH_ESCAPES_ROOT") == "PATH_ESCAPES_ROOT"
+    assert host_reason("A_NEWER_DAEMONS_REASON") == "HOST_FAILURE"

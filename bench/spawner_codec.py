@@ -4,8 +4,9 @@ process, interleaved.
 
     python -m bench.spawner_codec [BASELINE_REV]
 
-The old codec is read from git (`spawner/messages.py` at BASELINE_REV, the
-last revision with it) and loaded beside today's. One round trip is what the
+The old codec is read from git (`spawner/messages.py` at BASELINE_REV; by
+default the parent of the commit that removed its hand-written checks,
+found in the history) and loaded beside today's. One round trip is what the
 spawn path pays: encode a typical spawn order (argv, env, rlimits, ids),
 decode and check it as the spawner does, then encode and decode its two
 reports (Started, Exited). No socket: only the codec. Rounds alternate the
@@ -30,8 +31,8 @@ from typing import Any
 from hostcap_proto.names import Rusage
 from hostcapd.spawner import messages
 
-#: The last revision whose spawner/messages.py is the marshal codec.
-BASELINE_REV = "94c23d2"
+#: A name only the old codec had (its per-message key sets).
+OLD_CODEC_MARK = "_wire_keys"
 ROUNDS = 40
 REPEAT = 2000
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +46,20 @@ ENVP = [
     b"TMPDIR=/tmp",
 ]
 RLIMITS = [(4, 0, 0), (7, 256, 256), (1, 1 << 30, 1 << 30), (0, 30, 30)]
+
+
+def baseline_rev() -> str:
+    """The last revision whose spawner/messages.py is the marshal codec."""
+    removed = subprocess.run(
+        [
+            *("git", "-C", str(REPO), "log", "-1", "--format=%H", f"-G{OLD_CODEC_MARK}"),
+            *("--", "daemon/hostcapd/spawner/messages.py"),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    return f"{removed}^"
 
 
 def old_codec(rev: str) -> ModuleType:
@@ -120,7 +135,7 @@ def timed(one: Callable[[], None]) -> float:
 
 
 def main(argv: list[str]) -> int:
-    old = old_codec(argv[0] if argv else BASELINE_REV)
+    old = old_codec(argv[0] if argv else baseline_rev())
     contenders = {"marshal": marshal_round(old), "msgspec": msgspec_round()}
     # The same values both ways (the old codec checks the same fields).
     new = messages.to_spawner(messages.SpawnOrder(**order_fields(2)).to_wire())

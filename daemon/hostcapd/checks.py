@@ -33,6 +33,7 @@ from hostcapd.config import (
 from hostcapd.sandbox import landlock, seccomp
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import HostSupport, ProtectionUnavailable
+from hostcapd.sandbox.tenant_ceilings import share_problems
 
 #: Status codes of a refused reload (hostcap_proto's error codes).
 INVALID: Final = "INVALID_ARGUMENT"
@@ -67,6 +68,9 @@ def check_config(
     """Every problem of `config` on `host`; `tenants` limits the per-tenant
     checks to those names (a reload checks the tenants it adds or changes)."""
     problems = _daemon_problems(config)
+    # The tenants together, whatever subset is checked: a reload that adds
+    # one may take the host past its share.
+    problems += [Problem(INVALID, m) for m in share_problems(config.tenants, host.totals)]
     wanted = None if tenants is None else set(tenants)
     for tenant in config.tenants:
         if wanted is None or tenant.name in wanted:

@@ -200,7 +200,18 @@ class DiskSettings(_Model):
     inodes: int | None = Field(default=None, gt=0)
 
 
-DEFAULT_PROTECTED_PATHS = PROTECTED_PATHS
+DEFAULT_PROTECTED_PATHS = (
+    *PROTECTED_PATHS,
+    # Files git reads and runs programs from (filters, diff drivers, submodule
+    # commands): a write there is code a later git run executes (issue 29).
+    "**/.gitconfig",
+    "**/.gitattributes",
+    "**/.gitmodules",
+    "**/.config/git/**",
+    "**/.git/info/attributes",
+    "**/.git/config.worktree",
+    "**/.git/modules/**",
+)
 DEFAULT_SECRET_PATHS = SECRET_PATHS
 
 
@@ -270,6 +281,13 @@ class Tenant(_Model):
     env_allowlist: tuple[str, ...] = ()
     limits: TenantLimits
     max_concurrent_spawns: int = Field(default=64, gt=0)
+    #: The tenant as a whole (hostcapd.sandbox.tenant_ceilings): tasks and
+    #: memory of all its spawns together, its tenant cgroup's pids.max and
+    #: memory limit. Unset: an equal part of half the host's pid_max and
+    #: memory, less its front-end's. check-config refuses tenants that
+    #: together could take more than that half.
+    tenant_pids: int | None = Field(default=None, gt=0)
+    tenant_memory_bytes: int | None = Field(default=None, gt=0)
     #: Children kept set up ahead of need (the warm path, decision 0026):
     #: a spawn that finds one ready skips its clone and sandbox set-up.
     #: Unset: 2 where the profile has a pid namespace (measured to pay
@@ -464,8 +482,9 @@ class DaemonSettings(_Model):
     event_loop: Literal["asyncio", "uvloop"] = "asyncio"
     #: Serve each tenant's socket from its own unprivileged front-end process
     #: (the privilege split, docs/decisions/0027-the-privilege-split.md). A
-    #: host that cannot confine a front-end refuses to start; false serves
-    #: every tenant from the root process instead, as before the split.
+    #: host that cannot confine a front-end refuses to start; false runs the
+    #: same front-end code in the root process instead, unconfined (the
+    #: benchmark's comparison: what the separate processes cost).
     frontend_processes: bool = True
 
 

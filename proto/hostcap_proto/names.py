@@ -111,10 +111,11 @@ ReasonName = Literal[
 ]
 REASONS: tuple[ReasonName, ...] = get_args(ReasonName)
 
-#: Not wire reasons: an unexpected failure (gRPC INTERNAL) and a mechanism
-#: that is not there right now, such as the fs worker (gRPC UNAVAILABLE).
+#: Not wire reasons: an unexpected failure (gRPC INTERNAL), a mechanism that
+#: is not there right now, such as the fs worker (gRPC UNAVAILABLE), and the
+#: admin socket's waits and followers (DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED).
 #: They travel as gRPC's own status codes, without an ErrorInfo.
-TransportReason = Literal["INTERNAL", "UNAVAILABLE"]
+TransportReason = Literal["INTERNAL", "UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"]
 TRANSPORT_REASONS: tuple[TransportReason, ...] = get_args(TransportReason)
 
 #: What the daemon may refuse (or fail) a call with.

@@ -89,21 +89,23 @@ def socketpair() -> tuple[socket.socket, socket.socket]:
 
 
 _ENCODER = msgspec.msgpack.Encoder()
+#: A payload: its bytes, or its pieces in order (gathered, never joined).
+Payload = bytes | bytearray | memoryview | list[bytes | bytearray | memoryview]
 
 
-def encode(
-    message: msgspec.Struct, payload: bytes | memoryview = b""
-) -> tuple[list[Any], list[int]]:
+def encode(message: msgspec.Struct, payload: Payload = b"") -> tuple[list[Any], list[int]]:
     """The datagram's buffers and fds (a memfd the caller closes once sent):
     a message above INLINE_PAYLOAD travels whole, header and payload, in a
-    memfd, and the datagram is its prefix alone."""
+    memfd, and the datagram is its prefix alone. A payload in pieces is
+    gathered by sendmsg or written piece by piece: never joined."""
     header = _ENCODER.encode(message)
-    size = len(header) + len(payload)
+    pieces = payload if isinstance(payload, list) else [payload]
+    size = len(header) + sum(len(p) for p in pieces)
     if size <= INLINE_PAYLOAD:
-        return [_PREFIX.pack(len(header), 0), header, payload], []
+        return [_PREFIX.pack(len(header), 0), header, *pieces], []
     if size > MAX_PAYLOAD:
         raise ChannelError(f"a {type(message).__name__} of {size} bytes is too large")
-    fd = framing.sealed_memfd((header, payload), "hostcap-message")
+    fd = framing.sealed_memfd((header, *pieces), "hostcap-message")
     return [_PREFIX.pack(len(header), size)], [fd]
 
 
@@ -193,7 +195,7 @@ class Link:
 
     # --- sending ------------------------------------------------------------
 
-    def send(self, message: msgspec.Struct, payload: bytes | memoryview = b"") -> None:
+    def send(self, message: msgspec.Struct, payload: Payload = b"") -> None:
         """Send now, or queue until the socket drains; never blocks. Raises
         ChannelError for a message that cannot be framed."""
         if self.closed:

@@ -2,9 +2,9 @@
 
     python -I -m hostcapd.fs.worker FD
 
-started by the front-end (`hostcapd.fs.client.FsWorker`) as a fresh
+started by the daemon (`hostcapd.fs.client.FsWorker`) as a fresh
 interpreter (never a fork of the gRPC process), with one end of a
-socketpair as FD. The front-end has already opened, as root, what the
+socketpair as FD. The daemon has already opened, as root, what the
 worker inherits (`Handover`): a directory fd per root and the landlock
 ruleset, as the spawner prepares a child. The worker reads the `hello`
 frame (its `WorkerSettings` and those fd numbers), then confines itself,
@@ -105,7 +105,7 @@ def _drop_identity(settings: WorkerSettings) -> Applied:
 
 @dataclass
 class Handover:
-    """What the front-end opens for the worker, as root, before it starts:
+    """What the daemon opens for the worker, as root, before it starts:
     the roots' directory fds and the landlock ruleset (the way the spawner
     prepares a child). The roots then need no path the tenant could
     traverse above them; everything beneath is looked up as the tenant."""
@@ -131,7 +131,7 @@ class Handover:
 
 
 def prepare_handover(settings: WorkerSettings) -> Handover:
-    """Open the roots and build the landlock ruleset (in the front-end).
+    """Open the roots and build the landlock ruleset (in the daemon).
     Raises Unavailable naming a root that cannot be opened, or a required
     landlock the host cannot provide."""
     root_fds: list[int] = []
@@ -207,7 +207,7 @@ def confine(settings: WorkerSettings, handover: Handover) -> tuple[list[Applied]
     applied = [_drop_identity(settings)]
     prctl.set_pdeathsig(signal.SIGKILL)
     if os.getppid() != settings.parent_pid:
-        raise Unavailable("the front-end went away during start-up")
+        raise Unavailable("the daemon went away during start-up")
     # No core dumps and no ptrace by other processes of the same uid: the
     # tenant's own spawns run as the worker's uid and must not attach to it.
     prctl.set_dumpable(False)
@@ -303,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: python -m hostcapd.fs.worker FD (started by hostcapd)", file=sys.stderr)
         return 2
     sock = socket.socket(fileno=int(args[0]))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front-end decides when it stops
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when it stops
     try:
         header, _ = read_frame(sock, max_data=0)
         hello = messages.decode_hello(header)

@@ -1,0 +1,52 @@
+"""Refusing a call, for every service: audit it as policy.deny, then raise
+the `Refusal`, which the channel carries to the front-end as an `Abort`
+(`hostcapd.bridge.frontends`): a typed status with an ErrorInfo reason, or
+gRPC's own INTERNAL or UNAVAILABLE for the transport conditions."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.errors import Refusal, shorten
+from hostcapd.labels import MAX_REQUEST_ID, bounded_labels
+
+log = logging.getLogger("hostcapd.service")
+
+
+def refuse(
+    audit: AuditLog,
+    tenant: str,
+    method: str,
+    refusal: Refusal,
+    labels: Mapping[str, str],
+    request_id: str,
+    *,
+    path: str | None = None,
+    audited: bool = True,
+    details: Mapping[str, Any] | None = None,
+) -> NoReturn:
+    """`audited` False for refusals not worth a line (a missing file read);
+    `details`: more fields of the policy.deny (what a refused spawn asked for)."""
+    if audited:
+        fields: dict[str, Any] = {
+            "tenant": tenant,
+            "method": method,
+            "reason": refusal.reason,
+            "message": refusal.message,
+            # The request may be refused for these very fields: record them bounded.
+            "labels": bounded_labels(labels),
+            "request_id": shorten(request_id, MAX_REQUEST_ID),
+        }
+        if path is not None:
+            fields["path"] = path
+        if details:
+            fields.update(details)
+        try:
+            audit.write("policy.deny", **fields)
+        except AuditUnavailable as error:
+            # the request is refused anyway; its own reason says more
+            log.error("could not audit a refusal: %s", error)
+    raise refusal

@@ -45,7 +45,8 @@ def test_protection_names_are_the_wires_and_every_side_uses_them() -> None:
     assert config.PROTECTION_NAMES is names.SPAWN_PROTECTIONS
     assert ProtectionStatus.__annotations__["name"] == "SpawnProtectionName"
     assert Applied.__annotations__["name"] == "HelperProtectionName"
-    assert messages.Protection.__annotations__["name"] == "HelperProtectionName"
+    # The channel carries both: a spawn's (Started, Capabilities) and a helper's.
+    assert messages.Protection.__annotations__["name"] == "ProtectionName"
     assert models.Protection.model_fields["name"].annotation == names.ProtectionName
     assert {
         n for part in get_args(names.ProtectionName) for n in get_args(part)

@@ -210,7 +210,7 @@ def over_budget(link: Channel, targets: Result) -> Result:
     """Two Run calls with a large stdin at once: the second passes the
     tenant's in-flight budget while the first is running."""
     for call in (1, 2):
-        request = messages.RunRequest(argv=targets["argv"], payload=True)
+        request = messages.RunCall(argv=targets["argv"], payload=True)
         link.send(messages.Call(call=call, request=request), b"x" * targets["stdin"])
     second = link.answer(2)
     return {"first": link.answer(1), "second": second}

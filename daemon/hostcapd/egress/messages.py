@@ -10,6 +10,7 @@ import socket
 from typing import Literal
 
 import msgspec
+from hostcap_proto.names import HelperProtectionName
 
 #: Largest datagram either side sends (a Hello with many rules).
 MAX_DATAGRAM = 256 * 1024
@@ -43,7 +44,7 @@ class Forget(msgspec.Struct, tag="forget", forbid_unknown_fields=True):
 
 class Ready(msgspec.Struct, tag="ready", forbid_unknown_fields=True):
     #: (name, applied, detail) of each confinement step.
-    protections: list[tuple[str, bool, str]]
+    protections: list[tuple[HelperProtectionName, bool, str]]
 
 
 class Listening(msgspec.Struct, tag="listening", forbid_unknown_fields=True):

@@ -39,6 +39,7 @@ import threading
 from collections.abc import Callable
 
 import msgspec
+from hostcap_proto.names import HelperProtectionName
 
 from hostcapd import linux, metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
@@ -127,7 +128,7 @@ class EgressProxy:
         self.channel: socket.socket | None = None
         #: spawn id -> labels of the spawn (its audit correlation).
         self.listeners: dict[str, dict[str, str]] = {}
-        self.protections: list[tuple[str, bool, str]] = []
+        self.protections: list[tuple[HelperProtectionName, bool, str]] = []
         self.starts = 0
         #: spawn id -> the proxy's word that it accepts on the spawn's listener.
         self._listening: dict[str, asyncio.Future[None]] = {}

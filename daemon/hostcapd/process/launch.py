@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import os
 import uuid
 from typing import TYPE_CHECKING, Protocol
+
+import msgspec
 
 from hostcapd.egress.supervisor import EgressUnavailable
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
@@ -136,7 +137,7 @@ class FreshLaunch(Launch):
             extra += cgroup_fds
         order = order_for(landlock=ruleset >= 0, warm=False)
         if netns:
-            order = dataclasses.replace(order, netns=True)
+            order = msgspec.structs.replace(order, netns=True)
         await self._send(order, fds + extra)
         self._close_child_fds()
 

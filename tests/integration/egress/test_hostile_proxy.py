@@ -58,3 +58,37 @@ async def test_a_hostile_proxys_forged_reports_are_not_recorded(
         ]
     finally:
         await daemon.stop()
+
+
+async def test_while_no_proxy_can_start_a_spawn_fails_typed_never_open(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = daemon_config(
+        state_dir,
+        {"dev": tenant_config(state_dir, "dev", network={"mode": "proxy", "allow": ["x.test"]})},
+    )
+    prepare_roots(config)
+    path = state_dir / "hostcapd.toml"
+    path.write_text(toml.dumps(config))
+    daemon = Daemon(load_config(path), path)
+    await daemon.start()
+    try:
+        egress = daemon.tenants["dev"].runtime.deps.egress
+        assert egress is not None and egress.proc is not None
+        # The proxy dies, and no new one can start (its program exits at once).
+        monkeypatch.setattr(EgressProxy, "command", ["/bin/false"])
+        egress.proc.kill()
+        client = Client(Path(config["tenants"]["dev"]["socket"]))
+        try:
+            result = await client.run("true")
+            assert outcome(result) == "SPAWN_FAILED"
+            assert result.exited.failed_step == "egress"
+            assert "egress proxy" in result.exited.message
+            # Back once a proxy can start again.
+            monkeypatch.undo()
+            result = await client.run("true")
+            assert outcome(result) == "EXITED"
+        finally:
+            await client.close()
+    finally:
+        await daemon.stop()

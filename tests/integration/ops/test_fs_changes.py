@@ -1,0 +1,192 @@
+"""Each spawn's fs.changes record names exactly the files it created,
+modified, deleted or renamed beneath the tenant's roots (decision 0030):
+two spawns of one tenant running at once each get their own, a process the
+command left behind is attributed to its spawn, and the record comes before
+the spawn's exit record."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hostcap_proto.v1 import host_pb2, host_pb2_grpc
+from support.daemon import Daemon, audit_records
+from support.process import Client, outcome
+
+MiB = 1 << 20
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="loop devices and fanotify need root")
+
+#: Write, rename and delete its own files; the second spawn's start waits on
+#: a file the first makes, so they surely overlap.
+WORK = r"""
+set -e
+cd "$1"; me=$2
+mkdir -p "d-$me"
+echo one > "d-$me/new.txt"
+echo keep > "keep-$me.txt"
+echo gone > "gone-$me.txt"
+mv "d-$me/new.txt" "d-$me/moved.txt"
+rm "gone-$me.txt"
+echo more >> "existing-$me.txt"
+touch "started-$me"
+i=0; while [ ! -e "started-$3" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+echo late > "after-$me.txt"
+"""
+
+
+def _changes(daemon: Daemon, spawn_id: str) -> dict[str, Any]:
+    records = list(audit_records(daemon.audit_path))
+    mine = [r for r in records if r.get("spawn_id") == spawn_id]
+    events = [r["event"] for r in mine]
+    assert "fs.changes" in events, events
+    assert events.index("fs.changes") < events.index("process.exit"), events
+    return next(r for r in mine if r["event"] == "fs.changes")
+
+
+def _by_path(record: dict[str, Any], root: str) -> dict[str, list[str]]:
+    return {c["path"].removeprefix(root + "/"): c["kinds"] for c in record["changes"]}
+
+
+async def test_two_concurrent_spawns_each_name_exactly_their_own_changes(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = start_daemon(tenants={"dev": {"disk": {"budget_bytes": 64 * MiB}}})
+    root = str(daemon.root("dev"))
+    client = Client(daemon.socket)
+    try:
+        made = await client.run(
+            "sh", "-c", 'cd "$1"; echo x > existing-a.txt; echo x > existing-b.txt', "sh", root
+        )
+        assert _by_path(_changes(daemon, made.started.spawn_id), root) == {
+            "existing-a.txt": ["created", "modified"],
+            "existing-b.txt": ["created", "modified"],
+        }
+        a, b = await asyncio.gather(
+            client.run("sh", "-c", WORK, "sh", root, "a", "b", limits={"wall_seconds": 60}),
+            client.run("sh", "-c", WORK, "sh", root, "b", "a", limits={"wall_seconds": 60}),
+        )
+    finally:
+        await client.close()
+    assert outcome(a) == "EXITED" and a.exited.exit_code == 0, a.stderr
+    assert outcome(b) == "EXITED" and b.exited.exit_code == 0, b.stderr
+    for result, me in ((a, "a"), (b, "b")):
+        record = _changes(daemon, result.started.spawn_id)
+        assert record["complete"], record
+        assert _by_path(record, root) == {
+            f"d-{me}": ["created"],
+            f"d-{me}/new.txt": ["created", "modified", "renamed_from"],
+            f"d-{me}/moved.txt": ["renamed_to"],
+            f"keep-{me}.txt": ["created", "modified"],
+            f"gone-{me}.txt": ["created", "modified", "deleted"],
+            f"existing-{me}.txt": ["modified"],
+            f"started-{me}": ["created"],
+            f"after-{me}.txt": ["created", "modified"],
+        }, record
+        sizes = {c["path"]: c.get("size") for c in record["changes"]}
+        assert sizes[f"{root}/keep-{me}.txt"] == 5
+        assert sizes[f"{root}/gone-{me}.txt"] is None  # deleted: nothing to measure
+        assert next(c for c in record["changes"] if c["path"] == f"{root}/d-{me}")["dir"]
+
+
+async def test_a_left_behind_grandchild_is_attributed_to_its_spawn(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    """The writer's parent has exited (it is reparented, in a session of its
+    own) and the writer exits right after its write, so when its event is read
+    neither it nor its parent may exist: only its ancestry names the spawn. A
+    second spawn runs meanwhile, so "the tenant's only spawn" would not do."""
+    daemon = start_daemon(tenants={"dev": {"disk": {"budget_bytes": 64 * MiB}}})
+    root = str(daemon.root("dev"))
+    leaver = (
+        "cd \"$1\"; (setsid sh -c 'sleep 0.3; echo late > orphan.txt' &) ; "
+        "sleep 1.5; test -s orphan.txt"
+    )
+    client = Client(daemon.socket)
+    try:
+        left, other = await asyncio.gather(
+            client.run("sh", "-c", leaver, "sh", root, limits={"wall_seconds": 60}),
+            client.run(
+                "sh", "-c", 'sleep 0.2; echo x > "$1/other.txt"; sleep 1', "sh", root,
+                limits={"wall_seconds": 60},
+            ),
+        )  # fmt: skip
+    finally:
+        await client.close()
+    assert outcome(left) == "EXITED" and left.exited.exit_code == 0, left.stderr
+    assert outcome(other) == "EXITED", other.stderr
+    assert _by_path(_changes(daemon, left.started.spawn_id), root) == {
+        "orphan.txt": ["created", "modified"]
+    }
+    assert _by_path(_changes(daemon, other.started.spawn_id), root) == {
+        "other.txt": ["created", "modified"]
+    }
+
+
+async def test_a_spawn_that_changes_nothing_has_an_empty_record_and_fs_api_writes_are_not_its(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = start_daemon(tenants={"dev": {"disk": {"budget_bytes": 64 * MiB}}})
+    client = Client(daemon.socket)
+    try:
+        result = await client.run("true")
+    finally:
+        await client.close()
+    record = _changes(daemon, result.started.spawn_id)
+    assert record["changes"] == [] and record["complete"], record
+
+
+def test_required_fs_changes_without_a_file_system_of_its_own_refuses_the_tenant(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    with pytest.raises(RuntimeError, match="fs_changes") as refused:
+        start_daemon(tenants={"dev": {"sandbox": {"fs_changes": "required"}}})
+    assert "no file system of its own" in str(refused.value)
+
+
+async def test_capabilities_report_fs_changes_applied_with_a_disk_budget(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = start_daemon(
+        tenants={"dev": {"disk": {"budget_bytes": 64 * MiB}, "sandbox": {"fs_changes": "required"}}}
+    )
+    client = Client(daemon.socket)
+    try:
+        stub = host_pb2_grpc.HostServiceStub(client.channel)  # type: ignore[no-untyped-call]
+        caps = await stub.Capabilities(host_pb2.CapabilitiesRequest())
+    finally:
+        await client.close()
+    fs = next(p for p in caps.protections if p.name == "fs_changes")
+    assert fs.applied and fs.required, fs
+
+
+async def test_a_host_without_the_mechanism_refuses_required_and_records_nothing_best_effort(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    disk = {"budget_bytes": 64 * MiB}
+    with pytest.raises(RuntimeError, match="requires fs_changes"):
+        start_daemon(
+            tenants={
+                "dev": {
+                    "disk": disk,
+                    "sandbox": {"fs_changes": "required", "simulate_unavailable": ["fs_changes"]},
+                }
+            }
+        )
+    daemon = start_daemon(
+        tenants={"dev": {"disk": disk, "sandbox": {"simulate_unavailable": ["fs_changes"]}}}
+    )
+    client = Client(daemon.socket)
+    try:
+        result = await client.run("sh", "-c", 'echo x > "$1/f"', "sh", str(daemon.root("dev")))
+    finally:
+        await client.close()
+    mine = [
+        r for r in audit_records(daemon.audit_path) if r.get("spawn_id") == result.started.spawn_id
+    ]
+    assert [r["event"] for r in mine] == ["process.exec", "process.exit"]
+    fs = next(p for p in mine[0]["protections"] if p["name"] == "fs_changes")
+    assert not fs["applied"] and "simulated" in fs["reason"]

@@ -7,8 +7,12 @@ the spawn's exit record."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,6 +40,32 @@ touch "started-$me"
 i=0; while [ ! -e "started-$3" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
 echo late > "after-$me.txt"
 """
+
+
+def hostcapctl(*args: str) -> str:
+    """`hostcapctl audit query ARGS`, the installed command (an --admin-socket
+    first goes before the subcommand)."""
+    admin = list(args[:2]) if args[0] == "--admin-socket" else []
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "hostcapctl"),
+            *admin,
+            "audit",
+            "query",
+            *args[len(admin) :],
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def hostcapctl_json(*args: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = json.loads(hostcapctl(*args, "--format", "json"))
+    return found
 
 
 def _changes(daemon: Daemon, spawn_id: str) -> dict[str, Any]:
@@ -90,6 +120,21 @@ async def test_two_concurrent_spawns_each_name_exactly_their_own_changes(
         assert sizes[f"{root}/keep-{me}.txt"] == 5
         assert sizes[f"{root}/gone-{me}.txt"] is None  # deleted: nothing to measure
         assert next(c for c in record["changes"] if c["path"] == f"{root}/d-{me}")["dir"]
+
+    # Which spawn created, changed or deleted a file: from the files and the daemon.
+    a_id, b_id = a.started.spawn_id, b.started.spawn_id
+    for source in (
+        ["--file", str(daemon.audit_path)],
+        ["--admin-socket", str(daemon.admin_socket)],
+    ):
+        found = hostcapctl_json(*source, "--path", f"{root}/gone-b.txt")
+        assert [(r["event"], r["spawn_id"]) for r in found] == [("fs.changes", b_id)], found
+        found = hostcapctl_json(*source, "--path", f"{root}/d-a")  # beneath a directory
+        assert [r["spawn_id"] for r in found] == [a_id]
+        found = hostcapctl_json(*source, "--changed-by", a_id[:8])
+        assert [(r["event"], r["spawn_id"]) for r in found] == [("fs.changes", a_id)]
+    table = hostcapctl("--file", str(daemon.audit_path), "--path", f"{root}/gone-a.txt")
+    assert f"created,modified,deleted {root}/gone-a.txt" in table, table
 
 
 async def test_a_left_behind_grandchild_is_attributed_to_its_spawn(

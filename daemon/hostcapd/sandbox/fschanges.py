@@ -114,6 +114,21 @@ _KIND_BITS = {
     FAN_MOVED_TO: 16,
 }
 _DIR_BIT = 32
+#: The kinds named by each combination of kind bits.
+_KINDS_OF = tuple(
+    tuple(kind for i, kind in enumerate(KINDS) if bits & (1 << i)) for bits in range(32)
+)
+#: Kind bits (and _DIR_BIT) of each event mask seen.
+_BITS: dict[int, int] = {}
+
+
+def _bits(mask: int) -> int:
+    bits = _DIR_BIT if mask & FAN_ONDIR else 0
+    for fan_bit, kind_bit in _KIND_BITS.items():
+        if mask & fan_bit:
+            bits |= kind_bit
+    return bits
+
 
 #: Caps: directory handles remembered, pids remembered, unclaimed roots.
 DIR_CACHE_MAX = 65536
@@ -170,15 +185,16 @@ class Changes:
     tracking: bool = True
 
     def add(self, path: str, bits: int) -> None:
-        old = self.paths.get(path)
+        paths = self.paths
+        old = paths.get(path)
         if old is not None:
-            self.paths[path] = old | bits
-        elif len(self.paths) < self.cap:
-            self.paths[path] = bits
+            paths[path] = old | bits
+        elif len(paths) < self.cap:
+            paths[path] = bits
         else:
-            for bit, kind in zip((1, 2, 4, 8, 16), KINDS, strict=True):
-                if bits & bit:
-                    self.beyond[kind] = self.beyond.get(kind, 0) + 1
+            beyond = self.beyond
+            for kind in _KINDS_OF[bits & 31]:
+                beyond[kind] = beyond.get(kind, 0) + 1
 
     def listed(self) -> list[tuple[str, list[str], bool]]:
         """(path, kinds, is a directory), sorted by path."""
@@ -223,7 +239,8 @@ class FsChangesWatcher:
         #: root pid -> what its processes changed.
         self._changes: dict[int, Changes] = {}
         self._claims: dict[int, _Claim] = {}
-        self._dirs: dict[bytes, str] = {}
+        #: directory handle -> (its path in the image, as the tenant sees it).
+        self._dirs: dict[bytes, tuple[str, str | None]] = {}
         self._requests: deque[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[Changes]]] = (
             deque()
         )
@@ -429,53 +446,55 @@ class FsChangesWatcher:
                 offset += event_len
 
     def _event(self, data: bytes, at: int, end: int, mask: int, pid: int) -> None:
-        root = self._resolve(pid)
+        # The hot path (one call per event): plain dict look-ups, no loops
+        # but over the event's few info records.
+        root = self._root.get(pid)
         if root is None:
-            return
-        dir_handle = b""
+            root = self._resolve(pid)
+            if root is None:
+                return
+        dir_handle = target = b""
         name = ""
-        target = b""
-        while at + _INFO_HDR.size <= end:
+        while at < end:
             info_type, _pad, length = _INFO_HDR.unpack_from(data, at)
             if length < _INFO_HDR.size:
                 break
-            handle_at = at + _INFO_HDR.size + 8  # past the fsid
-            nbytes = _HANDLE_HDR.unpack_from(data, handle_at)[0]
-            handle = data[handle_at : handle_at + _HANDLE_HDR.size + nbytes]
-            if info_type in (INFO_DFID_NAME, INFO_DFID):
-                dir_handle = handle
+            handle_at = at + 12  # past the header and the fsid
+            handle_end = handle_at + 8 + _HANDLE_HDR.unpack_from(data, handle_at)[0]
+            if info_type == INFO_FID:
+                target = data[handle_at:handle_end]
+            else:
+                dir_handle = data[handle_at:handle_end]
                 if info_type == INFO_DFID_NAME:
-                    raw = data[handle_at + len(handle) : at + length]
-                    name = raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            elif info_type == INFO_FID:
-                target = handle
+                    zero = data.find(b"\0", handle_end, at + length)
+                    raw = data[handle_end : zero if zero >= 0 else at + length]
+                    name = raw.decode("utf-8", "surrogateescape")
             at += length
         changes = self._changes.get(root)
         if changes is None:
             changes = self._changes[root] = Changes(self.max_paths)
             if len(self._changes) > UNCLAIMED_MAX:
                 self._drop_unclaimed()
-        directory = self._dir_path(dir_handle) if dir_handle else None
-        if directory is None:
-            changes.unresolved += 1
-            return
-        inside = f"{directory}/{name}" if name else directory
-        is_dir = bool(mask & FAN_ONDIR)
-        if is_dir and target:
+        place = self._dirs.get(dir_handle) if dir_handle else None
+        if place is None:
+            place = self._dir_place(dir_handle) if dir_handle else None
+            if place is None:
+                changes.unresolved += 1
+                return
+        inside, shown = place
+        if mask & FAN_ONDIR and target:
             if mask & FAN_MOVED_FROM:
                 self._dirs.clear()  # every path beneath it moved
             elif mask & (FAN_CREATE | FAN_MOVED_TO):
-                self._remember(target, inside)
+                self._remember(target, f"{inside}/{name}")
             elif mask & FAN_DELETE:
                 self._dirs.pop(target, None)
-        path = self._tenant_path(inside)
-        if path is None:
-            return
-        bits = _DIR_BIT if is_dir else 0
-        for bit, kind_bit in _KIND_BITS.items():
-            if mask & bit:
-                bits |= kind_bit
-        changes.add(path, bits)
+        if shown is None:
+            return  # not beneath a root (lost+found, the image's top)
+        bits = _BITS.get(mask)
+        if bits is None:
+            bits = _BITS[mask] = _bits(mask)
+        changes.add(f"{shown}/{name}" if name else shown, bits)
 
     def _resolve(self, pid: int) -> int | None:
         """The root pid of the spawn `pid` belongs to; None: not a spawn's."""
@@ -507,28 +526,27 @@ class FsChangesWatcher:
         for root in [r for r in self._changes if r not in claimed][: UNCLAIMED_MAX // 2]:
             del self._changes[root]
 
-    def _remember(self, handle: bytes, path: str) -> None:
+    def _remember(self, handle: bytes, inside: str) -> None:
         if len(self._dirs) >= DIR_CACHE_MAX:
             self._dirs.clear()
-        self._dirs[handle] = path
+        self._dirs[handle] = (inside, self._tenant_path(inside))
 
-    def _dir_path(self, handle: bytes) -> str | None:
-        path = self._dirs.get(handle)
-        if path is not None:
-            return path
+    def _dir_place(self, handle: bytes) -> tuple[str, str | None] | None:
+        """A directory's path in the daemon's view of the image, and as the
+        tenant sees it (None when beneath no root); None when it is gone."""
         fd = _libc.open_by_handle_at(self._mount_fd, handle, os.O_PATH | os.O_CLOEXEC)
         if fd < 0:
             return None
         try:
-            path = os.readlink(f"/proc/self/fd/{fd}")
+            inside = os.readlink(f"/proc/self/fd/{fd}")
         except OSError:
             return None
         finally:
             os.close(fd)
-        if path.endswith(" (deleted)"):
+        if inside.endswith(" (deleted)"):
             return None
-        self._remember(handle, path)
-        return path
+        self._remember(handle, inside)
+        return self._dirs[handle]
 
     def _tenant_path(self, inside: str) -> str | None:
         """`<mount>/root-<i>/rest` as the tenant sees it: `<root i>/rest`."""

@@ -146,6 +146,13 @@ _libc.fanotify_mark.argtypes = [
     ctypes.c_char_p,
 ]
 _libc.open_by_handle_at.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+_libc.name_to_handle_at.argtypes = [
+    ctypes.c_int,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.POINTER(ctypes.c_int),
+    ctypes.c_int,
+]
 
 
 class FsChangesUnavailable(Exception):
@@ -161,6 +168,21 @@ def probe() -> tuple[bool, str]:
         err = ctypes.get_errno()
         return False, f"fanotify_init with fid reporting: {os.strerror(err)} (kernel 5.17+ needed)"
     os.close(fd)
+    # Naming a directory from its handle needs CAP_DAC_READ_SEARCH (a unit's
+    # bounding set may lack it): try it on the root directory.
+    handle = ctypes.create_string_buffer(_HANDLE_HDR.pack(128, 0) + bytes(128))
+    mount_id = ctypes.c_int()
+    if _libc.name_to_handle_at(_AT_FDCWD, b"/", handle, ctypes.byref(mount_id), 0) < 0:
+        return False, f"name_to_handle_at: {os.strerror(ctypes.get_errno())}"
+    root = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        opened = _libc.open_by_handle_at(root, handle.raw, os.O_PATH | os.O_CLOEXEC)
+        if opened < 0:
+            err = ctypes.get_errno()
+            return False, f"open_by_handle_at: {os.strerror(err)} (needs CAP_DAC_READ_SEARCH)"
+        os.close(opened)
+    finally:
+        os.close(root)
     return True, "fanotify (filesystem mark, fid and name) and the proc connector"
 
 

@@ -7,6 +7,7 @@ the spawn's exit record."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -235,3 +236,37 @@ async def test_a_host_without_the_mechanism_refuses_required_and_records_nothing
     assert [r["event"] for r in mine] == ["process.exec", "process.exit"]
     fs = next(p for p in mine[0]["protections"] if p["name"] == "fs_changes")
     assert not fs["applied"] and "simulated" in fs["reason"]
+
+
+async def test_sizes_and_hashes_are_read_beneath_the_root_and_never_through_a_symlink(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    """The daemon (root) reads what it lists: a file the spawn swapped for a
+    symlink to a root-only file before it ended must not be followed."""
+    daemon = start_daemon(
+        tenants={
+            "dev": {
+                "disk": {"budget_bytes": 64 * MiB},
+                "fs_changes": {"sha256_max_bytes": MiB},
+            }
+        }
+    )
+    root = str(daemon.root("dev"))
+    script = (
+        'cd "$1"; printf hello > kept.txt; printf x > swapped; rm swapped; '
+        "ln -s /etc/shadow swapped; mkdir sub; ln -s /etc sub/up"
+    )
+    client = Client(daemon.socket)
+    try:
+        result = await client.run("sh", "-c", script, "sh", root)
+    finally:
+        await client.close()
+    assert outcome(result) == "EXITED" and result.exited.exit_code == 0, result.stderr
+    by_path = {c["path"]: c for c in _changes(daemon, result.started.spawn_id)["changes"]}
+    kept = by_path[f"{root}/kept.txt"]
+    assert kept["size"] == 5
+    assert kept["sha256"] == hashlib.sha256(b"hello").hexdigest()
+    swapped = by_path[f"{root}/swapped"]
+    assert swapped["kinds"] == ["created", "modified", "deleted"]
+    assert "size" not in swapped and "sha256" not in swapped, swapped
+    assert "size" not in by_path[f"{root}/sub/up"]

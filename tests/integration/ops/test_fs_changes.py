@@ -82,10 +82,14 @@ def _by_path(record: dict[str, Any], root: str) -> dict[str, list[str]]:
     return {c["path"].removeprefix(root + "/"): c["kinds"] for c in record["changes"]}
 
 
+@pytest.mark.parametrize(
+    "sandbox", [{}, {"pid_namespace": "off"}], ids=["init-as-pid-1", "no-pid-namespace"]
+)
 async def test_two_concurrent_spawns_each_name_exactly_their_own_changes(
-    start_daemon: Callable[..., Daemon],
+    start_daemon: Callable[..., Daemon], sandbox: dict[str, str]
 ) -> None:
-    daemon = start_daemon(tenants={"dev": {"disk": {"budget_bytes": 64 * MiB}}})
+    """With a pid namespace a spawn's root is its init; without one, its command."""
+    daemon = start_daemon(tenants={"dev": {"disk": {"budget_bytes": 64 * MiB}, "sandbox": sandbox}})
     root = str(daemon.root("dev"))
     client = Client(daemon.socket)
     try:

@@ -135,6 +135,9 @@ DIR_CACHE_MAX = 65536
 PID_TABLE_MAX = 262144
 UNCLAIMED_MAX = 256
 READ_SIZE = 256 * 1024
+#: How long the reader lets events gather after a wake-up (none is lost: the
+#: kernel queues 16,384; a spawn asking for its changes cuts it short).
+BATCH_SECONDS = 0.02
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
@@ -253,6 +256,7 @@ class FsChangesWatcher:
         self._mount_fd = -1
         self._nl: socket.socket | None = None
         self._wake = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        self._wake_event = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
         #: pid -> its spawn's root pid (the spawner's child it descends from).
@@ -328,6 +332,7 @@ class FsChangesWatcher:
 
     def close(self) -> None:
         self._stopping = True
+        self._wake_event.set()
         with contextlib.suppress(OSError):
             os.eventfd_write(self._wake, 1)
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -360,6 +365,7 @@ class FsChangesWatcher:
         with self._lock:
             self._requests.append((pid, loop, future))
         os.eventfd_write(self._wake, 1)
+        self._wake_event.set()
         return await future
 
     # --- the reader thread -------------------------------------------------------
@@ -373,8 +379,14 @@ class FsChangesWatcher:
         while not self._stopping:
             try:
                 poller.poll()
+                if not self._requests:
+                    # Let events gather: one wake-up reads many (a wake-up
+                    # per event cost more than the events); a spawn's
+                    # request for its changes is answered without the wait.
+                    self._wake_event.wait(BATCH_SECONDS)
                 with contextlib.suppress(BlockingIOError):
                     os.eventfd_read(self._wake)
+                self._wake_event.clear()
                 with self._lock:
                     requests = list(self._requests)
                     self._requests.clear()

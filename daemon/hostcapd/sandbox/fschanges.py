@@ -137,7 +137,7 @@ UNCLAIMED_MAX = 256
 READ_SIZE = 256 * 1024
 #: How long the reader lets events gather after a wake-up (none is lost: the
 #: kernel queues 16,384; a spawn asking for its changes cuts it short).
-BATCH_SECONDS = 0.02
+BATCH_SECONDS = 0.005
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]

@@ -37,6 +37,7 @@ echo gone > "gone-$me.txt"
 mv "d-$me/new.txt" "d-$me/moved.txt"
 rm "gone-$me.txt"
 echo more >> "existing-$me.txt"
+mkdir "tmp-$me"; echo t > "tmp-$me/t"; rm -r "tmp-$me"
 touch "started-$me"
 i=0; while [ ! -e "started-$3" ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
 echo late > "after-$me.txt"
@@ -118,6 +119,9 @@ async def test_two_concurrent_spawns_each_name_exactly_their_own_changes(
             f"keep-{me}.txt": ["created", "modified"],
             f"gone-{me}.txt": ["created", "modified", "deleted"],
             f"existing-{me}.txt": ["modified"],
+            # A directory removed before its events were read: still named.
+            f"tmp-{me}": ["created", "deleted"],
+            f"tmp-{me}/t": ["created", "modified", "deleted"],
             f"started-{me}": ["created"],
             f"after-{me}.txt": ["created", "modified"],
         }, record

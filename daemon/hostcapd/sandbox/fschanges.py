@@ -138,6 +138,8 @@ READ_SIZE = 256 * 1024
 #: How long the reader lets events gather after a wake-up (none is lost: the
 #: kernel queues 16,384; a spawn asking for its changes cuts it short).
 BATCH_SECONDS = 0.005
+#: How long a spawn waits for its changes before recording them as incomplete.
+FINISH_TIMEOUT = 60.0
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
@@ -360,13 +362,20 @@ class FsChangesWatcher:
     async def finish(self, pid: int) -> Changes:
         """What spawn `pid` changed; call once its tree is dead, so that every
         event it made is queued: the answer comes after the queue is read empty."""
+        if self._stopping or self._thread is None or not self._thread.is_alive():
+            # Closed (a reload replaced it): nothing more can be said.
+            return Changes(self.max_paths, unresolved=1, tracking=False)
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Changes] = loop.create_future()
         with self._lock:
             self._requests.append((pid, loop, future))
         os.eventfd_write(self._wake, 1)
         self._wake_event.set()
-        return await future
+        try:
+            return await asyncio.wait_for(future, FINISH_TIMEOUT)
+        except TimeoutError:
+            log.error("tenant %s: the file-change reader did not answer", self.tenant)
+            return Changes(self.max_paths, unresolved=1, tracking=False)
 
     # --- the reader thread -------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from hostcap_proto.v1 import host_pb2, host_pb2_grpc
+from ops_support import sighup_reload
 from support.daemon import Daemon, audit_records
 from support.process import Client, outcome
 
@@ -278,3 +279,22 @@ async def test_sizes_and_hashes_are_read_beneath_the_root_and_never_through_a_sy
     assert swapped["kinds"] == ["created", "modified", "deleted"]
     assert "size" not in swapped and "sha256" not in swapped, swapped
     assert "size" not in by_path[f"{root}/sub/up"]
+
+
+async def test_after_a_reload_spawns_are_recorded_by_the_same_reader_with_the_new_cap(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = start_daemon(tenants={"dev": {"disk": {"budget_bytes": 64 * MiB}}})
+    root = str(daemon.root("dev"))
+    daemon.config["tenants"]["dev"]["fs_changes"] = {"max_paths": 2}
+    daemon.write_config()
+    record = sighup_reload(daemon)
+    assert record.get("changed") == ["dev"], record
+    client = Client(daemon.socket)
+    try:
+        result = await client.run("sh", "-c", 'cd "$1"; touch a b c d', "sh", root)
+    finally:
+        await client.close()
+    changes = _changes(daemon, result.started.spawn_id)
+    assert _by_path(changes, root) == {"a": ["created"], "b": ["created"]}
+    assert changes["events_beyond"] == {"created": 2} and changes["truncated"], changes

@@ -75,6 +75,8 @@ class TenantRuntime:
             HashCache(),
             _egress_of(tenant, audit, profile),
         )
+        if profile.fs_changes is not None:  # its roots' parent: the spawner
+            profile.fs_changes.spawner = spawner
         #: Children made ahead of need for this runtime's spawns.
         self.warm = WarmPool(self.deps, tenant.warm_spawns)
         self.spawns: dict[str, Spawn] = {}

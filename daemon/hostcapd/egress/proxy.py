@@ -515,6 +515,15 @@ def own_addresses() -> list[IPAddress]:
     return found
 
 
+def preload() -> None:
+    """Load now what the proxy uses later: once confined (and its uid
+    changed), nothing more of the interpreter may be readable."""
+    with contextlib.suppress(OSError):
+        socket.getaddrinfo("localhost", 80, type=socket.SOCK_STREAM)
+    for name in PRELOADED:
+        importlib.import_module(name)
+
+
 def main(argv: list[str]) -> int:
     from hostcapd.applied import Unavailable
     from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
@@ -528,11 +537,7 @@ def main(argv: list[str]) -> int:
         print("egress proxy: the first message is not a Hello", file=sys.stderr)
         return 2
     policy = Policy.of(hello.allow, hello.deny, hello.resolve, own_addresses())
-    # Loaded now: after the confinement, nothing more of the interpreter is readable.
-    with contextlib.suppress(OSError):
-        socket.getaddrinfo("localhost", 80, type=socket.SOCK_STREAM)
-    for name in PRELOADED:
-        importlib.import_module(name)
+    preload()
 
     try:
         applied = confine(

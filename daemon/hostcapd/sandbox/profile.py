@@ -227,7 +227,11 @@ def _landlock_rules(tenant: Tenant, applied: set[str]) -> landlock.LandlockRules
         read_only=tuple(read_only),
         read_exec=tuple(p for p in tenant.sandbox.system_dirs if p.exists()),
         dev_files=DEV_FILES,
-        restrict_tcp=not tenant.sandbox.allow_host_network,
+        # Landlock's TCP rules refuse every bind and connect. In the spawn's own
+        # network namespace (only its loopback, no route out) they would only
+        # break loopback servers and clients, so they are not needed there; a
+        # host-network tenant keeps today's rules (issue 30).
+        restrict_tcp=not tenant.sandbox.allow_host_network and "net_namespace" not in applied,
         scope=True,
     )
 

@@ -68,6 +68,9 @@ class TenantRuntime:
         self.spawns: dict[str, Spawn] = {}
         self._by_request: dict[str, Spawn] = {}
         self._finished: OrderedDict[str, Spawn] = OrderedDict()
+        #: Detached spawns by id, running or ended (ReadOutput reads them):
+        #: shared with the runtime a reload puts in this one's place.
+        self.detached = DetachedTable()
         self._tasks: set[asyncio.Task[Report | None]] = set()
         self.accepting = True
         #: Spawn/Run calls still sending to their clients (shutdown waits for them).
@@ -121,6 +124,7 @@ class TenantRuntime:
         while len(merged) > FINISHED_KEPT:
             merged.popitem(last=False)
         self._finished = merged
+        self.detached = previous.detached
 
     def existing(self, request_id: str) -> Spawn | None:
         """The spawn an earlier request with this id started, live or finished."""
@@ -144,11 +148,20 @@ class TenantRuntime:
                 "QUOTA_EXCEEDED",
                 f"tenant {self.name} already runs {len(self.spawns)} spawns (quota {self.tenant.max_concurrent_spawns})",
             )
+        if request.detached:
+            running = self.detached.running()
+            if running >= self.tenant.max_detached_spawns:
+                raise Refusal(
+                    "QUOTA_EXCEEDED",
+                    f"tenant {self.name} already runs {running} detached spawns (quota {self.tenant.max_detached_spawns})",
+                )
         prepared = self.prepare(request)
         rlimits = plan_rlimits(self.profile, prepared)
         launch = launch_for(self.deps, self.warm.take(prepared, rlimits))
         spawn = Spawn(self.deps, request, prepared, streaming, launch, rlimits)
         self.spawns[spawn.id] = spawn
+        if request.detached:
+            self.detached.add(spawn, self.tenant.max_detached_spawns)
         if request.request_id:
             self._by_request[request.request_id] = spawn
         if self.warm.size:
@@ -183,7 +196,8 @@ class TenantRuntime:
         for a protocol violation): its clients' calls are gone with it, so
         every running spawn ends DAEMON_SHUTDOWN, its tree killed."""
         for spawn in list(self.spawns.values()):
-            spawn.cancel(Outcome.DAEMON_SHUTDOWN, "the tenant's front-end process stopped")
+            if not spawn.request.detached:  # no call of theirs was lost
+                spawn.cancel(Outcome.DAEMON_SHUTDOWN, "the tenant's front-end process stopped")
 
     async def shutdown(self) -> None:
         """Refuse new spawns; end running ones as DAEMON_SHUTDOWN and wait for them."""
@@ -193,3 +207,29 @@ class TenantRuntime:
             spawn.cancel(Outcome.DAEMON_SHUTDOWN, "the daemon is shutting down")
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+class DetachedTable:
+    """A tenant's detached spawns: the running ones, and as many ended ones
+    as the tenant may run at once (the oldest ended is forgotten first), so
+    their output and outcome can still be read. What they hold is bounded by
+    their output budgets: the tenant's cost."""
+
+    def __init__(self) -> None:
+        self._spawns: OrderedDict[str, Spawn] = OrderedDict()
+
+    def running(self) -> int:
+        return sum(1 for s in self._spawns.values() if not s.done.done())
+
+    def add(self, spawn: Spawn, keep_ended: int) -> None:
+        self._spawns[spawn.id] = spawn
+        ended = [sid for sid, s in self._spawns.items() if s.done.done()]
+        for sid in ended[: max(0, len(ended) - keep_ended)]:
+            del self._spawns[sid]
+
+    def get(self, spawn_id: str) -> Spawn | None:
+        return self._spawns.get(spawn_id)
+
+    def held_bytes(self) -> int:
+        """Output bytes their buffers hold."""
+        return sum(s.log.held for s in self._spawns.values() if s.log is not None)

@@ -44,6 +44,7 @@ def spawn_json(info: process_pb2.SpawnInfo) -> dict[str, Any]:
         "argv": list(info.argv),
         "age_s": round(info.age_seconds, 3),
         "limits": {f.name: v for f, v in info.limits.ListFields()},
+        "detached": info.detached,
     }
 
 
@@ -86,7 +87,7 @@ def cmd_ps(args: argparse.Namespace) -> int:
         return 0
     print(f"{'SPAWN':<32} {'TENANT':<12} {'PID':>8} {'AGE':>8}  COMMAND")
     for s in response.spawns:
-        command = _printable(shlex.join(s.argv))
+        command = ("[detached] " if s.detached else "") + _printable(shlex.join(s.argv))
         print(
             f"{s.spawn_id:<32} {_printable(s.tenant):<12} {s.pid:>8} {_age(s.age_seconds):>8}  {command}"
         )

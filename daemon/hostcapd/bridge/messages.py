@@ -118,6 +118,7 @@ class SpawnCall(Request, frozen=True, tag="ProcessService.Spawn"):
     request_id: str = ""
     dry_run: bool = False
     labels: dict[str, str] = {}
+    detached: bool = False
 
 
 class RunCall(SpawnCall, frozen=True, tag="ProcessService.Run"):
@@ -139,6 +140,17 @@ class SignalCall(Request, frozen=True, tag="ProcessService.Signal"):
 
 class ListCall(Request, frozen=True, tag="ProcessService.List"):
     proto = "hostcap.v1.ListRequest"
+
+
+#: The longest ReadOutput wait, in milliseconds.
+MAX_WAIT_MS = 30_000
+
+
+class ReadOutputCall(Request, frozen=True, tag="ProcessService.ReadOutput"):
+    proto = "hostcap.v1.ReadOutputRequest"
+    spawn_id: str = ""
+    offset: U64 = 0
+    wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 0
 
 
 class CapabilitiesCall(Request, frozen=True, tag="HostService.Capabilities"):
@@ -223,6 +235,7 @@ TenantRequest = (
     | RunCall
     | SignalCall
     | ListCall
+    | ReadOutputCall
     | CapabilitiesCall
     | ReadFileCall
     | WriteFileCall
@@ -244,6 +257,7 @@ REQUESTS: Mapping[str, Mapping[str, type[Request]]] = {
         RunCall,
         SignalCall,
         ListCall,
+        ReadOutputCall,
         CapabilitiesCall,
         ReadFileCall,
         WriteFileCall,
@@ -364,10 +378,20 @@ class SpawnInfo(Value, frozen=True):
     limits: Limits | None = None
     labels: dict[str, str] = {}
     request_id: str = ""
+    detached: bool = False
 
 
 class ListResponse(Answer, frozen=True, tag="hostcap.v1.ListResponse"):
     spawns: list[SpawnInfo] = []
+
+
+class ReadOutputResponse(Answer, frozen=True, tag="hostcap.v1.ReadOutputResponse"):
+    stdout: bytes = b""
+    stderr: bytes = b""
+    next_offset: U64 = 0
+    dropped_bytes: U64 = 0
+    running: bool = False
+    exited: Exited | None = None
 
 
 class Root(Value, frozen=True):
@@ -474,6 +498,7 @@ Replied = (
     RunResult
     | SignalResponse
     | ListResponse
+    | ReadOutputResponse
     | CapabilitiesResponse
     | ReadFileResponse
     | WriteFileResponse

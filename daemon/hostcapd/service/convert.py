@@ -38,6 +38,7 @@ def spawn_request(call: messages.SpawnCall, stdin: bytes | None) -> SpawnRequest
         request_id=call.request_id,
         dry_run=call.dry_run,
         labels=dict(call.labels),
+        detached=call.detached,
     )
 
 
@@ -105,14 +106,14 @@ def exited_message(spawn: Spawn, report: Report) -> messages.Exited:
         peak_memory_bytes=report.peak_memory_bytes,
         duration_seconds=report.duration,
         stdout=messages.StreamStats(
-            total_bytes=spawn.stdout.total,
-            kept_bytes=spawn.stdout.kept,
-            dropped_bytes=spawn.stdout.dropped,
+            total_bytes=spawn.out_counts.total,
+            kept_bytes=spawn.out_counts.kept,
+            dropped_bytes=spawn.out_counts.dropped,
         ),
         stderr=messages.StreamStats(
-            total_bytes=spawn.stderr.total,
-            kept_bytes=spawn.stderr.kept,
-            dropped_bytes=spawn.stderr.dropped,
+            total_bytes=spawn.err_counts.total,
+            kept_bytes=spawn.err_counts.kept,
+            dropped_bytes=spawn.err_counts.dropped,
         ),
         oom_kills=report.oom_kills,
     )
@@ -128,4 +129,5 @@ def spawn_info(spawn: Spawn, argv: list[str] | None = None) -> messages.SpawnInf
         limits=limits_message(spawn.prepared.limits),
         labels=dict(spawn.request.labels),
         request_id=spawn.request.request_id,
+        detached=spawn.request.detached,
     )

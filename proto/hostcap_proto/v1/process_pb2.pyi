@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SpawnRequest(_message.Message):
-    __slots__ = ("argv", "cwd", "env", "stdin", "limits", "request_id", "dry_run", "labels")
+    __slots__ = ("argv", "cwd", "env", "stdin", "limits", "request_id", "dry_run", "labels", "detached")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class SpawnRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    DETACHED_FIELD_NUMBER: _ClassVar[int]
     argv: _containers.RepeatedScalarFieldContainer[str]
     cwd: str
     env: _containers.ScalarMap[str, str]
@@ -39,7 +40,8 @@ class SpawnRequest(_message.Message):
     request_id: str
     dry_run: bool
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., request_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    detached: bool
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., request_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., detached: _Optional[bool] = ...) -> None: ...
 
 class Executable(_message.Message):
     __slots__ = ("path", "device", "inode", "sha256")
@@ -168,7 +170,7 @@ class ListRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SpawnInfo(_message.Message):
-    __slots__ = ("spawn_id", "tenant", "pid", "argv", "age_seconds", "limits", "labels", "request_id")
+    __slots__ = ("spawn_id", "tenant", "pid", "argv", "age_seconds", "limits", "labels", "request_id", "detached")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +186,7 @@ class SpawnInfo(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    DETACHED_FIELD_NUMBER: _ClassVar[int]
     spawn_id: str
     tenant: str
     pid: int
@@ -192,10 +195,37 @@ class SpawnInfo(_message.Message):
     limits: _common_pb2.Limits
     labels: _containers.ScalarMap[str, str]
     request_id: str
-    def __init__(self, spawn_id: _Optional[str] = ..., tenant: _Optional[str] = ..., pid: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., age_seconds: _Optional[float] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    detached: bool
+    def __init__(self, spawn_id: _Optional[str] = ..., tenant: _Optional[str] = ..., pid: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., age_seconds: _Optional[float] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., detached: _Optional[bool] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("spawns",)
     SPAWNS_FIELD_NUMBER: _ClassVar[int]
     spawns: _containers.RepeatedCompositeFieldContainer[SpawnInfo]
     def __init__(self, spawns: _Optional[_Iterable[_Union[SpawnInfo, _Mapping]]] = ...) -> None: ...
+
+class ReadOutputRequest(_message.Message):
+    __slots__ = ("spawn_id", "offset", "wait_ms")
+    SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    spawn_id: str
+    offset: int
+    wait_ms: int
+    def __init__(self, spawn_id: _Optional[str] = ..., offset: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class ReadOutputResponse(_message.Message):
+    __slots__ = ("stdout", "stderr", "next_offset", "dropped_bytes", "running", "exited")
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    stdout: bytes
+    stderr: bytes
+    next_offset: int
+    dropped_bytes: int
+    running: bool
+    exited: Exited
+    def __init__(self, stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., dropped_bytes: _Optional[int] = ..., running: _Optional[bool] = ..., exited: _Optional[_Union[Exited, _Mapping]] = ...) -> None: ...

@@ -55,6 +55,11 @@ class ProcessServiceStub:
                 request_serializer=hostcap__proto_dot_v1_dot_process__pb2.ListRequest.SerializeToString,
                 response_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ListResponse.FromString,
                 _registered_method=True)
+        self.ReadOutput = channel.unary_unary(
+                '/hostcap.v1.ProcessService/ReadOutput',
+                request_serializer=hostcap__proto_dot_v1_dot_process__pb2.ReadOutputRequest.SerializeToString,
+                response_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ReadOutputResponse.FromString,
+                _registered_method=True)
 
 
 class ProcessServiceServicer:
@@ -92,6 +97,15 @@ class ProcessServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadOutput(self, request, context):
+        """What a detached spawn of this tenant printed since an offset, waiting up
+        to wait_ms for something new; whether it still runs, and how it ended.
+        A spawn id of another tenant, or never detached, is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProcessServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -114,6 +128,11 @@ def add_ProcessServiceServicer_to_server(servicer, server):
                     servicer.List,
                     request_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ListRequest.FromString,
                     response_serializer=hostcap__proto_dot_v1_dot_process__pb2.ListResponse.SerializeToString,
+            ),
+            'ReadOutput': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadOutput,
+                    request_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ReadOutputRequest.FromString,
+                    response_serializer=hostcap__proto_dot_v1_dot_process__pb2.ReadOutputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -225,6 +244,33 @@ class ProcessService:
             '/hostcap.v1.ProcessService/List',
             hostcap__proto_dot_v1_dot_process__pb2.ListRequest.SerializeToString,
             hostcap__proto_dot_v1_dot_process__pb2.ListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hostcap.v1.ProcessService/ReadOutput',
+            hostcap__proto_dot_v1_dot_process__pb2.ReadOutputRequest.SerializeToString,
+            hostcap__proto_dot_v1_dot_process__pb2.ReadOutputResponse.FromString,
             options,
             channel_credentials,
             insecure,

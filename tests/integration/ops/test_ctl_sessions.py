@@ -1,0 +1,67 @@
+"""hostcapctl run --detach, output and stop (issue 30), against a real daemon."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from ops_support import hostcapctl
+from support.daemon import Daemon, audit_records
+
+
+def test_detach_output_by_offset_and_stop(daemon: Daemon, marker: str) -> None:
+    started = hostcapctl(
+        "run",
+        "--detach",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        f"echo hello-{marker}; exec sleep 300",
+        tenant=daemon.socket,
+    )
+    assert started.returncode == 0, started.stderr
+    spawn_id = json.loads(started.stdout)["spawn_id"]
+    plain = hostcapctl("run", "--detach", "--", "true", tenant=daemon.socket)
+    assert plain.returncode == 0 and len(plain.stdout.strip()) > 8, plain
+
+    first = json.loads(
+        hostcapctl("output", spawn_id, "--wait-ms", "5000", "--json", tenant=daemon.socket).stdout
+    )
+    assert first["stdout"] == f"hello-{marker}\n" and first["running"] is True
+    assert "outcome" not in first
+    assert first["next_offset"] == len(first["stdout"])
+
+    ps = hostcapctl("ps", "--json", admin=daemon.admin_socket)
+    assert [s["detached"] for s in json.loads(ps.stdout) if s["spawn_id"] == spawn_id] == [True]
+
+    stopped = hostcapctl("stop", spawn_id, tenant=daemon.socket)
+    assert stopped.returncode == 0, stopped.stderr
+    deadline = time.monotonic() + 30
+    while True:
+        later = json.loads(
+            hostcapctl(
+                "output",
+                spawn_id,
+                "--offset",
+                str(first["next_offset"]),
+                "--wait-ms",
+                "2000",
+                "--json",
+                tenant=daemon.socket,
+            ).stdout
+        )
+        if not later["running"] or time.monotonic() > deadline:
+            break
+    assert later["running"] is False and later["outcome"] == "SIGNALED"
+    assert later["stdout"] == "" and later["next_offset"] == first["next_offset"]
+    exits = [
+        r["outcome"]
+        for r in audit_records(daemon.audit_path)
+        if r.get("spawn_id") == spawn_id and r["event"] == "process.exit"
+    ]
+    assert exits == ["SIGNALED"]
+
+    missing = hostcapctl("output", "no-such-spawn", "--json", tenant=daemon.socket)
+    assert json.loads(missing.stdout)["error"]["reason"] == "NOT_FOUND"
+    assert hostcapctl("stop", "no-such-spawn", tenant=daemon.socket).returncode != 0

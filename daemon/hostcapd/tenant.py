@@ -17,6 +17,7 @@ from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.process import request as request_mod
 from hostcapd.process.deps import SpawnDeps
+from hostcapd.process.environments import EnvironmentTable
 from hostcapd.process.executable import HashCache
 from hostcapd.process.launch import launch_for
 from hostcapd.process.report import Outcome, Report
@@ -71,6 +72,11 @@ class TenantRuntime:
         #: Detached spawns by id, running or ended (ReadOutput reads them):
         #: shared with the runtime a reload puts in this one's place.
         self.detached = DetachedTable()
+        #: Open session environments: shared the same way.
+        self.environments = EnvironmentTable()
+        #: Its tables went to the runtime that replaced it (a reload): its
+        #: shutdown leaves the environments open.
+        self.handed_over = False
         self._tasks: set[asyncio.Task[Report | None]] = set()
         self.accepting = True
         #: Spawn/Run calls still sending to their clients (shutdown waits for them).
@@ -125,6 +131,8 @@ class TenantRuntime:
             merged.popitem(last=False)
         self._finished = merged
         self.detached = previous.detached
+        self.environments = previous.environments
+        previous.handed_over = True
 
     def existing(self, request_id: str) -> Spawn | None:
         """The spawn an earlier request with this id started, live or finished."""
@@ -155,13 +163,22 @@ class TenantRuntime:
                     "QUOTA_EXCEEDED",
                     f"tenant {self.name} already runs {running} detached spawns (quota {self.tenant.max_detached_spawns})",
                 )
+        env = None
+        if request.environment_id:
+            env = self.environments.get(request.environment_id)
+            if env is None:
+                raise Refusal("NOT_FOUND", "no such open environment for this tenant")
         prepared = self.prepare(request)
         rlimits = plan_rlimits(self.profile, prepared)
-        launch = launch_for(self.deps, self.warm.take(prepared, rlimits))
+        # A spawn in an environment joins its namespaces: never a warm child's.
+        warm = self.warm.take(prepared, rlimits) if env is None else None
+        launch = launch_for(self.deps, warm)
         spawn = Spawn(self.deps, request, prepared, streaming, launch, rlimits)
         self.spawns[spawn.id] = spawn
         if request.detached:
             self.detached.add(spawn, self.tenant.max_detached_spawns)
+        if env is not None:
+            self.environments.joined(env, spawn)
         if request.request_id:
             self._by_request[request.request_id] = spawn
         if self.warm.size:
@@ -176,6 +193,8 @@ class TenantRuntime:
             return await spawn.run()
         finally:
             self.spawns.pop(spawn.id, None)
+            if spawn.request.environment_id:
+                self.environments.left(spawn.request.environment_id, spawn)
             rid = spawn.request.request_id
             if rid and self._by_request.get(rid) is spawn:
                 del self._by_request[rid]
@@ -199,12 +218,14 @@ class TenantRuntime:
             if not spawn.request.detached:  # no call of theirs was lost
                 spawn.cancel(Outcome.DAEMON_SHUTDOWN, "the tenant's front-end process stopped")
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, reason: str = "the daemon is shutting down") -> None:
         """Refuse new spawns; end running ones as DAEMON_SHUTDOWN and wait for them."""
         self.accepting = False
         self.warm.close()
         for spawn in list(self.spawns.values()):
             spawn.cancel(Outcome.DAEMON_SHUTDOWN, "the daemon is shutting down")
+        if not self.handed_over:
+            await self.environments.close_all(self, reason)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 

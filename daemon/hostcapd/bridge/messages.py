@@ -119,6 +119,7 @@ class SpawnCall(Request, frozen=True, tag="ProcessService.Spawn"):
     dry_run: bool = False
     labels: dict[str, str] = {}
     detached: bool = False
+    environment_id: str = ""
 
 
 class RunCall(SpawnCall, frozen=True, tag="ProcessService.Run"):
@@ -144,6 +145,22 @@ class ListCall(Request, frozen=True, tag="ProcessService.List"):
 
 #: The longest ReadOutput wait, in milliseconds.
 MAX_WAIT_MS = 30_000
+
+
+class OpenEnvironmentCall(Request, frozen=True, tag="ProcessService.OpenEnvironment"):
+    proto = "hostcap.v1.OpenEnvironmentRequest"
+    idle_timeout_seconds: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    lifetime_seconds: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    labels: dict[str, str] = {}
+
+
+class CloseEnvironmentCall(Request, frozen=True, tag="ProcessService.CloseEnvironment"):
+    proto = "hostcap.v1.CloseEnvironmentRequest"
+    environment_id: str = ""
+
+
+class ListEnvironmentsCall(Request, frozen=True, tag="ProcessService.ListEnvironments"):
+    proto = "hostcap.v1.ListEnvironmentsRequest"
 
 
 class ReadOutputCall(Request, frozen=True, tag="ProcessService.ReadOutput"):
@@ -236,6 +253,9 @@ TenantRequest = (
     | SignalCall
     | ListCall
     | ReadOutputCall
+    | OpenEnvironmentCall
+    | CloseEnvironmentCall
+    | ListEnvironmentsCall
     | CapabilitiesCall
     | ReadFileCall
     | WriteFileCall
@@ -258,6 +278,9 @@ REQUESTS: Mapping[str, Mapping[str, type[Request]]] = {
         SignalCall,
         ListCall,
         ReadOutputCall,
+        OpenEnvironmentCall,
+        CloseEnvironmentCall,
+        ListEnvironmentsCall,
         CapabilitiesCall,
         ReadFileCall,
         WriteFileCall,
@@ -379,10 +402,44 @@ class SpawnInfo(Value, frozen=True):
     labels: dict[str, str] = {}
     request_id: str = ""
     detached: bool = False
+    environment_id: str = ""
 
 
 class ListResponse(Answer, frozen=True, tag="hostcap.v1.ListResponse"):
     spawns: list[SpawnInfo] = []
+
+
+class EnvironmentInfo(Answer, frozen=True, tag="hostcap.v1.EnvironmentInfo"):
+    environment_id: str = ""
+    tenant: str = ""
+    idle_timeout_seconds: float = 0.0
+    lifetime_seconds: float = 0.0
+    age_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    spawn_ids: list[str] = []
+    labels: dict[str, str] = {}
+
+
+class CloseEnvironmentResponse(Answer, frozen=True, tag="hostcap.v1.CloseEnvironmentResponse"):
+    environment_id: str = ""
+    spawns_ended: list[str] = []
+
+
+class EnvironmentEntry(Value, frozen=True):
+    """One environment of a list (EnvironmentInfo's fields)."""
+
+    environment_id: str = ""
+    tenant: str = ""
+    idle_timeout_seconds: float = 0.0
+    lifetime_seconds: float = 0.0
+    age_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    spawn_ids: list[str] = []
+    labels: dict[str, str] = {}
+
+
+class ListEnvironmentsResponse(Answer, frozen=True, tag="hostcap.v1.ListEnvironmentsResponse"):
+    environments: list[EnvironmentEntry] = []
 
 
 class ReadOutputResponse(Answer, frozen=True, tag="hostcap.v1.ReadOutputResponse"):
@@ -499,6 +556,9 @@ Replied = (
     | SignalResponse
     | ListResponse
     | ReadOutputResponse
+    | EnvironmentInfo
+    | CloseEnvironmentResponse
+    | ListEnvironmentsResponse
     | CapabilitiesResponse
     | ReadFileResponse
     | WriteFileResponse

@@ -260,6 +260,7 @@ class Spawn:
             landlock=landlock,
             go=True,
             warm=warm,
+            env=self.request.environment_id,
         )
 
     # Step 3: the spawner clones; the C set-up runs and waits for the go.

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
 from hostcapd.applied import Applied
 from hostcapd.bridge import messages
 from hostcapd.config import LIMIT_NAMES, Limits
+from hostcapd.process.environments import Environment
 from hostcapd.process.report import Report, signal_name
 from hostcapd.process.request import Prepared, SpawnRequest
 from hostcapd.process.spawn import Spawn
@@ -39,6 +41,7 @@ def spawn_request(call: messages.SpawnCall, stdin: bytes | None) -> SpawnRequest
         dry_run=call.dry_run,
         labels=dict(call.labels),
         detached=call.detached,
+        environment_id=call.environment_id,
     )
 
 
@@ -130,4 +133,19 @@ def spawn_info(spawn: Spawn, argv: list[str] | None = None) -> messages.SpawnInf
         labels=dict(spawn.request.labels),
         request_id=spawn.request.request_id,
         detached=spawn.request.detached,
+        environment_id=spawn.request.environment_id,
     )
+
+
+def environment_fields(env: Environment) -> dict[str, Any]:
+    """An open environment, as EnvironmentInfo's fields."""
+    return {
+        "environment_id": env.id,
+        "tenant": env.tenant,
+        "idle_timeout_seconds": env.idle_timeout,
+        "lifetime_seconds": env.lifetime,
+        "age_seconds": env.age(),
+        "idle_seconds": env.idle(),
+        "spawn_ids": sorted(env.spawns),
+        "labels": dict(env.labels),
+    }

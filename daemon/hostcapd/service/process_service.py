@@ -196,6 +196,51 @@ class ProcessService:
             else None,
         )
 
+    async def OpenEnvironment(
+        self, request: messages.OpenEnvironmentCall, call: RelayedCall
+    ) -> messages.EnvironmentInfo:
+        try:
+            env = self.runtime.environments.open(
+                self.runtime,
+                request.idle_timeout_seconds,
+                request.lifetime_seconds,
+                request.labels,
+            )
+        except Refusal as refusal:
+            refuse(
+                self.runtime.audit,
+                self.runtime.name,
+                "OpenEnvironment",
+                refusal,
+                request.labels,
+                "",
+            )
+        return messages.EnvironmentInfo(**convert.environment_fields(env))
+
+    async def CloseEnvironment(
+        self, request: messages.CloseEnvironmentCall, call: RelayedCall
+    ) -> messages.CloseEnvironmentResponse:
+        try:
+            ended = await self.runtime.environments.close(
+                self.runtime, request.environment_id, "closed by the client"
+            )
+        except Refusal as refusal:
+            refuse(self.runtime.audit, self.runtime.name, "CloseEnvironment", refusal, {}, "")
+        return messages.CloseEnvironmentResponse(
+            environment_id=request.environment_id, spawns_ended=ended
+        )
+
+    async def ListEnvironments(
+        self, request: messages.ListEnvironmentsCall, call: RelayedCall
+    ) -> messages.ListEnvironmentsResponse:
+        return messages.ListEnvironmentsResponse(
+            environments=[
+                messages.EnvironmentEntry(**convert.environment_fields(env))
+                for env in self.runtime.environments.envs.values()
+                if not env.closing
+            ]
+        )
+
     async def List(self, request: messages.ListCall, call: RelayedCall) -> messages.ListResponse:
         return messages.ListResponse(
             spawns=[convert.spawn_info(s) for s in self.runtime.spawns.values() if s.pid]

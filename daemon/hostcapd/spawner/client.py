@@ -170,6 +170,18 @@ class SpawnerClient:
             with contextlib.suppress(OSError):
                 channel.send(self._sock, messages.DropWarm(warm_id).to_wire())
 
+    def open_env(self, env_id: str, profile_key: str) -> None:
+        """Have the spawner make environment `env_id`'s namespaces (raises
+        SpawnerLost having sent nothing). Its spawns fail at step
+        "environment" if they could not be made."""
+        self._order(messages.OpenEnv(env_id, profile_key).to_wire(), [])
+
+    def close_env(self, env_id: str) -> None:
+        """Drop environment `env_id`'s namespaces (after its spawns ended)."""
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                channel.send(self._sock, messages.CloseEnv(env_id).to_wire())
+
     def kill(self, spawn_id: str, pid: int, sig: int) -> None:
         if self._sock is not None:
             with contextlib.suppress(OSError):

@@ -49,6 +49,7 @@ class Parent(Protocol):
         ids: tuple[int, int] | None,
         loginuid: bytes | None,
         rlimits: Sequence[childsetup.RLimit],
+        env: str = "",
         **request: Any,
     ) -> tuple[ChildPlan, int, int]: ...
 
@@ -74,25 +75,31 @@ class FreshStart:
         exe_fd, stdin, stdout, stderr, cancel_fd, *rest = fds
         go_fd = rest.pop(0) if m.go else -1
         landlock_fd = rest.pop(0) if m.landlock else -1
-        plan, netns_fd, mntns_fd = spawner.plan(
-            profile,
-            m.profile,
-            landlock_fd=landlock_fd,
-            cgroup_fds=rest,
-            ids=m.ids,
-            loginuid=m.loginuid,
-            rlimits=m.rlimits,
-            exe_fd=exe_fd if m.by_fd else -1,
-            exe_path=m.exe_path,
-            argv=m.argv,
-            envp=m.envp,
-            stdio=(stdin, stdout, stderr),
-            cwd_root=m.cwd_root,
-            cwd=m.cwd,
-            cancel_fd=cancel_fd,
-            go_fd=go_fd,
-            go_timeout_ms=GO_TIMEOUT_MS,
-        )
+        try:
+            plan, netns_fd, mntns_fd = spawner.plan(
+                profile,
+                m.profile,
+                env=m.env,
+                landlock_fd=landlock_fd,
+                cgroup_fds=rest,
+                ids=m.ids,
+                loginuid=m.loginuid,
+                rlimits=m.rlimits,
+                exe_fd=exe_fd if m.by_fd else -1,
+                exe_path=m.exe_path,
+                argv=m.argv,
+                envp=m.envp,
+                stdio=(stdin, stdout, stderr),
+                cwd_root=m.cwd_root,
+                cwd=m.cwd,
+                cancel_fd=cancel_fd,
+                go_fd=go_fd,
+                go_timeout_ms=GO_TIMEOUT_MS,
+            )
+        except childsetup.SetupError as error:  # its environment is not there
+            step, err, *detail = error.args
+            spawner.report(messages.Failed(spawn_id, step, err, str(detail[0]) if detail else ""))
+            return
         try:
             pid, report_fd = childsetup.spawn(plan)
         except childsetup.SetupError as error:

@@ -291,11 +291,15 @@ class SpawnOrder:
     go: bool = False
     #: Run by the warm child of the same id (see WarmOrder).
     warm: bool = False
+    #: In the environment of this id (OpenEnvironment): its network, IPC and
+    #: mount namespaces, not a fresh one's. Empty: fresh ones.
+    env: str = ""
 
     def to_wire(self) -> Wire:
         return {
             "op": "spawn",
             "warm": self.warm,
+            "env": self.env,
             "id": self.id,
             "profile": self.profile,
             "by_fd": self.by_fd,
@@ -322,8 +326,10 @@ class SpawnOrder:
             sid, argv, envp, rlimits, ids = m["id"], m["argv"], m["envp"], m["rlimits"], m["ids"]
             cwd_root, cwd, loginuid, go = m["cwd_root"], m["cwd"], m["loginuid"], get("go", False)
             warm = get("warm", False)
+            env = get("env", "")
             if (
-                type(sid) is str
+                type(env) is str
+                and type(sid) is str
                 and type(m["profile"]) is str
                 and type(m["by_fd"]) is bool
                 and type(m["exe_path"]) is bytes
@@ -356,6 +362,7 @@ class SpawnOrder:
                     m["landlock"],
                     go,
                     warm,
+                    env,
                 )
         return cls._explained(m)
 
@@ -381,6 +388,9 @@ class SpawnOrder:
         warm = m.get("warm", False)
         if type(warm) is not bool:
             raise _missing(op, "warm", sid)
+        env = m.get("env", "")
+        if type(env) is not str:
+            raise _missing(op, "env", sid)
         return cls(
             id=sid,
             profile=_str(m, op, "profile", sid),
@@ -396,11 +406,12 @@ class SpawnOrder:
             landlock=_bool(m, op, "landlock", sid),
             go=go,
             warm=warm,
+            env=env,
         )
 
 
 _SPAWN_KEYS = _wire_keys(SpawnOrder)
-_SPAWN_REQUIRED = _SPAWN_KEYS - {"go", "warm"}
+_SPAWN_REQUIRED = _SPAWN_KEYS - {"go", "warm", "env"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -519,11 +530,73 @@ class Shutdown:
 
 _SHUTDOWN_KEYS = _wire_keys(Shutdown)
 
-ToSpawner = RegisterProfile | DropProfile | SpawnOrder | WarmOrder | DropWarm | Kill | Shutdown
+
+@dataclass(frozen=True, slots=True)
+class OpenEnv:
+    """Make the namespaces of environment `id` (network, IPC, and mount with
+    profile `profile`'s new root) and hold them until CloseEnv. A spawn that
+    names it joins them. If making them fails, its spawns fail at step
+    "environment"."""
+
+    OP: ClassVar[str] = "open_env"
+    id: str
+    profile: str
+
+    def to_wire(self) -> Wire:
+        return {"op": "open_env", "id": self.id, "profile": self.profile}
+
+    @classmethod
+    def from_wire(cls, m: Mapping[str, Any]) -> OpenEnv:
+        _keys(m, cls.OP, _OPEN_ENV_KEYS)
+        return cls(_str(m, cls.OP, "id"), _str(m, cls.OP, "profile"))
+
+
+_OPEN_ENV_KEYS = _wire_keys(OpenEnv)
+
+
+@dataclass(frozen=True, slots=True)
+class CloseEnv:
+    """Drop environment `id`'s namespaces (its spawns have been killed)."""
+
+    OP: ClassVar[str] = "close_env"
+    id: str
+
+    def to_wire(self) -> Wire:
+        return {"op": "close_env", "id": self.id}
+
+    @classmethod
+    def from_wire(cls, m: Mapping[str, Any]) -> CloseEnv:
+        _keys(m, cls.OP, _CLOSE_ENV_KEYS)
+        return cls(_str(m, cls.OP, "id"))
+
+
+_CLOSE_ENV_KEYS = _wire_keys(CloseEnv)
+
+ToSpawner = (
+    RegisterProfile
+    | DropProfile
+    | SpawnOrder
+    | WarmOrder
+    | DropWarm
+    | Kill
+    | Shutdown
+    | OpenEnv
+    | CloseEnv
+)
 
 _TO_SPAWNER: dict[Any, Any] = {
     cls.OP: cls.from_wire
-    for cls in (RegisterProfile, DropProfile, SpawnOrder, WarmOrder, DropWarm, Kill, Shutdown)
+    for cls in (
+        RegisterProfile,
+        DropProfile,
+        SpawnOrder,
+        WarmOrder,
+        DropWarm,
+        Kill,
+        Shutdown,
+        OpenEnv,
+        CloseEnv,
+    )
 }
 
 

@@ -38,6 +38,8 @@ EventName = Literal[
     "audit.rotate",
     "audit.recover",
     "audit.prune",
+    "environment.open",
+    "environment.close",
 ]
 EVENTS: tuple[str, ...] = get_args(EventName)
 
@@ -73,6 +75,8 @@ JOURNAL_MESSAGE_IDS: Mapping[str, str] = {
     "audit.rotate": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a08",
     "audit.recover": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a09",
     "audit.prune": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0a",
+    "environment.open": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0b",
+    "environment.close": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0c",
 }
 
 _HASH = re.compile(r"[0-9a-f]{64}")

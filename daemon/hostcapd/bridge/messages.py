@@ -533,6 +533,7 @@ class StatResponse(Answer, frozen=True, tag="hostcap.v1.StatResponse"):
 
 class ListSpawnsResponse(Answer, frozen=True, tag="hostcap.v1.ListSpawnsResponse"):
     spawns: list[SpawnInfo] = []
+    environments: list[EnvironmentEntry] = []
 
 
 class KillResponse(Answer, frozen=True, tag="hostcap.v1.KillResponse"):

@@ -65,3 +65,34 @@ def test_detach_output_by_offset_and_stop(daemon: Daemon, marker: str) -> None:
     missing = hostcapctl("output", "no-such-spawn", "--json", tenant=daemon.socket)
     assert json.loads(missing.stdout)["error"]["reason"] == "NOT_FOUND"
     assert hostcapctl("stop", "no-such-spawn", tenant=daemon.socket).returncode != 0
+
+
+def test_env_open_run_list_ps_close(daemon: Daemon, marker: str) -> None:
+    opened = hostcapctl("env", "open", "--idle-timeout", "60", "--json", tenant=daemon.socket)
+    assert opened.returncode == 0, opened.stderr
+    env = json.loads(opened.stdout)["id"]
+    plain = hostcapctl("env", "open", tenant=daemon.socket)
+    assert plain.returncode == 0 and plain.stdout.strip().startswith("env-"), plain
+    wrote = hostcapctl(
+        "run", "--env", env, "--env", "LANG=C", "--", "sh", "-c", f"echo {marker} > /tmp/x",
+        tenant=daemon.socket,
+    )  # fmt: skip
+    assert wrote.returncode == 0, wrote.stderr
+    server = hostcapctl(
+        "run", "--env", env, "--detach", "--json", "--", "sh", "-c", f"sleep 300; : {marker}",
+        tenant=daemon.socket,
+    )  # fmt: skip
+    spawn_id = json.loads(server.stdout)["spawn_id"]
+    read = hostcapctl("run", "--env", env, "--", "cat", "/tmp/x", tenant=daemon.socket)
+    assert read.stdout == f"{marker}\n"
+    listed = json.loads(hostcapctl("env", "list", "--json", tenant=daemon.socket).stdout)
+    assert {e["id"]: e["spawn_ids"] for e in listed}[env] == [spawn_id]
+    ps = json.loads(hostcapctl("ps", "--json", "--environments", admin=daemon.admin_socket).stdout)
+    assert {e["id"]: e["spawn_ids"] for e in ps["environments"]}[env] == [spawn_id]
+    assert env in hostcapctl("ps", admin=daemon.admin_socket).stdout
+    closed = hostcapctl("env", "close", env, "--json", tenant=daemon.socket)
+    assert json.loads(closed.stdout) == {"id": env, "spawns_ended": [spawn_id]}
+    again = hostcapctl("env", "close", env, tenant=daemon.socket)
+    assert again.returncode != 0 and "NOT_FOUND" in again.stderr
+    missing = hostcapctl("run", "--env", env, "--", "true", tenant=daemon.socket)
+    assert missing.returncode != 0 and "NOT_FOUND" in missing.stderr

@@ -197,6 +197,20 @@ BASE_FIELDS: dict[str, dict[str, Any]] = {
         "files": [{"file": "f", "size": 1, "sha256": "x", "archived": True}],
         "keep_files": 1,
     },
+    "environment.open": {
+        "tenant": "t",
+        "environment_id": "env-1",
+        "idle_timeout_s": 60.0,
+        "lifetime_s": 3600.0,
+    },
+    "environment.close": {
+        "tenant": "t",
+        "environment_id": "env-1",
+        "idle_timeout_s": 60.0,
+        "lifetime_s": 3600.0,
+        "reason": "closed by the client",
+        "spawns_ended": ["s"],
+    },
 }
 
 

@@ -86,10 +86,15 @@ class SessionResult(FrozenResult):
     stderr: str
     dropped_bytes: int
     message: str
+    #: kill_session's answer: it ended because it was asked to.
+    killed: bool = False
 
     @property
     def clean(self) -> bool:
-        return self.outcome is Outcome.EXITED and self.exit_code == 0
+        """Still running (nothing failed yet), ended by kill_session, or exited 0."""
+        return (
+            self.running or self.killed or (self.outcome is Outcome.EXITED and self.exit_code == 0)
+        )
 
     def model_text(self) -> str:
         if self.running:
@@ -172,7 +177,7 @@ async def _kill_session(
     sessions = _sessions(host, ctx.tool_id)
     await sessions.kill_session(args.session_id)
     read = await sessions.read_session(args.session_id, yield_ms=5_000)
-    return _result(f"(session {args.session_id})", read)
+    return _result(f"(session {args.session_id})", read).model_copy(update={"killed": True})
 
 
 EXEC_COMMAND = ToolDef(

@@ -12,17 +12,18 @@ applied raises Unavailable:
 0. the landlock ruleset is built (its read paths opened with the identity
    it was started with: the interpreter may live where the front-end user
    cannot read, such as a pyenv under /root);
-1. the identity: started as root, it takes `uid`/`gid` with no
-   supplementary groups (the kernel clears every capability then), and
-   root cannot be regained; then never root: no uid or gid 0 (real,
-   effective, saved), no group 0, one thread;
+1. the identity: started as root, it first empties its capability bounding
+   set (PR_CAPBSET_DROP needs CAP_SETPCAP, which only root has here), then
+   takes `uid`/`gid` with no supplementary groups (the kernel clears every
+   capability then), and root cannot be regained; then never root: no uid
+   or gid 0 (real, effective, saved), no group 0, one thread;
 2. the parent-death signal, and a check that the root side is the parent;
 3. not dumpable, no core files: no process of its uid may ptrace it or
    read its memory;
 4. no_new_privs;
-5. no capabilities (CapInh, CapPrm, CapEff, CapAmb zero, else refused); the
-   bounding set is dropped only where the kernel allows it (it does not
-   without CAP_SETPCAP, and nothing draws on it without exec);
+5. no capabilities (CapInh, CapPrm, CapEff, CapAmb zero, else refused), and
+   an empty bounding set when it was started as root (else refused; one
+   started as another user could not drop it, and is told so);
 6. landlock, ABI >= 6: read and execute beneath `read_paths` (the
    interpreter and its packages), read /dev/urandom, and in `bind_dir`
    create and remove a socket file; no other file, no TCP, and no abstract
@@ -138,6 +139,33 @@ def _status() -> dict[str, str]:
     return {key: value.strip() for key, _, value in (line.partition(":") for line in lines)}
 
 
+def _last_capability() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as last:
+            return int(last.read())
+    except (OSError, ValueError) as error:
+        raise Unavailable(f"/proc/sys/kernel/cap_last_cap cannot be read: {error}") from None
+
+
+def _drop_bounding_set() -> None:
+    """Every capability out of the bounding set, while still root (it takes
+    CAP_SETPCAP); checked in /proc. Nothing of a front-end execs, so nothing
+    would draw on the set: it is emptied as it is for spawns, so that no
+    later mistake can give a capability back."""
+    for cap in range(_last_capability() + 1):
+        try:
+            prctl.capbset_drop(cap)
+        except OSError as error:
+            if error.errno == errno.EINVAL:  # a capability this kernel lacks
+                continue
+            raise Unavailable(
+                f"the bounding set cannot be dropped (capability {cap}): {error.strerror}"
+            ) from None
+    bounding = _status().get("CapBnd")
+    if bounding is None or int(bounding, 16) != 0:
+        raise Unavailable(f"the bounding set was dropped and is still {bounding}")
+
+
 def _take_identity(uid: int, gid: int) -> None:
     """Root to the front-end user: no supplementary groups, every id, and no
     way back (the kernel clears every capability with the uid change)."""
@@ -155,6 +183,7 @@ def _take_identity(uid: int, gid: int) -> None:
 
 def _identity(c: Confinement) -> Applied:
     if os.geteuid() == 0 and c.uid is not None and c.gid is not None:
+        _drop_bounding_set()
         _take_identity(c.uid, c.gid)
     uids, gids, groups = os.getresuid(), os.getresgid(), os.getgroups()
     if 0 in uids or 0 in gids or 0 in groups:
@@ -216,29 +245,16 @@ def _no_capabilities() -> Applied:
     if any(value is None or int(value, 16) != 0 for value in held.values()):
         shown = ", ".join(f"{name} {value}" for name, value in held.items())
         raise Unavailable(f"a front-end holds no capabilities, and this one has {shown}")
-    # Only possible with CAP_SETPCAP, which it has not: reported, not required.
-    try:
-        with open("/proc/sys/kernel/cap_last_cap", encoding="ascii") as last:
-            caps = range(int(last.read()) + 1)
-    except (OSError, ValueError):
-        caps = range(0)
-    bounding = f"the bounding set is kept ({status.get('CapBnd')}: dropping needs CAP_SETPCAP)"
-    for cap in caps:
-        try:
-            prctl.capbset_drop(cap)
-        except PermissionError:
-            break
-        except OSError as error:
-            if error.errno == errno.EINVAL:  # a capability this kernel lacks
-                continue
-            raise Unavailable(f"the bounding set cannot be dropped: {error.strerror}") from None
+    # Emptied in _identity when it started as root; otherwise it could not be.
+    bounding = status.get("CapBnd")
+    if bounding is not None and int(bounding, 16) == 0:
+        shown = "the bounding set is empty"
     else:
-        if caps:
-            bounding = "the bounding set is emptied"
+        shown = f"the bounding set is kept ({bounding}: started unprivileged, it cannot drop it)"
     return Applied(
         "no_capabilities",
         True,
-        f"no inheritable, permitted, effective or ambient capability; {bounding}",
+        f"no inheritable, permitted, effective or ambient capability; {shown}",
         True,
     )
 

@@ -42,8 +42,8 @@ from hostcapd.audit.redact import redact_argv
 from hostcapd.bridge import messages
 from hostcapd.bridge.frontends import RelayedCall
 from hostcapd.errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, Refusal
-from hostcapd.process.report import Outcome, Report
 from hostcapd.process.environments import Environment
+from hostcapd.process.report import Outcome, Report
 from hostcapd.process.spawn import Spawn
 from hostcapd.service import convert
 from hostcapd.tenant import TenantRuntime

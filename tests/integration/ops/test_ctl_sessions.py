@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
-from ops_support import hostcapctl
-from support.daemon import Daemon, audit_records
+from hostcap_proto.v1 import process_pb2
+from ops_support import hostcapctl, sighup_reload, wait_admin
+from support.daemon import Daemon, audit_records, processes_with, wait_gone
+from support.process import Client, request
 
 
 def test_detach_output_by_offset_and_stop(daemon: Daemon, marker: str) -> None:
@@ -96,3 +99,59 @@ def test_env_open_run_list_ps_close(daemon: Daemon, marker: str) -> None:
     assert again.returncode != 0 and "NOT_FOUND" in again.stderr
     missing = hostcapctl("run", "--env", env, "--", "true", tenant=daemon.socket)
     assert missing.returncode != 0 and "NOT_FOUND" in missing.stderr
+
+
+async def test_a_reload_keeps_sessions_of_a_changed_tenant_and_ends_a_removed_ones(
+    start_daemon: Any, marker: str
+) -> None:
+    """A changed config hands the tenant's environments and detached spawns to
+    the new runtime; a removed tenant's are ended, the close saying why."""
+    daemon = start_daemon(tenants={"dev": {}, "gone": {}})
+    wait_admin(daemon)
+    dev, gone = Client(daemon.socket_of("dev")), Client(daemon.socket_of("gone"))
+    try:
+        kept_env = (
+            await dev.stub.OpenEnvironment(process_pb2.OpenEnvironmentRequest())
+        ).environment_id
+        kept = await dev.stub.Run(
+            request(["sh", "-c", f"sleep 300; : {marker}-kept"], detached=True,
+                    environment_id=kept_env)
+        )  # fmt: skip
+        gone_env = (
+            await gone.stub.OpenEnvironment(process_pb2.OpenEnvironmentRequest())
+        ).environment_id
+        await gone.stub.Run(
+            request(["sh", "-c", f"sleep 300; : {marker}-gone"], detached=True,
+                    environment_id=gone_env)
+        )  # fmt: skip
+        del daemon.config["tenants"]["gone"]
+        daemon.config["tenants"]["dev"]["max_concurrent_spawns"] = 63  # changed
+        daemon.write_config()
+        record = sighup_reload(daemon)
+        assert (record["removed"], record["changed"]) == (["gone"], ["dev"])
+        assert wait_gone(f"{marker}-gone", 20) == []
+        assert processes_with(f"{marker}-kept")
+        await dev.close()
+        dev = Client(daemon.socket_of("dev"))
+        listed = await dev.stub.ListEnvironments(process_pb2.ListEnvironmentsRequest())
+        assert [e.environment_id for e in listed.environments] == [kept_env]
+        answer = await dev.stub.ReadOutput(
+            process_pb2.ReadOutputRequest(spawn_id=kept.started.spawn_id)
+        )
+        assert answer.running
+        await dev.stub.CloseEnvironment(
+            process_pb2.CloseEnvironmentRequest(environment_id=kept_env)
+        )
+        assert wait_gone(f"{marker}-kept", 20) == []
+    finally:
+        await dev.close()
+        await gone.close()
+    closes = {
+        r["environment_id"]: r["reason"]
+        for r in audit_records(daemon.audit_path)
+        if r["event"] == "environment.close"
+    }
+    assert closes == {
+        gone_env: "the tenant was removed from the config by a reload",
+        kept_env: "closed by the client",
+    }

@@ -155,3 +155,19 @@ async def test_a_reload_keeps_sessions_of_a_changed_tenant_and_ends_a_removed_on
         gone_env: "the tenant was removed from the config by a reload",
         kept_env: "closed by the client",
     }
+
+
+def test_admin_kill_ends_a_detached_spawn(daemon: Daemon, marker: str) -> None:
+    started = hostcapctl(
+        "run", "--detach", "--json", "--", "sh", "-c", f"sleep 300; : {marker}",
+        tenant=daemon.socket,
+    )  # fmt: skip
+    spawn_id = json.loads(started.stdout)["spawn_id"]
+    killed = hostcapctl("kill", spawn_id, admin=daemon.admin_socket)
+    assert killed.returncode == 0, killed.stderr
+    assert wait_gone(marker, 20) == []
+    ended = json.loads(
+        hostcapctl("output", spawn_id, "--wait-ms", "5000", "--json", tenant=daemon.socket).stdout
+    )
+    assert ended["running"] is False and ended["outcome"] == "CANCELLED"
+    assert "administrator" in ended["message"]

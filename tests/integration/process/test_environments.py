@@ -249,3 +249,30 @@ async def test_daemon_stop_leaves_nothing(start_daemon: Callable[..., Daemon], m
     assert [r["outcome"] for r in records if r["event"] == "process.exit"] == ["DAEMON_SHUTDOWN"]
     closes = [r for r in records if r["event"] == "environment.close"]
     assert [r["reason"] for r in closes] == ["the daemon is shutting down"]
+
+
+SYSV = r"""
+import ctypes, sys
+libc = ctypes.CDLL(None, use_errno=True)
+IPC_CREAT, KEY = 0o1000, 0x5E55
+if sys.argv[1] == "make":
+    shmid = libc.shmget(KEY, 4096, IPC_CREAT | 0o600)
+else:
+    shmid = libc.shmget(KEY, 0, 0)
+print(shmid >= 0)
+"""
+
+
+async def test_spawns_share_sysv_ipc(daemon: Daemon) -> None:
+    """The environment's IPC namespace: a System V segment one spawn made is
+    found by the next in it, not by a fresh spawn."""
+    client = Client(daemon.socket)
+    try:
+        env = await open_env(client)
+        made = await run(client, "python3", "-I", "-c", SYSV, "make", environment_id=env)
+        found = await run(client, "python3", "-I", "-c", SYSV, "find", environment_id=env)
+        fresh = await run(client, "python3", "-I", "-c", SYSV, "find")
+        assert (made.stdout, found.stdout, fresh.stdout) == (b"True\n", b"True\n", b"False\n")
+        await client.stub.CloseEnvironment(process_pb2.CloseEnvironmentRequest(environment_id=env))
+    finally:
+        await client.close()

@@ -27,7 +27,7 @@ from hostcapd.audit import AuditUnavailable
 from hostcapd.errors import Refusal
 from hostcapd.process import killing
 from hostcapd.process.report import Outcome
-from hostcapd.spawner.client import SpawnerLost
+from hostcapd.spawner.client import SetupFailed, SpawnerLost
 
 if TYPE_CHECKING:
     from hostcapd.process.spawn import Spawn
@@ -82,7 +82,7 @@ class EnvironmentTable:
         env = self.envs.get(env_id)
         return env if env is not None and not env.closing else None
 
-    def open(
+    async def open(
         self,
         runtime: TenantRuntime,
         idle_timeout: float,
@@ -113,12 +113,18 @@ class EnvironmentTable:
             raise Refusal(
                 "AUDIT_UNAVAILABLE", f"the audit log cannot be written, nothing was opened: {error}"
             ) from None
-        try:
-            runtime.spawner.open_env(env.id, runtime.profile_key)
-        except SpawnerLost as error:
-            self._record_close(runtime, env, f"the spawner is gone: {error}", [])
-            raise Refusal("QUOTA_EXCEEDED", f"the environment could not be made: {error}") from None
+        # Counted while it is made, so concurrent opens keep to the quota.
         self.envs[env.id] = env
+        try:
+            await runtime.spawner.open_env(env.id, runtime.profile_key)
+        except (SpawnerLost, SetupFailed) as error:
+            # Fail closed: nothing can run in it, so it is not opened.
+            del self.envs[env.id]
+            why = error.detail if isinstance(error, SetupFailed) else str(error)
+            self._record_close(runtime, env, f"its namespaces could not be made: {why}", [])
+            raise Refusal(
+                "PROTECTION_UNAVAILABLE", f"the environment's namespaces could not be made: {why}"
+            ) from None
         env.watch = asyncio.ensure_future(self._watch(runtime, env))
         return env
 

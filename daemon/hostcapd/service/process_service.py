@@ -200,7 +200,7 @@ class ProcessService:
         self, request: messages.OpenEnvironmentCall, call: RelayedCall
     ) -> messages.EnvironmentInfo:
         try:
-            env = self.runtime.environments.open(
+            env = await self.runtime.environments.open(
                 self.runtime,
                 request.idle_timeout_seconds,
                 request.lifetime_seconds,

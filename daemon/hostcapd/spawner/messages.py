@@ -783,11 +783,31 @@ class OrderRefused:
 
 _REFUSED_KEYS = _wire_keys(OrderRefused)
 
-FromSpawner = Hello | Started | Warmed | WarmLost | Failed | Exited | OrderRefused
+
+@dataclass(frozen=True, slots=True)
+class EnvOpened:
+    """Environment `id`'s namespaces are made (a failure is a Failed of its id,
+    at step "environment")."""
+
+    OP: ClassVar[str] = "env_opened"
+    id: str
+
+    def to_wire(self) -> Wire:
+        return {"op": "env_opened", "id": self.id}
+
+    @classmethod
+    def from_wire(cls, m: Mapping[str, Any]) -> EnvOpened:
+        _keys(m, cls.OP, _ENV_OPENED_KEYS)
+        return cls(_str(m, cls.OP, "id"))
+
+
+_ENV_OPENED_KEYS = _wire_keys(EnvOpened)
+
+FromSpawner = Hello | Started | Warmed | WarmLost | Failed | Exited | OrderRefused | EnvOpened
 
 _FROM_SPAWNER: dict[Any, Any] = {
     cls.OP: cls.from_wire
-    for cls in (Hello, Started, Warmed, WarmLost, Failed, Exited, OrderRefused)
+    for cls in (Hello, Started, Warmed, WarmLost, Failed, Exited, OrderRefused, EnvOpened)
 }
 
 

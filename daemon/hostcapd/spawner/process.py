@@ -176,10 +176,16 @@ class Spawner:
         if message.id in self.envs:
             self.report(messages.OrderRefused(f"environment {message.id} is open already"))
             return
-        if profile is None:
-            self.envs[message.id] = environments.Environment(failed="no such profile")
+        env = (
+            environments.make(profile)
+            if profile is not None
+            else environments.Environment(failed="no such profile")
+        )
+        if env.failed:
+            self.report(messages.Failed(message.id, "environment", 0, env.failed))
             return
-        self.envs[message.id] = environments.make(profile)
+        self.envs[message.id] = env
+        self.report(messages.EnvOpened(message.id))
 
     def add_profile(self, profile: RegisterProfile) -> None:
         if self.mntns is not None:

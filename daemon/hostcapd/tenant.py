@@ -77,6 +77,7 @@ class TenantRuntime:
         #: Its tables went to the runtime that replaced it (a reload): its
         #: shutdown leaves the environments open.
         self.handed_over = False
+        self._closing_envs: set[asyncio.Future[None]] = set()
         self._tasks: set[asyncio.Task[Report | None]] = set()
         self.accepting = True
         #: Spawn/Run calls still sending to their clients (shutdown waits for them).
@@ -120,6 +121,17 @@ class TenantRuntime:
         self.spawner.register_profile(self.profile.spawner_message(self.profile_key))
         if self.accepting:
             self.warm.fill()
+
+    def spawner_restarted(self) -> None:
+        """The spawner died and a new one serves: the namespaces it held for
+        the environments died with it, so each is closed, saying so."""
+        if self.handed_over:
+            return
+        task = asyncio.ensure_future(
+            self.environments.close_all(self, "the spawner restarted: its namespaces are gone")
+        )
+        self._closing_envs.add(task)
+        task.add_done_callback(self._closing_envs.discard)
 
     def adopt_requests(self, previous: TenantRuntime) -> None:
         """Take over the request_id table of the runtime this one replaces (a

@@ -52,7 +52,7 @@ async def test_a_long_command_gives_a_session_read_then_killed(
         ToolCall("s-kill", "kill_session", {"session_id": first.session_id}), make_ctx()
     )
     end: Any = killed.result.unwrap()
-    assert not end.running and end.outcome == "signaled"
+    assert not end.running and end.outcome == "SIGNALED"
     exits = [r for r in daemon.records_for("s-long") if r["event"] == "process.exit"]
     assert [r["outcome"] for r in exits] == ["SIGNALED"]
 

@@ -193,6 +193,8 @@ def _protection_problems(tenant: Tenant, host: HostSupport) -> list[str]:
             ok, reason = False, "unavailable (simulated by sandbox.simulate_unavailable)"
         else:
             ok, reason = host.offers(name)
+        if ok and name == "fs_changes" and tenant.disk.budget_bytes is None:
+            ok, reason = False, "the tenant has no file system of its own (no disk budget)"
         if not ok:
             out.append(str(ProtectionUnavailable(tenant.name, name, reason)))
     return out

@@ -136,6 +136,10 @@ class Sandbox(_Model):
     no_new_privs: Level = Level.REQUIRED
     uid_drop: Level = Level.REQUIRED
     exec_by_fd: Level = Level.REQUIRED
+    #: An fs.changes record per spawn (hostcapd.sandbox.fschanges): needs the
+    #: tenant's own file system (a disk budget) and fanotify with fid
+    #: reporting. Best-effort by default: a tenant without a budget has none.
+    fs_changes: Level = Level.BEST_EFFORT
     #: Give children the host network (no net namespace isolation).
     allow_host_network: bool = False
     #: AF_INET/AF_INET6 (and AF_NETLINK/NETLINK_ROUTE) sockets: the network the
@@ -198,6 +202,18 @@ class DiskSettings(_Model):
     budget_bytes: int | None = Field(default=None, ge=16 * MiB)
     #: Files and directories; None: mkfs.ext4's default for the size.
     inodes: int | None = Field(default=None, gt=0)
+
+
+class FsChangesSettings(_Model):
+    """What a spawn's fs.changes record holds (decision 0030)."""
+
+    #: Paths listed per spawn; changes to further paths are counted by kind.
+    max_paths: int = Field(default=1000, gt=0, le=100_000)
+    #: Each listed regular file that still exists: its size.
+    sizes: bool = True
+    #: And its sha256 (read by the daemon when the spawn ends), up to this
+    #: size; 0: no hashes.
+    sha256_max_bytes: int = Field(default=0, ge=0)
 
 
 DEFAULT_PROTECTED_PATHS = (
@@ -306,6 +322,7 @@ class Tenant(_Model):
     fs: FsSettings = FsSettings()
     cpu: CpuSettings = CpuSettings()
     disk: DiskSettings = DiskSettings()
+    fs_changes: FsChangesSettings = FsChangesSettings()
 
     @field_validator("name")
     @classmethod

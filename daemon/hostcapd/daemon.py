@@ -427,6 +427,8 @@ class Daemon:
         if self.host is not None:
             self.host.cgroups.release()
             self.host.cpu.release()
+            for watcher in self.host.fs_watchers.values():
+                watcher.close()  # its fd on the image would keep it mounted
             self.host.disks.detach_all()
         for task in list(self._tasks):
             task.cancel()

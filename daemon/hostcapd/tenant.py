@@ -64,6 +64,8 @@ class TenantRuntime:
             kill_grace,
             HashCache(),
         )
+        if profile.fs_changes is not None:  # its roots' parent: the spawner
+            profile.fs_changes.spawner = spawner
         #: Children made ahead of need for this runtime's spawns.
         self.warm = WarmPool(self.deps, tenant.warm_spawns)
         self.spawns: dict[str, Spawn] = {}

@@ -67,6 +67,7 @@ SpawnProtectionName = Literal[
     "no_new_privs",
     "uid_drop",
     "exec_by_fd",
+    "fs_changes",
 ]
 SPAWN_PROTECTIONS: tuple[SpawnProtectionName, ...] = get_args(SpawnProtectionName)
 

@@ -32,7 +32,10 @@ PROTECTIONS = [
     "no_new_privs",
     "uid_drop",
     "exec_by_fd",
+    "fs_changes",
 ]
+#: Applied only for a tenant with a file system of its own (a disk budget).
+NEEDS_A_DISK = {"fs_changes"}
 SIMULATED_NO_LANDLOCK = {"simulate_unavailable": ["landlock"]}
 
 
@@ -79,7 +82,11 @@ async def test_best_effort_landlock_missing_is_reported_everywhere_and_really_mi
         assert not reported["landlock"].applied and not reported["landlock"].required
         assert "simulated" in reported["landlock"].reason
         assert caps.landlock_abi == 0
-        assert all(reported[n].applied for n in PROTECTIONS if n != "landlock")
+        assert all(
+            reported[n].applied for n in PROTECTIONS if n != "landlock" and n not in NEEDS_A_DISK
+        )
+        assert not reported["fs_changes"].applied
+        assert "no file system of its own" in reported["fs_changes"].reason
 
         events = [e async for e in client.stub.Spawn(request(["true"]))]
         started = events[0].started
@@ -135,7 +142,7 @@ def test_hostcapctl_capabilities_json_lists_every_protection(host: SecurityHost)
         assert {"name", "applied", "reason"} <= set(p)
         assert isinstance(p["applied"], bool) and isinstance(p["reason"], str)
     # This host offers everything the default profile requires.
-    assert all(p["applied"] for p in protections), protections
+    assert all(p["applied"] for p in protections if p["name"] not in NEEDS_A_DISK), protections
     by_name = {p["name"]: p for p in protections}
     assert by_name["landlock"]["reason"].startswith("ABI ")
     assert data["landlock_abi"] >= 1

@@ -166,6 +166,8 @@ class QueryFilter:
     exit_code: int | None = None
     uid: int | None = None
     path: str | None = None
+    #: --changed-by: one spawn's fs.changes (its id or a unique prefix).
+    changed_by: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> QueryFilter:
@@ -181,6 +183,7 @@ class QueryFilter:
             exit_code=getattr(args, "exit_code", None),
             uid=getattr(args, "uid", None),
             path=getattr(args, "path", None),
+            changed_by=getattr(args, "changed_by", None),
         )
 
     def select(self, records: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
@@ -243,7 +246,12 @@ class QueryFilter:
         ):
             return False
         if self.path is not None and not (
-            event == "file.write" and _matches_path(self.path, str(record.get("path", "")))
+            (event == "file.write" and _matches_path(self.path, str(record.get("path", ""))))
+            or (event == "fs.changes" and bool(changed_paths(record, self.path)))
+        ):
+            return False
+        if self.changed_by is not None and not (
+            event == "fs.changes" and str(record.get("spawn_id", "")).startswith(self.changed_by)
         ):
             return False
         if self.exe is not None or self.uid is not None:
@@ -272,8 +280,22 @@ class QueryFilter:
         return admin_pb2.QueryAuditRequest(
             tenant=self.tenant or "",
             until=_timestamp(self.until),
-            spawn_id=self.spawn_id or "",
+            spawn_id=self.spawn_id or self.changed_by or "",
         )
+
+
+def changed_paths(record: Mapping[str, Any], pattern: str | None) -> list[Mapping[str, Any]]:
+    """The entries of an fs.changes record's `changes` at `pattern` or beneath
+    it (all of them without a pattern)."""
+    changes = record.get("changes")
+    if not isinstance(changes, list):
+        return []
+    return [
+        c
+        for c in changes
+        if isinstance(c, Mapping)
+        and (pattern is None or _matches_path(pattern, str(c.get("path", ""))))
+    ]
 
 
 # --- printing ---------------------------------------------------------------------
@@ -296,7 +318,30 @@ def command_of(exec_record: Mapping[str, Any] | None) -> str:
     return shlex.join(str(a) for a in exec_record.get("argv", []))
 
 
-def _detail(record: Mapping[str, Any], exec_record: Mapping[str, Any] | None = None) -> str:
+def _changes_detail(record: Mapping[str, Any], path: str | None) -> str:
+    """`created,modified /w/f; deleted /w/g` (the ones at --path, with it), and
+    what the record says it could not list."""
+    shown = changed_paths(record, path)
+    text = "; ".join(
+        f"{','.join(map(str, c.get('kinds', [])))} {c.get('path')}{'/' if c.get('dir') else ''}"
+        for c in shown
+    )
+    listed = len(changed_paths(record, None))
+    if path is not None and listed > len(shown):
+        text += f"  ({listed - len(shown)} other path(s))"
+    beyond = record.get("events_beyond")
+    if isinstance(beyond, Mapping) and beyond:
+        text += "  (beyond the list: " + ", ".join(f"{v} {k}" for k, v in beyond.items()) + ")"
+    if record.get("complete") is False:
+        text += "  (incomplete)"
+    return text or "nothing changed"
+
+
+def _detail(
+    record: Mapping[str, Any],
+    exec_record: Mapping[str, Any] | None = None,
+    path: str | None = None,
+) -> str:
     event = record.get("event")
     if event == "process.exec":
         text = shlex.join(str(a) for a in record.get("argv", []))
@@ -320,6 +365,8 @@ def _detail(record: Mapping[str, Any], exec_record: Mapping[str, Any] | None = N
         return f"{record.get('path')} ({record.get('size')} bytes)"
     if event == "policy.deny":
         return f"{record.get('method')} {record.get('reason')}: {record.get('message')}"
+    if event == "fs.changes":
+        return _changes_detail(record, path)
     if event in ("daemon.start", "daemon.stop", "daemon.reload"):
         text = f"version {record.get('version')} tenants {','.join(record.get('tenants', []))}"
         return f"{text} {record['message']}" if record.get("message") else text
@@ -341,7 +388,11 @@ def _detail(record: Mapping[str, Any], exec_record: Mapping[str, Any] | None = N
 _HEADER = f"{'TIME (UTC)':<26} {'SEQ':>8}  {'EVENT':<14} {'TENANT':<12} {'SPAWN':<32} DETAIL"
 
 
-def format_row(record: Mapping[str, Any], exec_record: Mapping[str, Any] | None = None) -> str:
+def format_row(
+    record: Mapping[str, Any],
+    exec_record: Mapping[str, Any] | None = None,
+    path: str | None = None,
+) -> str:
     """One record as a table row (fixed widths, so rows can stream); an exit
     row ends with the command it ended (`<- argv`) when its exec is known."""
     time = str(record.get("time", "")).replace("T", " ").rstrip("Z")
@@ -351,7 +402,7 @@ def format_row(record: Mapping[str, Any], exec_record: Mapping[str, Any] | None 
         f"{_printable(str(record.get('event', ''))):<14}",
         f"{_printable(str(record.get('tenant', '-'))):<12}",
         f"{_printable(str(record.get('spawn_id', '-'))):<32}",
-        _cut(_printable(_detail(record, exec_record)), 160),
+        _cut(_printable(_detail(record, exec_record, path)), 160),
     ]
     return " ".join(cells).rstrip()
 
@@ -417,7 +468,7 @@ def run_query(
         else:
             if count == 0:
                 out.write(_HEADER + "\n")
-            out.write(format_row(record, exec_record) + "\n")
+            out.write(format_row(record, exec_record, query.path) + "\n")
         count += 1
     if count == 0 and tenant is not None and tenant not in known:
         raise unknown_tenant(tenant, known)
@@ -608,6 +659,12 @@ def _cmd_query(args: argparse.Namespace) -> int:
             query = replace(
                 query,
                 spawn_id=resolve_spawn(query.spawn_id, (i for i in ids if isinstance(i, str))),
+            )
+        if query.changed_by is not None:
+            ids = (r.get("spawn_id") for r in RecordReader(files))
+            query = replace(
+                query,
+                changed_by=resolve_spawn(query.changed_by, (i for i in ids if isinstance(i, str))),
             )
         reader = RecordReader(files)
         code = run_query(reader, query, sys.stdout, output=_output(args))
@@ -802,9 +859,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="print the records that match (a table, JSON, or the stored JSON lines)",
         description="Print audit records matching every filter given, from the files (--file) "
         "or from the daemon (--admin-socket: every kept file, in chain order). Times are UTC. "
-        "Exit rows show the command they ended. What the log cannot show: files written by "
-        "the spawned commands themselves (only FsService writes are file.write records), and "
-        "which engine user of a tenant made a call (grpcio exposes no peer credentials).",
+        "Exit rows show the command they ended. Files a spawn changed are in its fs.changes "
+        "record where the tenant has a disk budget (fs_changes applied). What the log cannot "
+        "show: files changed by spawns of a tenant without one, and which engine user of a tenant made a call (grpcio exposes no peer credentials).",
     )
     query.add_argument(
         "--file",
@@ -851,7 +908,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     query.add_argument("--uid", type=int, metavar="UID", help="spawns run as this uid")
     query.add_argument(
-        "--path", metavar="PATH", help="file writes at PATH or beneath it (or a glob)"
+        "--path",
+        metavar="PATH",
+        help="file writes, and spawns' fs.changes, at PATH or beneath it (or a glob): "
+        "which spawn created, changed, renamed or deleted it, and when",
+    )
+    query.add_argument(
+        "--changed-by",
+        metavar="SPAWN",
+        help="what a spawn changed (its fs.changes): its id or a unique prefix",
     )
     query.add_argument(
         "--format",

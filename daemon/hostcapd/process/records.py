@@ -14,6 +14,7 @@ from hostcapd.config import Tenant
 from hostcapd.process.output import StreamBuffer, StreamCount
 from hostcapd.process.report import Report, signal_name
 from hostcapd.process.request import Prepared, SpawnRequest
+from hostcapd.sandbox.fschanges import Changes
 
 log = logging.getLogger("hostcapd.spawn")
 
@@ -121,6 +122,29 @@ def exit_record(
         record["failed_step"] = report.failed_step
         record["errno"] = report.errno
     return record
+
+
+def changes_record(
+    tenant: str,
+    spawn_id: str,
+    request: SpawnRequest,
+    listed: list[dict[str, Any]],
+    changes: Changes,
+) -> dict[str, Any]:
+    """What the spawn changed beneath the tenant's roots: `fs.changes`."""
+    beyond = sum(changes.beyond.values())
+    return {
+        **_correlation(tenant, spawn_id, request),
+        "changes": listed,
+        "paths_listed": len(listed),
+        "events_beyond": dict(sorted(changes.beyond.items())),
+        "truncated": beyond > 0,
+        "unresolved_events": changes.unresolved,
+        "unattributed_events": changes.unattributed,
+        "queue_overflows": changes.queue_overflows,
+        "complete": not (changes.unresolved or changes.unattributed or changes.queue_overflows)
+        and changes.tracking,
+    }
 
 
 def write_exit(audit: AuditLog, spawn_id: str, record: dict[str, Any]) -> None:

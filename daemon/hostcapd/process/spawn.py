@@ -28,7 +28,7 @@ from hostcapd.process.launch import Launch, launch_for
 from hostcapd.process.output import OutputLog, StreamBuffer, StreamCount
 from hostcapd.process.report import Outcome, Report, classify
 from hostcapd.process.request import Prepared, SpawnRequest
-from hostcapd.sandbox import identity, rlimits
+from hostcapd.sandbox import fschanges, identity, rlimits
 from hostcapd.sandbox.cgroups import CgroupError, CgroupStats, SpawnCgroup
 from hostcapd.sandbox.profile import TenantProfile
 from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost
@@ -142,6 +142,7 @@ class Spawn:
             await self._send_order()
             await self._release_on_durable(synced)
             self.pid = await self.launch.started()
+            self._watch_changes()
             self._exec_time = time.monotonic()
             self.started.set_result(self.pid)
             stdin_task = self._stream()
@@ -150,6 +151,7 @@ class Spawn:
             finally:
                 if stdin_task:
                     stdin_task.cancel()
+            await self._record_changes()
             return self._finish(status)
         except _Refused as refused:
             self._refuse(refused.refusal)
@@ -357,6 +359,36 @@ class Spawn:
                 self._cgroup.remove()
         if not self.started.done():
             self.started.set_result(0)
+
+    # Its file changes (decision 0030): from its start, and once its tree is
+    # dead, an fs.changes record before its exit record.
+
+    def _watch_changes(self) -> None:
+        watcher = self.deps.profile.fs_changes
+        if watcher is not None:
+            cgroup = self._cgroup.directories[0].name if self._cgroup is not None else ""
+            watcher.begin(self.pid, cgroup)
+
+    async def _record_changes(self) -> None:
+        watcher = self.deps.profile.fs_changes
+        if watcher is None or not self.pid:
+            return
+        changes = await watcher.finish(self.pid)
+        settings = self.deps.tenant.fs_changes
+        listed = await asyncio.to_thread(
+            fschanges.describe,
+            changes,
+            watcher.roots,
+            settings.sizes,
+            settings.sha256_max_bytes,
+        )
+        record = records.changes_record(
+            self.deps.tenant.name, self.id, self.request, listed, changes
+        )
+        try:
+            self.deps.audit.write("fs.changes", **record)
+        except AuditUnavailable as error:
+            log.error("could not audit the file changes of spawn %s: %s", self.id, error)
 
     # --- output -----------------------------------------------------------
 

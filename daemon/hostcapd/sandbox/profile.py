@@ -19,7 +19,16 @@ from pathlib import Path
 from hostcap_proto.names import SpawnProtectionName
 
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
-from hostcapd.sandbox import cgroups, cpu, diskquota, landlock, namespaces, seccomp, sockets
+from hostcapd.sandbox import (
+    cgroups,
+    cpu,
+    diskquota,
+    fschanges,
+    landlock,
+    namespaces,
+    seccomp,
+    sockets,
+)
 from hostcapd.sandbox.spawn_cgroup import SpawnCgroup
 from hostcapd.sandbox.tenant_ceilings import HostTotals, TenantCeilings, tenant_ceilings
 from hostcapd.spawner.messages import RegisterProfile
@@ -70,6 +79,9 @@ class HostSupport:
     disks: diskquota.DiskHost = field(default_factory=lambda: diskquota.DiskHost(None))
     #: What the tenants share: pid_max and memory (their ceilings' budget).
     totals: HostTotals = field(default_factory=HostTotals.read)
+    #: Each tenant's file-change watcher, kept across reloads (its mount is).
+    fs_watchers: dict[str, fschanges.FsChangesWatcher] = field(default_factory=dict)
+    _fs_probe: tuple[bool, str] | None = None
 
     def offers(self, name: str) -> tuple[bool, str]:
         if name in namespaces.NAMESPACES:
@@ -91,6 +103,10 @@ class HostSupport:
             return (True, "") if self.is_root else (False, "daemon is not root")
         if name in ("rlimits", "no_new_privs", "exec_by_fd"):
             return True, ""
+        if name == "fs_changes":  # and a disk budget: prepare() checks the tenant's
+            if self._fs_probe is None:
+                self._fs_probe = fschanges.probe()
+            return self._fs_probe
         raise KeyError(name)
 
     def filter_for(self, policy: sockets.SocketPolicy) -> bytes:
@@ -160,6 +176,8 @@ class TenantProfile:
     cgroups: cgroups.CgroupHost | None = None
     #: Its front-end's and fs worker's cgroup; None without cgroups.
     frontend_cgroup: SpawnCgroup | None = None
+    #: The reader of its file system's changes; None when fs_changes is not applied.
+    fs_changes: fschanges.FsChangesWatcher | None = None
 
     def place_daemon_side(self, pid: int) -> None:
         """Make process `pid`, working on this tenant's behalf (its
@@ -271,6 +289,7 @@ def prepare(tenant: Tenant, host: HostSupport, tenants: Sequence[Tenant] = ()) -
         disk = host.disks.attach(tenant)
     except diskquota.DiskBudgetError as error:
         raise ProtectionUnavailable(tenant.name, "disk_budget", str(error)) from None
+    watcher = _fs_changes(tenant, host, disk, statuses, applied)
     template = None
     mount_rules: tuple[tuple[bytes, int], ...] = ()
     if "landlock" in applied:
@@ -307,7 +326,47 @@ def prepare(tenant: Tenant, host: HostSupport, tenants: Sequence[Tenant] = ()) -
         ceilings=ceilings,
         cgroups=tenant_cgroups,
         frontend_cgroup=frontend_cgroup,
+        fs_changes=watcher,
     )
+
+
+def _fs_changes(
+    tenant: Tenant,
+    host: HostSupport,
+    disk: diskquota.DiskBudget | None,
+    statuses: list[ProtectionStatus],
+    applied: set[str],
+) -> fschanges.FsChangesWatcher | None:
+    """The tenant's file-change watcher (kept across reloads), once the loop
+    above found the kernel able; it also needs the tenant's own file system."""
+    if "fs_changes" not in applied:
+        return None
+    index = next(i for i, s in enumerate(statuses) if s.name == "fs_changes")
+    required = statuses[index].required
+    watcher = host.fs_watchers.get(tenant.name)
+    reason = ""
+    if disk is None:
+        reason = "the tenant has no file system of its own (set [tenants.X.disk] budget_bytes)"
+    elif watcher is None or watcher.mount != disk.mount or watcher.roots != disk.roots:
+        if watcher is not None:
+            watcher.close()
+            del host.fs_watchers[tenant.name]
+        try:
+            watcher = fschanges.FsChangesWatcher.start(
+                tenant.name, disk.mount, disk.roots, tenant.fs_changes.max_paths
+            )
+        except (fschanges.FsChangesUnavailable, OSError) as error:
+            watcher, reason = None, str(error)
+        else:
+            host.fs_watchers[tenant.name] = watcher
+    if watcher is None or reason:
+        if required:
+            raise ProtectionUnavailable(tenant.name, "fs_changes", reason)
+        statuses[index] = ProtectionStatus("fs_changes", False, reason, False)
+        applied.discard("fs_changes")
+        return None
+    watcher.max_paths = tenant.fs_changes.max_paths
+    return watcher
 
 
 def _tenant_cgroups(

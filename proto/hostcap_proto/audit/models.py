@@ -172,6 +172,53 @@ class PolicyDeny(_Correlated):
     write_id: str | None = None
 
 
+ChangeKind = Literal["created", "modified", "deleted", "renamed_from", "renamed_to"]
+
+
+class ChangedPath(_Fields):
+    """One path a spawn changed, once, with every kind of change it saw."""
+
+    path: str
+    kinds: list[ChangeKind]
+    #: A directory (absent for anything else).
+    dir: bool | None = None
+    #: A regular file that exists when the spawn ends: its size (and sha256
+    #: when the tenant's fs_changes.sha256_max_bytes covers it).
+    size: int | None = None
+    sha256: str | None = None
+
+
+class ChangeCounts(_Fields):
+    """Events by kind (a kind with none is absent)."""
+
+    created: int | None = None
+    modified: int | None = None
+    deleted: int | None = None
+    renamed_from: int | None = None
+    renamed_to: int | None = None
+
+
+class FsChanges(_Correlated):
+    """fs.changes: the paths beneath the tenant's roots a spawn created,
+    modified, deleted or renamed, written before its process.exit."""
+
+    spawn_id: str
+    changes: list[ChangedPath] = Field(default_factory=list)
+    paths_listed: int = 0
+    #: Events on paths beyond the listed ones (the tenant's max_paths), by kind.
+    events_beyond: ChangeCounts = ChangeCounts()
+    truncated: bool = False
+    #: Events whose directory was gone before it could be named.
+    unresolved_events: int = 0
+    #: Events on the tenant's file system while it ran that no spawn could be
+    #: named for (a process gone before its event was read, without fork tracking).
+    unattributed_events: int = 0
+    #: Times the kernel's event queue overflowed while it ran (events lost).
+    queue_overflows: int = 0
+    #: Nothing above happened: the list (and the counts beyond it) is all it changed.
+    complete: bool = True
+
+
 class DaemonEvent(_Fields):
     """daemon.start / daemon.stop / daemon.reload."""
 
@@ -247,6 +294,7 @@ EVENT_FIELDS: Mapping[str, type[_Fields]] = {
     "process.exit": ProcessExit,
     "file.write": FileWrite,
     "policy.deny": PolicyDeny,
+    "fs.changes": FsChanges,
     "daemon.start": DaemonEvent,
     "daemon.stop": DaemonEvent,
     "daemon.reload": DaemonEvent,

@@ -41,6 +41,7 @@ EventName = Literal[
     "audit.rotate",
     "audit.recover",
     "audit.prune",
+    "fs.changes",
     "environment.open",
     "environment.close",
 ]
@@ -66,8 +67,9 @@ JOURNAL_MESSAGE_IDS: Mapping[str, str] = {
     "audit.rotate": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a08",
     "audit.recover": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a09",
     "audit.prune": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0a",
-    "environment.open": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0b",
-    "environment.close": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0c",
+    "fs.changes": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0b",
+    "environment.open": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0c",
+    "environment.close": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0d",
 }
 
 _HASH = re.compile(r"[0-9a-f]{64}")

@@ -131,6 +131,14 @@ def test_check_config_refuses_a_protection_this_host_cannot_apply(state_dir: Pat
     assert "tenant 'beta' requires seccomp, which this host cannot apply" in done.stderr
 
 
+def test_check_config_refuses_required_fs_changes_without_a_disk_budget(state_dir: Path) -> None:
+    path = write(state_dir, {"beta": {"sandbox": {"fs_changes": "required"}}})
+    done = check_config(path)
+    assert done.returncode == 2, done
+    assert "tenant 'beta' requires fs_changes" in done.stderr
+    assert "no file system of its own" in done.stderr
+
+
 def test_check_config_names_schema_errors_by_tenant_name(state_dir: Path) -> None:
     path = write(state_dir, {"alpha": {}, "beta": {}})
     head, tail = path.read_text().rsplit('"run_as_user" = 65534', 1)

@@ -98,6 +98,14 @@ DAEMON_RECORDS: list[tuple[str, dict[str, Any]]] = [
     ("daemon.reload", {"version": "0.1.0", "tenants": ["dev"], "added": [], "removed": ["x"],
                        "changed": ["dev"]}),
     ("audit.recover", {"file": "audit.jsonl", "torn_bytes": 12, "torn_sha256": "cd" * 32}),
+    ("fs.changes", {"tenant": "dev", "spawn_id": "a", "request_id": "", "labels": {},
+                    "changes": [{"path": "/w/d", "kinds": ["created"], "dir": True},
+                                {"path": "/w/d/f", "kinds": ["created", "modified"], "size": 3,
+                                 "sha256": "ab" * 32},
+                                {"path": "/w/g", "kinds": ["deleted"]}],
+                    "paths_listed": 3, "events_beyond": {"created": 4}, "truncated": True,
+                    "unresolved_events": 0, "unattributed_events": 0, "queue_overflows": 0,
+                    "complete": True}),
 ]  # fmt: skip
 
 
@@ -196,6 +204,11 @@ BASE_FIELDS: dict[str, dict[str, Any]] = {
     "audit.prune": {
         "files": [{"file": "f", "size": 1, "sha256": "x", "archived": True}],
         "keep_files": 1,
+    },
+    "fs.changes": {
+        "tenant": "t",
+        "spawn_id": "a",
+        "changes": [{"path": "/p", "kinds": ["modified"]}],
     },
     "environment.open": {
         "tenant": "t",

@@ -1,0 +1,173 @@
+"""The cost of recording each spawn's file changes (decision 0030), in one
+process: one daemon, two tenants with the same profile and disk budget, one
+with `fs_changes` required (`rec`), one with it off (`norec`).
+
+    python -m bench.fs_changes [--quick] [--rounds N] [--files N] [--churn N]
+
+- **unpack**: `tar -xf` of 10,000 small files (100 bytes each) into an empty
+  directory of the tenant's workspace, one spawn, timed by the client from
+  Run to result (the fs.changes record is written before the exit record,
+  so before the result). Rounds alternate between the tenants; the
+  directory is removed by an untimed spawn before each. Target: rec/norec
+  p50 <= 1.15.
+- **memory bound**: one spawn of `rec` that creates and removes `--churn`
+  distinct files (1,000,000 by default): the daemon's peak RSS (VmHWM)
+  before and after, and what its fs.changes record says (paths listed,
+  events beyond the cap, queue overflows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from hostcap_proto.v1 import common_pb2, process_pb2
+
+from bench.client import TenantClient, check_exited
+from bench.daemon import PROFILES, BenchDaemon, state_parent, tenant_config
+
+MiB = 1 << 20
+TENANTS = ("norec", "rec")
+
+MAKE_TAR = """
+import os, sys, tarfile
+root, n = sys.argv[1], int(sys.argv[2])
+src = os.path.join(root, "src")
+os.makedirs(src, exist_ok=True)
+for i in range(n):
+    d = os.path.join(src, f"d{i // 500:03d}")
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, f"f{i:05d}.txt"), "w") as f:
+        f.write("x" * 100)
+with tarfile.open(os.path.join(root, "files.tar"), "w") as t:
+    t.add(src, arcname="src")
+"""
+
+CHURN = """
+import os, sys
+d = os.path.join(sys.argv[1], "churn")
+os.makedirs(d, exist_ok=True)
+for i in range(int(sys.argv[2])):
+    p = os.path.join(d, f"f{i:07d}")
+    os.close(os.open(p, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.unlink(p)
+"""
+
+
+def _cpu(pid: int) -> float:
+    """The daemon's user + system CPU seconds so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _vm(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+async def _run(client: TenantClient, argv: list[str]) -> tuple[float, process_pb2.RunResult]:
+    request = process_pb2.SpawnRequest(
+        argv=argv, limits=common_pb2.Limits(wall_seconds=600, cpu_seconds=600)
+    )
+    started = time.perf_counter()
+    result: process_pb2.RunResult = await client.process.Run(request)
+    took = time.perf_counter() - started
+    check_exited(result.exited, " ".join(argv[:3]))
+    return took, result
+
+
+def _record(daemon: BenchDaemon, spawn_id: str) -> dict[str, object] | None:
+    path = Path(daemon.config["audit"]["path"])
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("event") == "fs.changes" and record.get("spawn_id") == spawn_id:
+            return dict(record)
+    return None
+
+
+async def main(rounds: int, files: int, churn: int) -> int:
+    state = Path(tempfile.mkdtemp(prefix="fs-changes-", dir=state_parent()))
+    daemon = BenchDaemon(state / "d", ())
+    for name, level in (("norec", "off"), ("rec", "required")):
+        config = tenant_config(state / "d", name, {**PROFILES["full"], "fs_changes": level})
+        config["disk"] = {"budget_bytes": 1024 * MiB, "inodes": 262144}
+        daemon.config["tenants"][name] = config
+    daemon.tenants = TENANTS
+    daemon.start(timeout=120)
+    clients = {name: TenantClient(daemon.socket(name)) for name in TENANTS}
+    try:
+        for name in TENANTS:
+            ws = str(daemon.workspace(name))
+            await _run(clients[name], ["python3", "-I", "-c", MAKE_TAR, ws, str(files)])
+        samples: dict[str, list[float]] = {name: [] for name in TENANTS}
+        cpu: dict[str, list[float]] = {name: [] for name in TENANTS}
+        listed: list[int] = []
+        for index in range(rounds):
+            order = TENANTS if index % 2 == 0 else TENANTS[::-1]
+            for name in order:
+                ws = str(daemon.workspace(name))
+                await _run(clients[name], ["rm", "-rf", f"{ws}/out"])
+                before = _cpu(daemon.pid)
+                took, result = await _run(
+                    clients[name], ["sh", "-c", f'mkdir "{ws}/out" && tar -xf "{ws}/files.tar" -C "{ws}/out"']
+                )  # fmt: skip
+                samples[name].append(took)
+                cpu[name].append(_cpu(daemon.pid) - before)
+                if name == "rec":
+                    record = _record(daemon, result.started.spawn_id)
+                    assert record is not None, "no fs.changes record"
+                    listed.append(int(str(record["paths_listed"])))
+        p50 = {name: statistics.median(v) for name, v in samples.items()}
+        print(
+            f"unpack {files} files ({rounds} rounds each, alternating): "
+            f"norec p50 {p50['norec'] * 1000:.0f} ms, rec p50 {p50['rec'] * 1000:.0f} ms, "
+            f"rec/norec {p50['rec'] / p50['norec']:.2f} (target <= 1.15); "
+            f"rec lists {min(listed)}-{max(listed)} paths per record"
+        )
+        print(
+            "daemon CPU per unpack (root process, p50): "
+            f"norec {statistics.median(cpu['norec']) * 1000:.0f} ms, "
+            f"rec {statistics.median(cpu['rec']) * 1000:.0f} ms"
+        )
+        pid = daemon.pid
+        before_rss, before_hwm = _vm(pid, "VmRSS"), _vm(pid, "VmHWM")
+        ws = str(daemon.workspace("rec"))
+        took, result = await _run(clients["rec"], ["python3", "-I", "-c", CHURN, ws, str(churn)])
+        record = _record(daemon, result.started.spawn_id)
+        assert record is not None, "no fs.changes record"
+        after_rss, after_hwm = _vm(pid, "VmRSS"), _vm(pid, "VmHWM")
+        print(
+            f"memory bound: a spawn creating and removing {churn} files ({took:.1f} s): daemon "
+            f"RSS {before_rss / MiB:.1f} -> {after_rss / MiB:.1f} MiB, peak {before_hwm / MiB:.1f} "
+            f"-> {after_hwm / MiB:.1f} MiB; its record lists {record['paths_listed']} paths, "
+            f"beyond {record['events_beyond']}, queue overflows {record['queue_overflows']}, "
+            f"complete {record['complete']}"
+        )
+    finally:
+        for c in clients.values():
+            await c.close()
+        daemon.stop()
+        shutil.rmtree(state, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="5 rounds, 100,000 churned files")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--churn", type=int, default=None)
+    args = parser.parse_args()
+    rounds = args.rounds or (5 if args.quick else 15)
+    churn = args.churn or (100_000 if args.quick else 1_000_000)
+    sys.exit(asyncio.run(main(rounds, args.files, churn)))

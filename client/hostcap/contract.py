@@ -72,6 +72,10 @@ BUILTIN_CONTRACT_EFFECTS: Mapping[str, ContractEffect] = {
     "web_search": ContractEffect.ACTS_ON_STATE,
     "run_command": ContractEffect.OPAQUE,
     "mcp_call": ContractEffect.OPAQUE,
+    "exec_command": ContractEffect.OPAQUE,
+    # Reads what a session of this host printed; ending one controls work.
+    "read_output": ContractEffect.ORDINARY,
+    "kill_session": ContractEffect.ACTS_ON_STATE,
 }
 
 _ADMISSION = {

@@ -51,6 +51,7 @@ from hostcap.host import (
     OutputHandler,
     ProcessLimits,
     ProcessResult,
+    SessionOutput,
     SpawnOptions,
     ToolOutputStore,
 )
@@ -148,11 +149,28 @@ async def settle(stub: Any, request: process_pb2.SpawnRequest) -> str:
     return ""
 
 
+#: Sessions an arm remembers (the oldest is forgotten past it).
+MAX_SESSIONS = 256
+#: A session read stops gathering past this many bytes (the rest waits for the next).
+MAX_SESSION_READ = 4 * 1024 * 1024
+
+
+class _Session:
+    """A detached spawn this arm started: its next offset and decoders."""
+
+    def __init__(self) -> None:
+        self.offset = 0
+        self.stdout = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.stderr = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+
 class GrpcProcessArm:
     """ProcessCapability over ProcessService."""
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self._stub = process_pb2_grpc.ProcessServiceStub(channel)  # type: ignore[no-untyped-call]
+        #: The detached sessions this arm started, and how far each was read.
+        self._sessions: dict[str, _Session] = {}
 
     async def spawn(
         self, command: str, args: Sequence[str], declared_env: Mapping[str, str], opts: SpawnOptions
@@ -198,6 +216,133 @@ class GrpcProcessArm:
             executable=started.executable.path or None,
             executable_sha256=started.executable.sha256 or None,
         )
+
+    # --- sessions: detached spawns read later (issue 30) --------------------
+
+    async def start_detached(
+        self,
+        command: str,
+        args: Sequence[str],
+        declared_env: Mapping[str, str],
+        opts: SpawnOptions,
+        *,
+        environment_id: str = "",
+    ) -> str:
+        request = process_pb2.SpawnRequest(
+            argv=[command, *args],
+            cwd=opts.cwd or "",
+            env=dict(declared_env),
+            limits=_limits(opts.limits),
+            request_id=opts.request_id or f"hostcap:{uuid.uuid4().hex}",
+            labels=dict(opts.labels),
+            detached=True,
+            environment_id=environment_id,
+        )
+        if opts.stdin is not None:
+            request.stdin = opts.stdin
+        try:
+            response: Any = await self._stub.Run(request, timeout=rpc_timeout(opts.deadline))
+        except grpc.RpcError as error:
+            raise host_error(error) from None
+        if response.HasField("exited"):  # it never ran
+            # A set-up step failed (SPAWN_FAILED), or the daemon was stopping.
+            ended = _outcome(response.exited.outcome)
+            raise HostError(
+                "DAEMON_SHUTDOWN" if ended is Outcome.DAEMON_SHUTDOWN else "SPAWN_FAILED",
+                response.exited.message or "not started",
+            )
+        session_id = str(response.started.spawn_id)
+        self._sessions[session_id] = _Session()
+        while len(self._sessions) > MAX_SESSIONS:
+            self._sessions.pop(next(iter(self._sessions)))
+        return session_id
+
+    def _session(self, session_id: str) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            raise HostError("NOT_FOUND", f"no session {session_id!r} was started here")
+        return session
+
+    async def read_session(self, session_id: str, *, yield_ms: int) -> SessionOutput:
+        session = self._session(session_id)
+        deadline = time.monotonic() + max(0, yield_ms) / 1000
+        out, err = bytearray(), bytearray()
+        dropped = 0
+        while True:
+            left_ms = int(max(0.0, deadline - time.monotonic()) * 1000)
+            try:
+                answer: Any = await self._stub.ReadOutput(
+                    process_pb2.ReadOutputRequest(
+                        spawn_id=session_id, offset=session.offset, wait_ms=min(left_ms, 30_000)
+                    )
+                )
+            except grpc.RpcError as error:
+                raise host_error(error) from None
+            out += answer.stdout
+            err += answer.stderr
+            dropped += answer.dropped_bytes
+            session.offset = answer.next_offset
+            if not answer.running or left_ms == 0 or len(out) + len(err) >= MAX_SESSION_READ:
+                break
+        result = None
+        if not answer.running:
+            exited = answer.exited
+            outcome = _outcome(exited.outcome)
+            result = ProcessResult(
+                spawn_id=session_id,
+                outcome=outcome,
+                exit_code=exited.exit_code if outcome is Outcome.EXITED else None,
+                signal_name=exited.signal_name or None,
+                stdout_dropped_bytes=exited.stdout.dropped_bytes,
+                stderr_dropped_bytes=exited.stderr.dropped_bytes,
+                duration_seconds=exited.duration_seconds,
+                message=exited.message,
+            )
+        return SessionOutput(
+            session_id=session_id,
+            stdout=session.stdout.decode(bytes(out), final=result is not None),
+            stderr=session.stderr.decode(bytes(err), final=result is not None),
+            dropped_bytes=dropped,
+            running=answer.running,
+            result=result,
+        )
+
+    async def kill_session(self, session_id: str) -> None:
+        self._session(session_id)
+        try:
+            await self._stub.Signal(process_pb2.SignalRequest(spawn_id=session_id, signal=9))
+        except grpc.RpcError as error:
+            wire = host_error(error)
+            if wire.reason != "NOT_FOUND":  # already ended: nothing to kill
+                raise wire from None
+
+    async def open_environment(
+        self,
+        *,
+        idle_timeout_s: float = 0.0,
+        lifetime_s: float = 0.0,
+        labels: Mapping[str, str] | None = None,
+    ) -> str:
+        try:
+            info: Any = await self._stub.OpenEnvironment(
+                process_pb2.OpenEnvironmentRequest(
+                    idle_timeout_seconds=idle_timeout_s,
+                    lifetime_seconds=lifetime_s,
+                    labels=dict(labels or {}),
+                )
+            )
+        except grpc.RpcError as error:
+            raise host_error(error) from None
+        return str(info.environment_id)
+
+    async def close_environment(self, environment_id: str) -> list[str]:
+        try:
+            closed: Any = await self._stub.CloseEnvironment(
+                process_pb2.CloseEnvironmentRequest(environment_id=environment_id)
+            )
+        except grpc.RpcError as error:
+            raise host_error(error) from None
+        return list(closed.spawns_ended)
 
     async def _stream(
         self, request: Any, on_output: OutputHandler, deadline: float | None

@@ -228,6 +228,59 @@ class ProcessCapability(Protocol):
         ...
 
 
+@dataclass(frozen=True, kw_only=True)
+class SessionOutput:
+    """What a background command printed since the last read (issue 30).
+    `result` is set once it has ended (its stdout/stderr there are empty:
+    the output is here)."""
+
+    session_id: str
+    stdout: str
+    stderr: str
+    #: Bytes of its output that fell out of the host's buffer before they were read.
+    dropped_bytes: int
+    running: bool
+    result: ProcessResult | None = None
+
+
+class SessionCapability(ProcessCapability, Protocol):
+    """A process arm that can leave a command running past its call and read
+    it later (hostcapd's detached spawns), and open the environments such
+    commands share (a network namespace, IPC and /tmp)."""
+
+    async def start_detached(
+        self,
+        command: str,
+        args: Sequence[str],
+        declared_env: Mapping[str, str],
+        opts: SpawnOptions,
+        *,
+        environment_id: str = "",
+    ) -> str:
+        """Start an already policy-checked command detached: its session id."""
+        ...
+
+    async def read_session(self, session_id: str, *, yield_ms: int) -> SessionOutput:
+        """What is new since the last read of this session, waiting up to
+        `yield_ms` for it to end (returning earlier when it does). Only
+        sessions this arm started (HostError NOT_FOUND otherwise)."""
+        ...
+
+    async def kill_session(self, session_id: str) -> None:
+        """End a session this arm started (its whole tree)."""
+        ...
+
+    async def open_environment(
+        self,
+        *,
+        idle_timeout_s: float = 0.0,
+        lifetime_s: float = 0.0,
+        labels: Mapping[str, str] | None = None,
+    ) -> str: ...
+
+    async def close_environment(self, environment_id: str) -> list[str]: ...
+
+
 class FsCapability(Protocol):
     async def read_file(self, path: str, *, max_bytes: int | None = None) -> FileRead: ...
 

@@ -88,6 +88,10 @@ class ChildPlan:
     netns_fd: int = -1
     #: >= 0: join this mount namespace (made by mount_namespace) before the mounts.
     mntns_fd: int = -1
+    #: With mntns_fd: work in a copy of it (an environment's, shared).
+    mntns_copy: bool = False
+    #: >= 0: join this IPC namespace (an environment's; instead of CLONE_NEWIPC).
+    ipcns_fd: int = -1
     #: With a pid namespace: the child stays as its pid 1, a minimal init, and
     #: the command runs as pid 2 (decision 0023).
     init: bool = False
@@ -139,6 +143,8 @@ def spawn(plan: ChildPlan) -> tuple[int, int]:
         init=plan.init,
         warm_channel=plan.warm_channel,
         roots=plan.roots,
+        ipcns_fd=plan.ipcns_fd,
+        mntns_copy=plan.mntns_copy,
     )
     if plan.init or plan.warm_channel >= 0:
         pid, report = started

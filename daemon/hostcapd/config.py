@@ -299,6 +299,15 @@ class Tenant(_Model):
     env_allowlist: tuple[str, ...] = ()
     limits: TenantLimits
     max_concurrent_spawns: int = Field(default=64, gt=0)
+    #: Detached spawns (issue 30): how many may run at once (they count
+    #: among max_concurrent_spawns too), and the longest one may run, in
+    #: seconds (its wall clock, whatever its request asks).
+    max_detached_spawns: int = Field(default=8, ge=0)
+    max_background_seconds: float = Field(default=3600.0, gt=0)
+    #: Session environments (issue 30): how many may be open at once, and
+    #: the longest one may stay open, in seconds.
+    max_environments: int = Field(default=4, ge=0)
+    max_environment_seconds: float = Field(default=86400.0, gt=0)
     #: The tenant as a whole (hostcapd.sandbox.tenant_ceilings): tasks and
     #: memory of all its spawns together, its tenant cgroup's pids.max and
     #: memory limit. Unset: an equal part of half the host's pid_max and

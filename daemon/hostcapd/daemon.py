@@ -242,6 +242,7 @@ class Daemon:
     def _spawner_restarted(self) -> None:
         for service in self.tenants.values():
             service.runtime.register_with_spawner()
+            service.runtime.spawner_restarted()
 
     async def _prepare_tenant(self, tenant: Tenant, profile: TenantProfile) -> TenantService:
         """Everything a tenant needs to serve, listening under a temporary name,

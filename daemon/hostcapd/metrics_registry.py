@@ -142,6 +142,12 @@ class DaemonCollector(Collector):
             "counted per config, so a reload of the tenant restarts it.",
             labels=("tenant", "result"),
         )
+        detached = GaugeMetricFamily(
+            "hostcapd_detached_output_bytes",
+            "Output bytes the tenant's detached spawns' buffers hold (issue 30): its cost.",
+            labels=("tenant",),
+        )
+        held: dict[str, int] = {}
         counts: dict[str, int] = {}
         quotas: dict[str, int] = {}
         waiting: dict[str, int] = {}
@@ -153,6 +159,8 @@ class DaemonCollector(Collector):
                 quotas[runtime.name] = runtime.tenant.max_concurrent_spawns
                 waiting[runtime.name] = len(runtime.warm)
                 taken[runtime.name] = (runtime.warm.taken, runtime.warm.missed)
+                # One table per tenant, shared by a reload's old and new runtime.
+                held[runtime.name] = runtime.detached.held_bytes()
         for name in sorted(counts):
             running.add_metric((name,), counts[name])
             quota.add_metric((name,), quotas[name])
@@ -160,10 +168,12 @@ class DaemonCollector(Collector):
             hits, misses = taken.get(name, (0, 0))
             warm_spawns.add_metric((name, "taken"), hits)
             warm_spawns.add_metric((name, "missed"), misses)
+            detached.add_metric((name,), held.get(name, 0))
         yield running
         yield quota
         yield warm
         yield warm_spawns
+        yield detached
         audit = self.daemon.audit
         journal = getattr(audit, "journal", None) if audit is not None else None
         dropped = CounterMetricFamily(

@@ -249,7 +249,7 @@ class Reloads:
                         Outcome.DAEMON_SHUTDOWN,
                         f"tenant {runtime.name!r} was removed from the config by a reload",
                     )
-                await runtime.shutdown()
+                await runtime.shutdown("the tenant was removed from the config by a reload")
             else:
                 # A long grace: the calls of running spawns must not be cut
                 # (that would kill their trees); their clients' new calls go

@@ -17,6 +17,7 @@ from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.process import request as request_mod
 from hostcapd.process.deps import SpawnDeps
+from hostcapd.process.environments import EnvironmentTable
 from hostcapd.process.executable import HashCache
 from hostcapd.process.launch import launch_for
 from hostcapd.process.report import Outcome, Report
@@ -82,6 +83,15 @@ class TenantRuntime:
         self.spawns: dict[str, Spawn] = {}
         self._by_request: dict[str, Spawn] = {}
         self._finished: OrderedDict[str, Spawn] = OrderedDict()
+        #: Detached spawns by id, running or ended (ReadOutput reads them):
+        #: shared with the runtime a reload puts in this one's place.
+        self.detached = DetachedTable()
+        #: Open session environments: shared the same way.
+        self.environments = EnvironmentTable()
+        #: Its tables went to the runtime that replaced it (a reload): its
+        #: shutdown leaves the environments open.
+        self.handed_over = False
+        self._closing_envs: set[asyncio.Future[None]] = set()
         self._tasks: set[asyncio.Task[Report | None]] = set()
         self.accepting = True
         #: Spawn/Run calls still sending to their clients (shutdown waits for them).
@@ -126,6 +136,17 @@ class TenantRuntime:
         if self.accepting:
             self.warm.fill()
 
+    def spawner_restarted(self) -> None:
+        """The spawner died and a new one serves: the namespaces it held for
+        the environments died with it, so each is closed, saying so."""
+        if self.handed_over:
+            return
+        task = asyncio.ensure_future(
+            self.environments.close_all(self, "the spawner restarted: its namespaces are gone")
+        )
+        self._closing_envs.add(task)
+        task.add_done_callback(self._closing_envs.discard)
+
     def adopt_requests(self, previous: TenantRuntime) -> None:
         """Take over the request_id table of the runtime this one replaces (a
         reload), so a retry attaches instead of running again."""
@@ -135,6 +156,9 @@ class TenantRuntime:
         while len(merged) > FINISHED_KEPT:
             merged.popitem(last=False)
         self._finished = merged
+        self.detached = previous.detached
+        self.environments = previous.environments
+        previous.handed_over = True
 
     def existing(self, request_id: str) -> Spawn | None:
         """The spawn an earlier request with this id started, live or finished."""
@@ -158,11 +182,29 @@ class TenantRuntime:
                 "QUOTA_EXCEEDED",
                 f"tenant {self.name} already runs {len(self.spawns)} spawns (quota {self.tenant.max_concurrent_spawns})",
             )
+        if request.detached:
+            running = self.detached.running()
+            if running >= self.tenant.max_detached_spawns:
+                raise Refusal(
+                    "QUOTA_EXCEEDED",
+                    f"tenant {self.name} already runs {running} detached spawns (quota {self.tenant.max_detached_spawns})",
+                )
+        env = None
+        if request.environment_id:
+            env = self.environments.get(request.environment_id)
+            if env is None:
+                raise Refusal("NOT_FOUND", "no such open environment for this tenant")
         prepared = self.prepare(request)
         rlimits = plan_rlimits(self.profile, prepared)
-        launch = launch_for(self.deps, self.warm.take(prepared, rlimits))
+        # A spawn in an environment joins its namespaces: never a warm child's.
+        warm = self.warm.take(prepared, rlimits) if env is None else None
+        launch = launch_for(self.deps, warm)
         spawn = Spawn(self.deps, request, prepared, streaming, launch, rlimits)
         self.spawns[spawn.id] = spawn
+        if request.detached:
+            self.detached.add(spawn, self.tenant.max_detached_spawns)
+        if env is not None:
+            self.environments.joined(env, spawn)
         if request.request_id:
             self._by_request[request.request_id] = spawn
         if self.warm.size:
@@ -177,6 +219,8 @@ class TenantRuntime:
             return await spawn.run()
         finally:
             self.spawns.pop(spawn.id, None)
+            if spawn.request.environment_id:
+                self.environments.left(spawn.request.environment_id, spawn)
             rid = spawn.request.request_id
             if rid and self._by_request.get(rid) is spawn:
                 del self._by_request[rid]
@@ -197,15 +241,44 @@ class TenantRuntime:
         for a protocol violation): its clients' calls are gone with it, so
         every running spawn ends DAEMON_SHUTDOWN, its tree killed."""
         for spawn in list(self.spawns.values()):
-            spawn.cancel(Outcome.DAEMON_SHUTDOWN, "the tenant's front-end process stopped")
+            if not spawn.request.detached:  # no call of theirs was lost
+                spawn.cancel(Outcome.DAEMON_SHUTDOWN, "the tenant's front-end process stopped")
 
-    async def shutdown(self) -> None:
+    async def shutdown(self, reason: str = "the daemon is shutting down") -> None:
         """Refuse new spawns; end running ones as DAEMON_SHUTDOWN and wait for them."""
         self.accepting = False
         self.warm.close()
         for spawn in list(self.spawns.values()):
             spawn.cancel(Outcome.DAEMON_SHUTDOWN, "the daemon is shutting down")
+        if not self.handed_over:
+            await self.environments.close_all(self, reason)
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.deps.egress is not None:
             await self.deps.egress.stop()
+
+
+class DetachedTable:
+    """A tenant's detached spawns: the running ones, and as many ended ones
+    as the tenant may run at once (the oldest ended is forgotten first), so
+    their output and outcome can still be read. What they hold is bounded by
+    their output budgets: the tenant's cost."""
+
+    def __init__(self) -> None:
+        self._spawns: OrderedDict[str, Spawn] = OrderedDict()
+
+    def running(self) -> int:
+        return sum(1 for s in self._spawns.values() if not s.done.done())
+
+    def add(self, spawn: Spawn, keep_ended: int) -> None:
+        self._spawns[spawn.id] = spawn
+        ended = [sid for sid, s in self._spawns.items() if s.done.done()]
+        for sid in ended[: max(0, len(ended) - keep_ended)]:
+            del self._spawns[sid]
+
+    def get(self, spawn_id: str) -> Spawn | None:
+        return self._spawns.get(spawn_id)
+
+    def held_bytes(self) -> int:
+        """Output bytes their buffers hold."""
+        return sum(s.log.held for s in self._spawns.values() if s.log is not None)

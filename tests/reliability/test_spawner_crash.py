@@ -21,7 +21,7 @@ from reliability_probes import (
     wait_for,
     wait_healthy,
 )
-from support.daemon import Daemon, processes_with, wait_gone, zombies_under
+from support.daemon import Daemon, audit_records, processes_with, wait_gone, zombies_under
 from support.process import Client, outcome, request
 
 #: Outcomes the issue allows for a spawn whose spawner died under it.
@@ -156,3 +156,39 @@ async def test_a_spawn_sent_while_the_spawner_restarts_runs_on_the_new_one(
     assert [(outcome(r), r.exited.failed_step, r.stdout) for r in results] == [
         ("EXITED", "", f"{i}\n".encode()) for i in range(3)
     ]
+
+
+async def test_a_spawner_crash_closes_the_environments_it_held(daemon: Daemon) -> None:
+    """Its namespaces died with the spawner: each environment is closed,
+    its record saying why, and a spawn naming it is refused NOT_FOUND."""
+    client = Client(daemon.socket)
+    try:
+        env = (
+            await client.stub.OpenEnvironment(process_pb2.OpenEnvironmentRequest())
+        ).environment_id
+        old = kill_spawner(daemon)
+        await new_spawner(daemon, old)
+
+        async def closed() -> bool:
+            listed = await client.stub.ListEnvironments(process_pb2.ListEnvironmentsRequest())
+            return not listed.environments
+
+        for _ in range(100):
+            if await closed():
+                break
+            await asyncio.sleep(0.1)
+        assert await closed()
+        try:
+            await client.run("true", environment_id=env)
+            raise AssertionError("a spawn ran in a closed environment")
+        except grpc.aio.AioRpcError as error:
+            wire = from_rpc_error(error)
+            assert wire is not None and wire.reason == "NOT_FOUND"
+    finally:
+        await client.close()
+    reasons = [
+        r["reason"]
+        for r in audit_records(daemon.audit_path)
+        if r["event"] == "environment.close" and r["environment_id"] == env
+    ]
+    assert reasons == ["the spawner restarted: its namespaces are gone"]

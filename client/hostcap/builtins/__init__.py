@@ -61,33 +61,47 @@ from hostcap.builtins.processes import (
     RunCommandArgs,
     RunCommandResult,
 )
+from hostcap.builtins.sessions import (
+    EXEC_COMMAND,
+    KILL_SESSION,
+    READ_OUTPUT,
+    ExecCommandArgs,
+    KillSessionArgs,
+    ReadOutputArgs,
+    SessionResult,
+)
 from hostcap.tooldef import ToolDef
 
 #: Every built-in tool, in catalogue order.
 BUILTIN_TOOLS: tuple[ToolDef[Any, Any], ...] = (
     READ_FILE, WRITE_FILE, EDIT_FILE, LIST_DIRECTORY, RUN_COMMAND, GIT_STATUS, GIT_COMMIT,
     HTTP_REQUEST, WEB_SEARCH, MCP_CALL, READ_CLIPBOARD, NOTIFY, INVOKE_AGENT, READ_MEDIA,
+    EXEC_COMMAND, READ_OUTPUT, KILL_SESSION,
 )  # fmt: skip
 
 __all__ = [
     "BUILTIN_TOOLS",
     "EDIT_FILE",
+    "EXEC_COMMAND",
     "GIT_COMMIT",
     "GIT_STATUS",
     "HTTP_REQUEST",
     "INVOKE_AGENT",
+    "KILL_SESSION",
     "LIST_DIRECTORY",
     "MCP_CALL",
     "NOTIFY",
     "READ_CLIPBOARD",
     "READ_FILE",
     "READ_MEDIA",
+    "READ_OUTPUT",
     "RUN_COMMAND",
     "WEB_SEARCH",
     "WRITE_FILE",
     "ClipboardResult",
     "EditFileArgs",
     "EditFileResult",
+    "ExecCommandArgs",
     "GitCommitArgs",
     "GitResult",
     "GitStatusArgs",
@@ -95,6 +109,7 @@ __all__ = [
     "HttpResponseResult",
     "InvokeAgentArgs",
     "InvokeAgentResult",
+    "KillSessionArgs",
     "ListDirectoryArgs",
     "ListDirectoryResult",
     "McpCallArgs",
@@ -106,8 +121,10 @@ __all__ = [
     "ReadFileResult",
     "ReadMediaArgs",
     "ReadMediaResult",
+    "ReadOutputArgs",
     "RunCommandArgs",
     "RunCommandResult",
+    "SessionResult",
     "WebSearchArgs",
     "WriteFileArgs",
     "WriteFileResult",

@@ -24,6 +24,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc, common_pb2, process_pb2
 
 from hostcap.ctl.common import EXIT_REFUSED, channel, report_error, socket_of, wire_error
+from hostcap.ctl.process import environment_json
 
 #: health: the daemon answered, but not SERVING.
 EXIT_NOT_SERVING = 1
@@ -44,6 +45,7 @@ def spawn_json(info: process_pb2.SpawnInfo) -> dict[str, Any]:
         "argv": list(info.argv),
         "age_s": round(info.age_seconds, 3),
         "limits": {f.name: v for f, v in info.limits.ListFields()},
+        "detached": info.detached,
     }
 
 
@@ -82,11 +84,15 @@ def cmd_ps(args: argparse.Namespace) -> int:
         if args.tree:
             for item in listed:
                 item["processes"] = trees.get(item["spawn_id"], [])
-        print(json.dumps(listed))
+        if args.environments:
+            print(json.dumps({"spawns": listed, "environments": [
+                environment_json(e) for e in response.environments]}))  # fmt: skip
+        else:
+            print(json.dumps(listed))
         return 0
     print(f"{'SPAWN':<32} {'TENANT':<12} {'PID':>8} {'AGE':>8}  COMMAND")
     for s in response.spawns:
-        command = _printable(shlex.join(s.argv))
+        command = ("[detached] " if s.detached else "") + _printable(shlex.join(s.argv))
         print(
             f"{s.spawn_id:<32} {_printable(s.tenant):<12} {s.pid:>8} {_age(s.age_seconds):>8}  {command}"
         )
@@ -95,6 +101,13 @@ def cmd_ps(args: argparse.Namespace) -> int:
 
             for line in tree_lines(trees.get(s.spawn_id, []), _printable):
                 print(line)
+    if response.environments:
+        print(f"\n{'ENVIRONMENT':<40} {'TENANT':<12} {'AGE':>8} {'IDLE':>8}  SPAWNS")
+        for e in response.environments:
+            print(
+                f"{e.environment_id:<40} {_printable(e.tenant):<12} {_age(e.age_seconds):>8}"
+                f" {_age(e.idle_seconds):>8}  {' '.join(e.spawn_ids) or '-'}"
+            )
     return 0
 
 
@@ -228,6 +241,11 @@ def register(sub: Any) -> None:
     """Add ``ps``, ``kill``, ``health`` and ``reload`` to hostcapctl."""
     ps = sub.add_parser("ps", help="live spawns across tenants (admin socket)")
     ps.add_argument("--tenant", default="", help="only this tenant's spawns")
+    ps.add_argument(
+        "--environments",
+        action="store_true",
+        help="with --json: an object {spawns, environments} (the open session environments)",
+    )
     ps.add_argument(
         "--json",
         action="store_true",

@@ -31,14 +31,53 @@ def register(sub: Any) -> None:
     run.add_argument("--pids", type=int, help="process limit")
     run.add_argument("--output-bytes", type=int, help="output kept per stream, bytes")
     run.add_argument("--cwd", default="", help="working directory (relative to the primary root)")
-    run.add_argument("--env", action="append", default=[], metavar="K=V", help="declared variable")
+    run.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V|ID",
+        help="a declared variable (K=V), or the id of an open environment to run in",
+    )
     run.add_argument("--stdin-file", type=Path, help="file fed to the child's stdin")
     run.add_argument("--request-id", default="", help="idempotency key")
     run.add_argument("--label", action="append", default=[], metavar="K=V", help="audit label")
     run.add_argument("--dry-run", action="store_true", help="resolve and report, run nothing")
     run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.add_argument(
+        "--detach",
+        action="store_true",
+        help="start it detached: print its spawn id and return at once (read it with `output`)",
+    )
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     run.set_defaults(func=cmd_run)
+
+    output = sub.add_parser("output", help="what a detached spawn printed since an offset")
+    output.add_argument("spawn_id")
+    output.add_argument("--offset", type=int, default=0, help="bytes already read (next_offset)")
+    output.add_argument("--wait-ms", type=int, default=0, help="wait this long for new output")
+    output.add_argument("--json", action="store_true", help="print one JSON object")
+    output.set_defaults(func=cmd_output)
+
+    env = sub.add_parser("env", help="session environments: open, list, close")
+    env_sub = env.add_subparsers(dest="env_command", required=True)
+    env_open = env_sub.add_parser("open", help="open one; prints its id")
+    env_open.add_argument("--idle-timeout", type=float, default=0.0, help="seconds (0: default)")
+    env_open.add_argument("--lifetime", type=float, default=0.0, help="seconds (0: the ceiling)")
+    env_open.add_argument("--label", action="append", default=[], metavar="K=V")
+    env_open.add_argument("--json", action="store_true", help="print one JSON object")
+    env_open.set_defaults(func=cmd_env_open)
+    env_list = env_sub.add_parser("list", help="the tenant's open environments")
+    env_list.add_argument("--json", action="store_true", help="print one JSON array")
+    env_list.set_defaults(func=cmd_env_list)
+    env_close = env_sub.add_parser("close", help="close one: what runs in it ends")
+    env_close.add_argument("environment_id")
+    env_close.add_argument("--json", action="store_true", help="print one JSON object")
+    env_close.set_defaults(func=cmd_env_close)
+
+    stop = sub.add_parser("stop", help="end a spawn of the tenant (SIGKILL to its tree)")
+    stop.add_argument("spawn_id")
+    stop.add_argument("--json", action="store_true", help="print one JSON object")
+    stop.set_defaults(func=cmd_stop)
 
     caps = sub.add_parser("capabilities", help="what this host enforces for the tenant")
     caps.add_argument("--json", action="store_true")
@@ -71,14 +110,19 @@ def build_request(args: argparse.Namespace) -> process_pb2.SpawnRequest:
     ):
         if value is not None:
             setattr(limits, field, value)
+    environments = [v for v in args.env if "=" not in v]
+    if len(environments) > 1:
+        raise SystemExit("hostcapctl run: one environment at most (--env ID)")
     request = process_pb2.SpawnRequest(
         argv=argv,
         cwd=args.cwd,
-        env=_pairs(args.env, "--env"),
+        env=_pairs([v for v in args.env if "=" in v], "--env"),
+        environment_id=environments[0] if environments else "",
         limits=limits,
         request_id=args.request_id,
         dry_run=args.dry_run,
         labels=_pairs(args.label, "--label"),
+        detached=getattr(args, "detach", False),
     )
     if args.stdin_file is not None:
         request.stdin = args.stdin_file.read_bytes()
@@ -137,6 +181,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     request = build_request(args)
     with channel(socket_of(args)) as ch:
         stub = process_pb2_grpc.ProcessServiceStub(ch)  # type: ignore[no-untyped-call]
+        if request.detached and not args.dry_run:
+            return _detach(stub, request, args.json)
         if args.json or args.dry_run:
             try:
                 result = stub.Run(request)
@@ -147,6 +193,162 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(json.dumps(run_json(result)))
             return exit_status(result.exited) if result.HasField("exited") else 0
         return _stream(stub, request)
+
+
+def _detach(
+    stub: process_pb2_grpc.ProcessServiceStub, request: process_pb2.SpawnRequest, as_json: bool
+) -> int:
+    try:
+        result = stub.Run(request)
+    except grpc.RpcError as error:
+        wire = wire_error(error)
+        report_error(wire, as_json=as_json)
+        return _refusal_status(wire.reason)
+    if result.HasField("exited"):  # it never ran (a set-up step failed)
+        if as_json:
+            print(json.dumps(run_json(result)))
+        else:
+            print(
+                f"hostcapctl: {common_pb2.Outcome.Name(result.exited.outcome)}: {result.exited.message}",
+                file=sys.stderr,
+            )
+        return exit_status(result.exited)
+    if as_json:
+        print(json.dumps({"spawn_id": result.started.spawn_id, "pid": result.started.pid}))
+    else:
+        print(result.started.spawn_id)
+    return 0
+
+
+def output_json(answer: process_pb2.ReadOutputResponse) -> dict[str, Any]:
+    e = answer.exited
+    ended = answer.HasField("exited")
+    return {
+        "stdout": _text(answer.stdout),
+        "stderr": _text(answer.stderr),
+        "next_offset": answer.next_offset,
+        "dropped_bytes": answer.dropped_bytes,
+        "running": answer.running,
+        **(
+            {
+                "outcome": common_pb2.Outcome.Name(e.outcome),
+                "exit_code": e.exit_code if e.HasField("exit_code") else None,
+                "signal": e.signal_name or None,
+                "message": e.message,
+            }
+            if ended
+            else {}
+        ),
+    }
+
+
+def cmd_output(args: argparse.Namespace) -> int:
+    request = process_pb2.ReadOutputRequest(
+        spawn_id=args.spawn_id, offset=args.offset, wait_ms=args.wait_ms
+    )
+    with channel(socket_of(args)) as ch:
+        stub = process_pb2_grpc.ProcessServiceStub(ch)  # type: ignore[no-untyped-call]
+        try:
+            answer = stub.ReadOutput(request)
+        except grpc.RpcError as error:
+            wire = wire_error(error)
+            report_error(wire, as_json=args.json)
+            return EXIT_NOT_FOUND if wire.reason == "NOT_FOUND" else EXIT_REFUSED
+    if args.json:
+        print(json.dumps(output_json(answer)))
+        return 0
+    sys.stdout.buffer.write(answer.stdout)
+    sys.stdout.flush()
+    sys.stderr.buffer.write(answer.stderr)
+    if answer.dropped_bytes:
+        print(f"hostcapctl: [{answer.dropped_bytes} bytes dropped]", file=sys.stderr)
+    state = "running" if answer.running else common_pb2.Outcome.Name(answer.exited.outcome)
+    print(f"hostcapctl: next offset {answer.next_offset}, {state}", file=sys.stderr)
+    return 0
+
+
+def environment_json(info: process_pb2.EnvironmentInfo) -> dict[str, Any]:
+    return {
+        "id": info.environment_id,
+        "tenant": info.tenant,
+        "idle_timeout_s": info.idle_timeout_seconds,
+        "lifetime_s": info.lifetime_seconds,
+        "age_s": round(info.age_seconds, 3),
+        "idle_s": round(info.idle_seconds, 3),
+        "spawn_ids": list(info.spawn_ids),
+        "labels": dict(info.labels),
+    }
+
+
+def _process_call(args: argparse.Namespace, method: str, request: Any) -> Any:
+    """The answer of ProcessService.`method`, or the exit status of its refusal."""
+    with channel(socket_of(args)) as ch:
+        stub = process_pb2_grpc.ProcessServiceStub(ch)  # type: ignore[no-untyped-call]
+        try:
+            return getattr(stub, method)(request)
+        except grpc.RpcError as error:
+            wire = wire_error(error)
+            report_error(wire, as_json=args.json)
+            return EXIT_NOT_FOUND if wire.reason == "NOT_FOUND" else EXIT_REFUSED
+
+
+def cmd_env_open(args: argparse.Namespace) -> int:
+    info = _process_call(
+        args,
+        "OpenEnvironment",
+        process_pb2.OpenEnvironmentRequest(
+            idle_timeout_seconds=args.idle_timeout,
+            lifetime_seconds=args.lifetime,
+            labels=_pairs(args.label, "--label"),
+        ),
+    )
+    if isinstance(info, int):
+        return info
+    print(json.dumps(environment_json(info)) if args.json else info.environment_id)
+    return 0
+
+
+def cmd_env_list(args: argparse.Namespace) -> int:
+    listed = _process_call(args, "ListEnvironments", process_pb2.ListEnvironmentsRequest())
+    if isinstance(listed, int):
+        return listed
+    if args.json:
+        print(json.dumps([environment_json(e) for e in listed.environments]))
+        return 0
+    print(f"{'ENVIRONMENT':<40} {'AGE':>8} {'IDLE':>8}  SPAWNS")
+    for e in listed.environments:
+        print(
+            f"{e.environment_id:<40} {e.age_seconds:>7.0f}s {e.idle_seconds:>7.0f}s  {' '.join(e.spawn_ids)}"
+        )
+    return 0
+
+
+def cmd_env_close(args: argparse.Namespace) -> int:
+    closed = _process_call(
+        args,
+        "CloseEnvironment",
+        process_pb2.CloseEnvironmentRequest(environment_id=args.environment_id),
+    )
+    if isinstance(closed, int):
+        return closed
+    if args.json:
+        print(json.dumps({"id": closed.environment_id, "spawns_ended": list(closed.spawns_ended)}))
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    request = process_pb2.SignalRequest(spawn_id=args.spawn_id, signal=9)
+    with channel(socket_of(args)) as ch:
+        stub = process_pb2_grpc.ProcessServiceStub(ch)  # type: ignore[no-untyped-call]
+        try:
+            stub.Signal(request)
+        except grpc.RpcError as error:
+            wire = wire_error(error)
+            report_error(wire, as_json=args.json)
+            return EXIT_NOT_FOUND if wire.reason == "NOT_FOUND" else EXIT_REFUSED
+    if args.json:
+        print(json.dumps({"spawn_id": args.spawn_id, "stopped": True}))
+    return 0
 
 
 def _stream(stub: process_pb2_grpc.ProcessServiceStub, request: process_pb2.SpawnRequest) -> int:

@@ -119,6 +119,8 @@ class SpawnCall(Request, frozen=True, tag="ProcessService.Spawn"):
     request_id: str = ""
     dry_run: bool = False
     labels: dict[str, str] = {}
+    detached: bool = False
+    environment_id: str = ""
 
 
 class RunCall(SpawnCall, frozen=True, tag="ProcessService.Run"):
@@ -140,6 +142,33 @@ class SignalCall(Request, frozen=True, tag="ProcessService.Signal"):
 
 class ListCall(Request, frozen=True, tag="ProcessService.List"):
     proto = "hostcap.v1.ListRequest"
+
+
+#: The longest ReadOutput wait, in milliseconds.
+MAX_WAIT_MS = 30_000
+
+
+class OpenEnvironmentCall(Request, frozen=True, tag="ProcessService.OpenEnvironment"):
+    proto = "hostcap.v1.OpenEnvironmentRequest"
+    idle_timeout_seconds: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    lifetime_seconds: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    labels: dict[str, str] = {}
+
+
+class CloseEnvironmentCall(Request, frozen=True, tag="ProcessService.CloseEnvironment"):
+    proto = "hostcap.v1.CloseEnvironmentRequest"
+    environment_id: str = ""
+
+
+class ListEnvironmentsCall(Request, frozen=True, tag="ProcessService.ListEnvironments"):
+    proto = "hostcap.v1.ListEnvironmentsRequest"
+
+
+class ReadOutputCall(Request, frozen=True, tag="ProcessService.ReadOutput"):
+    proto = "hostcap.v1.ReadOutputRequest"
+    spawn_id: str = ""
+    offset: U64 = 0
+    wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 0
 
 
 class CapabilitiesCall(Request, frozen=True, tag="HostService.Capabilities"):
@@ -224,6 +253,10 @@ TenantRequest = (
     | RunCall
     | SignalCall
     | ListCall
+    | ReadOutputCall
+    | OpenEnvironmentCall
+    | CloseEnvironmentCall
+    | ListEnvironmentsCall
     | CapabilitiesCall
     | ReadFileCall
     | WriteFileCall
@@ -245,6 +278,10 @@ REQUESTS: Mapping[str, Mapping[str, type[Request]]] = {
         RunCall,
         SignalCall,
         ListCall,
+        ReadOutputCall,
+        OpenEnvironmentCall,
+        CloseEnvironmentCall,
+        ListEnvironmentsCall,
         CapabilitiesCall,
         ReadFileCall,
         WriteFileCall,
@@ -366,10 +403,54 @@ class SpawnInfo(Value, frozen=True):
     limits: Limits | None = None
     labels: dict[str, str] = {}
     request_id: str = ""
+    detached: bool = False
+    environment_id: str = ""
 
 
 class ListResponse(Answer, frozen=True, tag="hostcap.v1.ListResponse"):
     spawns: list[SpawnInfo] = []
+
+
+class EnvironmentInfo(Answer, frozen=True, tag="hostcap.v1.EnvironmentInfo"):
+    environment_id: str = ""
+    tenant: str = ""
+    idle_timeout_seconds: float = 0.0
+    lifetime_seconds: float = 0.0
+    age_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    spawn_ids: list[str] = []
+    labels: dict[str, str] = {}
+
+
+class CloseEnvironmentResponse(Answer, frozen=True, tag="hostcap.v1.CloseEnvironmentResponse"):
+    environment_id: str = ""
+    spawns_ended: list[str] = []
+
+
+class EnvironmentEntry(Value, frozen=True):
+    """One environment of a list (EnvironmentInfo's fields)."""
+
+    environment_id: str = ""
+    tenant: str = ""
+    idle_timeout_seconds: float = 0.0
+    lifetime_seconds: float = 0.0
+    age_seconds: float = 0.0
+    idle_seconds: float = 0.0
+    spawn_ids: list[str] = []
+    labels: dict[str, str] = {}
+
+
+class ListEnvironmentsResponse(Answer, frozen=True, tag="hostcap.v1.ListEnvironmentsResponse"):
+    environments: list[EnvironmentEntry] = []
+
+
+class ReadOutputResponse(Answer, frozen=True, tag="hostcap.v1.ReadOutputResponse"):
+    stdout: bytes = b""
+    stderr: bytes = b""
+    next_offset: U64 = 0
+    dropped_bytes: U64 = 0
+    running: bool = False
+    exited: Exited | None = None
 
 
 class Root(Value, frozen=True):
@@ -470,6 +551,7 @@ class StatResponse(Answer, frozen=True, tag="hostcap.v1.StatResponse"):
 
 class ListSpawnsResponse(Answer, frozen=True, tag="hostcap.v1.ListSpawnsResponse"):
     spawns: list[SpawnInfo] = []
+    environments: list[EnvironmentEntry] = []
 
 
 class KillResponse(Answer, frozen=True, tag="hostcap.v1.KillResponse"):
@@ -492,6 +574,10 @@ Replied = (
     RunResult
     | SignalResponse
     | ListResponse
+    | ReadOutputResponse
+    | EnvironmentInfo
+    | CloseEnvironmentResponse
+    | ListEnvironmentsResponse
     | CapabilitiesResponse
     | ReadFileResponse
     | WriteFileResponse

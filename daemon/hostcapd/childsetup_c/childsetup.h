@@ -144,7 +144,8 @@
     X(STEP_CLONE, "clone")                  \
     X(STEP_MNTNS, "mntns")                  \
     X(STEP_INIT, "init")                    \
-    X(STEP_WARM, "warm")
+    X(STEP_WARM, "warm")                    \
+    X(STEP_IPCNS, "ipcns")
 
 #define STEP_ENUM(id, name) id,
 enum step { SETUP_STEPS(STEP_ENUM) N_STEPS };
@@ -211,6 +212,9 @@ struct plan {
     int loopback_up;
     int netns_fd;              /* >= 0: join this (fresh, unused) network namespace */
     int mntns_fd;              /* >= 0: join this (fresh, unused) mount namespace first */
+    int mntns_copy;            /* with mntns_fd: then unshare a copy of it (an environment's:
+                                  its /tmp and /dev/shm shared, this spawn's /proc its own) */
+    int ipcns_fd;              /* >= 0: join this IPC namespace (an environment's) */
     int trees[MAX_TREES];
     /* cgroup.procs fds; the child writes "0" to each to move itself */
     int cgroup_fds[MAX_CGROUP_FDS];

@@ -41,7 +41,8 @@ PyDoc_STRVAR(spawn_doc,
 "      hostname, loopback_up, cgroup_fds, rlimits, oom_score_adj, loginuid,\n"
 "      drop_caps, ids, no_new_privs, landlock_fd, landlock_rules,\n"
 "      seccomp_filter, pdeathsig, cancel_fd, life_fd[, go_fd, go_timeout_ms, netns_fd,\n"
-"      mntns_fd, init]) -> pid, or (pid, report_fd) with init\n\n"
+"      mntns_fd, init, warm_channel, roots, ipcns_fd, mntns_copy]) -> pid, or (pid, report_fd)\n"
+"      with init\n\n"
 "Clone a child that applies the prepared set-up in order and execs.\n"
 "exe_fd >= 0 execs that fd (execveat AT_EMPTY_PATH), else exe_path.\n"
 "argv, envp: lists of bytes. stdio: (in, out, err) fds.\n"
@@ -58,6 +59,8 @@ PyDoc_STRVAR(spawn_doc,
 "landlock_rules: [(path, access)] added to landlock_fd after the mounts.\n"
 "seccomp_filter: bytes of struct sock_filter[] (empty: none).\n"
 "netns_fd >= 0: join that network namespace (instead of CLONE_NEWNET).\n"
+"ipcns_fd >= 0: join that IPC namespace (an environment's). mntns_copy: after\n"
+"joining mntns_fd, unshare a copy of it (an environment's, shared by its spawns).\n"
 "mntns_fd >= 0: join that mount namespace (made by mount_namespace, instead of\n"
 "  CLONE_NEWNS) before the mounts, which are then only this spawn's own.\n"
 "go_fd >= 0: right before exec, wait up to go_timeout_ms for it to be readable\n"
@@ -75,7 +78,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         "mounts", "hostname", "loopback_up", "cgroup_fds", "rlimits", "oom_score_adj",
         "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
         "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", "netns_fd",
-        "mntns_fd", "init", "warm_channel", "roots", NULL,
+        "mntns_fd", "init", "warm_channel", "roots", "ipcns_fd", "mntns_copy", NULL,
     };
     /* Every argument but go_fd and go_timeout_ms is required: the sentinels
      * below say which one a call left out (the format makes all optional). */
@@ -83,19 +86,20 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     int exe_fd = unset, umask_value = unset, clone_flags = unset, loopback = unset;
     int drop_caps = unset, no_new_privs = unset, landlock_fd = unset, pdeathsig = unset;
     int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000, netns_fd = -1;
-    int mntns_fd = -1, init = 0, warm_channel = -1;
+    int mntns_fd = -1, init = 0, warm_channel = -1, ipcns_fd = -1, mntns_copy = 0;
     PyObject *warm_roots = NULL;
     PyObject *exe_path = NULL, *argv = NULL, *envp = NULL, *stdio = NULL, *cwd_root = NULL;
     PyObject *cwd = NULL, *mounts = NULL, *hostname = NULL, *cgroup_fds = NULL, *rlimits = NULL;
     PyObject *oom = NULL, *loginuid = NULL, *ids = NULL, *landlock_rules = NULL;
     Py_buffer filter = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiipiO:spawn", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiipiOip:spawn", kwlist,
                                      &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
                                      &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
                                      &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
                                      &no_new_privs, &landlock_fd, &landlock_rules, &filter,
                                      &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms, &netns_fd,
-                                     &mntns_fd, &init, &warm_channel, &warm_roots))
+                                     &mntns_fd, &init, &warm_channel, &warm_roots, &ipcns_fd,
+                                     &mntns_copy))
         return NULL;
     if (exe_fd == unset || umask_value == unset || clone_flags == unset || loopback == unset ||
         drop_caps == unset || no_new_privs == unset || landlock_fd == unset ||
@@ -134,6 +138,8 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->go_timeout_ms = go_timeout_ms;
     p->netns_fd = netns_fd;
     p->mntns_fd = mntns_fd;
+    p->mntns_copy = mntns_copy;
+    p->ipcns_fd = ipcns_fd;
     p->init = init;
     p->report_fd = p->report_read = -1;
     p->warm = warm_channel >= 0;

@@ -213,6 +213,12 @@ int child_main(void *arg)
      * mount_namespace); the mounts left are this spawn's own (its /proc). */
     if (p->mntns_fd >= 0 && syscall(SYS_setns, p->mntns_fd, CLONE_NEWNS) != 0)
         FAIL(STEP_MNTNS);
+    /* An environment's mount namespace is shared: this spawn works in a copy
+     * of it (the same /tmp and /dev/shm, its own /proc below). */
+    if (p->mntns_fd >= 0 && p->mntns_copy && unshare(CLONE_NEWNS) != 0)
+        FAIL(STEP_MNTNS);
+    if (p->ipcns_fd >= 0 && syscall(SYS_setns, p->ipcns_fd, CLONE_NEWIPC) != 0)
+        FAIL(STEP_IPCNS);
     /* Mounts (private propagation first, the new root, /tmp, ...). */
     for (i = 0; i < p->n_mounts; i++) {
         if (do_mount(p, &p->mounts[i]) != 0)

@@ -8,6 +8,7 @@ streaming caller can forward it at once.
 
 from __future__ import annotations
 
+import asyncio
 from collections import deque
 
 #: Reads smaller than this are gathered into one piece of the tail ring: a
@@ -105,3 +106,121 @@ class StreamBuffer:
     def result(self) -> bytes:
         """The kept bytes, head + marker + tail, for a buffered Run."""
         return b"".join(self.parts())
+
+
+class StreamCount:
+    """One stream's counts in an OutputLog: what a StreamBuffer's `total`,
+    `kept` and `dropped` are, for the exit record and Exited."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.dropped = 0
+
+    @property
+    def kept(self) -> int:
+        return self.total - self.dropped
+
+
+class OutputLog:
+    """A detached spawn's output, read later by offset (issue 30).
+
+    Both streams in the order they came, one offset for both: the head (the
+    first half of the budget) is kept, then a rolling tail (the second half);
+    what falls out between them is counted per stream, exactly. Memory is
+    the budget plus one piece per read: never more, whatever the spawn
+    prints. `wait()` is a future resolved at the next output or the end.
+    """
+
+    def __init__(self, budget: int) -> None:
+        self.head_limit = budget - budget // 2
+        self.tail_limit = budget // 2
+        #: (stream, bytes) pieces of the head, from offset 0.
+        self._head: deque[tuple[int, bytes | bytearray]] = deque()
+        self._head_size = 0
+        #: (stream, bytes) pieces of the tail, ending at `total`.
+        self._tail: deque[tuple[int, bytes | bytearray]] = deque()
+        self._tail_size = 0
+        self.total = 0
+        self.counts = {1: StreamCount(), 2: StreamCount()}
+        self._waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def dropped(self) -> int:
+        return self.total - self._head_size - self._tail_size
+
+    @property
+    def held(self) -> int:
+        """Bytes of output this log holds (its cost to the tenant)."""
+        return self._head_size + self._tail_size
+
+    def feed(self, stream: int, data: bytes) -> None:
+        self.total += len(data)
+        self.counts[stream].total += len(data)
+        room = self.head_limit - self._head_size
+        if room > 0:
+            part = data[:room]
+            _append(self._head, stream, part)
+            self._head_size += len(part)
+            data = data[room:]
+        if data:
+            _append(self._tail, stream, data)
+            self._tail_size += len(data)
+            excess = self._tail_size - self.tail_limit
+            while excess > 0:
+                first_stream, first = self._tail[0]
+                cut = min(excess, len(first))
+                self.counts[first_stream].dropped += cut
+                if cut == len(first):
+                    self._tail.popleft()
+                elif isinstance(first, bytearray):
+                    del first[:cut]
+                else:
+                    self._tail[0] = (first_stream, first[cut:])
+                self._tail_size -= cut
+                excess -= cut
+        self.wake()
+
+    def wake(self) -> None:
+        """Resolve every waiter (new output, or the end)."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def wait(self) -> asyncio.Future[None]:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        # Waits that timed out are dropped here: polling a silent spawn
+        # does not grow the list.
+        self._waiters = [w for w in self._waiters if not w.done()]
+        self._waiters.append(waiter)
+        return waiter
+
+    def read(self, offset: int) -> tuple[bytes, bytes, int, int]:
+        """(stdout, stderr, next offset, bytes past `offset` no longer held)."""
+        out: dict[int, list[bytes]] = {1: [], 2: []}
+        position = 0
+        for stream, piece in self._head:
+            end = position + len(piece)
+            if end > offset:
+                out[stream].append(bytes(piece[max(0, offset - position) :]))
+            position = end
+        tail_start = self.total - self._tail_size
+        skipped = max(0, tail_start - max(offset, position))
+        position = tail_start
+        for stream, piece in self._tail:
+            end = position + len(piece)
+            if end > offset:
+                out[stream].append(bytes(piece[max(0, offset - position) :]))
+            position = end
+        return b"".join(out[1]), b"".join(out[2]), self.total, skipped
+
+
+def _append(pieces: deque[tuple[int, bytes | bytearray]], stream: int, data: bytes) -> None:
+    """Add `data` of `stream`: to the last piece when that is a small one of
+    the same stream, so a trickle of tiny reads does not cost an object each."""
+    if pieces:
+        last_stream, last = pieces[-1]
+        if last_stream == stream and isinstance(last, bytearray) and len(last) < TAIL_PIECE:
+            last += data
+            return
+    pieces.append((stream, bytearray(data) if len(data) < TAIL_PIECE else bytes(data)))

@@ -11,7 +11,7 @@ from typing import Any
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.audit.redact import MAX_ARG_CHARS, bound_argv
 from hostcapd.config import Tenant
-from hostcapd.process.output import StreamBuffer
+from hostcapd.process.output import StreamBuffer, StreamCount
 from hostcapd.process.report import Report, signal_name
 from hostcapd.process.request import Prepared, SpawnRequest
 from hostcapd.sandbox.fschanges import Changes
@@ -88,7 +88,7 @@ def refused_record(request: SpawnRequest, prepared: Prepared | None) -> dict[str
     return fields
 
 
-def _stream(buf: StreamBuffer) -> dict[str, int]:
+def _stream(buf: StreamBuffer | StreamCount) -> dict[str, int]:
     return {"total": buf.total, "kept": buf.kept, "dropped": buf.dropped}
 
 
@@ -98,8 +98,8 @@ def exit_record(
     request: SpawnRequest,
     pid: int,
     report: Report,
-    stdout: StreamBuffer,
-    stderr: StreamBuffer,
+    stdout: StreamBuffer | StreamCount,
+    stderr: StreamBuffer | StreamCount,
 ) -> dict[str, Any]:
     """How it ended: the fields of `process.exit`."""
     record: dict[str, Any] = {

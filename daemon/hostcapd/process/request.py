@@ -35,6 +35,10 @@ class SpawnRequest:
     request_id: str = ""
     dry_run: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: Outlives its call; its output goes to an OutputLog (issue 30).
+    detached: bool = False
+    #: Runs in this open environment of the tenant (its namespaces).
+    environment_id: str = ""
 
 
 @dataclass

@@ -25,7 +25,7 @@ from hostcapd.errors import Refusal
 from hostcapd.process import environment, killing, records
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.launch import Launch, launch_for
-from hostcapd.process.output import StreamBuffer
+from hostcapd.process.output import OutputLog, StreamBuffer, StreamCount
 from hostcapd.process.report import Outcome, Report, classify
 from hostcapd.process.request import Prepared, SpawnRequest
 from hostcapd.sandbox import fschanges, identity, rlimits
@@ -73,6 +73,9 @@ class Spawn:
         keep = prepared.limits.output_bytes or 0
         self.stdout = StreamBuffer(keep, retain_head=not streaming)
         self.stderr = StreamBuffer(keep, retain_head=not streaming)
+        #: A detached spawn's output, read by offset (its streams' buffers
+        #: above stay empty): both streams' budget, as a Run's.
+        self.log: OutputLog | None = OutputLog(2 * keep) if request.detached else None
         #: Streamed events for the owning caller: ("output"|"exited", payload).
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.pending_bytes = 0
@@ -105,6 +108,15 @@ class Spawn:
         self._terminate(
             reason, message or ("cancelled by the client" if reason is Outcome.CANCELLED else "")
         )
+
+    @property
+    def out_counts(self) -> StreamBuffer | StreamCount:
+        """stdout's total, kept and dropped bytes."""
+        return self.log.counts[1] if self.log is not None else self.stdout
+
+    @property
+    def err_counts(self) -> StreamBuffer | StreamCount:
+        return self.log.counts[2] if self.log is not None else self.stderr
 
     def signal(self, sig: int) -> None:
         if self.pid:
@@ -250,6 +262,7 @@ class Spawn:
             landlock=landlock,
             go=True,
             warm=warm,
+            env=self.request.environment_id,
         )
 
     # Step 3: the spawner clones; the C set-up runs and waits for the go.
@@ -289,10 +302,12 @@ class Spawn:
             )
             self._stdin_w = -1  # _feed_stdin closes it
         wall = self.prepared.limits.wall_seconds
+        message = f"wall-clock limit of {wall:g} s exceeded" if wall is not None else ""
+        background = self.deps.tenant.max_background_seconds
+        if self.request.detached and (wall is None or wall > background):
+            wall, message = background, f"background limit of {background:g} s exceeded"
         if wall is not None:
-            self._timer = loop.call_later(
-                wall, self._terminate, Outcome.TIMEOUT, f"wall-clock limit of {wall:g} s exceeded"
-            )
+            self._timer = loop.call_later(wall, self._terminate, Outcome.TIMEOUT, message)
         if self._kill_reason is not None:  # cancelled while the exec was in flight
             self._terminate(self._kill_reason, self._kill_message, force=True)
         return stdin_task
@@ -394,19 +409,27 @@ class Spawn:
             if not self._readers:
                 self._eof.set()
             return
-        head = buf.feed(data)
+        if self.log is not None:
+            self.log.feed(stream, data)
+            total = self.log.total
+        else:
+            head = buf.feed(data)
+            total = self._forward(fd, stream, head)
+        ceiling = self.prepared.limits.total_output_bytes
+        if ceiling is not None and total > ceiling and self._kill_reason is None:
+            self._terminate(
+                Outcome.OUTPUT_LIMIT, f"total output passed the limit of {ceiling} bytes"
+            )
+
+    def _forward(self, fd: int, stream: int, head: bytes) -> int:
+        """Queue the head's new part for a streaming caller; the total so far."""
         if head and self.streaming:
             self.pending_bytes += len(head)
             self.events.put_nowait(("output", (stream, head)))
             if self.pending_bytes > HIGH_WATER:
                 asyncio.get_running_loop().remove_reader(fd)
                 self._paused.add(fd)
-        total = self.stdout.total + self.stderr.total
-        ceiling = self.prepared.limits.total_output_bytes
-        if ceiling is not None and total > ceiling and self._kill_reason is None:
-            self._terminate(
-                Outcome.OUTPUT_LIMIT, f"total output passed the limit of {ceiling} bytes"
-            )
+        return self.stdout.total + self.stderr.total
 
     def _close_readers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -500,8 +523,8 @@ class Spawn:
                 self.request,
                 self.pid,
                 report,
-                self.stdout,
-                self.stderr,
+                self.out_counts,
+                self.err_counts,
             )
             records.write_exit(self.deps.audit, self.id, record)
             metrics.spawn_ended(
@@ -514,6 +537,8 @@ class Spawn:
         self.events.put_nowait(("exited", report))
         if not self.done.done():
             self.done.set_result(report)
+        if self.log is not None:
+            self.log.wake()
         return report
 
     def age(self) -> float:

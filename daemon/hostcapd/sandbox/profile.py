@@ -248,7 +248,12 @@ def _landlock_rules(tenant: Tenant, applied: set[str]) -> landlock.LandlockRules
         read_only=tuple(read_only),
         read_exec=tuple(p for p in tenant.sandbox.system_dirs if p.exists()),
         dev_files=DEV_FILES,
-        restrict_tcp=tenant.network_mode != "host",
+        # Landlock's TCP rules refuse every bind and connect (but the egress
+        # proxy's port). In the spawn's own network namespace (its loopback and,
+        # in proxy mode, the proxy's listener; no route out) they would only
+        # break loopback servers and clients, so they are not needed there; a
+        # host-network tenant keeps today's rules (issue 30).
+        restrict_tcp=tenant.network_mode != "host" and "net_namespace" not in applied,
         scope=True,
         connect_ports=(PROXY_PORT,) if tenant.network_mode == "proxy" else (),
     )

@@ -43,6 +43,7 @@ from hostcapd.audit.redact import redact_argv
 from hostcapd.bridge import messages
 from hostcapd.bridge.frontends import RelayedCall
 from hostcapd.errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, Refusal
+from hostcapd.process.environments import Environment
 from hostcapd.process.report import Outcome, Report
 from hostcapd.process.spawn import Spawn
 from hostcapd.service import convert
@@ -229,8 +230,19 @@ class AdminService:
                 convert.spawn_info(spawn, argv=redact_argv(list(spawn.prepared.argv)))
                 for spawn in self._live_spawns()
                 if spawn.pid and (not request.tenant or spawn.deps.tenant.name == request.tenant)
-            ]
+            ],
+            environments=[
+                messages.EnvironmentEntry(**convert.environment_fields(env))
+                for env in self._open_environments()
+                if not request.tenant or env.tenant == request.tenant
+            ],
         )
+
+    def _open_environments(self) -> list[Environment]:
+        # A reload's old and new runtime of a tenant share one table.
+        tables = {id(rt.environments): rt.environments for rt in self.daemon.live_runtimes()}
+        envs = [e for t in tables.values() for e in t.envs.values() if not e.closing]
+        return sorted(envs, key=lambda e: e.opened_at)
 
     async def Kill(self, request: messages.KillCall, call: RelayedCall) -> messages.KillResponse:
         spawn = next((s for s in self._live_spawns() if s.id == request.spawn_id), None)

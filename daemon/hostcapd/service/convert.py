@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import msgspec
 
 from hostcapd.applied import Applied
 from hostcapd.bridge import messages
 from hostcapd.config import LIMIT_NAMES, Limits
+from hostcapd.process.environments import Environment
 from hostcapd.process.report import Report, signal_name
 from hostcapd.process.request import Prepared, SpawnRequest
 from hostcapd.process.spawn import Spawn
@@ -38,6 +40,8 @@ def spawn_request(call: messages.SpawnCall, stdin: bytes | None) -> SpawnRequest
         request_id=call.request_id,
         dry_run=call.dry_run,
         labels=dict(call.labels),
+        detached=call.detached,
+        environment_id=call.environment_id,
     )
 
 
@@ -96,14 +100,14 @@ def exited_message(spawn: Spawn, report: Report) -> messages.Exited:
         peak_memory_bytes=report.peak_memory_bytes,
         duration_seconds=report.duration,
         stdout=messages.StreamStats(
-            total_bytes=spawn.stdout.total,
-            kept_bytes=spawn.stdout.kept,
-            dropped_bytes=spawn.stdout.dropped,
+            total_bytes=spawn.out_counts.total,
+            kept_bytes=spawn.out_counts.kept,
+            dropped_bytes=spawn.out_counts.dropped,
         ),
         stderr=messages.StreamStats(
-            total_bytes=spawn.stderr.total,
-            kept_bytes=spawn.stderr.kept,
-            dropped_bytes=spawn.stderr.dropped,
+            total_bytes=spawn.err_counts.total,
+            kept_bytes=spawn.err_counts.kept,
+            dropped_bytes=spawn.err_counts.dropped,
         ),
         oom_kills=report.oom_kills,
     )
@@ -119,4 +123,20 @@ def spawn_info(spawn: Spawn, argv: list[str] | None = None) -> messages.SpawnInf
         limits=limits_message(spawn.prepared.limits),
         labels=dict(spawn.request.labels),
         request_id=spawn.request.request_id,
+        detached=spawn.request.detached,
+        environment_id=spawn.request.environment_id,
     )
+
+
+def environment_fields(env: Environment) -> dict[str, Any]:
+    """An open environment, as EnvironmentInfo's fields."""
+    return {
+        "environment_id": env.id,
+        "tenant": env.tenant,
+        "idle_timeout_seconds": env.idle_timeout,
+        "lifetime_seconds": env.lifetime,
+        "age_seconds": env.age(),
+        "idle_seconds": env.idle(),
+        "spawn_ids": sorted(env.spawns),
+        "labels": dict(env.labels),
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal as signal_mod
 from collections.abc import AsyncIterator
 
@@ -79,7 +80,14 @@ class ProcessService:
             self.runtime.active_calls -= 1
 
     async def _spawn(self, req: SpawnRequest) -> AsyncIterator[messages.SpawnEvent]:
-        spawn, started, attached = await self._begin(req, "Spawn", streaming=True)
+        spawn, started, attached = await self._begin(req, "Spawn", streaming=not req.detached)
+        if spawn is not None and req.detached and not attached:
+            # It outlives this call: its output is read with ReadOutput.
+            if started is not None:
+                yield messages.SpawnEvent(started=started)
+            else:
+                yield messages.SpawnEvent(exited=convert.exited_message(spawn, await spawn.done))
+            return
         if spawn is None or attached:
             # A dry run; or a retry, which gets the start and the end (the
             # output went to the original caller, who owns the tree).
@@ -121,6 +129,11 @@ class ProcessService:
         spawn, started, attached = await self._begin(req, "Run", streaming=False)
         if spawn is None:
             return messages.RunResult(started=started)
+        if req.detached and not attached:
+            if started is not None:  # it runs on; ReadOutput reads it
+                return messages.RunResult(started=started)
+            report = await asyncio.shield(spawn.done)  # it never ran
+            return messages.RunResult(exited=convert.exited_message(spawn, report))
         try:
             report = await asyncio.shield(spawn.done)
         finally:
@@ -151,6 +164,82 @@ class ProcessService:
                 spawn.done, self.runtime.deps.kill_grace + killing.SIGKILL_WAIT_MARGIN_S
             )
         return messages.SignalResponse(spawn_id=spawn.id)
+
+    async def ReadOutput(
+        self, request: messages.ReadOutputCall, call: RelayedCall
+    ) -> messages.ReadOutputResponse:
+        try:
+            spawn = self.runtime.detached.get(request.spawn_id)
+            log = spawn.log if spawn is not None else None
+            if spawn is None or log is None:
+                raise Refusal("NOT_FOUND", "no such detached spawn for this tenant")
+            if request.offset > log.total:
+                raise Refusal(
+                    "INVALID_ARGUMENT",
+                    f"offset {request.offset} is past the output's end ({log.total} bytes)",
+                )
+        except Refusal as refusal:
+            refuse(self.runtime.audit, self.runtime.name, "ReadOutput", refusal, {}, "")
+        if request.wait_ms and log.total == request.offset and not spawn.done.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(log.wait(), request.wait_ms / 1000)
+        stdout, stderr, next_offset, dropped = log.read(request.offset)
+        ended = spawn.done.done() and spawn.report is not None
+        return messages.ReadOutputResponse(
+            stdout=stdout,
+            stderr=stderr,
+            next_offset=next_offset,
+            dropped_bytes=dropped,
+            running=not ended,
+            exited=convert.exited_message(spawn, spawn.report)
+            if ended and spawn.report is not None
+            else None,
+        )
+
+    async def OpenEnvironment(
+        self, request: messages.OpenEnvironmentCall, call: RelayedCall
+    ) -> messages.EnvironmentInfo:
+        try:
+            env = await self.runtime.environments.open(
+                self.runtime,
+                request.idle_timeout_seconds,
+                request.lifetime_seconds,
+                request.labels,
+            )
+        except Refusal as refusal:
+            refuse(
+                self.runtime.audit,
+                self.runtime.name,
+                "OpenEnvironment",
+                refusal,
+                request.labels,
+                "",
+            )
+        return messages.EnvironmentInfo(**convert.environment_fields(env))
+
+    async def CloseEnvironment(
+        self, request: messages.CloseEnvironmentCall, call: RelayedCall
+    ) -> messages.CloseEnvironmentResponse:
+        try:
+            ended = await self.runtime.environments.close(
+                self.runtime, request.environment_id, "closed by the client"
+            )
+        except Refusal as refusal:
+            refuse(self.runtime.audit, self.runtime.name, "CloseEnvironment", refusal, {}, "")
+        return messages.CloseEnvironmentResponse(
+            environment_id=request.environment_id, spawns_ended=ended
+        )
+
+    async def ListEnvironments(
+        self, request: messages.ListEnvironmentsCall, call: RelayedCall
+    ) -> messages.ListEnvironmentsResponse:
+        return messages.ListEnvironmentsResponse(
+            environments=[
+                messages.EnvironmentEntry(**convert.environment_fields(env))
+                for env in self.runtime.environments.envs.values()
+                if not env.closing
+            ]
+        )
 
     async def List(self, request: messages.ListCall, call: RelayedCall) -> messages.ListResponse:
         return messages.ListResponse(

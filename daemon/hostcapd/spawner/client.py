@@ -57,6 +57,8 @@ class SpawnerClient:
         #: one is lost (it died waiting, or the spawner did).
         self._warming: dict[str, asyncio.Future[int]] = {}
         self._warm_lost: dict[str, Callable[[str], None]] = {}
+        #: Environments being opened: their answers.
+        self._env_opens: dict[str, asyncio.Future[None]] = {}
         self._hello: asyncio.Future[int] | None = None
         self._closing = False
         self.restarts = 0
@@ -172,6 +174,24 @@ class SpawnerClient:
             with contextlib.suppress(OSError):
                 channel.send(self._sock, messages.DropWarm(warm_id).to_wire())
 
+    async def open_env(self, env_id: str, profile_key: str) -> None:
+        """Have the spawner make environment `env_id`'s namespaces; returns
+        once they are made. Raises SetupFailed("environment", ...) if they
+        could not be, SpawnerLost if the spawner is gone."""
+        opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._order(messages.OpenEnv(env_id, profile_key).to_wire(), [])
+        self._env_opens[env_id] = opened
+        try:
+            await opened
+        finally:
+            self._env_opens.pop(env_id, None)
+
+    def close_env(self, env_id: str) -> None:
+        """Drop environment `env_id`'s namespaces (after its spawns ended)."""
+        if self._sock is not None:
+            with contextlib.suppress(OSError):
+                channel.send(self._sock, messages.CloseEnv(env_id).to_wire())
+
     def kill(self, spawn_id: str, pid: int, sig: int) -> None:
         if self._sock is not None:
             with contextlib.suppress(OSError):
@@ -214,6 +234,14 @@ class SpawnerClient:
             lost = self._warm_lost.pop(m.id, None)
             if lost is not None:
                 lost(m.id)
+        elif isinstance(m, messages.EnvOpened):
+            opened = self._env_opens.pop(m.id, None)
+            if opened and not opened.done():
+                opened.set_result(None)
+        elif isinstance(m, messages.Failed) and m.id in self._env_opens:
+            opened = self._env_opens.pop(m.id)
+            if not opened.done():
+                opened.set_exception(SetupFailed(m.step, m.errno, m.detail))
         elif isinstance(m, messages.Failed):
             self._exits.pop(m.id, None)
             fut = self._started.pop(m.id, None) or self._warming.pop(m.id, None)
@@ -235,7 +263,7 @@ class SpawnerClient:
         if self._hello and not self._hello.done():
             self._hello.set_exception(SpawnerLost("the spawner died while starting"))
         error = SpawnerLost("the spawner died")
-        for futures in (self._started, self._exits, self._warming):
+        for futures in (self._started, self._exits, self._warming, self._env_opens):
             for fut in futures.values():
                 if not fut.done():
                     fut.set_exception(error)

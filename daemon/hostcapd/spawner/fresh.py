@@ -50,6 +50,7 @@ class Parent(Protocol):
         ids: tuple[int, int] | None,
         loginuid: bytes | None,
         rlimits: Sequence[childsetup.RLimit],
+        env: str = "",
         **request: Any,
     ) -> tuple[ChildPlan, int, int]: ...
 
@@ -78,26 +79,34 @@ class FreshStart:
         # A copy: the order's fds are closed after it, and this one is held
         # until the child is reaped (as a pooled namespace's is).
         given_netns = os.dup(rest.pop(0)) if m.netns and rest else -1
-        plan, netns_fd, mntns_fd = spawner.plan(
-            profile,
-            m.profile,
-            given_netns=given_netns,
-            landlock_fd=landlock_fd,
-            cgroup_fds=rest,
-            ids=m.ids,
-            loginuid=m.loginuid,
-            rlimits=m.rlimits,
-            exe_fd=exe_fd if m.by_fd else -1,
-            exe_path=m.exe_path,
-            argv=m.argv,
-            envp=m.envp,
-            stdio=(stdin, stdout, stderr),
-            cwd_root=m.cwd_root,
-            cwd=m.cwd,
-            cancel_fd=cancel_fd,
-            go_fd=go_fd,
-            go_timeout_ms=GO_TIMEOUT_MS,
-        )
+        try:
+            plan, netns_fd, mntns_fd = spawner.plan(
+                profile,
+                m.profile,
+                env=m.env,
+                given_netns=given_netns,
+                landlock_fd=landlock_fd,
+                cgroup_fds=rest,
+                ids=m.ids,
+                loginuid=m.loginuid,
+                rlimits=m.rlimits,
+                exe_fd=exe_fd if m.by_fd else -1,
+                exe_path=m.exe_path,
+                argv=m.argv,
+                envp=m.envp,
+                stdio=(stdin, stdout, stderr),
+                cwd_root=m.cwd_root,
+                cwd=m.cwd,
+                cancel_fd=cancel_fd,
+                go_fd=go_fd,
+                go_timeout_ms=GO_TIMEOUT_MS,
+            )
+        except childsetup.SetupError as error:  # its environment is not there
+            step, err, *detail = error.args
+            if given_netns >= 0:
+                os.close(given_netns)
+            spawner.report(messages.Failed(spawn_id, step, err, str(detail[0]) if detail else ""))
+            return
         try:
             pid, report_fd = childsetup.spawn(plan)
         except childsetup.SetupError as error:

@@ -127,6 +127,9 @@ class SpawnOrder(_Message, frozen=True, tag="spawn"):
     #: A network namespace fd follows the landlock ruleset: the child joins
     #: it (the egress proxy's listener is in it already).
     netns: bool = False
+    #: In the environment of this id (OpenEnv): its network, IPC and mount
+    #: namespaces, not a fresh one's. Empty: fresh ones.
+    env: str = ""
 
 
 class WarmOrder(_Message, frozen=True, tag="warm"):
@@ -165,7 +168,33 @@ class Shutdown(_Message, frozen=True, tag="shutdown"):
     """Kill and reap every child, then exit."""
 
 
-ToSpawner = RegisterProfile | DropProfile | SpawnOrder | WarmOrder | DropWarm | Kill | Shutdown
+class OpenEnv(_Message, frozen=True, tag="open_env"):
+    """Make the namespaces of environment `id` (network, IPC, and mount with
+    profile `profile`'s new root) and hold them until CloseEnv; answered
+    EnvOpened, or Failed of the id at step "environment". A spawn that names
+    it joins them."""
+
+    id: str
+    profile: str
+
+
+class CloseEnv(_Message, frozen=True, tag="close_env"):
+    """Drop environment `id`'s namespaces (its spawns have been killed)."""
+
+    id: str
+
+
+ToSpawner = (
+    RegisterProfile
+    | DropProfile
+    | SpawnOrder
+    | WarmOrder
+    | DropWarm
+    | Kill
+    | Shutdown
+    | OpenEnv
+    | CloseEnv
+)
 
 
 # --- the spawner's reports to the daemon ---
@@ -221,10 +250,27 @@ class OrderRefused(_Message, frozen=True, tag="error"):
     message: str
 
 
-FromSpawner = Hello | Started | Warmed | WarmLost | Failed | Exited | OrderRefused
+class EnvOpened(_Message, frozen=True, tag="env_opened"):
+    """Environment `id`'s namespaces are made (a failure is a Failed of its
+    id, at step "environment")."""
 
-_TO_SPAWNER = (RegisterProfile, DropProfile, SpawnOrder, WarmOrder, DropWarm, Kill, Shutdown)
-_FROM_SPAWNER = (Hello, Started, Warmed, WarmLost, Failed, Exited, OrderRefused)
+    id: str
+
+
+FromSpawner = Hello | Started | Warmed | WarmLost | Failed | Exited | OrderRefused | EnvOpened
+
+_TO_SPAWNER = (
+    RegisterProfile,
+    DropProfile,
+    SpawnOrder,
+    WarmOrder,
+    DropWarm,
+    Kill,
+    Shutdown,
+    OpenEnv,
+    CloseEnv,
+)
+_FROM_SPAWNER = (Hello, Started, Warmed, WarmLost, Failed, Exited, OrderRefused, EnvOpened)
 _DECODERS: dict[type, msgspec.msgpack.Decoder[Any]] = {
     cls: msgspec.msgpack.Decoder(cls) for cls in (*_TO_SPAWNER, *_FROM_SPAWNER)
 }

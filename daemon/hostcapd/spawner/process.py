@@ -27,7 +27,7 @@ from hostcap_proto.names import Rusage
 
 from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
-from hostcapd.spawner import channel, init_report, messages, netns
+from hostcapd.spawner import channel, environments, init_report, messages, netns
 from hostcapd.spawner.fresh import ChildStart, FreshStart, close_fds
 from hostcapd.spawner.messages import MalformedMessage, RegisterProfile, WarmOrder
 from hostcapd.spawner.mntns import MountNamespacePool, Mounts
@@ -66,6 +66,8 @@ class Spawner:
     inits: dict[int, int] = field(default_factory=dict)
     #: Namespace fds of reaped children, closed while idle (see `reap`).
     released: list[int] = field(default_factory=list)
+    #: Session environments' namespaces, by environment id (issue 30).
+    envs: dict[str, environments.Environment] = field(default_factory=dict)
     #: When the latest child was started (time.monotonic).
     last_start: float = 0.0
     running: bool = True
@@ -108,6 +110,12 @@ class Spawner:
                 self.warm.drop(message.key)
             elif isinstance(message, messages.DropWarm):
                 self.warm.drop(warm_id=message.id)
+            elif isinstance(message, messages.OpenEnv):
+                self.open_env(message)
+            elif isinstance(message, messages.CloseEnv):
+                env = self.envs.pop(message.id, None)
+                if env is not None:
+                    env.close()
             else:
                 self.running = False  # Shutdown
         finally:
@@ -164,10 +172,57 @@ class Spawner:
         wait = self.fill_deferred() or (0.0 if self.warm.wanted else IDLE_RECHECK)
         return min(wait, self.warm.overdue())
 
+    def open_env(self, message: messages.OpenEnv) -> None:
+        profile = self.profiles.get(message.profile)
+        if message.id in self.envs:
+            self.report(messages.OrderRefused(f"environment {message.id} is open already"))
+            return
+        env = (
+            environments.make(profile)
+            if profile is not None
+            else environments.Environment(failed="no such profile")
+        )
+        if env.failed:
+            self.report(messages.Failed(message.id, "environment", 0, env.failed))
+            return
+        self.envs[message.id] = env
+        self.report(messages.EnvOpened(message.id))
+
     def add_profile(self, profile: RegisterProfile) -> None:
         if self.mntns is not None:
             self.mntns.drop(profile.key)  # made from an older registration
         self.profiles[profile.key] = profile
+
+    def env_plan(self, profile: RegisterProfile, env_id: str) -> dict[str, Any]:
+        """A child's namespaces in environment `env_id`: the environment's
+        network, IPC and (a copy of its) mount namespace, its own pid and UTS
+        ones. Its fds stay the environment's (never closed per spawn).
+        Raises SetupError("environment", ...) for an environment not open or
+        whose namespaces could not be made."""
+        env = self.envs.get(env_id)
+        if env is None or env.failed:
+            raise childsetup.SetupError(
+                "environment", 0, env.failed if env is not None else "no such environment"
+            )
+        flags = profile.clone_flags
+        mounts: Sequence[childsetup.Mount] = profile.mounts
+        if env.netns >= 0:
+            flags &= ~netns.CLONE_NEWNET
+        if env.ipcns >= 0:
+            flags &= ~environments.CLONE_NEWIPC
+        if env.mntns >= 0:
+            flags &= ~CLONE_NEWNS
+            mounts = profile.join_mounts
+        return {
+            "clone_flags": flags,
+            "loopback_up": profile.loopback_up and env.netns < 0,
+            "netns_fd": env.netns,
+            "ipcns_fd": env.ipcns,
+            "mntns_fd": env.mntns,
+            "mntns_copy": env.mntns >= 0,
+            "mounts": mounts,
+            "init": bool(flags & CLONE_NEWPID),
+        }
 
     def namespaces(
         self, profile: RegisterProfile, key: str, given_netns: int = -1
@@ -206,12 +261,40 @@ class Spawner:
         loginuid: bytes | None,
         rlimits: Sequence[childsetup.RLimit],
         given_netns: int = -1,
+        env: str = "",
         **request: Any,
     ) -> tuple[ChildPlan, int, int]:
         """A child's plan: `profile`'s sandbox with its namespaces (pooled
         where there are: their fds, returned, are the caller's to hold or
         close), the identity, ruleset and cgroups given, and `request`'s
         fields (the executable, argv, stdio, ...: a warm child's are blanks)."""
+        if env:
+            # The environment's namespaces: not the caller's to hold or close
+            # (an egress listener's namespace, if one came, is not used).
+            if given_netns >= 0:
+                os.close(given_netns)
+            return (
+                ChildPlan(
+                    umask=profile.umask,
+                    hostname=profile.hostname,
+                    cgroup_fds=cgroup_fds,
+                    rlimits=rlimits,
+                    oom_score_adj=profile.oom_score_adj,
+                    loginuid=loginuid,
+                    drop_caps=profile.drop_caps,
+                    ids=ids,
+                    no_new_privs=profile.no_new_privs,
+                    landlock_fd=landlock_fd,
+                    landlock_rules=profile.landlock_rules if landlock_fd >= 0 else [],
+                    seccomp_filter=profile.seccomp,
+                    pdeathsig=profile.pdeathsig,
+                    life_fd=self.life_read,
+                    **self.env_plan(profile, env),
+                    **request,
+                ),
+                -1,
+                -1,
+            )
         clone_flags, loopback, netns_fd, mounts, mntns_fd, init = self.namespaces(
             profile, key, given_netns
         )

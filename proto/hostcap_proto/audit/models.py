@@ -294,6 +294,23 @@ class AuditPrune(_Fields):
     archive_command: list[str] | None = None
 
 
+class EnvironmentEvent(_Fields):
+    """environment.open / environment.close: a session environment (issue 30)
+    whose spawns share a network, IPC and mount namespace."""
+
+    tenant: str
+    environment_id: str
+    #: open: as granted; close: as they were.
+    idle_timeout_s: float
+    lifetime_s: float
+    labels: dict[str, str] = Field(default_factory=dict)
+    #: close only: why ("closed by the client", "idle for 60 s", "lifetime of
+    #: 3600 s reached", "the tenant was removed", "the daemon is shutting down").
+    reason: str | None = None
+    #: close only: the spawns still running in it, which the close ended.
+    spawns_ended: list[str] | None = None
+
+
 #: The model of each event's own fields (everything but HEADER_FIELDS).
 EVENT_FIELDS: Mapping[str, type[_Fields]] = {
     "process.exec": ProcessExec,
@@ -308,6 +325,8 @@ EVENT_FIELDS: Mapping[str, type[_Fields]] = {
     "audit.recover": AuditRecover,
     "audit.prune": AuditPrune,
     "network.connect": NetworkConnect,
+    "environment.open": EnvironmentEvent,
+    "environment.close": EnvironmentEvent,
 }
 assert set(EVENT_FIELDS) == set(EVENTS)
 _FIELD_NAMES = {event: frozenset(model.model_fields) for event, model in EVENT_FIELDS.items()}

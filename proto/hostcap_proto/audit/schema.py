@@ -43,6 +43,8 @@ EventName = Literal[
     "audit.prune",
     "fs.changes",
     "network.connect",
+    "environment.open",
+    "environment.close",
 ]
 EVENTS: tuple[str, ...] = get_args(EventName)
 
@@ -68,6 +70,8 @@ JOURNAL_MESSAGE_IDS: Mapping[str, str] = {
     "audit.prune": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0a",
     "fs.changes": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0b",
     "network.connect": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0c",
+    "environment.open": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0d",
+    "environment.close": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0e",
 }
 
 _HASH = re.compile(r"[0-9a-f]{64}")

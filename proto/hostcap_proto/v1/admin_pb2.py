@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from hostcap_proto.v1 import process_pb2 as hostcap__proto_dot_v1_dot_process__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1chostcap_proto/v1/admin.proto\x12\nhostcap.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ehostcap_proto/v1/process.proto\"#\n\x11ListSpawnsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\";\n\x12ListSpawnsResponse\x12%\n\x06spawns\x18\x01 \x03(\x0b\x32\x15.hostcap.v1.SpawnInfo\"\x1f\n\x0bKillRequest\x12\x10\n\x08spawn_id\x18\x01 \x01(\t\"T\n\x0cKillResponse\x12\x10\n\x08spawn_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\"\n\x06\x65xited\x18\x03 \x01(\x0b\x32\x12.hostcap.v1.Exited\"1\n\x10TailAuditRequest\x12\r\n\x05lines\x18\x01 \x01(\r\x12\x0e\n\x06\x66ollow\x18\x02 \x01(\x08\"\xab\x01\n\x11QueryAuditRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12)\n\x05since\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65vent\x18\x04 \x01(\t\x12\x0f\n\x07outcome\x18\x05 \x01(\t\x12\x10\n\x08spawn_id\x18\x06 \x01(\t\"\x19\n\tAuditLine\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x0f\n\rReloadRequest\"A\n\x0eReloadResponse\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x01 \x03(\t\x12\x0f\n\x07removed\x18\x02 \x03(\t\x12\x0f\n\x07\x63hanged\x18\x03 \x03(\t2\xe1\x02\n\x0c\x41\x64minService\x12K\n\nListSpawns\x12\x1d.hostcap.v1.ListSpawnsRequest\x1a\x1e.hostcap.v1.ListSpawnsResponse\x12\x39\n\x04Kill\x12\x17.hostcap.v1.KillRequest\x1a\x18.hostcap.v1.KillResponse\x12\x42\n\tTailAudit\x12\x1c.hostcap.v1.TailAuditRequest\x1a\x15.hostcap.v1.AuditLine0\x01\x12\x44\n\nQueryAudit\x12\x1d.hostcap.v1.QueryAuditRequest\x1a\x15.hostcap.v1.AuditLine0\x01\x12?\n\x06Reload\x12\x19.hostcap.v1.ReloadRequest\x1a\x1a.hostcap.v1.ReloadResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1chostcap_proto/v1/admin.proto\x12\nhostcap.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1ehostcap_proto/v1/process.proto\"#\n\x11ListSpawnsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\"n\n\x12ListSpawnsResponse\x12%\n\x06spawns\x18\x01 \x03(\x0b\x32\x15.hostcap.v1.SpawnInfo\x12\x31\n\x0c\x65nvironments\x18\x02 \x03(\x0b\x32\x1b.hostcap.v1.EnvironmentInfo\"\x1f\n\x0bKillRequest\x12\x10\n\x08spawn_id\x18\x01 \x01(\t\"T\n\x0cKillResponse\x12\x10\n\x08spawn_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\"\n\x06\x65xited\x18\x03 \x01(\x0b\x32\x12.hostcap.v1.Exited\"1\n\x10TailAuditRequest\x12\r\n\x05lines\x18\x01 \x01(\r\x12\x0e\n\x06\x66ollow\x18\x02 \x01(\x08\"\xab\x01\n\x11QueryAuditRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12)\n\x05since\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12)\n\x05until\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\r\n\x05\x65vent\x18\x04 \x01(\t\x12\x0f\n\x07outcome\x18\x05 \x01(\t\x12\x10\n\x08spawn_id\x18\x06 \x01(\t\"\x19\n\tAuditLine\x12\x0c\n\x04json\x18\x01 \x01(\t\"\x0f\n\rReloadRequest\"A\n\x0eReloadResponse\x12\r\n\x05\x61\x64\x64\x65\x64\x18\x01 \x03(\t\x12\x0f\n\x07removed\x18\x02 \x03(\t\x12\x0f\n\x07\x63hanged\x18\x03 \x03(\t2\xe1\x02\n\x0c\x41\x64minService\x12K\n\nListSpawns\x12\x1d.hostcap.v1.ListSpawnsRequest\x1a\x1e.hostcap.v1.ListSpawnsResponse\x12\x39\n\x04Kill\x12\x17.hostcap.v1.KillRequest\x1a\x18.hostcap.v1.KillResponse\x12\x42\n\tTailAudit\x12\x1c.hostcap.v1.TailAuditRequest\x1a\x15.hostcap.v1.AuditLine0\x01\x12\x44\n\nQueryAudit\x12\x1d.hostcap.v1.QueryAuditRequest\x1a\x15.hostcap.v1.AuditLine0\x01\x12?\n\x06Reload\x12\x19.hostcap.v1.ReloadRequest\x1a\x1a.hostcap.v1.ReloadResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,21 +36,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTSPAWNSREQUEST']._serialized_start=109
   _globals['_LISTSPAWNSREQUEST']._serialized_end=144
   _globals['_LISTSPAWNSRESPONSE']._serialized_start=146
-  _globals['_LISTSPAWNSRESPONSE']._serialized_end=205
-  _globals['_KILLREQUEST']._serialized_start=207
-  _globals['_KILLREQUEST']._serialized_end=238
-  _globals['_KILLRESPONSE']._serialized_start=240
-  _globals['_KILLRESPONSE']._serialized_end=324
-  _globals['_TAILAUDITREQUEST']._serialized_start=326
-  _globals['_TAILAUDITREQUEST']._serialized_end=375
-  _globals['_QUERYAUDITREQUEST']._serialized_start=378
-  _globals['_QUERYAUDITREQUEST']._serialized_end=549
-  _globals['_AUDITLINE']._serialized_start=551
-  _globals['_AUDITLINE']._serialized_end=576
-  _globals['_RELOADREQUEST']._serialized_start=578
-  _globals['_RELOADREQUEST']._serialized_end=593
-  _globals['_RELOADRESPONSE']._serialized_start=595
-  _globals['_RELOADRESPONSE']._serialized_end=660
-  _globals['_ADMINSERVICE']._serialized_start=663
-  _globals['_ADMINSERVICE']._serialized_end=1016
+  _globals['_LISTSPAWNSRESPONSE']._serialized_end=256
+  _globals['_KILLREQUEST']._serialized_start=258
+  _globals['_KILLREQUEST']._serialized_end=289
+  _globals['_KILLRESPONSE']._serialized_start=291
+  _globals['_KILLRESPONSE']._serialized_end=375
+  _globals['_TAILAUDITREQUEST']._serialized_start=377
+  _globals['_TAILAUDITREQUEST']._serialized_end=426
+  _globals['_QUERYAUDITREQUEST']._serialized_start=429
+  _globals['_QUERYAUDITREQUEST']._serialized_end=600
+  _globals['_AUDITLINE']._serialized_start=602
+  _globals['_AUDITLINE']._serialized_end=627
+  _globals['_RELOADREQUEST']._serialized_start=629
+  _globals['_RELOADREQUEST']._serialized_end=644
+  _globals['_RELOADRESPONSE']._serialized_start=646
+  _globals['_RELOADRESPONSE']._serialized_end=711
+  _globals['_ADMINSERVICE']._serialized_start=714
+  _globals['_ADMINSERVICE']._serialized_end=1067
 # @@protoc_insertion_point(module_scope)

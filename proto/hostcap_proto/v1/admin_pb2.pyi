@@ -17,10 +17,12 @@ class ListSpawnsRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ...) -> None: ...
 
 class ListSpawnsResponse(_message.Message):
-    __slots__ = ("spawns",)
+    __slots__ = ("spawns", "environments")
     SPAWNS_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENTS_FIELD_NUMBER: _ClassVar[int]
     spawns: _containers.RepeatedCompositeFieldContainer[_process_pb2.SpawnInfo]
-    def __init__(self, spawns: _Optional[_Iterable[_Union[_process_pb2.SpawnInfo, _Mapping]]] = ...) -> None: ...
+    environments: _containers.RepeatedCompositeFieldContainer[_process_pb2.EnvironmentInfo]
+    def __init__(self, spawns: _Optional[_Iterable[_Union[_process_pb2.SpawnInfo, _Mapping]]] = ..., environments: _Optional[_Iterable[_Union[_process_pb2.EnvironmentInfo, _Mapping]]] = ...) -> None: ...
 
 class KillRequest(_message.Message):
     __slots__ = ("spawn_id",)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SpawnRequest(_message.Message):
-    __slots__ = ("argv", "cwd", "env", "stdin", "limits", "request_id", "dry_run", "labels")
+    __slots__ = ("argv", "cwd", "env", "stdin", "limits", "request_id", "dry_run", "labels", "detached", "environment_id")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,8 @@ class SpawnRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    DETACHED_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
     argv: _containers.RepeatedScalarFieldContainer[str]
     cwd: str
     env: _containers.ScalarMap[str, str]
@@ -39,7 +41,9 @@ class SpawnRequest(_message.Message):
     request_id: str
     dry_run: bool
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., request_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    detached: bool
+    environment_id: str
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., request_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., detached: _Optional[bool] = ..., environment_id: _Optional[str] = ...) -> None: ...
 
 class Executable(_message.Message):
     __slots__ = ("path", "device", "inode", "sha256")
@@ -168,7 +172,7 @@ class ListRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SpawnInfo(_message.Message):
-    __slots__ = ("spawn_id", "tenant", "pid", "argv", "age_seconds", "limits", "labels", "request_id")
+    __slots__ = ("spawn_id", "tenant", "pid", "argv", "age_seconds", "limits", "labels", "request_id", "detached", "environment_id")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -184,6 +188,8 @@ class SpawnInfo(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    DETACHED_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
     spawn_id: str
     tenant: str
     pid: int
@@ -192,10 +198,106 @@ class SpawnInfo(_message.Message):
     limits: _common_pb2.Limits
     labels: _containers.ScalarMap[str, str]
     request_id: str
-    def __init__(self, spawn_id: _Optional[str] = ..., tenant: _Optional[str] = ..., pid: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., age_seconds: _Optional[float] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    detached: bool
+    environment_id: str
+    def __init__(self, spawn_id: _Optional[str] = ..., tenant: _Optional[str] = ..., pid: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., age_seconds: _Optional[float] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., detached: _Optional[bool] = ..., environment_id: _Optional[str] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("spawns",)
     SPAWNS_FIELD_NUMBER: _ClassVar[int]
     spawns: _containers.RepeatedCompositeFieldContainer[SpawnInfo]
     def __init__(self, spawns: _Optional[_Iterable[_Union[SpawnInfo, _Mapping]]] = ...) -> None: ...
+
+class ReadOutputRequest(_message.Message):
+    __slots__ = ("spawn_id", "offset", "wait_ms")
+    SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    spawn_id: str
+    offset: int
+    wait_ms: int
+    def __init__(self, spawn_id: _Optional[str] = ..., offset: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class ReadOutputResponse(_message.Message):
+    __slots__ = ("stdout", "stderr", "next_offset", "dropped_bytes", "running", "exited")
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    stdout: bytes
+    stderr: bytes
+    next_offset: int
+    dropped_bytes: int
+    running: bool
+    exited: Exited
+    def __init__(self, stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., dropped_bytes: _Optional[int] = ..., running: _Optional[bool] = ..., exited: _Optional[_Union[Exited, _Mapping]] = ...) -> None: ...
+
+class OpenEnvironmentRequest(_message.Message):
+    __slots__ = ("idle_timeout_seconds", "lifetime_seconds", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    IDLE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LIFETIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    idle_timeout_seconds: float
+    lifetime_seconds: float
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, idle_timeout_seconds: _Optional[float] = ..., lifetime_seconds: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class EnvironmentInfo(_message.Message):
+    __slots__ = ("environment_id", "tenant", "idle_timeout_seconds", "lifetime_seconds", "age_seconds", "idle_seconds", "spawn_ids", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    IDLE_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LIFETIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    SPAWN_IDS_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    environment_id: str
+    tenant: str
+    idle_timeout_seconds: float
+    lifetime_seconds: float
+    age_seconds: float
+    idle_seconds: float
+    spawn_ids: _containers.RepeatedScalarFieldContainer[str]
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, environment_id: _Optional[str] = ..., tenant: _Optional[str] = ..., idle_timeout_seconds: _Optional[float] = ..., lifetime_seconds: _Optional[float] = ..., age_seconds: _Optional[float] = ..., idle_seconds: _Optional[float] = ..., spawn_ids: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CloseEnvironmentRequest(_message.Message):
+    __slots__ = ("environment_id",)
+    ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    environment_id: str
+    def __init__(self, environment_id: _Optional[str] = ...) -> None: ...
+
+class CloseEnvironmentResponse(_message.Message):
+    __slots__ = ("environment_id", "spawns_ended")
+    ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    SPAWNS_ENDED_FIELD_NUMBER: _ClassVar[int]
+    environment_id: str
+    spawns_ended: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, environment_id: _Optional[str] = ..., spawns_ended: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListEnvironmentsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListEnvironmentsResponse(_message.Message):
+    __slots__ = ("environments",)
+    ENVIRONMENTS_FIELD_NUMBER: _ClassVar[int]
+    environments: _containers.RepeatedCompositeFieldContainer[EnvironmentInfo]
+    def __init__(self, environments: _Optional[_Iterable[_Union[EnvironmentInfo, _Mapping]]] = ...) -> None: ...

@@ -55,6 +55,26 @@ class ProcessServiceStub:
                 request_serializer=hostcap__proto_dot_v1_dot_process__pb2.ListRequest.SerializeToString,
                 response_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ListResponse.FromString,
                 _registered_method=True)
+        self.ReadOutput = channel.unary_unary(
+                '/hostcap.v1.ProcessService/ReadOutput',
+                request_serializer=hostcap__proto_dot_v1_dot_process__pb2.ReadOutputRequest.SerializeToString,
+                response_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ReadOutputResponse.FromString,
+                _registered_method=True)
+        self.OpenEnvironment = channel.unary_unary(
+                '/hostcap.v1.ProcessService/OpenEnvironment',
+                request_serializer=hostcap__proto_dot_v1_dot_process__pb2.OpenEnvironmentRequest.SerializeToString,
+                response_deserializer=hostcap__proto_dot_v1_dot_process__pb2.EnvironmentInfo.FromString,
+                _registered_method=True)
+        self.CloseEnvironment = channel.unary_unary(
+                '/hostcap.v1.ProcessService/CloseEnvironment',
+                request_serializer=hostcap__proto_dot_v1_dot_process__pb2.CloseEnvironmentRequest.SerializeToString,
+                response_deserializer=hostcap__proto_dot_v1_dot_process__pb2.CloseEnvironmentResponse.FromString,
+                _registered_method=True)
+        self.ListEnvironments = channel.unary_unary(
+                '/hostcap.v1.ProcessService/ListEnvironments',
+                request_serializer=hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsRequest.SerializeToString,
+                response_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsResponse.FromString,
+                _registered_method=True)
 
 
 class ProcessServiceServicer:
@@ -92,6 +112,41 @@ class ProcessServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReadOutput(self, request, context):
+        """What a detached spawn of this tenant printed since an offset, waiting up
+        to wait_ms for something new; whether it still runs, and how it ended.
+        A spawn id of another tenant, or never detached, is NOT_FOUND.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OpenEnvironment(self, request, context):
+        """Open a session environment: spawns that name it share its network
+        namespace (a server in one is reachable on localhost by the next), its
+        IPC namespace and its /tmp; each still has its own pid namespace, init,
+        cgroup and limits. QUOTA_EXCEEDED past the tenant's max_environments,
+        LIMIT_INVALID past its max_environment_seconds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CloseEnvironment(self, request, context):
+        """Close one: every process in it ends (CANCELLED, its exit record saying
+        the environment closed) and its namespaces are freed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListEnvironments(self, request, context):
+        """This tenant's open environments and what runs in them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProcessServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -114,6 +169,26 @@ def add_ProcessServiceServicer_to_server(servicer, server):
                     servicer.List,
                     request_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ListRequest.FromString,
                     response_serializer=hostcap__proto_dot_v1_dot_process__pb2.ListResponse.SerializeToString,
+            ),
+            'ReadOutput': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReadOutput,
+                    request_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ReadOutputRequest.FromString,
+                    response_serializer=hostcap__proto_dot_v1_dot_process__pb2.ReadOutputResponse.SerializeToString,
+            ),
+            'OpenEnvironment': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenEnvironment,
+                    request_deserializer=hostcap__proto_dot_v1_dot_process__pb2.OpenEnvironmentRequest.FromString,
+                    response_serializer=hostcap__proto_dot_v1_dot_process__pb2.EnvironmentInfo.SerializeToString,
+            ),
+            'CloseEnvironment': grpc.unary_unary_rpc_method_handler(
+                    servicer.CloseEnvironment,
+                    request_deserializer=hostcap__proto_dot_v1_dot_process__pb2.CloseEnvironmentRequest.FromString,
+                    response_serializer=hostcap__proto_dot_v1_dot_process__pb2.CloseEnvironmentResponse.SerializeToString,
+            ),
+            'ListEnvironments': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListEnvironments,
+                    request_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsRequest.FromString,
+                    response_serializer=hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -225,6 +300,114 @@ class ProcessService:
             '/hostcap.v1.ProcessService/List',
             hostcap__proto_dot_v1_dot_process__pb2.ListRequest.SerializeToString,
             hostcap__proto_dot_v1_dot_process__pb2.ListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadOutput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hostcap.v1.ProcessService/ReadOutput',
+            hostcap__proto_dot_v1_dot_process__pb2.ReadOutputRequest.SerializeToString,
+            hostcap__proto_dot_v1_dot_process__pb2.ReadOutputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenEnvironment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hostcap.v1.ProcessService/OpenEnvironment',
+            hostcap__proto_dot_v1_dot_process__pb2.OpenEnvironmentRequest.SerializeToString,
+            hostcap__proto_dot_v1_dot_process__pb2.EnvironmentInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CloseEnvironment(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hostcap.v1.ProcessService/CloseEnvironment',
+            hostcap__proto_dot_v1_dot_process__pb2.CloseEnvironmentRequest.SerializeToString,
+            hostcap__proto_dot_v1_dot_process__pb2.CloseEnvironmentResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListEnvironments(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hostcap.v1.ProcessService/ListEnvironments',
+            hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsRequest.SerializeToString,
+            hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -364,3 +364,27 @@ async def test_edit_file_through_hostcap_mcp(mcp_daemon: Daemon, tmp_path: Path)
     assert ambiguous.is_error and "occurs 2 times" in text_of(ambiguous)
     assert not edited.is_error and "-alpha\n+ALPHA" in text_of(edited)
     assert (mcp_daemon.root() / "edit-me.txt").read_text() == "ALPHA\nbeta\nbeta\n"
+
+
+async def test_session_tools_over_mcp(mcp_daemon: Daemon, tmp_path: Path, marker: str) -> None:
+    """exec_command, read_output and kill_session (issue 30) through hostcap mcp."""
+    policy = write_policy(
+        tmp_path / "p.toml",
+        mode="auto",
+        granted_tools=["exec_command", "read_output", "kill_session"],
+    )
+    async with Client(server(mcp_daemon, policy), mode="legacy") as client:
+        started = await client.call_tool(
+            "exec_command",
+            {"command": "sh", "args": ["-c", f"echo up-{marker}; sleep 300"], "yield_time_ms": 500},
+        )
+        text = text_of(started)
+        assert not started.is_error and f"up-{marker}" in text and "untrusted data" in text
+        session = text.split("still running: session ", 1)[1].split("]", 1)[0]
+        read = await client.call_tool("read_output", {"session_id": session, "yield_time_ms": 0})
+        assert not read.is_error and "still running" in text_of(read)
+        killed = await client.call_tool("kill_session", {"session_id": session})
+        assert not killed.is_error and "killed by SIGKILL" in text_of(killed)
+        denied = await client.call_tool("exec_command", {"command": "rm", "args": ["-rf", "."]})
+        assert denied.is_error and "command_not_allowed" in text_of(denied)
+    assert wait_gone(marker, 10) == []

@@ -106,7 +106,7 @@ async def test_ps_lists_a_running_spawn_with_its_tenant(
         spawns = json.loads(listed.stdout)
         assert [s["spawn_id"] for s in spawns] == [started.spawn_id]
         (spawn,) = spawns
-        assert set(spawn) == {"spawn_id", "tenant", "pid", "argv", "age_s", "limits"}
+        assert set(spawn) == {"spawn_id", "tenant", "pid", "argv", "age_s", "limits", "detached"}
         assert spawn["tenant"] == "ci"
         assert spawn["pid"] == started.pid
         assert spawn["argv"] == ["sh", "-c", f"sleep 1000 # {marker}"]

@@ -228,6 +228,20 @@ BASE_FIELDS: dict[str, dict[str, Any]] = {
         "bytes_down": 0,
         "duration_ms": 0,
     },
+    "environment.open": {
+        "tenant": "t",
+        "environment_id": "env-1",
+        "idle_timeout_s": 60.0,
+        "lifetime_s": 3600.0,
+    },
+    "environment.close": {
+        "tenant": "t",
+        "environment_id": "env-1",
+        "idle_timeout_s": 60.0,
+        "lifetime_s": 3600.0,
+        "reason": "closed by the client",
+        "spawns_ended": ["s"],
+    },
 }
 
 

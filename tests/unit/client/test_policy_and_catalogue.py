@@ -83,8 +83,13 @@ def test_contract_admission_of_the_builtins(contract: Contract) -> None:
         "invoke_agent",
         "http_request",
         "web_search",
+        "kill_session",
     }
-    assert {k for k, v in admission.items() if v is Admission.CARD} == {"run_command", "mcp_call"}
+    assert {k for k, v in admission.items() if v is Admission.CARD} == {
+        "run_command",
+        "mcp_call",
+        "exec_command",
+    }
     assert all(contract_admission(tool, None) is Admission.ORDINARY for tool in BUILTIN_TOOLS)
 
 
@@ -158,6 +163,7 @@ def test_the_catalogue_withholds_what_the_contract_denies(
         "invoke_agent",
         "http_request",
         "web_search",
+        "kill_session",
     }
     assert {tool.id for tool in registry.catalogue(make_ctx())} == ALL_BUILTINS
 

@@ -66,6 +66,9 @@ def test_ask_mode_offers_only_tools_that_can_run(registry: ToolRegistry, make_ct
     offered = {tool.id for tool in registry.catalogue(ctx)}
     assert offered == {
         "read_file", "list_directory", "git_status", "git_commit", "invoke_agent", "read_media",
+        # Reading or ending a session this host started takes no approval
+        # (exec_command, which starts one, does).
+        "read_output", "kill_session",
     } & ALL_BUILTINS  # fmt: skip
     # accept-edits offers them all.
     edits = make_ctx(approval=ApprovalPolicy("accept-edits").context())

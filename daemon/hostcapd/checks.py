@@ -30,6 +30,7 @@ from hostcapd.config import (
 from hostcapd.sandbox import landlock, seccomp
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import HostSupport, ProtectionUnavailable
+from hostcapd.tenant_checks import cross_tenant_problems
 
 #: Status codes of a refused reload (hostcap_proto's error codes).
 INVALID = "INVALID_ARGUMENT"
@@ -65,6 +66,7 @@ def check_config(
     checks to those names (a reload checks the tenants it adds or changes)."""
     problems = _daemon_problems(config)
     wanted = None if tenants is None else set(tenants)
+    problems += [Problem(INVALID, m) for m in cross_tenant_problems(config, wanted)]
     for tenant in config.tenants:
         if wanted is None or tenant.name in wanted:
             problems += [

@@ -256,8 +256,12 @@ def socket_mode_problem(mode: int, group: int | str | None) -> str:
 
 
 def _identity(value: int | str, lookup: str) -> int:
+    """A user's or group's id: a number as it is (also written as a string,
+    "0"), a name looked up."""
     if isinstance(value, int):
         return value
+    if value.isdigit():
+        return int(value)
     try:
         if lookup == "user":
             return pwd.getpwnam(value).pw_uid
@@ -280,6 +284,10 @@ class Tenant(_Model):
     socket_mode: int = Field(default=0o600, ge=0, le=0o777)
     run_as_user: int | str
     run_as_group: int | str
+    #: Another tenant may have the same run-as uid only when both say so:
+    #: they are then one security domain (their spawns can reach each
+    #: other's processes and files). check-config refuses it otherwise.
+    shared_run_as: bool = False
     roots: tuple[Root, ...] = Field(min_length=1)
     path: tuple[Path, ...] = (Path("/usr/local/bin"), Path("/usr/bin"), Path("/bin"))
     allowed_executable_dirs: tuple[Path, ...] = ()
@@ -429,12 +437,16 @@ def _tenants_from_table(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def parse_config(data: Mapping[str, Any], source: str = "config") -> Config:
+def parse_config(
+    data: Mapping[str, Any], source: str = "config", text: str | None = None
+) -> Config:
+    """The config of parsed TOML `data`; `text`, the file's, lets an error
+    say the line of an unknown key."""
     table = _tenants_from_table(dict(data))
     try:
         return Config.model_validate(table)
     except ValidationError as error:
-        raise ConfigError(format_errors(error, source, table)) from None
+        raise ConfigError(format_errors(error, source, table, Config, text)) from None
 
 
 def load_config(path: Path) -> Config:
@@ -443,10 +455,11 @@ def load_config(path: Path) -> Config:
     except OSError as error:
         raise ConfigError(f"{path}: cannot read config: {error.strerror}") from None
     try:
-        data = tomllib.loads(raw.decode())
+        text = raw.decode()
+        data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
-    return parse_config(data, str(path))
+    return parse_config(data, str(path), text)
 
 
 def dev_identity() -> tuple[int, int]:
@@ -484,8 +497,10 @@ def dev_config(state_dir: Path) -> Config:
                 "dev": {
                     "socket": str(state / "run" / "dev.sock"),
                     "socket_owner": invoking_uid,
-                    "socket_group": invoking_gid,
-                    "socket_mode": 0o660,
+                    # Not as root the children are the invoking user: a group
+                    # of theirs on the socket would be refused (and is moot).
+                    "socket_group": invoking_gid if invoking_uid == 0 else None,
+                    "socket_mode": 0o660 if invoking_uid == 0 else 0o600,
                     "run_as_user": uid,
                     "run_as_group": gid,
                     "roots": [

@@ -54,6 +54,8 @@ def tenant_config(state: Path, name: str = "dev", **overrides: Any) -> dict[str,
         },
         "max_concurrent_spawns": 64,
         "sandbox": {},
+        # This machine has one unprivileged user for every test tenant.
+        "shared_run_as": True,
     }
     # HOSTCAPD_TEST_WARM=N sets every tenant's warm_spawns (unset: the
     # daemon's default, warm where the profile has a pid namespace).

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,10 @@ class Reloads:
         self.lock = asyncio.Lock()
         #: Services a reload replaced or removed, until their spawns are done.
         self.retiring: dict[TenantService, asyncio.Task[None]] = {}
+        #: Whether the last reload was applied (True until one is refused), and
+        #: when the config serving now was (start-up, or that reload).
+        self.last_successful = True
+        self.last_success_time = time.time()
 
     def _load(self) -> Config:
         if self.daemon._reload_source is not None:
@@ -102,6 +107,7 @@ class Reloads:
                 except ConfigError as error:
                     raise ReloadRejected("INVALID_ARGUMENT", str(error)) from None
             except ReloadRejected as rejected:
+                self.last_successful = False
                 log.error("reload rejected, the previous config keeps serving: %s", rejected)
                 self._audit_reload(message=f"rejected: {rejected.message}")
                 notify(
@@ -111,6 +117,7 @@ class Reloads:
                 raise
             finally:
                 notify(sdnotify.ready)
+            self.last_successful, self.last_success_time = True, time.time()
             log.info(
                 "reloaded: added %s; removed %s; changed %s",
                 ", ".join(outcome.added) or "none",

@@ -12,6 +12,7 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from hostcapd import metrics
 from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
@@ -139,6 +140,7 @@ class TenantRuntime:
         warm = self.warm.take(prepared, rlimits)
         spawn = Spawn(self.deps, request, prepared, streaming, warm, rlimits)
         self.spawns[spawn.id] = spawn
+        metrics.spawn_started(self.name)
         if request.request_id:
             self._by_request[request.request_id] = spawn
         if self.warm.size:

@@ -326,6 +326,7 @@ class AuditLog(DeferredQueue, GroupCommit):
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 written += n
         except OSError as error:
+            metrics.audit_error("write")
             if written:
                 # A partial line followed by later records would read as a torn
                 # middle line: cut it off so the file ends on a whole record.

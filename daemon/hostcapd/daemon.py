@@ -35,6 +35,7 @@ from hostcapd.frontend.admin_service import AdminServicer, ReloadOutcome, Reload
 from hostcapd.frontend.servers import AdminService, TenantService, serve_admin, serve_tenant
 from hostcapd.frontend.sockets import StartupError, file_id_of, unlink_if_ours
 from hostcapd.fs.client import FsWorkerUnavailable
+from hostcapd.logsetup import fields, one_line
 from hostcapd.reload import STOP_GRACE_S, Reloads, notify
 from hostcapd.sandbox.profile import (
     HostSupport,
@@ -143,8 +144,8 @@ class Daemon:
             FsWorkerUnavailable,
             OSError,
         ) as error:
-            print(f"hostcapd: {error}", file=sys.stderr)
-            notify(sdnotify.status, f"start-up failed: {error}")
+            log.error("start-up failed: %s", error)
+            notify(sdnotify.status, one_line(f"start-up failed: {error}"))
             await self.stop()
             return 2
         self.announce()
@@ -277,7 +278,11 @@ class Daemon:
             return
         os.rename(temp, service.tenant.socket)
         service.placed()
-        log.warning("tenant %s: its front-end serves again", service.name)
+        log.warning(
+            "tenant %s: its front-end serves again",
+            service.name,
+            extra=fields(tenant=service.name),
+        )
 
     async def _prepare_admin(self) -> AdminService | None:
         admin = self.config.admin
@@ -308,6 +313,9 @@ class Daemon:
         service.place()
 
     def announce(self) -> None:
+        """The start-up banner: one log line per tenant and per socket, each
+        whole (a line-based shipper never splits a record)."""
+        log.info("hostcapd %s serving %d tenant(s)", __version__, len(self.tenants))
         for service in self.tenants.values():
             runtime = service.runtime
             t = runtime.tenant
@@ -315,34 +323,37 @@ class Daemon:
             missing = [
                 f"{s.name} ({s.reason})" for s in runtime.profile.protections if not s.applied
             ]
-            print(f"hostcapd {__version__}: tenant {t.name!r} on {t.socket}", file=sys.stderr)
-            print(
-                f"  children run as uid {t.uid} gid {t.gid}; roots: "
-                + ", ".join(f"{r.path} ({r.tier.value})" for r in t.roots),
-                file=sys.stderr,
-            )
-            print(f"  protections applied: {', '.join(applied) or 'none'}", file=sys.stderr)
+            parts = [
+                f"tenant {t.name!r} on {t.socket}: children run as uid {t.uid} gid {t.gid}",
+                "roots: " + ", ".join(f"{r.path} ({r.tier.value})" for r in t.roots),
+                f"protections applied: {', '.join(applied) or 'none'}",
+            ]
             if missing:
-                print(f"  not applied: {'; '.join(missing)}", file=sys.stderr)
+                parts.append(f"not applied: {', '.join(missing)}")
             if runtime.warm.size:
-                print(
-                    f"  warm children: {runtime.warm.size} set up ahead of need (warm_spawns)",
-                    file=sys.stderr,
-                )
-            print(f"  {_served_by(service.frontend)}", file=sys.stderr)
-            print(f"  connect: {_ctl()} --socket {t.socket} run -- echo hello", file=sys.stderr)
-            print(f"       or: grpcurl -plaintext -unix {t.socket} list", file=sys.stderr)
+                parts.append(f"warm children: {runtime.warm.size} set up ahead of need")
+            parts.append(_served_by(service.frontend))
+            log.info("; ".join(parts), extra=fields(tenant=t.name))
+            log.info(
+                "tenant %r: connect: %s --socket %s run -- echo hello "
+                "(or: grpcurl -plaintext -unix %s list)",
+                t.name,
+                _ctl(),
+                t.socket,
+                t.socket,
+                extra=fields(tenant=t.name),
+            )
         if self.audit is not None:
-            print(f"  audit log: {self.config.audit.path}", file=sys.stderr)
+            log.info("audit log: %s", self.config.audit.path)
         if self.config.admin is not None:
-            print(
-                f"  admin: {_ctl()} --admin-socket {self.config.admin.socket} ps"
-                f" ({_served_by(self._admin.frontend if self._admin else None)})",
-                file=sys.stderr,
+            log.info(
+                "admin: %s --admin-socket %s ps (%s)",
+                _ctl(),
+                self.config.admin.socket,
+                _served_by(self._admin.frontend if self._admin else None),
             )
         if self.metrics is not None:
-            print(f"  metrics: {self.metrics.where} (GET /metrics)", file=sys.stderr)
-        sys.stderr.flush()
+            log.info("metrics: %s (GET /metrics)", self.metrics.where)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -376,6 +387,7 @@ class Daemon:
         self._stopping = True
         self._serving = False
         draining = sum(len(rt.spawns) for rt in self.live_runtimes())
+        log.info("stopping: ending %d running spawn(s)", draining, extra=fields(spawns=draining))
         notify(sdnotify.stopping)
         notify(sdnotify.status, f"stopping: ending {draining} running spawn(s)")
         async with self.reloads.lock:  # a reload in progress finishes first
@@ -425,3 +437,4 @@ class Daemon:
                 self.audit.write("daemon.stop", version=__version__, pid=os.getpid())
             await self.audit.close()
             self.audit = None
+        log.info("stopped: ended %d spawn(s)", draining, extra=fields(spawns=draining))

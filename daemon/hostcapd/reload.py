@@ -28,6 +28,7 @@ from hostcapd.frontend.admin_service import ReloadOutcome, ReloadRejected
 from hostcapd.frontend.servers import TenantService
 from hostcapd.frontend.sockets import StartupError, unlink_if_ours
 from hostcapd.fs.client import FsWorkerUnavailable
+from hostcapd.logsetup import fields, one_line
 from hostcapd.process.report import Outcome
 from hostcapd.sandbox.profile import ProtectionUnavailable, TenantProfile, prepare
 from hostcapd.spawner.client import SpawnerLost
@@ -112,7 +113,7 @@ class Reloads:
                 self._audit_reload(message=f"rejected: {rejected.message}")
                 notify(
                     sdnotify.status,
-                    f"reload rejected: {rejected.message} | {self.daemon._status_line()}",
+                    one_line(f"reload rejected: {rejected.message} | {self.daemon._status_line()}"),
                 )
                 raise
             finally:
@@ -251,6 +252,11 @@ class Reloads:
             service.runtime.profile.close()
             with contextlib.suppress(SpawnerLost, OSError):
                 self.daemon.spawner.drop_profile(service.runtime.profile_key)
-            log.info("tenant %s %s and drained", service.name, "removed" if removed else "replaced")
+            log.info(
+                "tenant %s %s and drained",
+                service.name,
+                "removed" if removed else "replaced",
+                extra=fields(tenant=service.name),
+            )
         finally:
             self.retiring.pop(service, None)

@@ -40,6 +40,7 @@ from hostcapd.audit.redact import redact_argv
 from hostcapd.errors import Refusal
 from hostcapd.frontend import convert
 from hostcapd.frontend.context import Context
+from hostcapd.logsetup import fields
 from hostcapd.process.report import Outcome, Report
 from hostcapd.process.spawn import Spawn
 from hostcapd.tenant import TenantRuntime
@@ -221,7 +222,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         spawn = next((s for s in self._live_spawns() if s.id == request.spawn_id), None)
         if not request.spawn_id or spawn is None:
             await _refuse(context, "NOT_FOUND", f"no live spawn has the id {request.spawn_id!r}")
-        log.warning("admin kill of spawn %s (tenant %s)", spawn.id, spawn.deps.tenant.name)
+        log.warning(
+            "admin kill of spawn %s (tenant %s)",
+            spawn.id,
+            spawn.deps.tenant.name,
+            extra=fields(tenant=spawn.deps.tenant.name, spawn_id=spawn.id),
+        )
         spawn.cancel(Outcome.CANCELLED, KILLED_BY_ADMIN)
         response = admin_pb2.KillResponse(spawn_id=spawn.id, tenant=spawn.deps.tenant.name)
         wait = spawn.deps.kill_grace + KILL_WAIT_MARGIN_S

@@ -76,6 +76,7 @@ class ProcessServicer(process_pb2_grpc.ProcessServiceServicer):
                 refusal,
                 request.labels,
                 request.request_id,
+                spawn_id=spawn.id if spawn is not None else "",
             )
         except asyncio.CancelledError:
             if spawn is not None and not attached:

@@ -14,8 +14,38 @@ from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.errors import INTERNAL, UNAVAILABLE, Refusal, shorten
 from hostcapd.frontend.context import Context
 from hostcapd.labels import MAX_REQUEST_ID, bounded_labels
+from hostcapd.logsetup import RateLimited, fields
 
 log = logging.getLogger("hostcapd.frontend")
+
+#: Seconds between two log lines of one tenant's refusals for one reason.
+REFUSAL_LOG_INTERVAL_S = 10.0
+_logged = RateLimited(REFUSAL_LOG_INTERVAL_S)
+
+
+def _log_refusal(
+    tenant: str, method: str, refusal: Refusal, request_id: str, spawn_id: str
+) -> None:
+    left_out = _logged.allow(tenant, refusal.reason)
+    if left_out is None:
+        return
+    log.info(
+        "tenant %s: %s refused %s%s: %s%s",
+        tenant,
+        method,
+        refusal.reason,
+        f" (spawn {spawn_id})" if spawn_id else "",
+        refusal.message,
+        f" ({left_out} more refused for this reason since the last such line)" if left_out else "",
+        extra=fields(
+            tenant=tenant,
+            method=method,
+            reason=refusal.reason,
+            spawn_id=spawn_id,
+            request_id=shorten(request_id, MAX_REQUEST_ID),
+            suppressed=left_out or None,
+        ),
+    )
 
 
 async def refuse(
@@ -29,8 +59,12 @@ async def refuse(
     *,
     path: str | None = None,
     audited: bool = True,
+    spawn_id: str = "",
 ) -> NoReturn:
-    """`audited` False for refusals not worth a line (a missing file read)."""
+    """`audited` False for refusals not worth a line (a missing file read).
+    Logged at INFO, at most one line per tenant and reason every
+    REFUSAL_LOG_INTERVAL_S (the next says how many were left out)."""
+    _log_refusal(tenant, method, refusal, request_id, spawn_id)
     if audited:
         fields: dict[str, Any] = {
             "tenant": tenant,

@@ -25,6 +25,7 @@ from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.childsetup import RLimit
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
+from hostcapd.logsetup import fields
 from hostcapd.process import environment, killing, records
 from hostcapd.process.executable import HashCache
 from hostcapd.process.output import StreamBuffer
@@ -186,7 +187,11 @@ class Spawn:
             )
         except Exception as error:
             # A daemon bug must still end the call and leave nothing behind.
-            log.exception("spawn %s failed inside the daemon", self.id)
+            log.exception(
+                "spawn %s failed inside the daemon",
+                self.id,
+                extra=fields(tenant=self.deps.tenant.name, spawn_id=self.id),
+            )
             if not self._exec_audited:
                 refusal = Refusal(
                     "INVALID_ARGUMENT",
@@ -323,7 +328,11 @@ class Spawn:
         except SetupFailed as error:
             if self.warm is None or error.step != "warm":
                 raise
-            log.warning("spawn %s: its warm child was gone; spawning fresh", self.id)
+            log.warning(
+                "spawn %s: its warm child was gone; spawning fresh",
+                self.id,
+                extra=fields(tenant=self.deps.tenant.name, spawn_id=self.id),
+            )
             self.warm = None
             self._fresh_fds()
             await self._send_order()

@@ -44,6 +44,7 @@ from hostcapd.sandbox.profile import (
     prepare,
     probe_host,
 )
+from hostcapd.serving import ServingWatch
 from hostcapd.spawner.client import SpawnerClient
 from hostcapd.tenant import TenantRuntime
 
@@ -118,9 +119,15 @@ class Daemon:
         self._stopping = False
         self._hup_pending = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._watch: asyncio.Task[None] | None = None
         self.metrics: metrics.MetricsEndpoint | None = None
 
     # --- the view the admin service has ----------------------------------------
+
+    @property
+    def serving_tenants(self) -> Iterable[TenantService]:
+        """The services at the tenants' sockets now (not those draining)."""
+        return list(self.tenants.values())
 
     def live_runtimes(self) -> Iterable[TenantRuntime]:
         return [s.runtime for s in (*self.tenants.values(), *self.reloads.retiring)]
@@ -150,6 +157,7 @@ class Daemon:
             return 2
         self.announce()
         self._serving = True
+        self._watch = self._spawn_task(ServingWatch(self).run())
         notify(sdnotify.status, self._status_line())
         notify(sdnotify.ready)
         self._spawn_task(_watchdog())
@@ -386,6 +394,8 @@ class Daemon:
         """Stop accepting, end running trees as DAEMON_SHUTDOWN, remove sockets."""
         self._stopping = True
         self._serving = False
+        if self._watch is not None:
+            self._watch.cancel()  # health is NOT_SERVING from here on, for good
         draining = sum(len(rt.spawns) for rt in self.live_runtimes())
         log.info("stopping: ending %d running spawn(s)", draining, extra=fields(spawns=draining))
         notify(sdnotify.stopping)

@@ -135,6 +135,11 @@ class TenantRuntime:
                 "QUOTA_EXCEEDED",
                 f"tenant {self.name} already runs {len(self.spawns)} spawns (quota {self.tenant.max_concurrent_spawns})",
             )
+        disk = self.profile.disk
+        problem = disk.problem() if disk is not None else ""
+        if problem:
+            # Fail closed: a spawn now would write past the budget, on the host's volume.
+            raise Refusal("PROTECTION_UNAVAILABLE", f"tenant {self.name}: disk budget: {problem}")
         prepared = self.prepare(request)
         rlimits = plan_rlimits(self.profile, prepared)
         warm = self.warm.take(prepared, rlimits)

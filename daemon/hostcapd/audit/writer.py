@@ -87,6 +87,12 @@ def _event_id() -> str:
     return raw.hex()
 
 
+#: Below this many free bytes on its volume the log counts as unwritable
+#: (a tenant's health says NOT_SERVING): a record or two may still fit,
+#: a spawn's exec record and its exit may not.
+MIN_FREE_BYTES = 64 * 1024
+
+
 class AuditLog(DeferredQueue, GroupCommit):
     """The daemon's audit log. Use from the event loop's thread only."""
 
@@ -215,6 +221,26 @@ class AuditLog(DeferredQueue, GroupCommit):
             log._sync_inline()
         log._prune()  # what a previous daemon left to compress, archive or prune
         return log
+
+    def unwritable(self) -> str:
+        """Why a spawn's write-ahead record would be refused now ("" when it
+        would not): the log is closed or failed closed (an fsync failed), or
+        its volume is read-only or has less than MIN_FREE_BYTES for the
+        daemon. For the tenants' health, checked every second."""
+        if self._closed:
+            return "the audit log is closed"
+        if self._failure is not None:
+            return self._failure
+        try:
+            st = os.statvfs(self.path.parent)
+        except OSError as error:
+            return f"cannot read the audit volume of {self.path}: {error.strerror}"
+        if st.f_flag & os.ST_RDONLY:
+            return f"the audit volume of {self.path} is read-only"
+        free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+        if free < MIN_FREE_BYTES:
+            return f"the audit volume of {self.path} is full ({free} bytes free)"
+        return ""
 
     @property
     def path(self) -> Path:

@@ -418,6 +418,9 @@ class Frontend:
         #: Called with the new socket's temporary path after a restart: the
         #: owner puts it in place.
         self.on_restarted: Callable[[Path], Awaitable[None]] | None = None
+        #: Why the tenant is not serving ("": it is); told again to a
+        #: restarted front-end.
+        self.serving_reason = ""
 
     @property
     def pid(self) -> int:
@@ -482,6 +485,8 @@ class Frontend:
                     f"the front-end of {self.bridge._who} did not start: {await self._why()}"
                 ) from None
             self.protections = tuple(ready.protections)
+            if self.serving_reason:
+                self.bridge.send(messages.Serving(reason=self.serving_reason))
             path = bind_dir / BIND_NAME
             # The front-end made it with the mode (its umask); root gives it
             # its owner, and checks.
@@ -516,6 +521,11 @@ class Frontend:
 
     async def enter_graceful_shutdown(self) -> None:
         self.bridge.send(messages.Drain(health_only=True))
+
+    async def report(self, reason: str) -> None:
+        """The tenant's health: NOT_SERVING saying why, or SERVING ("")."""
+        self.serving_reason = reason[:1024]
+        self.bridge.send(messages.Serving(reason=self.serving_reason))
 
     async def stop(self, grace: float | None) -> None:
         """Stop taking calls; calls in flight get `grace` seconds (a later,

@@ -112,6 +112,11 @@ class SpawnerClient:
         if self._sock is not None:
             channel.send(self._sock, messages.DropProfile(key).to_wire())
 
+    @property
+    def running(self) -> bool:
+        """The spawner takes orders now (False while it is restarted)."""
+        return self._sock is not None
+
     def _require(self) -> socket.socket:
         if self._sock is None:
             raise SpawnerLost("the spawner is not running")

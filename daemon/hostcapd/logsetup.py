@@ -124,6 +124,14 @@ def configure(level: str, log_format: str = "text") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    sys.excepthook = _uncaught  # a crash's traceback is one record too
+
+
+def _uncaught(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, value, tb)
+        return
+    logging.getLogger("hostcapd").critical("uncaught exception", exc_info=(kind, value, tb))
 
 
 class RateLimited:

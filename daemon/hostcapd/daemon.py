@@ -32,7 +32,13 @@ from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.checks import check_config, summary
 from hostcapd.config import Config, Tenant
 from hostcapd.frontend.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
-from hostcapd.frontend.servers import AdminService, TenantService, serve_admin, serve_tenant
+from hostcapd.frontend.servers import (
+    AdminService,
+    Graceful,
+    TenantService,
+    serve_admin,
+    serve_tenant,
+)
 from hostcapd.frontend.sockets import StartupError, file_id_of, unlink_if_ours
 from hostcapd.fs.client import FsWorkerUnavailable
 from hostcapd.logsetup import fields, one_line
@@ -128,6 +134,11 @@ class Daemon:
     def serving_tenants(self) -> Iterable[TenantService]:
         """The services at the tenants' sockets now (not those draining)."""
         return list(self.tenants.values())
+
+    @property
+    def admin_health(self) -> Graceful | None:
+        """The admin socket's health reporting (tenant/NAME services)."""
+        return self._admin.health if self._admin is not None else None
 
     def live_runtimes(self) -> Iterable[TenantRuntime]:
         return [s.runtime for s in (*self.tenants.values(), *self.reloads.retiring)]

@@ -15,8 +15,9 @@ What makes every spawn of a tenant fail, whatever it asks:
   PROTECTION_UNAVAILABLE rather than write past the budget.
 
 The reason goes to the tenant's health reporting (its front-end's health
-servicer, `hostcapd.bridge.messages.Serving`), which `hostcapctl health`
-prints; each change is one log line (WARNING going down, INFO coming back).
+servicer, `hostcapd.bridge.messages.Serving`), and to the admin socket's
+health as the service `tenant/NAME`; `hostcapctl health` prints it. Each
+change is one log line (WARNING going down, INFO coming back).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from hostcapd.audit import AuditLog
-from hostcapd.frontend.servers import TenantService
+from hostcapd.frontend.servers import Graceful, TenantService
 from hostcapd.logsetup import fields
 from hostcapd.spawner.client import SpawnerClient
 
@@ -45,6 +46,9 @@ class Served(Protocol):
 
     @property
     def serving_tenants(self) -> Iterable[TenantService]: ...
+
+    @property
+    def admin_health(self) -> Graceful | None: ...
 
 
 def refusal_reason(audit: AuditLog | None, spawner: SpawnerClient, service: TenantService) -> str:
@@ -71,6 +75,8 @@ class ServingWatch:
         #: The last reason logged per tenant name (a reload's replacement
         #: continues its predecessor's state: no second line).
         self._logged: dict[str, str] = {}
+        #: What the admin socket's health was told of each tenant (`tenant/NAME`).
+        self._admin_told: dict[str, str] = {}
 
     async def run(self) -> None:
         while True:
@@ -85,10 +91,17 @@ class ServingWatch:
             self._log(service.name, reason)
             if self._told.get(service, "") != reason:
                 self._told[service] = reason
-                try:
-                    await service.health.report(reason)
-                except Exception:  # a front-end gone meanwhile is told on restart
-                    log.debug("tenant %s: health not updated", service.name, exc_info=True)
+                await _tell(service.health, reason)
+        admin = self.daemon.admin_health
+        if admin is None:
+            return
+        now = {s.name: self._logged.get(s.name, "") for s in services}
+        for name in self._admin_told.keys() - now.keys():
+            now[name] = f"tenant {name} is not in the config (removed by a reload)"
+        for name, reason in sorted(now.items()):
+            if self._admin_told.get(name) != reason:
+                self._admin_told[name] = reason
+                await _tell(admin, reason, admin_service(name))
 
     def _log(self, name: str, reason: str) -> None:
         before = self._logged.get(name, "")
@@ -109,3 +122,15 @@ class ServingWatch:
                 before,
                 extra=fields(tenant=name),
             )
+
+
+def admin_service(tenant: str) -> str:
+    """The admin socket's health service of a tenant."""
+    return f"tenant/{tenant}"
+
+
+async def _tell(health: Graceful, reason: str, service: str = "") -> None:
+    try:
+        await health.report(reason, service)
+    except Exception:  # a front-end gone meanwhile is told again when restarted
+        log.debug("health %r not updated", service, exc_info=True)

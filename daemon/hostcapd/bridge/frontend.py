@@ -17,8 +17,9 @@ makes is confined too), binds the socket, says `Ready`, and serves:
   connection took sends `Ack` (the root side sends the next only then: the
   back-pressure of a single-process daemon, one event deep);
 - health and reflection are answered here; `Serving` sets every
-  service's health (NOT_SERVING with the root side's reason, which a Check
-  reply carries in its trailing metadata, or SERVING again); `Drain` turns
+  service's health, or one named (NOT_SERVING with the root side's reason,
+  which a Check reply carries in its trailing metadata, or SERVING
+  again); `Drain` turns
   health to NOT_SERVING for good and stops the server with the root side's
   grace.
 
@@ -239,7 +240,7 @@ async def serve(
         async def go() -> None:
             if previous is not None:
                 await previous
-            await health_servicer.report(message.reason)
+            await health_servicer.report(message.reason, message.service)
 
         stops.append(asyncio.ensure_future(go()))
 

@@ -408,11 +408,14 @@ class Drain(Message, frozen=True, tag="drain"):
 
 
 class Serving(Message, frozen=True, tag="serving"):
-    """The tenant's health: SERVING when `reason` is empty, else NOT_SERVING
+    """A tenant's health: SERVING when `reason` is empty, else NOT_SERVING
     because the root side would refuse its spawns itself (the reason is
-    what `hostcapctl health` prints)."""
+    what `hostcapctl health` prints). `service` "": every service of this
+    front-end (a tenant's); else the one health service named (the admin
+    socket's `tenant/NAME`)."""
 
     reason: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+    service: Annotated[str, msgspec.Meta(max_length=128)] = ""
 
 
 TO_FRONTEND: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(

@@ -418,9 +418,9 @@ class Frontend:
         #: Called with the new socket's temporary path after a restart: the
         #: owner puts it in place.
         self.on_restarted: Callable[[Path], Awaitable[None]] | None = None
-        #: Why the tenant is not serving ("": it is); told again to a
-        #: restarted front-end.
-        self.serving_reason = ""
+        #: Why each health service is not serving ("" for all of them; a
+        #: reason of "": it is); told again to a restarted front-end.
+        self.serving_reasons: dict[str, str] = {}
 
     @property
     def pid(self) -> int:
@@ -485,8 +485,8 @@ class Frontend:
                     f"the front-end of {self.bridge._who} did not start: {await self._why()}"
                 ) from None
             self.protections = tuple(ready.protections)
-            if self.serving_reason:
-                self.bridge.send(messages.Serving(reason=self.serving_reason))
+            for service, reason in self.serving_reasons.items():
+                self.bridge.send(messages.Serving(reason=reason, service=service))
             path = bind_dir / BIND_NAME
             # The front-end made it with the mode (its umask); root gives it
             # its owner, and checks.
@@ -522,10 +522,12 @@ class Frontend:
     async def enter_graceful_shutdown(self) -> None:
         self.bridge.send(messages.Drain(health_only=True))
 
-    async def report(self, reason: str) -> None:
-        """The tenant's health: NOT_SERVING saying why, or SERVING ("")."""
-        self.serving_reason = reason[:1024]
-        self.bridge.send(messages.Serving(reason=self.serving_reason))
+    async def report(self, reason: str, service: str = "") -> None:
+        """Health: NOT_SERVING saying why, or SERVING (""); of every service
+        (a tenant's front-end), or of the one named."""
+        reason = reason[:1024]
+        self.serving_reasons[service] = reason
+        self.bridge.send(messages.Serving(reason=reason, service=service))
 
     async def stop(self, grace: float | None) -> None:
         """Stop taking calls; calls in flight get `grace` seconds (a later,

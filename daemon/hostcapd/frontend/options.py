@@ -46,7 +46,7 @@ class HealthReporter(Protocol):
 
     async def enter_graceful_shutdown(self) -> None: ...
 
-    async def report(self, reason: str) -> None: ...
+    async def report(self, reason: str, service: str = "") -> None: ...
 
 
 # grpc-stubs describe only the thread-based health servicer.
@@ -58,23 +58,32 @@ class ReasonedHealth(health.aio.HealthServicer):  # type: ignore[misc,name-defin
     def __init__(self) -> None:
         super().__init__()
         self.reason = ""
+        #: The reasons of services reported one by one (`report(..., service)`).
+        self.reasons: dict[str, str] = {}
 
     async def Check(self, request: Any, context: Any) -> Any:
         reply = await super().Check(request, context)
-        if self.reason and reply.status != health_pb2.HealthCheckResponse.SERVING:
-            context.set_trailing_metadata(((REASON_KEY, self.reason.encode()),))
+        reason = self.reasons.get(request.service, self.reason)
+        if reason and reply.status != health_pb2.HealthCheckResponse.SERVING:
+            context.set_trailing_metadata(((REASON_KEY, reason.encode()),))
         return reply
 
-    async def report(self, reason: str) -> None:
-        """Every service SERVING (`reason` empty) or NOT_SERVING, saying why."""
-        self.reason = reason
+    async def report(self, reason: str, service: str = "") -> None:
+        """Every service (or the one named) SERVING (`reason` empty) or
+        NOT_SERVING, saying why."""
         status = (
             health_pb2.HealthCheckResponse.NOT_SERVING
             if reason
             else health_pb2.HealthCheckResponse.SERVING
         )
+        if service:
+            self.reasons[service] = reason
+            await self.set(service, status)
+            return
+        self.reason = reason
         for name in list(self._server_status):
-            await self.set(name, status)
+            if name not in self.reasons:
+                await self.set(name, status)
 
     async def enter_graceful_shutdown(self) -> None:
         self.reason = self.reason or "the daemon is stopping"

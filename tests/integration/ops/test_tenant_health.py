@@ -1,7 +1,8 @@
 """A tenant's health follows what the daemon would do with its spawns: with
 the audit volume full, or the tenant's disk budget gone, `hostcapctl
-health` on the tenant's socket says NOT_SERVING and why, until it clears,
-with one log line each way; a front-end restarted meanwhile says so too."""
+health` on the tenant's socket (and `--service tenant/NAME` on the admin
+socket) says NOT_SERVING and why, until it clears, with one log line each
+way; a front-end restarted meanwhile says so too."""
 
 from __future__ import annotations
 
@@ -81,6 +82,13 @@ async def test_a_full_audit_volume_is_not_serving_until_it_has_room(
         assert said.startswith(
             f"NOT_SERVING: audit log unwritable: the audit volume of {audit_volume / 'audit.jsonl'} is full"
         ), said
+    # The admin socket says it per tenant; the daemon itself still serves
+    # (a liveness probe must not restart it: that would end every spawn).
+    for tenant in ("alpha", "beta"):
+        done = hostcapctl("health", "--service", f"tenant/{tenant}", admin=daemon.admin_socket)
+        assert done.returncode == 1, done
+        assert done.stdout.startswith("NOT_SERVING: audit log unwritable: "), done.stdout
+    assert hostcapctl("health", admin=daemon.admin_socket).stdout == "SERVING\n"
     # What health says is what a spawn meets.
     client = Client(daemon.socket_of("alpha"))
     try:
@@ -98,6 +106,9 @@ async def test_a_full_audit_volume_is_not_serving_until_it_has_room(
     filler.unlink()
     for tenant in ("alpha", "beta"):
         assert wait_health(daemon, 0, tenant) == "SERVING"
+    for tenant in ("alpha", "beta"):
+        done = hostcapctl("health", "--service", f"tenant/{tenant}", admin=daemon.admin_socket)
+        assert (done.returncode, done.stdout) == (0, "SERVING\n"), done
     for tenant in ("alpha", "beta"):
         down = lines(daemon, f"tenant {tenant}: health NOT_SERVING: audit log unwritable")
         up = lines(daemon, f"tenant {tenant}: health SERVING again")
@@ -170,3 +181,11 @@ def test_a_restarted_front_end_is_told_it_is_not_serving(
     }
     assert after and not after & before
     assert wait_health(daemon, 1).startswith("NOT_SERVING: audit log unwritable")
+    # The admin socket's front-end, restarted too, is told each tenant's again.
+    wait_until(
+        lambda: (
+            hostcapctl("health", "--service", "tenant/dev", admin=daemon.admin_socket).returncode
+            == 1
+        ),
+        "the admin socket's health says tenant/dev is not serving",
+    )

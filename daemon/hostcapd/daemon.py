@@ -126,6 +126,7 @@ class Daemon:
         self._hup_pending = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._watch: asyncio.Task[None] | None = None
+        self._poke_watch: Callable[[], None] = lambda: None
         self.metrics: metrics.MetricsEndpoint | None = None
 
     # --- the view the admin service has ----------------------------------------
@@ -168,7 +169,10 @@ class Daemon:
             return 2
         self.announce()
         self._serving = True
-        self._watch = self._spawn_task(ServingWatch(self).run())
+        watch = ServingWatch(self)
+        self.spawner.on_lost = watch.poke
+        self._poke_watch = watch.poke
+        self._watch = self._spawn_task(watch.run())
         notify(sdnotify.status, self._status_line())
         notify(sdnotify.ready)
         self._spawn_task(_watchdog())
@@ -253,6 +257,7 @@ class Daemon:
     def _spawner_restarted(self) -> None:
         for service in self.tenants.values():
             service.runtime.register_with_spawner()
+        self._poke_watch()
 
     async def _prepare_tenant(self, tenant: Tenant, profile: TenantProfile) -> TenantService:
         """Everything a tenant needs to serve, listening under a temporary name,

@@ -23,6 +23,7 @@ change is one log line (WARNING going down, INFO coming back).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Iterable
 from typing import Protocol
@@ -75,13 +76,20 @@ class ServingWatch:
         #: The last reason logged per tenant name (a reload's replacement
         #: continues its predecessor's state: no second line).
         self._logged: dict[str, str] = {}
+        self._poked = asyncio.Event()
         #: What the admin socket's health was told of each tenant (`tenant/NAME`).
         self._admin_told: dict[str, str] = {}
 
     async def run(self) -> None:
         while True:
+            self._poked.clear()
             await self.check()
-            await asyncio.sleep(CHECK_INTERVAL_S)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), CHECK_INTERVAL_S)
+
+    def poke(self) -> None:
+        """Check now, not at the next interval (the spawner died, or is back)."""
+        self._poked.set()
 
     async def check(self) -> None:
         services = list(self.daemon.serving_tenants)

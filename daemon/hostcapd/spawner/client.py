@@ -60,6 +60,8 @@ class SpawnerClient:
         self.restarts = 0
         #: Called (with no arguments) after the spawner was lost and restarted.
         self.on_restart: Callable[[], None] | None = None
+        #: Called when the spawner died (before it is restarted).
+        self.on_lost: Callable[[], None] | None = None
         self._ready = asyncio.Event()
 
     async def start(self) -> None:
@@ -250,6 +252,8 @@ class SpawnerClient:
             return
         log.error("spawner died; starting a new one")
         self.restarts += 1
+        if self.on_lost:
+            self.on_lost()
         asyncio.get_running_loop().create_task(self._restart())
 
     async def _restart(self) -> None:

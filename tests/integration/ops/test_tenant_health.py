@@ -189,3 +189,20 @@ def test_a_restarted_front_end_is_told_it_is_not_serving(
         ),
         "the admin socket's health says tenant/dev is not serving",
     )
+
+
+def test_a_dead_spawner_is_not_serving_until_it_is_back(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = wait_admin(start_daemon())
+    spawner = daemon.spawner_pid()
+    assert spawner is not None
+    os.kill(spawner, signal.SIGKILL)
+    wait_until(
+        lambda: lines(daemon, "tenant dev: health SERVING again") != [],
+        "health to come back once the spawner is restarted",
+    )
+    down = lines(daemon, "tenant dev: health NOT_SERVING: ")
+    assert len(down) == 1 and "the spawner is not running" in down[0], down
+    assert health(daemon) == (0, "SERVING")
+    assert daemon.spawner_pid() not in (None, spawner)

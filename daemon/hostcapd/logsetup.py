@@ -18,13 +18,14 @@ its fd still is that file (a redirect in between gives another one).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import sys
 import threading
 import time
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 JOURNAL_FORMAT = "hostcapd %(levelname)s %(name)s: %(message)s"
 STAMPED_FORMAT = "%(asctime)s hostcapd %(levelname)s %(name)s: %(message)s"
@@ -132,6 +133,38 @@ def _uncaught(kind: type[BaseException], value: BaseException, tb: Any) -> None:
         sys.__excepthook__(kind, value, tb)
         return
     logging.getLogger("hostcapd").critical("uncaught exception", exc_info=(kind, value, tb))
+
+
+#: The most of a child's stderr one read takes (one log record).
+STDERR_CHUNK = 16384
+
+
+def relay_stderr(
+    stream: IO[bytes], logger: logging.Logger, prefix: str, extra: dict[str, Any]
+) -> None:
+    """Log what a child process (a front-end) writes to its stderr pipe, on
+    the running loop: each read is one WARNING record, its lines joined, so
+    a traceback stays one record in either format. Closes the pipe at EOF."""
+    loop = asyncio.get_running_loop()
+    fd = stream.fileno()
+    os.set_blocking(fd, False)
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, STDERR_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            loop.remove_reader(fd)
+            stream.close()
+            return
+        text = data.decode(errors="replace").strip()
+        if text:
+            logger.warning("%s%s", prefix, text, extra=extra)
+
+    loop.add_reader(fd, readable)
 
 
 class RateLimited:

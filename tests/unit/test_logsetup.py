@@ -69,3 +69,36 @@ def test_one_line_per_key_in_an_interval_and_the_next_counts_the_rest() -> None:
     assert limit.allow("web", "QUOTA_EXCEEDED") == 0  # another tenant
     limit.interval = 0
     assert limit.allow("ci", "QUOTA_EXCEEDED") == 3
+
+
+async def test_a_childs_traceback_on_stderr_is_one_record() -> None:
+    import asyncio
+    import subprocess
+
+    from hostcapd.logsetup import relay_stderr
+
+    got: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            got.append(record)
+
+    logger = logging.getLogger("hostcapd.test.relay")
+    logger.addHandler(Keep())
+    logger.propagate = False
+    child = subprocess.Popen(
+        [sys.executable, "-c", "raise ValueError('front-end broke')"], stderr=subprocess.PIPE
+    )
+    assert child.stderr is not None
+    relay_stderr(child.stderr, logger, "tenant ci: its front-end says: ", fields(tenant="ci"))
+    for _ in range(500):
+        if child.stderr.closed:
+            break
+        await asyncio.sleep(0.01)
+    child.wait()
+    assert len(got) == 1, [r.getMessage() for r in got]
+    line = TextFormatter(journal=False).format(got[0])
+    assert "\n" not in line and got[0].levelno == logging.WARNING
+    assert "tenant ci: its front-end says: Traceback (most recent call last): | " in line
+    assert line.endswith("ValueError: front-end broke")
+    assert got[0].tenant == "ci"  # type: ignore[attr-defined]

@@ -49,6 +49,7 @@ from hostcapd.bridge import channel, messages
 from hostcapd.config import Tenant
 from hostcapd.frontend import handlers
 from hostcapd.frontend.sockets import StartupError
+from hostcapd.logsetup import fields, relay_stderr
 
 log = logging.getLogger("hostcapd.bridge")
 
@@ -452,6 +453,9 @@ class Frontend:
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=self.stdout,
+                # What it prints (an error before it serves, a crash's
+                # traceback) becomes the daemon's log records (`relay_stderr`).
+                stderr=subprocess.PIPE,
                 # It starts as root, as the fs worker does: the interpreter
                 # may live where the front-end user cannot read (a pyenv
                 # under /root); it imports all it needs, then takes its
@@ -463,6 +467,13 @@ class Frontend:
             theirs.close()
             self.starts += 1
             self._exited = _watch_exit(self.proc)
+            assert self.proc.stderr is not None
+            relay_stderr(
+                self.proc.stderr,
+                log,
+                f"{self.bridge._who}: its front-end says: ",
+                fields(tenant="" if endpoint.name == ADMIN else endpoint.name),
+            )
             self._exited.add_done_callback(self._on_exit)
             self.bridge.send(
                 messages.Hello(

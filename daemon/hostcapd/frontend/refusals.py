@@ -61,11 +61,12 @@ async def refuse(
     audited: bool = True,
     spawn_id: str = "",
 ) -> NoReturn:
-    """`audited` False for refusals not worth a line (a missing file read).
-    Logged at INFO, at most one line per tenant and reason every
-    REFUSAL_LOG_INTERVAL_S (the next says how many were left out)."""
-    _log_refusal(tenant, method, refusal, request_id, spawn_id)
+    """`audited` False for refusals not worth a line (a missing file read),
+    in the audit log or the daemon's. The others are logged at INFO, at
+    most one line per tenant and reason every REFUSAL_LOG_INTERVAL_S (the
+    next says how many were left out)."""
     if audited:
+        _log_refusal(tenant, method, refusal, request_id, spawn_id)
         fields: dict[str, Any] = {
             "tenant": tenant,
             "method": method,

@@ -135,19 +135,34 @@ def _uncaught(kind: type[BaseException], value: BaseException, tb: Any) -> None:
     logging.getLogger("hostcapd").critical("uncaught exception", exc_info=(kind, value, tb))
 
 
-#: The most of a child's stderr one read takes (one log record).
+#: The most of a child's stderr one record holds.
 STDERR_CHUNK = 16384
+#: What a child writes within this many seconds of its first line is one
+#: record (a traceback is written line by line).
+STDERR_QUIET_S = 0.2
 
 
 def relay_stderr(
     stream: IO[bytes], logger: logging.Logger, prefix: str, extra: dict[str, Any]
 ) -> None:
     """Log what a child process (a front-end) writes to its stderr pipe, on
-    the running loop: each read is one WARNING record, its lines joined, so
-    a traceback stays one record in either format. Closes the pipe at EOF."""
+    the running loop: what comes within STDERR_QUIET_S is one WARNING
+    record, its lines joined, so a traceback stays one record in either
+    format. Closes the pipe at EOF."""
     loop = asyncio.get_running_loop()
     fd = stream.fileno()
     os.set_blocking(fd, False)
+    pending = bytearray()
+    timer: list[asyncio.TimerHandle] = []
+
+    def flush() -> None:
+        for handle in timer:
+            handle.cancel()
+        timer.clear()
+        text = pending.decode(errors="replace").strip()
+        pending.clear()
+        if text:
+            logger.warning("%s%s", prefix, text, extra=extra)
 
     def readable() -> None:
         try:
@@ -159,10 +174,13 @@ def relay_stderr(
         if not data:
             loop.remove_reader(fd)
             stream.close()
+            flush()
             return
-        text = data.decode(errors="replace").strip()
-        if text:
-            logger.warning("%s%s", prefix, text, extra=extra)
+        pending.extend(data)
+        if len(pending) >= STDERR_CHUNK:
+            flush()
+        elif not timer:
+            timer.append(loop.call_later(STDERR_QUIET_S, flush))
 
     loop.add_reader(fd, readable)
 

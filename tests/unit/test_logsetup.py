@@ -71,6 +71,15 @@ def test_one_line_per_key_in_an_interval_and_the_next_counts_the_rest() -> None:
     assert limit.allow("ci", "QUOTA_EXCEEDED") == 3
 
 
+#: A child that writes line by line, with pauses, then dies with a traceback.
+CHILD = """
+import sys, time
+for i in range(3):
+    sys.stderr.write(f"line {i}\\n"); sys.stderr.flush(); time.sleep(0.02)
+raise ValueError("front-end broke")
+"""
+
+
 async def test_a_childs_traceback_on_stderr_is_one_record() -> None:
     import asyncio
     import subprocess
@@ -86,9 +95,7 @@ async def test_a_childs_traceback_on_stderr_is_one_record() -> None:
     logger = logging.getLogger("hostcapd.test.relay")
     logger.addHandler(Keep())
     logger.propagate = False
-    child = subprocess.Popen(
-        [sys.executable, "-c", "raise ValueError('front-end broke')"], stderr=subprocess.PIPE
-    )
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stderr=subprocess.PIPE)
     assert child.stderr is not None
     relay_stderr(child.stderr, logger, "tenant ci: its front-end says: ", fields(tenant="ci"))
     for _ in range(500):
@@ -99,6 +106,6 @@ async def test_a_childs_traceback_on_stderr_is_one_record() -> None:
     assert len(got) == 1, [r.getMessage() for r in got]
     line = TextFormatter(journal=False).format(got[0])
     assert "\n" not in line and got[0].levelno == logging.WARNING
-    assert "tenant ci: its front-end says: Traceback (most recent call last): | " in line
+    assert "tenant ci: its front-end says: line 0 | line 1 | line 2 | Traceback " in line
     assert line.endswith("ValueError: front-end broke")
     assert got[0].tenant == "ci"  # type: ignore[attr-defined]

@@ -66,13 +66,15 @@ def fill(directory: Path) -> Path:
     return filler
 
 
+@pytest.mark.parametrize("split", [True, False], ids=["front-end", "in-process"])
 async def test_a_full_audit_volume_is_not_serving_until_it_has_room(
-    start_daemon: Callable[..., Daemon], audit_volume: Path
+    start_daemon: Callable[..., Daemon], audit_volume: Path, split: bool
 ) -> None:
     daemon = wait_admin(
         start_daemon(
             tenants={"alpha": {}, "beta": {}},
             audit={"path": str(audit_volume / "audit.jsonl"), "group": "root", "journal": "off"},
+            daemon={"frontend_processes": split},
         )
     )
     assert health(daemon, "alpha") == (0, "SERVING")
@@ -194,10 +196,11 @@ def test_a_restarted_front_end_is_told_it_is_not_serving(
     )
 
 
+@pytest.mark.parametrize("split", [True, False], ids=["front-end", "in-process"])
 def test_a_dead_spawner_is_not_serving_until_it_is_back(
-    start_daemon: Callable[..., Daemon],
+    start_daemon: Callable[..., Daemon], split: bool
 ) -> None:
-    daemon = wait_admin(start_daemon())
+    daemon = wait_admin(start_daemon(daemon={"frontend_processes": split}))
     spawner = daemon.spawner_pid()
     assert spawner is not None
     os.kill(spawner, signal.SIGKILL)
@@ -208,4 +211,6 @@ def test_a_dead_spawner_is_not_serving_until_it_is_back(
     down = lines(daemon, "tenant dev: health NOT_SERVING: ")
     assert len(down) == 1 and "the spawner is not running" in down[0], down
     assert health(daemon) == (0, "SERVING")
+    done = hostcapctl("health", "--service", "tenant/dev", admin=daemon.admin_socket)
+    assert (done.returncode, done.stdout) == (0, "SERVING\n"), done
     assert daemon.spawner_pid() not in (None, spawner)

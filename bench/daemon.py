@@ -238,7 +238,7 @@ class BenchDaemon:
             line = cmdline(child)
             if b"hostcapd.spawner" in line:
                 roles["spawner"] = child
-            elif b"hostcapd.bridge.frontend" in line:
+            elif b"hostcapd.frontend" in line:
                 roles[f"frontend-{sum(r.startswith('frontend') for r in roles)}"] = child
             elif line:
                 roles[f"worker-{len(roles)}"] = child

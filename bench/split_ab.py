@@ -1,6 +1,8 @@
 """A/B of the privilege split (decision 0027), in one process: the same
 tenants on a split daemon (a front-end process per tenant) and on one that
-serves every tenant from its root process (`frontend_processes = false`).
+runs the same front-end code in its root process (`frontend_processes =
+false`: the same conversion and channel, no second process). The design's
+floor stays a bare grpc.aio server (bench.floor_servers).
 
     python -m bench.split_ab [--rounds N] [--seconds S] [--windows W]
 

@@ -21,6 +21,7 @@ from hostcap.approval import (
 from hostcap.bounding import DEFAULT_TOOL_RESULT_LIMITS, ToolResultLimits
 from hostcap.builtins import BUILTIN_TOOLS
 from hostcap.contract import Contract
+from hostcap.dispatch_context import OutputChunk
 from hostcap.errors import (
     HostError,
     ToolArgsInvalidError,
@@ -65,6 +66,7 @@ __all__ = [
     "HostUnreachableError",
     "LocalOutputStore",
     "MemoryOutputStore",
+    "OutputChunk",
     "PermissionMode",
     "PolicyTarget",
     "StaticToolHost",

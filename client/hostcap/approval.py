@@ -33,8 +33,16 @@ different answers with different scopes, each spelled out on the card
   `rm -rf keep`. Never offered for interpreters, shells and launchers
   (whose argument vector is a program) nor for protected paths.
 - `allow-session`: the broader grant, named separately: every call of this
-  tool id, whatever its target, in this session only (it does not carry to
-  another tool or another session).
+  exact tool, whatever its target, in this session only (it does not carry
+  to another tool or another session). For `mcp_call` the exact tool is the
+  server and the tool it names (`github/list_issues`), never the server
+  alone.
+
+A contract card (Plan, Goal) offers `approve`, `reject` and `allow-session`
+only, and an `always` grant given on a card of the permission mode never
+suppresses a contract card: the PR's rule is that an exact-tool
+allow-session grant suppresses later cards for that tool in that session,
+and carries to no other tool or session.
 
 Protected paths always take a card.
 """
@@ -81,6 +89,8 @@ class ToolActionPreview:
     #: The argument vector after the program. Set only on the unredacted copy
     #: (the display copy's `command` is the whole joined line).
     args: tuple[str, ...] = ()
+    #: The tool an MCP call names on its server (`host`).
+    tool: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,6 +112,15 @@ class ToolApprovalRequest:
     #: The active contract requires a card for this tool, whatever the mode.
     contract_card: bool = False
     unredacted_preview: ToolActionPreview | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def subject(self) -> str:
+        """The exact tool a grant covers: the tool id, and for an MCP call
+        the server and the tool it names (read from the unscrubbed copy)."""
+        preview = self.unredacted_preview or self.preview
+        if preview.tool is not None:
+            return f"{self.tool_id}:{preview.host}/{preview.tool}"
+        return self.tool_id
 
     def to_event(self) -> dict[str, Any]:
         """The serialisable approval-requested event: never the unredacted preview."""
@@ -204,6 +223,12 @@ _VERSION_SUFFIX = re.compile(r"[0-9][0-9.]*$")
 #: is never overridden by an approval).
 DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     ".git/**",
+    # git reads these and runs the programs they name (filters, diff drivers,
+    # submodule commands); the daemon's default protects them too.
+    ".gitconfig",
+    ".gitattributes",
+    ".gitmodules",
+    ".config/git/**",
     ".hostcap/**",
     ".github/workflows/**",
     ".env",
@@ -316,7 +341,7 @@ class ApprovalPolicy:
     # ------------------------------------------------------------------ grants
 
     def session_grants(self, session_id: str) -> frozenset[str]:
-        """Tools granted `allow-session` in `session_id`."""
+        """The exact tools (`ToolApprovalRequest.subject`) granted `allow-session` in `session_id`."""
         return frozenset(self._session_grants.get(session_id, ()))
 
     def end_session(self, session_id: str) -> None:
@@ -326,7 +351,7 @@ class ApprovalPolicy:
     @staticmethod
     def _target(request: ToolApprovalRequest) -> str:
         preview = request.unredacted_preview or request.preview
-        return preview.command or preview.path or preview.host or ""
+        return preview.command or preview.path or preview.host or preview.tool or ""
 
     @staticmethod
     def grant_key(request: ToolApprovalRequest) -> GrantKey:
@@ -336,7 +361,7 @@ class ApprovalPolicy:
         alike never share a grant."""
         preview = request.unredacted_preview or request.preview
         return (
-            request.tool_id,
+            request.subject,
             request.action,
             preview.command,
             tuple(preview.args),
@@ -359,8 +384,9 @@ class ApprovalPolicy:
         }
         if "allow-session" in choices:
             scopes["allow-session"] = (
-                f"every {request.tool_id} call, whatever its target, "
-                f"for the rest of session {request.session_id} (not other tools or sessions)"
+                f"every call of {_subject_text(request)}, whatever its target and arguments, "
+                f"for the rest of session {request.session_id}; no other tool, "
+                "no other session"
             )
         if "always" in choices:
             if shown.command is not None:
@@ -369,11 +395,13 @@ class ApprovalPolicy:
                     what += f" in {shown.path}"
             elif shown.path is not None:
                 what = f"exactly the path {shown.path}"
+            elif shown.tool is not None:
+                what = f"exactly the MCP tool {shown.host}/{shown.tool} with any arguments"
             else:
                 what = f"exactly the host {shown.host}"
             scopes["always"] = (
                 f"{request.tool_id} with {what}, in every session while this policy lives; "
-                "any other target still asks"
+                "any other target still asks, and a contract card (plan, goal) still asks"
             )
         return scopes
 
@@ -391,8 +419,10 @@ class ApprovalPolicy:
         if request.session_id is not None:
             choices.append("allow-session")
         command = (request.unredacted_preview or request.preview).command
-        always_unsafe = self._protected(request) or (
-            request.action == "process" and (command is None or is_interpreter(command))
+        always_unsafe = (
+            request.contract_card
+            or self._protected(request)
+            or (request.action == "process" and (command is None or is_interpreter(command)))
         )
         if not always_unsafe and self._target(request):
             choices.append("always")
@@ -406,9 +436,10 @@ class ApprovalPolicy:
             return ApprovalVerdict(verdict="deny", why="ask mode is read-only")
         if self._protected(request):
             return ApprovalVerdict(verdict="card", why="the path is protected")
-        if self.grant_key(request) in self._always:
+        # An `always` grant answers the permission mode's card, never a contract's.
+        if not request.contract_card and self.grant_key(request) in self._always:
             return ApprovalVerdict(verdict="approve", why="always allowed")
-        granted = request.session_id is not None and request.tool_id in self._session_grants.get(
+        granted = request.session_id is not None and request.subject in self._session_grants.get(
             request.session_id, ()
         )
         if request.contract_card:
@@ -457,7 +488,15 @@ class ApprovalPolicy:
         if answer == "reject":
             return ToolApprovalDecision(outcome="reject", label="rejected by the user")
         if answer == "allow-session" and request.session_id is not None:
-            self._session_grants.setdefault(request.session_id, set()).add(request.tool_id)
+            self._session_grants.setdefault(request.session_id, set()).add(request.subject)
         elif answer == "always":
             self._always.add(self.grant_key(request))
         return ToolApprovalDecision(outcome="approve", label=f"approved ({answer})")
+
+
+def _subject_text(request: ToolApprovalRequest) -> str:
+    """The exact tool of `request` as a card shows it (the scrubbed copy)."""
+    shown = request.preview
+    if shown.tool is not None:
+        return f"the MCP tool {shown.host}/{shown.tool} (through {request.tool_id})"
+    return request.tool_id

@@ -24,8 +24,13 @@ class ToolResultLimits:
     #: The largest full result one spill may keep (None: only the store's own
     #: total bound applies). Above it the store refuses and the marker says so.
     max_spill_bytes: int | None = None
+    #: The most of a command's output `DispatchContext.on_output` receives
+    #: while it runs (the result is bounded and spilled as usual).
+    max_streamed_bytes: int = 1024 * 1024
 
     def __post_init__(self) -> None:
+        if not isinstance(self.max_streamed_bytes, int) or self.max_streamed_bytes <= 0:
+            raise ValueError("ToolResultLimits.max_streamed_bytes must be a positive integer")
         if self.max_spill_bytes is not None and (
             not isinstance(self.max_spill_bytes, int) or self.max_spill_bytes <= 0
         ):

@@ -11,7 +11,8 @@ and the execution guard in `dispatch` both use it:
   `auto` included: what a command does is decided by the program that runs
   it, and an MCP server's own risk annotation is not evidence;
 - a plugin tool is admitted only when it declares non-empty
-  `plan_safe_actions` (which its runtime also enforces);
+  `plan_safe_actions` that its runtime enforces (`hostcap.plan_safe`: its
+  calls get only the arms those actions allow);
 - a plugin-contributed MCP tool is refused: its registration carries no
   enforced plan-safe list (its execution callback refuses a contract mode
   too, before the server is called);
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
+from hostcap.plan_safe import enforceable
 from hostcap.tooldef import ToolDef
 
 
@@ -61,9 +63,11 @@ BUILTIN_CONTRACT_EFFECTS: Mapping[str, ContractEffect] = {
     "read_clipboard": ContractEffect.ORDINARY,
     "notify": ContractEffect.ORDINARY,
     "write_file": ContractEffect.ACTS_ON_STATE,
+    "edit_file": ContractEffect.ACTS_ON_STATE,
     "git_commit": ContractEffect.ACTS_ON_STATE,
     "invoke_agent": ContractEffect.ACTS_ON_STATE,
     "read_media": ContractEffect.ORDINARY,
+    "tool_search": ContractEffect.ORDINARY,
     "http_request": ContractEffect.ACTS_ON_STATE,
     "web_search": ContractEffect.ACTS_ON_STATE,
     "run_command": ContractEffect.OPAQUE,
@@ -102,7 +106,8 @@ def contract_admission(tool: ToolDef[Any, Any], contract: Contract | None) -> Ad
         case "mcp":
             return Admission.CARD
         case "plugin":
-            return Admission.ORDINARY if tool.plan_safe_actions else Admission.DENY
+            # Admitted only on a declaration the runtime enforces (`hostcap.plan_safe`).
+            return Admission.ORDINARY if enforceable(tool.plan_safe_actions) else Admission.DENY
         case "plugin_mcp" | "extension":
             return Admission.DENY
     return Admission.DENY  # an unknown source is never admitted

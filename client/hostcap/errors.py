@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import ClassVar, Literal
 
+from hostcap.ids import utf16_sorted
+
 ErrorCode = Literal["tool_failed", "tool_denied", "tool_unavailable", "cancelled"]
 
 #: Why the engine's own guardrails refused a call (`ToolPolicyError.reason`).
@@ -36,6 +38,8 @@ ToolPolicyDenyReason = Literal[
     "gate_required",
     "media_scope_denied",
     "mode_denied",
+    "unsafe_repository",
+    "action_not_declared",
 ]
 POLICY_DENY_REASONS: frozenset[str] = frozenset(ToolPolicyDenyReason.__args__)  # type: ignore[attr-defined]
 
@@ -91,7 +95,7 @@ class UnknownToolError(ToolDispatchError):
     loop_correctable: ClassVar[bool] = True
 
     def __init__(self, name: str, available: Iterable[str]) -> None:
-        self.available = tuple(sorted(available))
+        self.available = tuple(utf16_sorted(available))
         shown = (
             name
             if len(name) <= 64 and name.isprintable()
@@ -117,16 +121,23 @@ class ToolPolicyError(ToolDispatchError):
         "gate_required": "the tool requires a human-gate approval",
         "media_scope_denied": "the media is outside the allowed scope",
         "mode_denied": "the active contract mode does not permit this tool",
+        "unsafe_repository": "the repository's config or attributes name a program git would run",
+        "action_not_declared": "the tool's declared plan-safe actions do not include this effect",
     }
 
-    def __init__(self, reason: ToolPolicyDenyReason, *, tool_id: str | None) -> None:
+    def __init__(
+        self, reason: ToolPolicyDenyReason, *, tool_id: str | None, detail: str | None = None
+    ) -> None:
         if reason not in POLICY_DENY_REASONS:
             raise ValueError(f"unknown policy deny reason {reason!r}")
         self.reason: ToolPolicyDenyReason = reason
+        #: What exactly was refused, when the reason alone does not say (no values).
+        self.detail = detail
+        suffix = f": {detail}" if detail else ""
         # Only a scope denial is safe to feed back (refused before any effect, and
         # the model can adapt to an in-bounds target).
         super().__init__(
-            f"{tool_id or 'tool call'}: {self._TEXT[reason]} ({reason})",
+            f"{tool_id or 'tool call'}: {self._TEXT[reason]} ({reason}){suffix}",
             tool_id=tool_id,
             recoverable=reason == "media_scope_denied",
         )
@@ -340,7 +351,7 @@ HOST_REASONS: Mapping[str, HostReason] = {
     "EXECUTABLE_NOT_FOUND": HostReason(
         _D.EXECUTION, "the executable was not found on the host's PATH"
     ),
-    "NOT_FOUND": HostReason(_D.EXECUTION, "no such file or directory"),
+    "NOT_FOUND": HostReason(_D.EXECUTION, "the path does not exist"),
     "TOO_LARGE": HostReason(_D.EXECUTION, "the content is larger than the host allows"),
     "LIMIT_INVALID": HostReason(
         _D.EXECUTION, "a requested limit is invalid or above the host's ceiling"

@@ -90,7 +90,7 @@ def plugin_mcp_tool(
         policy=ToolPolicyClass(egress="mcp"),
         dispatch=dispatch,
         arms=frozenset({"mcp"}),
-        policy_target=lambda a: PolicyTarget(host=server),
+        policy_target=lambda a: PolicyTarget(host=server, mcp_tool=tool),
     )
 
 

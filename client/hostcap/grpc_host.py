@@ -15,6 +15,7 @@ carried none.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import os
 import time
 import uuid
@@ -44,6 +45,7 @@ from hostcap.host import (
     FileType,
     FileWritten,
     Outcome,
+    OutputHandler,
     ProcessLimits,
     ProcessResult,
     SpawnOptions,
@@ -161,6 +163,8 @@ class GrpcProcessArm:
         )
         if opts.stdin is not None:
             request.stdin = opts.stdin
+        if opts.on_output is not None:
+            return await self._stream(request, opts.on_output, opts.deadline)
         try:
             response: Any = await self._stub.Run(request, timeout=rpc_timeout(opts.deadline))
         except grpc.RpcError as error:
@@ -188,6 +192,64 @@ class GrpcProcessArm:
             message=exited.message,
             executable=started.executable.path or None,
             executable_sha256=started.executable.sha256 or None,
+        )
+
+    async def _stream(
+        self, request: Any, on_output: OutputHandler, deadline: float | None
+    ) -> ProcessResult:
+        """The streaming Spawn RPC: each piece of output goes to `on_output`
+        as it arrives (decoded per stream, so a character split across two
+        chunks arrives whole); the result is what Run would have returned."""
+        call = self._stub.Spawn(request, timeout=rpc_timeout(deadline))
+        out = {common_pb2.STDOUT: bytearray(), common_pb2.STDERR: bytearray()}
+        decoders = {
+            stream: codecs.getincrementaldecoder("utf-8")(errors="replace") for stream in out
+        }
+        started: Any = None
+        exited: Any = None
+        try:
+            async for event in call:
+                kind = event.WhichOneof("event")
+                if kind == "started":
+                    started = event.started
+                elif kind == "output":
+                    which = event.output.stream
+                    if which not in out:
+                        continue
+                    out[which].extend(event.output.data)
+                    text = decoders[which].decode(bytes(event.output.data))
+                    if text:
+                        await on_output("stderr" if which == common_pb2.STDERR else "stdout", text)
+                elif kind == "exited":
+                    exited = event.exited
+        except grpc.RpcError as error:
+            raise host_error(error) from None
+        except asyncio.CancelledError:
+            # Cancelling the RPC makes the daemon kill the tree; the call
+            # settles only once the daemon says the tree is gone.
+            call.cancel()
+            unconfirmed = await settle(self._stub, request)
+            if unconfirmed:
+                raise asyncio.CancelledError(unconfirmed) from None
+            raise
+        finally:
+            call.cancel()
+        if exited is None:
+            raise HostError("HOST_FAILURE", "the spawn stream ended without an exit report")
+        outcome = _outcome(exited.outcome)
+        return ProcessResult(
+            spawn_id=started.spawn_id if started is not None else "",
+            outcome=outcome,
+            exit_code=exited.exit_code if outcome is Outcome.EXITED else None,
+            signal_name=exited.signal_name or None,
+            stdout=bytes(out[common_pb2.STDOUT]).decode("utf-8", errors="replace"),
+            stderr=bytes(out[common_pb2.STDERR]).decode("utf-8", errors="replace"),
+            stdout_dropped_bytes=exited.stdout.dropped_bytes,
+            stderr_dropped_bytes=exited.stderr.dropped_bytes,
+            duration_seconds=exited.duration_seconds,
+            message=exited.message,
+            executable=started.executable.path or None if started is not None else None,
+            executable_sha256=started.executable.sha256 or None if started is not None else None,
         )
 
     async def live_spawns(self) -> list[Any]:

@@ -18,7 +18,7 @@ cancels the host call (for hostcapd, the RPC, which kills the process tree).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -50,6 +50,12 @@ class ProcessLimits(LimitValues):
     fields, their types and units are `hostcap_proto.limits.LimitValues`'s."""
 
 
+#: `(stream, text)`: a piece of a running command's output ("stdout" or
+#: "stderr"), as the host receives it. The registry bounds and marks it
+#: before an engine sees it (`DispatchContext.on_output`).
+OutputHandler = Callable[[str, str], Awaitable[None]]
+
+
 @dataclass(frozen=True, kw_only=True)
 class SpawnOptions:
     """How to run a command. `labels` tie the host's audit records to the
@@ -63,6 +69,9 @@ class SpawnOptions:
     stdin: bytes | None = None
     request_id: str | None = None
     deadline: float | None = None
+    #: Given: the host streams the output to it as it comes (the result still
+    #: holds the whole, bounded by the host's output limit).
+    on_output: OutputHandler | None = None
 
 
 #: The host's bounds on labels (hostcapd's): the correlation labels take three.

@@ -45,12 +45,12 @@ def config_snippet(socket: str, config: str, command: str | None = None) -> dict
 async def serve(socket: str, config_path: str) -> int:
     from mcp.server.stdio import stdio_server
 
-    from hostcap.mcp_server import HostcapMcpServer, McpToolHost
+    from hostcap.mcp_server import HostcapMcpServer
 
     known = [tool.id for tool in hostcap.BUILTIN_TOOLS]
     config = load_config(config_path, known)
     async with hostcap.connect(socket) as host:
-        registry = hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=McpToolHost(host))
+        registry = hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=host)
         server = HostcapMcpServer(registry, config).build()
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())

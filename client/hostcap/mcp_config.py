@@ -3,6 +3,7 @@
     granted_tools = ["read_file", "list_directory", "write_file", "run_command"]
     allowed_commands = ["echo", "ls", "git"]
     allowed_command_globs = []
+    read_only_commands = ["ls", "cat"]  # optional: allowed programs that only read
     allowed_domains = []
     fs_scope = "workspace-write"      # or "read-only"
     mode = "accept-edits"             # ask / accept-edits / auto
@@ -36,6 +37,7 @@ _KEYS = frozenset(
         "granted_tools",
         "allowed_commands",
         "allowed_command_globs",
+        "read_only_commands",
         "allowed_domains",
         "fs_scope",
         "mode",
@@ -108,6 +110,7 @@ def parse_config(data: Mapping[str, Any], known_tools: Iterable[str]) -> McpServ
             allowed_commands=_strings(data, "allowed_commands"),
             allowed_command_globs=_strings(data, "allowed_command_globs"),
             allowed_domains=_strings(data, "allowed_domains"),
+            read_only_commands=_strings(data, "read_only_commands"),
         ),
         fs_scope=cast(FsScope, fs_scope),
         mode=mode,

@@ -69,30 +69,55 @@ class PolicyTarget:
     path: str | None = None
     #: The media handle a media tool reads (checked against the media scope).
     media_handle: str | None = None
+    #: The tool an MCP call names on its server (`host`): a grant covers
+    #: the server and this tool, never the server alone.
+    mcp_tool: str | None = None
 
 
 @dataclass(frozen=True, init=False)
 class ToolPolicy:
     """The resolved allowlists of a node: exact commands, opt-in command
-    globs, exact HTTPS hosts. Empty means deny all."""
+    globs, exact HTTPS hosts. Empty means deny all.
+
+    `read_only_commands` names the allowed programs the node's author
+    declares only read (`ls`, `cat`, `grep`): it admits nothing by itself,
+    and a command runner whose every allowed program is listed there is
+    annotated read-only (`hostcap mcp`'s tool hints)."""
 
     allowed_commands: frozenset[str]
     allowed_command_globs: tuple[str, ...]
     allowed_domains: frozenset[str]
+    read_only_commands: frozenset[str]
 
     def __init__(
         self,
         allowed_commands: Iterable[str] = (),
         allowed_command_globs: Iterable[str] = (),
         allowed_domains: Iterable[str] = (),
+        read_only_commands: Iterable[str] = (),
     ) -> None:
         commands = _strings("allowed_commands", allowed_commands)
         globs = _strings("allowed_command_globs", allowed_command_globs)
         domains = _strings("allowed_domains", allowed_domains)
+        object.__setattr__(
+            self,
+            "read_only_commands",
+            frozenset(_strings("read_only_commands", read_only_commands)),
+        )
         object.__setattr__(self, "allowed_commands", frozenset(commands))
         object.__setattr__(self, "allowed_command_globs", globs)
         object.__setattr__(
             self, "allowed_domains", frozenset(normalise_hostname(h) for h in domains)
+        )
+
+    @property
+    def only_reads(self) -> bool:
+        """Every program the allowlist admits is declared read-only (and no
+        glob admits programs nobody listed)."""
+        return (
+            bool(self.allowed_commands)
+            and not self.allowed_command_globs
+            and self.allowed_commands <= self.read_only_commands
         )
 
     def command_allowed(self, command: str) -> bool:

@@ -18,7 +18,8 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from hostcap.errors import Arm, ToolArgsInvalidError, ToolRegistrationError, ToolUnavailableError
-from hostcap.host import ToolHost
+from hostcap.host import OutputHandler, ToolHost
+from hostcap.ids import TOOL_ID_MAX_CHARS, is_tool_id
 from hostcap.policy import FsScope, PolicyTarget, ToolPolicyClass
 
 #: Where a tool comes from. `plugin_mcp`: an MCP tool a plugin contributes
@@ -58,6 +59,11 @@ class ToolRunContext:
     contract: str | None = None
     #: The media handles the node may read (`read_media`); None: the run's own.
     media_scope: frozenset[str] | None = None
+    #: Where a command's output goes while it runs (bounded and marked by the
+    #: registry), when the engine asked for it (`DispatchContext.on_output`).
+    on_output: OutputHandler | None = None
+    #: For `tool_search` only: the schemas of the tools deferred behind it.
+    discoverable: tuple[Mapping[str, Any], ...] = ()
 
 
 Dispatch = Callable[[A, ToolHost, ToolRunContext], Awaitable[R]]
@@ -92,9 +98,9 @@ class ToolDef(Generic[A, R]):
     plan_safe_actions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.id or not self.id.replace("_", "").replace("-", "").isalnum():
+        if not is_tool_id(self.id):
             raise ToolRegistrationError(
-                f"tool id {self.id!r} must be a non-empty [A-Za-z0-9_-] name"
+                f"tool id {self.id!r} must be 1-{TOOL_ID_MAX_CHARS} characters of [A-Za-z0-9_-]"
             )
         fields = set(self.args_model.model_fields)
         missing = (self.config_only_params | self.credential_params) - fields
@@ -131,10 +137,12 @@ class ToolDef(Generic[A, R]):
         except ValidationError as error:
             problems = []
             names = []
-            for item in error.errors(include_input=False, include_url=False, include_context=False):
-                where = ".".join(str(part) for part in item["loc"]) or "(arguments)"
+            for item in error.errors(include_input=False, include_url=False):
+                where = json_location(item["loc"])
                 names.append(where)
-                problems.append(f"{where}: {item['msg']}")
+                problems.append(
+                    f"{where}: {json_terms(item['type'], item['msg'], item.get('ctx'))}"
+                )
             raise ToolArgsInvalidError("; ".join(problems), tool_id=self.id, fields=names) from None
 
     def target(self, args: A) -> PolicyTarget | None:
@@ -163,3 +171,56 @@ def require_arm(host: ToolHost, arm: Arm, tool_id: str) -> Any:
     if value is None:
         raise ToolUnavailableError(tool_id=tool_id, arm=arm)
     return value
+
+
+#: What a model sent, said in JSON's terms rather than Python's (issue 34):
+#: the model wrote a JSON array, not a tuple.
+_JSON_TYPES = {
+    "tuple_type": "must be a JSON array",
+    "list_type": "must be a JSON array",
+    "set_type": "must be a JSON array",
+    "dict_type": "must be a JSON object",
+    "model_type": "must be a JSON object",
+    "model_attributes_type": "must be a JSON object",
+    "string_type": "must be a JSON string",
+    "int_type": "must be a JSON integer (a number with no fraction)",
+    "int_parsing": "must be a JSON integer (a number with no fraction)",
+    "int_from_float": "must be a JSON integer (a number with no fraction)",
+    "float_type": "must be a JSON number",
+    "float_parsing": "must be a JSON number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "missing": "Field required (a required property is missing)",
+    "extra_forbidden": "not a parameter of this tool",
+}
+
+
+def json_terms(kind: str, message: str, context: Mapping[str, Any] | None = None) -> str:
+    """A validation problem said in JSON's terms: types by their JSON names,
+    lengths in characters or items, never a Python type."""
+    if kind in _JSON_TYPES:
+        return _JSON_TYPES[kind]
+    context = context or {}
+    if kind in ("string_too_short", "string_too_long"):
+        bound = (
+            context.get("min_length") if kind == "string_too_short" else context.get("max_length")
+        )
+        if kind == "string_too_short" and bound == 1:
+            return "must be a non-empty JSON string"
+        which = "at least" if kind == "string_too_short" else "at most"
+        return f"must be a JSON string of {which} {bound} characters"
+    if kind in ("too_short", "too_long"):
+        bound = context.get("min_length") if kind == "too_short" else context.get("max_length")
+        which = "at least" if kind == "too_short" else "at most"
+        return f"must have {which} {bound} items"
+    if kind == "value_error":
+        return message.removeprefix("Value error, ")
+    return message.replace("Input should be", "must be").replace("String should", "must")
+
+
+def json_location(loc: tuple[int | str, ...]) -> str:
+    """A validation location as a JSON path: `args[2]`, `headers.Accept`."""
+    where = ""
+    for part in loc:
+        where += f"[{part}]" if isinstance(part, int) else (f".{part}" if where else str(part))
+    return where or "(arguments)"

@@ -30,6 +30,7 @@ from hostcapd.config import (
 from hostcapd.sandbox import landlock, seccomp
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import HostSupport, ProtectionUnavailable
+from hostcapd.sandbox.tenant_ceilings import share_problems
 from hostcapd.tenant_checks import cross_tenant_problems
 
 #: Status codes of a refused reload (hostcap_proto's error codes).
@@ -65,6 +66,9 @@ def check_config(
     """Every problem of `config` on `host`; `tenants` limits the per-tenant
     checks to those names (a reload checks the tenants it adds or changes)."""
     problems = _daemon_problems(config)
+    # The tenants together, whatever subset is checked: a reload that adds
+    # one may take the host past its share.
+    problems += [Problem(INVALID, m) for m in share_problems(config.tenants, host.totals)]
     wanted = None if tenants is None else set(tenants)
     problems += [Problem(INVALID, m) for m in cross_tenant_problems(config, wanted)]
     for tenant in config.tenants:

@@ -169,7 +169,7 @@ def pack_request(
     envp: Sequence[bytes],
 ) -> bytes:
     """The request's part of a warm spawn in the layout its child reads (see
-    warm_wait in _childsetup.c): native int64 words, the offsets of the
+    warm_wait in childsetup_c/warm.c): native int64 words, the offsets of the
     strings after them, then the NUL-terminated strings. `root` indexes the
     warm plan's roots (-1: no cwd). Raises ValueError for a string with a NUL."""
     strings = bytearray()

@@ -21,10 +21,10 @@ from hostcapd.logsetup import FORMATS, LEVELS
 
 
 def version_line() -> str:
-    """`hostcapd 0.1.0 (hostcap_proto 0.1.0, grpcio 1.85.3, python 3.11.2)`."""
+    """`hostcapd 0.2.0 (commit 1a2b3c4d, hostcap_proto 0.2.0, grpcio 1.85.3, python 3.11.2)`."""
     from importlib import metadata
 
-    from hostcapd import __version__
+    from hostcapd import __commit__, __version__
 
     def installed(name: str) -> str:
         try:
@@ -37,14 +37,28 @@ def version_line() -> str:
         proto = __version__
     python = ".".join(str(n) for n in sys.version_info[:3])
     return (
-        f"hostcapd {__version__} (hostcap_proto {proto}, grpcio {installed('grpcio')}, "
+        f"hostcapd {__version__} (commit {__commit__}, hostcap_proto {proto}, grpcio {installed('grpcio')}, "
         f"python {python})"
     )
 
 
+class _Version(argparse.Action):
+    """--version: the line as is (argparse's own would wrap it at the terminal's width)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+            help="print the version and the commit of this build, and exit",
+        )  # fmt: skip
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(version_line())
+        parser.exit()
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hostcapd", description="the hostcap daemon")
-    parser.add_argument("--version", action="version", version=version_line())
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve every tenant of a config")
     source = serve.add_mutually_exclusive_group(required=True)
@@ -136,10 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     logging.getLogger("hostcapd").info("event loop: %s", loop_name)
-    from hostcapd.daemon import Daemon  # gRPC is imported only here
+    from hostcapd.daemon import Daemon
 
-    # grpc.aio binds to the running loop when the Daemon first builds a
-    # server or channel, so under uvloop it is initialised on uvloop's loop.
+    # With frontend_processes = false, grpc.aio binds to the running loop
+    # when the front-end code first builds a server in this process, so
+    # under uvloop it is initialised on uvloop's loop.
     with asyncio.Runner(loop_factory=loop_factory) as runner:
         return runner.run(Daemon(config, path, reload_source).serve())
 

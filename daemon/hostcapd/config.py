@@ -219,7 +219,18 @@ class DiskSettings(_Model):
     inodes: int | None = Field(default=None, gt=0)
 
 
-DEFAULT_PROTECTED_PATHS = PROTECTED_PATHS
+DEFAULT_PROTECTED_PATHS = (
+    *PROTECTED_PATHS,
+    # Files git reads and runs programs from (filters, diff drivers, submodule
+    # commands): a write there is code a later git run executes (issue 29).
+    "**/.gitconfig",
+    "**/.gitattributes",
+    "**/.gitmodules",
+    "**/.config/git/**",
+    "**/.git/info/attributes",
+    "**/.git/config.worktree",
+    "**/.git/modules/**",
+)
 DEFAULT_SECRET_PATHS = SECRET_PATHS
 
 
@@ -297,6 +308,13 @@ class Tenant(_Model):
     env_allowlist: tuple[str, ...] = ()
     limits: TenantLimits
     max_concurrent_spawns: int = Field(default=64, gt=0)
+    #: The tenant as a whole (hostcapd.sandbox.tenant_ceilings): tasks and
+    #: memory of all its spawns together, its tenant cgroup's pids.max and
+    #: memory limit. Unset: an equal part of half the host's pid_max and
+    #: memory, less its front-end's. check-config refuses tenants that
+    #: together could take more than that half.
+    tenant_pids: int | None = Field(default=None, gt=0)
+    tenant_memory_bytes: int | None = Field(default=None, gt=0)
     #: Children kept set up ahead of need (the warm path, decision 0026):
     #: a spawn that finds one ready skips its clone and sandbox set-up.
     #: Unset: 2 where the profile has a pid namespace (measured to pay

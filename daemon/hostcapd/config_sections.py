@@ -130,6 +130,7 @@ class DaemonSettings(Model):
     event_loop: Literal["asyncio", "uvloop"] = "asyncio"
     #: Serve each tenant's socket from its own unprivileged front-end process
     #: (the privilege split, docs/decisions/0027-the-privilege-split.md). A
-    #: host that cannot confine a front-end refuses to start; false serves
-    #: every tenant from the root process instead, as before the split.
+    #: host that cannot confine a front-end refuses to start; false runs the
+    #: same front-end code in the root process instead, unconfined (the
+    #: benchmark's comparison: what the separate processes cost).
     frontend_processes: bool = True

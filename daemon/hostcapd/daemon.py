@@ -6,8 +6,8 @@ and the service manager's notifications.
     daemon = Daemon(config, config_path)     # or reload_source=... for --dev
     exit_code = await daemon.serve()         # SIGTERM/SIGINT drain, SIGHUP reloads
 
-Every tenant is a `TenantService` (`hostcapd.frontend.servers`): its runtime,
-its fs worker and the gRPC server bound to its socket, owned together and
+Every tenant is a `TenantService` (`hostcapd.service.servers`): its runtime,
+its fs worker and the front-end serving its socket, owned together and
 released together.
 """
 
@@ -31,18 +31,10 @@ from hostcapd import __version__, metrics, sdnotify
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.checks import check_config, summary
 from hostcapd.config import Config, Tenant
-from hostcapd.frontend.admin_service import AdminServicer, ReloadOutcome, ReloadRejected
-from hostcapd.frontend.servers import (
-    AdminService,
-    Graceful,
-    TenantService,
-    serve_admin,
-    serve_tenant,
-)
-from hostcapd.frontend.sockets import StartupError, file_id_of, unlink_if_ours
 from hostcapd.fs.client import FsWorkerUnavailable
 from hostcapd.logsetup import fields, one_line
 from hostcapd.reload import STOP_GRACE_S, Reloads, notify
+from hostcapd.sandbox.cgroupfs import CgroupError, instance_name
 from hostcapd.sandbox.profile import (
     HostSupport,
     ProtectionUnavailable,
@@ -50,12 +42,21 @@ from hostcapd.sandbox.profile import (
     prepare,
     probe_host,
 )
+from hostcapd.service.admin_service import AdminService, ReloadOutcome, ReloadRejected
+from hostcapd.service.servers import (
+    AdminSocket,
+    Graceful,
+    TenantService,
+    serve_admin,
+    serve_tenant,
+)
+from hostcapd.service.sockets import StartupError, file_id_of, unlink_if_ours
 from hostcapd.serving import ServingWatch
 from hostcapd.spawner.client import SpawnerClient
 from hostcapd.tenant import TenantRuntime
 
 if TYPE_CHECKING:
-    from hostcapd.bridge.root import Frontend
+    from hostcapd.bridge.frontends import FrontendProcess
 
 log = logging.getLogger("hostcapd")
 
@@ -64,9 +65,9 @@ log = logging.getLogger("hostcapd")
 LINGER_S = 0.2
 
 
-def _served_by(frontend: Frontend | None) -> str:
+def _served_by(frontend: FrontendProcess | None) -> str:
     """Who parses a socket's gRPC, for the start-up banner (decision 0027)."""
-    if frontend is None:
+    if frontend is None or frontend.in_process:
         return "served by the root process (frontend_processes = false)"
     uid, gid = frontend.identity
     try:
@@ -118,8 +119,8 @@ class Daemon:
         self._stop = asyncio.Event()
         self.host: HostSupport | None = None
         self.audit: AuditLog | None = None
-        self._admin: AdminService | None = None
-        self._admin_servicer: AdminServicer | None = None
+        self._admin: AdminSocket | None = None
+        self._admin_service: AdminService | None = None
         self.reloads = Reloads(self)
         self._serving = False
         self._stopping = False
@@ -202,18 +203,26 @@ class Daemon:
         )
         if closed:
             log.warning("closed %d spawns left open by the previous daemon", closed)
-        self.host = probe_host(cfg.daemon.cgroup_parent, cfg.daemon.cgroup_favor_dynmods)
+        # Unset, the cgroup subtree is this daemon's alone (from its config's
+        # path): its sweep below never touches another daemon's spawns.
+        parent = cfg.daemon.cgroup_parent or instance_name(self.config_path or cfg.daemon.state_dir)
+        self.host = probe_host(parent, cfg.daemon.cgroup_favor_dynmods)
         self.host.disks.directory = cfg.daemon.state_dir / "disk"  # tenant disk budgets
         problems = check_config(cfg, self.host)  # what check-config runs
         if problems:
             raise StartupError(summary(problems))
+        # What a crashed instance of this daemon left, before its tenants'
+        # cgroups are made again.
+        try:
+            swept = self.host.cgroups.sweep_stale() if not self.host.cgroup_failure else 0
+        except CgroupError as error:
+            raise StartupError(str(error)) from None
+        if swept:
+            log.warning("swept %d stale spawn cgroups", swept)
         profiles: dict[str, TenantProfile] = {}
         try:
             for tenant in cfg.tenants:
-                profiles[tenant.name] = prepare(tenant, self.host)
-            swept = self.host.cgroups.sweep_stale()
-            if swept:
-                log.warning("swept %d stale spawn cgroups", swept)
+                profiles[tenant.name] = prepare(tenant, self.host, cfg.tenants)
             await self.spawner.start()
             self.spawner.on_restart = self._spawner_restarted
             # Side by side: each starts a front-end process (and a tenant
@@ -226,14 +235,14 @@ class Daemon:
             failed = [p for p in prepared if isinstance(p, BaseException)]
             if failed:
                 for service in prepared:
-                    if isinstance(service, (TenantService, AdminService)):
+                    if isinstance(service, (TenantService, AdminSocket)):
                         await service.discard()
                 raise failed[0]
             for service in prepared[:-1]:
                 assert isinstance(service, TenantService)
                 self._commit(service)
             admin = prepared[-1]
-            assert admin is None or isinstance(admin, AdminService)
+            assert admin is None or isinstance(admin, AdminSocket)
             self._admin = admin
         finally:
             for p in profiles.values():
@@ -308,19 +317,20 @@ class Daemon:
             extra=fields(tenant=service.name),
         )
 
-    async def _prepare_admin(self) -> AdminService | None:
+    async def _prepare_admin(self) -> AdminSocket | None:
         admin = self.config.admin
         if admin is None:
             return None
-        self._admin_servicer = AdminServicer(self)
+        assert self.audit is not None
+        self._admin_service = AdminService(self)
         service = await serve_admin(
-            admin, self._admin_servicer, self.audit, self.config.daemon.frontend_processes
+            admin, self._admin_service, self.audit, self.config.daemon.frontend_processes
         )
         if service.frontend is not None:
             service.frontend.on_restarted = functools.partial(self._admin_restarted, service)
         return service
 
-    async def _admin_restarted(self, service: AdminService, temp: Path) -> None:
+    async def _admin_restarted(self, service: AdminSocket, temp: Path) -> None:
         """The admin socket's front-end died and was started again: its new
         socket takes the path, if the path still has the old one."""
         try:
@@ -422,8 +432,8 @@ class Daemon:
         admin_stop: asyncio.Task[None] | None = None
         if self._admin is not None:
             await self._admin.health.enter_graceful_shutdown()
-            if self._admin_servicer is not None:
-                self._admin_servicer.end_follows()
+            if self._admin_service is not None:
+                self._admin_service.end_follows()
             admin_stop = asyncio.ensure_future(self._admin.server.stop(1))
         # Running spawns end DAEMON_SHUTDOWN (new ones are refused meanwhile);
         # their calls send the final events; only then do the servers close

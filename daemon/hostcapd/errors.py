@@ -1,26 +1,27 @@
 """The daemon's one typed refusal: a reason and a message.
 
-Mechanism code (the spawn's preparation, the fs worker, the fs front-end)
-raises `Refusal`; only the front-end turns it into a gRPC status
-(`hostcapd.frontend.refusals.refuse`). The reason is the name of a
-`hostcap.v1.ErrorReason` value (`hostcap_proto.errors.REASONS`), or one of the
-two transport conditions below, which travel as gRPC's own status codes.
-This module imports nothing of gRPC or protobuf: the fs worker, which never
-loads them, raises the same type.
+Mechanism code (the spawn's preparation, the fs worker) and the services
+raise `Refusal`; the channel carries it to the front-end as an `Abort` (its
+status code, reason and message), and only the front-end turns that into a
+gRPC status. The reason is the name of a `hostcap.v1.ErrorReason` value
+(`hostcap_proto.reasons.REASONS`), or one of the transport conditions below,
+which travel as gRPC's own status codes without a reason. This module
+imports nothing of gRPC or protobuf: the fs worker and the daemon's root
+side never load them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from hostcap_proto.reasons import CODES, REASONS, STATUS_CODE_NAME
 
-if TYPE_CHECKING:
-    from hostcap_proto.errors import WireError
-
-#: Not wire reasons: an unexpected failure (gRPC INTERNAL) and a mechanism
-#: that is not there right now, such as the fs worker (gRPC UNAVAILABLE).
+#: Not wire reasons: an unexpected failure (gRPC INTERNAL), a mechanism that
+#: is not there right now, such as the fs worker (UNAVAILABLE), and the
+#: admin socket's waits and followers (DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED).
 INTERNAL = "INTERNAL"
 UNAVAILABLE = "UNAVAILABLE"
-TRANSPORT_REASONS = frozenset({INTERNAL, UNAVAILABLE})
+DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+TRANSPORT_REASONS = frozenset({INTERNAL, UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED})
 
 #: Longest message a refusal carries: messages may quote request values, and
 #: the status travels in a trailer with a size limit (and in the audit log).
@@ -43,8 +44,16 @@ class Refusal(Exception):
     def __repr__(self) -> str:
         return f"Refusal({self.reason!r}, {self.message!r})"
 
-    def wire(self) -> WireError:
-        from hostcap_proto.errors import REASONS, WireError
+    @property
+    def on_the_wire(self) -> bool:
+        """Whether the reason travels as a hostcap ErrorInfo (else it is a
+        transport condition: a bare gRPC status code)."""
+        return self.reason in REASONS
 
-        assert self.reason in REASONS, self.reason
-        return WireError(self.reason, self.message)
+    @property
+    def code(self) -> int:
+        """The gRPC status code number the refusal travels with; INTERNAL for
+        a reason that is neither the wire's nor a transport condition."""
+        if self.reason in REASONS:
+            return CODES[STATUS_CODE_NAME[self.reason]]
+        return CODES[self.reason] if self.reason in TRANSPORT_REASONS else CODES[INTERNAL]

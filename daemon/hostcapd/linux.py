@@ -11,7 +11,7 @@
 Thin wrappers over this process's libc (loaded once, here): each raises
 OSError with the kernel's errno, as the os module does, and decides
 nothing. prctl(2) is python-prctl's (`import prctl`), not here. The C set-up
-(`_childsetup.c`) makes its own calls, in the child, without Python.
+(`childsetup_c/`) makes its own calls, in the child, without Python.
 x86_64 syscall numbers (arch/x86/entry/syscalls/syscall_64.tbl); the daemon
 supports Linux on x86_64 only.
 """

@@ -3,7 +3,10 @@
 Off unless the config has a `[metrics]` section (`--dev` turns it on at
 `run/metrics.sock`). The endpoint is HTTP/1.1 `GET /metrics`, on a Unix
 socket (owner root, the admin group, like the admin socket) or on an
-explicit `127.0.0.1` port; never another address.
+explicit `127.0.0.1` port; never another address. The same endpoint answers
+`GET /healthz` with `ok` from the daemon's event loop, rendering nothing: the
+container probes' liveness check (deploy/, docs/deploy.md), cheap enough to
+ask every few seconds without starting an interpreter.
 
 The call sites hold one line each (`metrics.spawn_ended(...)`,
 `metrics.audit_record(...)`, ...); what is derived at scrape time (running
@@ -35,6 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("hostcapd.metrics")
 
+#: The probes' path: answered by the event loop itself (a hung loop does not answer).
+HEALTH_PATH = "/healthz"
 #: The loaded metrics once the endpoint started; None while metrics are off.
 _live: metrics_registry.Metrics | None = None
 
@@ -157,6 +162,8 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) ->
             status, body, ctype = "400 Bad Request", b"bad request\n", "text/plain"
         elif parts[0] != "GET":
             status, body, ctype = "405 Method Not Allowed", b"GET /metrics\n", "text/plain"
+        elif parts[1].split("?")[0] == HEALTH_PATH:
+            status, body, ctype = "200 OK", b"ok\n", "text/plain"
         elif parts[1].split("?")[0] != "/metrics":
             status, body, ctype = "404 Not Found", b"GET /metrics\n", "text/plain"
         else:

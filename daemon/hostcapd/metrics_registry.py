@@ -22,7 +22,7 @@ from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from hostcapd import build
+from hostcapd import __commit__, __version__
 
 # A counter's `_created` series doubles every series and no alert reads it.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -40,13 +40,12 @@ class Metrics:
         # process_resident_memory_bytes, process_open_fds, process_start_time_seconds).
         ProcessCollector(registry=self.registry)
         r = self.registry
-        installed = build.version()
         Gauge(
             "hostcapd_build_info",
             "The running build: its version and the commit it was built from (always 1).",
             ("version", "commit"),
             registry=r,
-        ).labels(installed, build.commit(installed)).set(1)
+        ).labels(__version__, __commit__).set(1)
         self.spawns_started = Counter(
             "hostcapd_spawns_started",
             "Spawns admitted and started, by tenant (each ends once in hostcapd_spawns_total).",

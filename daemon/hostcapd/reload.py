@@ -18,23 +18,21 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from hostcapd import __version__, sdnotify
-from hostcapd.audit import AuditUnavailable
+from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.checks import INVALID, check_config, summary
-from hostcapd.config import Config, ConfigError, load_config
-from hostcapd.frontend.admin_service import ReloadOutcome, ReloadRejected
-from hostcapd.frontend.servers import TenantService
-from hostcapd.frontend.sockets import StartupError, unlink_if_ours
+from hostcapd.config import Config, ConfigError, Tenant, load_config
 from hostcapd.fs.client import FsWorkerUnavailable
 from hostcapd.logsetup import fields, one_line
 from hostcapd.process.report import Outcome
-from hostcapd.sandbox.profile import ProtectionUnavailable, TenantProfile, prepare
-from hostcapd.spawner.client import SpawnerLost
-
-if TYPE_CHECKING:
-    from hostcapd.daemon import Daemon
+from hostcapd.sandbox.profile import HostSupport, ProtectionUnavailable, TenantProfile, prepare
+from hostcapd.service.admin_service import ReloadOutcome, ReloadRejected
+from hostcapd.service.servers import TenantService
+from hostcapd.service.sockets import StartupError, unlink_if_ours
+from hostcapd.spawner.client import SpawnerClient, SpawnerLost
 
 log = logging.getLogger("hostcapd")
 
@@ -65,11 +63,32 @@ def _ended(future: asyncio.Future[object]) -> asyncio.Future[None]:
     return waiter
 
 
+class ReloadedDaemon(Protocol):
+    """What a reload reads and changes of the daemon (`hostcapd.daemon.Daemon`;
+    named here so that this module does not import the one that imports it)."""
+
+    config: Config
+    config_path: Path | None
+    _reload_source: Callable[[], Config] | None
+    tenants: dict[str, TenantService]
+    spawner: SpawnerClient
+    host: HostSupport | None
+    audit: AuditLog | None
+    _serving: bool
+    _stopping: bool
+
+    def _status_line(self) -> str: ...
+
+    async def _prepare_tenant(self, tenant: Tenant, profile: TenantProfile) -> TenantService: ...
+
+    def _commit(self, service: TenantService) -> None: ...
+
+
 class Reloads:
     """The daemon's reloads: one at a time (`lock`, which a shutdown also
     takes), and the services they retired until those have drained."""
 
-    def __init__(self, daemon: Daemon) -> None:
+    def __init__(self, daemon: ReloadedDaemon) -> None:
         self.daemon = daemon
         self.lock = asyncio.Lock()
         #: Services a reload replaced or removed, until their spawns are done.
@@ -175,7 +194,7 @@ class Reloads:
         prepared: list[TenantService] = []
         try:
             for name in (*added, *changed):
-                profiles[name] = prepare(after[name], self.daemon.host)
+                profiles[name] = prepare(after[name], self.daemon.host, new.tenants)
             for name in (*added, *changed):
                 prepared.append(await self.daemon._prepare_tenant(after[name], profiles.pop(name)))
         except BaseException as error:

@@ -29,8 +29,8 @@ from collections.abc import Iterable
 from typing import Protocol
 
 from hostcapd.audit import AuditLog
-from hostcapd.frontend.servers import Graceful, TenantService
 from hostcapd.logsetup import fields
+from hostcapd.service.servers import Graceful, TenantService
 from hostcapd.spawner.client import SpawnerClient
 
 log = logging.getLogger("hostcapd")

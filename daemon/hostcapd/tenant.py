@@ -1,6 +1,6 @@
 """A tenant at run time: its config, applied profile and live spawns.
 
-A servicer is constructed holding one TenantRuntime and can address nothing
+A service is constructed holding one TenantRuntime and can address nothing
 else: no request can name another tenant.
 """
 
@@ -17,18 +17,20 @@ from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.process import request as request_mod
+from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.executable import HashCache
+from hostcapd.process.launch import launch_for
 from hostcapd.process.report import Outcome, Report
 from hostcapd.process.request import Prepared, SpawnRequest
-from hostcapd.process.spawn import Spawn, SpawnDeps, plan_rlimits
+from hostcapd.process.spawn import Spawn, plan_rlimits
 from hostcapd.process.warm import WarmPool
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile
 from hostcapd.spawner.client import SpawnerClient
 
 if TYPE_CHECKING:
-    from hostcapd.bridge.root import Frontend
-    from hostcapd.frontend.fs_runtime import FsRuntime
+    from hostcapd.bridge.frontends import FrontendProcess
+    from hostcapd.service.fs_runtime import FsRuntime
 
 log = logging.getLogger("hostcapd.tenant")
 
@@ -52,7 +54,15 @@ class TenantRuntime:
         profile_key = f"{tenant.name}#{next(_PROFILE_KEYS)}"
         #: What each spawn is given; fixed for this runtime's life.
         self.deps = SpawnDeps(
-            tenant, profile, profile_key, spawner, audit, cgroups, kill_grace, HashCache()
+            tenant,
+            profile,
+            profile_key,
+            spawner,
+            audit,
+            # Its spawns' cgroups go in its tenant cgroup (its ceilings).
+            profile.cgroups or cgroups,
+            kill_grace,
+            HashCache(),
         )
         #: Children made ahead of need for this runtime's spawns.
         self.warm = WarmPool(self.deps, tenant.warm_spawns)
@@ -66,7 +76,7 @@ class TenantRuntime:
         #: The tenant's FsService runtime, once the server has started it.
         self.fs: FsRuntime | None = None
         #: The tenant's front-end process, when it has one.
-        self.frontend: Frontend | None = None
+        self.frontend: FrontendProcess | None = None
 
     @property
     def name(self) -> str:
@@ -142,8 +152,8 @@ class TenantRuntime:
             raise Refusal("PROTECTION_UNAVAILABLE", f"tenant {self.name}: disk budget: {problem}")
         prepared = self.prepare(request)
         rlimits = plan_rlimits(self.profile, prepared)
-        warm = self.warm.take(prepared, rlimits)
-        spawn = Spawn(self.deps, request, prepared, streaming, warm, rlimits)
+        launch = launch_for(self.deps, self.warm.take(prepared, rlimits))
+        spawn = Spawn(self.deps, request, prepared, streaming, launch, rlimits)
         self.spawns[spawn.id] = spawn
         metrics.spawn_started(self.name)
         if request.request_id:

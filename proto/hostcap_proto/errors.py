@@ -13,37 +13,16 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from hostcap_proto.v1 import common_pb2
+from hostcap_proto.reasons import REASONS, STATUS_CODE_NAME
+
+__all__ = ["DOMAIN", "REASONS", "STATUS_CODE", "WireError", "from_rpc_error"]
 
 DOMAIN = "hostcap"
 
-#: Every reason the daemon may send, by name.
-REASONS: frozenset[str] = frozenset(
-    name for name in common_pb2.ErrorReason.keys()  # noqa: SIM118 (an enum wrapper, not a dict)
-    if name != "ERROR_REASON_UNSPECIFIED"
-)
-
-#: The gRPC status code each reason travels with.
+#: The gRPC status code each reason travels with (`hostcap_proto.reasons`).
 STATUS_CODE: dict[str, grpc.StatusCode] = {
-    "PATH_ESCAPES_ROOT": grpc.StatusCode.PERMISSION_DENIED,
-    "SYMLINK_REFUSED": grpc.StatusCode.PERMISSION_DENIED,
-    "PROTECTED_PATH": grpc.StatusCode.PERMISSION_DENIED,
-    "SECRET_PATH": grpc.StatusCode.PERMISSION_DENIED,
-    "READ_ONLY_TIER": grpc.StatusCode.PERMISSION_DENIED,
-    "NOT_FOUND": grpc.StatusCode.NOT_FOUND,
-    "TOO_LARGE": grpc.StatusCode.OUT_OF_RANGE,
-    "EXECUTABLE_NOT_FOUND": grpc.StatusCode.NOT_FOUND,
-    "EXECUTABLE_NOT_ALLOWED": grpc.StatusCode.PERMISSION_DENIED,
-    "ENV_NOT_ALLOWED": grpc.StatusCode.PERMISSION_DENIED,
-    "LIMIT_INVALID": grpc.StatusCode.INVALID_ARGUMENT,
-    "QUOTA_EXCEEDED": grpc.StatusCode.RESOURCE_EXHAUSTED,
-    "CONFLICT": grpc.StatusCode.ABORTED,
-    "AUDIT_UNAVAILABLE": grpc.StatusCode.UNAVAILABLE,
-    "PROTECTION_UNAVAILABLE": grpc.StatusCode.FAILED_PRECONDITION,
-    "INVALID_ARGUMENT": grpc.StatusCode.INVALID_ARGUMENT,
-    "ACCESS_DENIED": grpc.StatusCode.PERMISSION_DENIED,
+    reason: grpc.StatusCode[code] for reason, code in STATUS_CODE_NAME.items()
 }
-assert set(STATUS_CODE) == REASONS, "every ErrorReason needs a status code"
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,9 @@ DEV_ENV_ALLOWLIST: tuple[str, ...] = (
     "GIT_AUTHOR_EMAIL",
     "GIT_COMMITTER_NAME",
     "GIT_COMMITTER_EMAIL",
+    # git_status runs git with no global or system config (the client's git_safety).
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_NOSYSTEM",
     "NO_COLOR",
     "CI",
 )

@@ -153,7 +153,7 @@ def test_the_documented_exposure_is_the_one_systemd_computes() -> None:
 #: Runs as the daemon would under the unit; prints {operation: error or null}.
 PROBE = textwrap.dedent(
     r"""
-    import json, os, signal, socket, subprocess, sys, tempfile
+    import json, os, signal, socket, subprocess, sys, tempfile, time
     from hostcapd import childsetup
 
     NOBODY = (65534, 65534)
@@ -218,6 +218,21 @@ PROBE = textwrap.dedent(
         subprocess.run(["unshare", "--net", "ip", "link", "set", "lo", "up"],
                        check=True, capture_output=True)
 
+    def setns_mnt():
+        # A mount namespace made ahead of need, entered later (the warm path).
+        holder = subprocess.Popen(["unshare", "--mount", "sleep", "30"])
+        try:
+            mine = os.readlink("/proc/self/ns/mnt")
+            for _ in range(500):
+                if os.readlink(f"/proc/{holder.pid}/ns/mnt") != mine:
+                    break
+                time.sleep(0.01)
+            subprocess.run(["nsenter", f"--mount=/proc/{holder.pid}/ns/mnt", "true"],
+                           check=True, capture_output=True)
+        finally:
+            holder.kill()
+            holder.wait()
+
     def cwd_in_workspace():
         workspace = sys.argv[2]
         out = output(*spawn(["/bin/pwd"], True, cwd=workspace.encode()))
@@ -260,6 +275,7 @@ NEEDED_FOR = {
     "CAP_CHOWN": ("chown", "Operation not permitted"),
     "CAP_KILL": ("kill", "Operation not permitted"),
     "CAP_NET_ADMIN": ("loopback", "returned non-zero exit status"),
+    "CAP_SYS_CHROOT": ("setns_mnt", "returned non-zero exit status"),
 }
 OPERATIONS = sorted({operation for operation, _ in NEEDED_FOR.values()})
 
@@ -560,3 +576,50 @@ def test_the_example_config_fits_the_units_directories_and_limits(
         assert tenant["open_files"] <= int(setting("LimitNOFILE"))
         # PrivateNetwork=yes: no host network without the documented drop-in.
         assert tenant["allow_host_network"] is False
+
+
+# --- the containers of deploy/: the unit's confinement, carried over -----------------
+
+
+def deploy_capabilities() -> dict[str, list[str]]:
+    """The capabilities each container of deploy/ adds to an empty set."""
+    import yaml
+
+    with (REPO / "deploy" / "kubernetes" / "hostcapd.yaml").open() as f:
+        documents = [d for d in yaml.safe_load_all(f) if d]
+    ds = next(d for d in documents if d["kind"] == "DaemonSet")
+    (container,) = ds["spec"]["template"]["spec"]["containers"]
+    job = json.loads((REPO / "deploy" / "nomad" / "hostcapd.nomad.json").read_text())["Job"]
+    task = next(t for t in job["TaskGroups"][0]["Tasks"] if t["Name"] == "hostcapd")
+    return {
+        "kubernetes": container["securityContext"]["capabilities"]["add"],
+        "nomad": task["Config"]["cap_add"],
+    }
+
+
+@pytest.mark.parametrize("where", ["kubernetes", "nomad"])
+def test_the_containers_get_exactly_the_units_capabilities(where: str) -> None:
+    added = deploy_capabilities()[where]
+    assert len(added) == len(set(added))
+    assert sorted("CAP_" + c for c in added) == sorted(capability_bounding_set())
+
+
+@needs_systemd_analyze
+def test_the_containers_seccomp_profile_allows_exactly_what_the_unit_allows() -> None:
+    profile = json.loads((REPO / "deploy" / "seccomp" / "hostcapd.json").read_text())
+    (rule,) = profile["syscalls"]
+    assert rule["action"] == "SCMP_ACT_ALLOW"
+    assert set(rule["names"]) == allowed_calls()
+    # SystemCallErrorNumber=EPERM
+    assert (profile["defaultAction"], profile["defaultErrnoRet"]) == ("SCMP_ACT_ERRNO", 1)
+    assert setting("SystemCallErrorNumber") == "EPERM"
+
+
+@needs_root
+def test_the_daemon_builds_a_full_sandbox_with_the_containers_capabilities(
+    tmp_path: Path,
+) -> None:
+    # The sandbox probe above, under the DaemonSet's capability set.
+    added = ["CAP_" + c for c in deploy_capabilities()["kubernetes"]]
+    outcome = run_as_service(added, OPERATIONS, tmp_path)
+    assert outcome == dict.fromkeys(OPERATIONS)

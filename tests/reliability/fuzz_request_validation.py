@@ -23,13 +23,16 @@ with atheris.instrument_imports(include=["hostcapd", "hostcap_proto"]):
     from google.protobuf.message import DecodeError
     from hostcap_proto.errors import REASONS
     from hostcap_proto.v1 import fs_pb2, process_pb2
+    from hostcapd.bridge import messages
     from hostcapd.config import parse_config
     from hostcapd.errors import Refusal
-    from hostcapd.frontend.convert import request_from_wire
+    from hostcapd.frontend.convert import request_of
     from hostcapd.fs.scope import FsScope, RootSpec
     from hostcapd.process import environment, executable
     from hostcapd.process import limits as limits_mod
     from hostcapd.process.request import resolve_cwd, validate_argv
+    from hostcapd.service.convert import spawn_request as request_from_call
+    from msgspec import ValidationError
 
 STATE = Path(tempfile.mkdtemp(prefix="hostcap-fuzz-"))
 WORKSPACE, REFERENCE = STATE / "workspace", STATE / "reference"
@@ -77,7 +80,12 @@ def spawn_request(data: bytes) -> None:
         message = process_pb2.SpawnRequest.FromString(data)
     except DecodeError:
         return  # grpc answers these before the daemon sees them
-    request = request_from_wire(message)
+    try:
+        call, stdin = request_of(messages.SpawnCall, message)
+    except (ValidationError, ValueError):
+        return  # the front-end answers these (malformed) before the daemon sees them
+    assert isinstance(call, messages.SpawnCall)
+    request = request_from_call(call, stdin if call.payload else None)
     try:
         validate_argv(request.argv)
         limits_mod.apply(dict(request.limits), TENANT.limits)

@@ -24,6 +24,7 @@ from support.process import Client
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SPAWN_PREFIX = "spawn-"
 WARM_PREFIX = "warm-"
+TENANT_PREFIX = "tenant-"
 #: Where the test daemons' temp files go (TMPDIR), so leaks are attributable.
 TMP_DIR_NAME = "tmp"
 
@@ -123,20 +124,34 @@ def cgroup_subtrees(daemon: Daemon) -> list[Path]:
     return list(found)
 
 
+def _cgroups_in(subtree: Path) -> list[os.DirEntry[str]]:
+    """The cgroups in `subtree` and in its tenant cgroups (tenant-<name>,
+    which hold each tenant's spawns)."""
+    found: list[os.DirEntry[str]] = []
+    with contextlib.suppress(FileNotFoundError):
+        for entry in os.scandir(subtree):
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            found.append(entry)
+            if entry.name.startswith(TENANT_PREFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    found.extend(
+                        e for e in os.scandir(entry.path) if e.is_dir(follow_symlinks=False)
+                    )
+    return found
+
+
 def spawn_cgroups(subtrees: list[Path]) -> set[str]:
     """Spawn ids that still have a cgroup in any of `subtrees`: every
     spawn-<id>, and every warm-<id> but those a warm child waits in (a spawn
     that took a warm child runs in its warm-<id>; one left behind is a leak)."""
     names: set[str] = set()
     for subtree in subtrees:
-        with contextlib.suppress(FileNotFoundError):
-            for entry in os.scandir(subtree):
-                if not entry.is_dir(follow_symlinks=False):
-                    continue
-                if entry.name.startswith(SPAWN_PREFIX):
-                    names.add(entry.name[len(SPAWN_PREFIX) :])
-                elif entry.name.startswith(WARM_PREFIX) and not _waiting(Path(entry.path)):
-                    names.add(entry.name[len(WARM_PREFIX) :])
+        for entry in _cgroups_in(subtree):
+            if entry.name.startswith(SPAWN_PREFIX):
+                names.add(entry.name[len(SPAWN_PREFIX) :])
+            elif entry.name.startswith(WARM_PREFIX) and not _waiting(Path(entry.path)):
+                names.add(entry.name[len(WARM_PREFIX) :])
     return names
 
 
@@ -144,12 +159,11 @@ def waiting_warm_cgroups(subtrees: list[Path]) -> set[str]:
     """Ids of the warm-<id> cgroups a warm child waits in."""
     names: set[str] = set()
     for subtree in subtrees:
-        with contextlib.suppress(FileNotFoundError):
-            names.update(
-                entry.name[len(WARM_PREFIX) :]
-                for entry in os.scandir(subtree)
-                if entry.name.startswith(WARM_PREFIX) and _waiting(Path(entry.path))
-            )
+        names.update(
+            entry.name[len(WARM_PREFIX) :]
+            for entry in _cgroups_in(subtree)
+            if entry.name.startswith(WARM_PREFIX) and _waiting(Path(entry.path))
+        )
     return names
 
 

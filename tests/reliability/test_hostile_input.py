@@ -607,5 +607,5 @@ def test_after_all_the_hostility_nothing_is_left_and_every_exec_has_its_exit(
     helpers = [
         cmdline(pid) for pid in descendants(hostile_daemon.pid) if not waiting_warm_child(pid)
     ]
-    own = (b"hostcapd.spawner", b"hostcapd.fs.worker", b"hostcapd.bridge.frontend")
+    own = (b"hostcapd.spawner", b"hostcapd.fs.worker", b"hostcapd.frontend")
     assert all(any(name in c for name in own) for c in helpers), helpers

@@ -2,11 +2,11 @@
 
     python -I hostile_frontend.py ATTACK TARGETS_JSON FD
 
-The daemon starts it in place of `hostcapd.bridge.frontend` (a test sets
-`Frontend.command` and `Frontend.stdout`, then kills the tenant's real
+The daemon starts it in place of `hostcapd.frontend.server` (a test sets
+`FrontendProcess.command` and `FrontendProcess.stdout`, then kills the tenant's real
 front-end, so the daemon's restart runs this one): the same user, the same
 fds, the same channel bound to the same tenant. It takes the real
-front-end's first steps (`hostcapd.bridge.frontend.confined`: the hello,
+front-end's first steps (`hostcapd.frontend.server.confined`: the hello,
 then the very confinement), binds and says Ready as a front-end does, then
 runs one attack and writes what happened as one JSON line to stdout (the
 test's pipe). It then waits for its channel to close.
@@ -25,7 +25,8 @@ from typing import Any
 
 import msgspec
 from hostcapd.bridge import channel, messages
-from hostcapd.bridge.frontend import confined
+from hostcapd.frontend import convert
+from hostcapd.frontend.server import confined
 
 libc = ctypes.CDLL(None, use_errno=True)
 PTRACE_ATTACH = 16
@@ -85,6 +86,9 @@ class Channel:
             message, payload = got
             if getattr(message, "call", None) != call:
                 continue
+            if isinstance(message, messages.Reply):
+                # As the real front-end answers its client: the wire bytes.
+                payload = convert.serialize(convert.to_proto(message.answer))
             seen.append({**msgspec.to_builtins(message), "payload": payload.hex()})
             if isinstance(message, messages.Event):
                 self.send(messages.Ack(call=call))
@@ -106,7 +110,7 @@ def forged_fields(link: Channel, targets: Result) -> Result:
 
 def spawn(link: Channel, targets: Result) -> Result:
     """A well-formed order, with whatever the test puts in it."""
-    request = msgspec.convert(targets["request"], messages.RunRequest)
+    request = msgspec.convert(targets["request"], messages.RunCall)
     link.send(messages.Call(call=1, request=request))
     return {"answer": link.answer(1)}
 

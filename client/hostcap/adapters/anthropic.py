@@ -52,7 +52,7 @@ def anthropic_tools(
     return [
         {
             "name": tool.id,
-            "description": tool.description,
+            "description": registry.description(tool, ctx),
             "input_schema": dict(tool.llm_visible_params),
         }
         for tool in registry.catalogue(ctx)

@@ -58,18 +58,18 @@ __all__ = [
 ]
 
 
-def _function(tool: ToolDef[Any, Any], strict: bool) -> dict[str, Any]:
+def _function(tool: ToolDef[Any, Any], description: str, strict: bool) -> dict[str, Any]:
     parameters = dict(tool.llm_visible_params)
     if strict:
         try:
-            return {"name": tool.id, "description": tool.description,
+            return {"name": tool.id, "description": description,
                     "parameters": strict_schema(parameters), "strict": True}  # fmt: skip
         except StrictSchemaError:
             # A free-form mapping argument: this one tool is offered non-strict.
             pass
     return {
         "name": tool.id,
-        "description": tool.description,
+        "description": description,
         "parameters": parameters,
         "strict": False,
     }
@@ -81,14 +81,20 @@ def chat_tools(
     """The catalogue for `ctx` as Chat Completions `tools`. `strict=True`
     gives the strict-mode schemas (a tool whose schema strict mode cannot
     express, such as a free-form mapping, stays non-strict)."""
-    return [{"type": "function", "function": _function(t, strict)} for t in registry.catalogue(ctx)]
+    return [
+        {"type": "function", "function": _function(t, registry.description(t, ctx), strict)}
+        for t in registry.catalogue(ctx)
+    ]
 
 
 def responses_tools(
     registry: ToolRegistry, ctx: DispatchContext | None = None, *, strict: bool = False
 ) -> list[dict[str, Any]]:
     """The catalogue for `ctx` as Responses API function tools."""
-    return [{"type": "function", **_function(t, strict)} for t in registry.catalogue(ctx)]
+    return [
+        {"type": "function", **_function(t, registry.description(t, ctx), strict)}
+        for t in registry.catalogue(ctx)
+    ]
 
 
 def _is_responses(data: Mapping[str, Any]) -> bool:

@@ -27,7 +27,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -37,13 +37,20 @@ from hostcap_proto.audit import (
     OUTCOMES,
     AuditFileError,
     AuditRecordError,
+    FilterError,
     RecordReader,
     VerifyReport,
+    argv_sha256,
+    check_event,
     encode_line,
     parse_line,
+    resolve_spawn,
     tail_records,
+    tenants_of,
+    unknown_tenant,
     verify_files,
 )
+from hostcap_proto.audit.export import ExportReport, export_lines, is_export, verify_export
 from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc
 
 from hostcap.ctl.common import channel, wire_error
@@ -60,20 +67,31 @@ _RELATIVE = re.compile(r"(\d+)\s*([smhd])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
 
 
+_TIME_OF_DAY = re.compile(r"\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?")
+
+
 def parse_time(text: str, *, now: dt.datetime | None = None) -> dt.datetime:
     """A --since/--until value: RFC 3339 / ISO 8601 (``2024-05-01T12:00:00Z``,
-    ``2024-05-01``; without an offset it is UTC, like the log), or an age
-    (``90s``, ``15m``, ``2h``, ``7d`` ago)."""
+    ``2024-05-01``; without an offset it is UTC, like the log), a time of day
+    (``14:00``, ``14:00:30``, ``14:00+02:00``: today's, UTC unless an offset
+    says otherwise), or an age (``90s``, ``15m``, ``2h``, ``7d`` ago)."""
     text = text.strip()
+    current = now or dt.datetime.now(dt.UTC)
     relative = _RELATIVE.fullmatch(text)
     if relative:
         amount, unit = int(relative.group(1)), relative.group(2)
-        return (now or dt.datetime.now(dt.UTC)) - dt.timedelta(**{_UNITS[unit]: amount})
+        return current - dt.timedelta(**{_UNITS[unit]: amount})
     try:
-        value = dt.datetime.fromisoformat(text)
+        if _TIME_OF_DAY.fullmatch(text):
+            of_day = dt.time.fromisoformat(text if len(text.split(":")[0]) == 2 else "0" + text)
+            zone = of_day.tzinfo or dt.UTC
+            value = dt.datetime.combine(current.astimezone(zone).date(), of_day, zone)
+        else:
+            value = dt.datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not a time (use 2024-05-01T12:00:00Z, 2024-05-01, or an age like 2h)"
+            f"{text!r} is not a time (use 2024-05-01T12:00:00Z, 2024-05-01, a time of day "
+            "like 14:00, or an age like 2h)"
         ) from None
     if value.tzinfo is None:
         value = value.replace(tzinfo=dt.UTC)
@@ -94,6 +112,15 @@ def outcome_name(text: str) -> str:
             f"unknown outcome {text!r}: valid outcomes are {', '.join(OUTCOMES)}"
         )
     return name
+
+
+def event_pattern(text: str) -> str:
+    """An --event value: an event name or a glob naming at least one event;
+    anything else is an error listing the valid names."""
+    try:
+        return check_event(text)
+    except FilterError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _matches_exe(pattern: str, path: str) -> bool:
@@ -166,6 +193,15 @@ class QueryFilter:
     ) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any] | None]]:
         """(record, the exec record of its spawn or None) for each match.
         Only the execs of spawns not yet ended are held."""
+        for record, exec_record, matched in self.classify(records):
+            if matched:
+                yield record, exec_record
+
+    def classify(
+        self, records: Iterable[Mapping[str, Any]]
+    ) -> Iterator[tuple[Mapping[str, Any], Mapping[str, Any] | None, bool]]:
+        """(record, its spawn's exec record or None, whether it matches) for
+        every record (an export needs the ones left out too)."""
         since = _record_time(self.since) if self.since else None
         until = _record_time(self.until) if self.until else None
         execs: dict[str, Mapping[str, Any]] = {}
@@ -180,12 +216,10 @@ class QueryFilter:
                 elif event == "process.exit":
                     exec_record = execs.pop(spawn, None)
             time = str(record.get("time", ""))
-            if until is not None and time > until:
-                continue
-            if since is not None and time < since:
-                continue
-            if self._matches(record, exec_record):
-                yield record, exec_record
+            in_window = not (
+                (until is not None and time > until) or (since is not None and time < since)
+            )
+            yield record, exec_record, in_window and self._matches(record, exec_record)
 
     def _matches(self, record: Mapping[str, Any], exec_record: Mapping[str, Any] | None) -> bool:
         event = record.get("event")
@@ -193,8 +227,10 @@ class QueryFilter:
             return False
         if self.event is not None and not fnmatch.fnmatchcase(str(event or ""), self.event):
             return False
-        if self.spawn_id is not None and record.get("spawn_id") != self.spawn_id:
-            return False
+        if self.spawn_id is not None and not str(record.get("spawn_id", "")).startswith(
+            self.spawn_id
+        ):
+            return False  # the daemon resolved a prefix to one spawn; a file query did here
         if self.outcome is not None and record.get("outcome") != self.outcome.upper():
             return False
         if self.failed and not failed(record):
@@ -220,6 +256,15 @@ class QueryFilter:
             if self.uid is not None and exec_record.get("uid") != self.uid:
                 return False
         return True
+
+    def selection(self) -> dict[str, Any]:
+        """The filters set, as JSON values (an export's header names them)."""
+        chosen: dict[str, Any] = {}
+        for name, value in vars(self).items():
+            if value is None or value is False:
+                continue
+            chosen[name] = _record_time(value) if isinstance(value, dt.datetime) else value
+        return chosen
 
     def daemon_request(self) -> admin_pb2.QueryAuditRequest:
         """What the daemon filters: only what keeps each exit's exec in the
@@ -341,29 +386,44 @@ def run_query(
     *,
     json_lines: bool = False,
     output: str | None = None,
+    check_tenant: bool = True,
 ) -> int:
     """Print the records `query` selects; the exit code. `output`: table,
     json (one array; each exit gains `command`, the argv of its exec: added
-    by the query, not stored) or jsonl (the stored lines, verbatim)."""
+    by the query, not stored) or jsonl (the stored lines, verbatim).
+
+    A --tenant that no record names is an error listing those that are
+    (raises FilterError, having printed nothing). `check_tenant` False when
+    the daemon checks it (it knows its config, and sends one tenant's records)."""
     output = output or ("jsonl" if json_lines else "table")
-    selected = query.select_joined(records)
-    if output == "jsonl":
-        print_records((r for r, _ in selected), out, json_lines=True)
-    elif output == "json":
-        out.write("[")
-        for index, (record, exec_record) in enumerate(selected):
+    known: set[str] = set()
+    tenant = query.tenant if check_tenant else None
+
+    def watched() -> Iterator[Mapping[str, Any]]:
+        for record in records:
+            if tenant is not None and tenant not in known:
+                known.update(tenants_of(record))
+            yield record
+
+    count = 0
+    for record, exec_record in query.select_joined(watched()):
+        if output == "jsonl":
+            out.write(encode_line(record).decode("utf-8"))
+        elif output == "json":
             item = dict(record)
             if record.get("event") == "process.exit" and exec_record is not None:
                 item["command"] = list(exec_record.get("argv", []))
-            out.write(("," if index else "") + "\n" + json.dumps(item, sort_keys=True))
-        out.write("\n]\n")
-        out.flush()
-    else:
-        for index, (record, exec_record) in enumerate(selected):
-            if index == 0:
+            out.write(("," if count else "[") + "\n" + json.dumps(item, sort_keys=True))
+        else:
+            if count == 0:
                 out.write(_HEADER + "\n")
             out.write(format_row(record, exec_record) + "\n")
-        out.flush()
+        count += 1
+    if count == 0 and tenant is not None and tenant not in known:
+        raise unknown_tenant(tenant, known)
+    if output == "json":
+        out.write("\n]\n" if count else "[\n]\n")
+    out.flush()
     return EXIT_OK
 
 
@@ -405,9 +465,47 @@ def _error(message: str) -> int:
     return EXIT_ERROR
 
 
+def print_export_report(exported: ExportReport, out: TextIO) -> None:
+    """The human form of an export's verification."""
+    report = exported.report
+    if report.failure is not None:
+        out.write(f"FAIL {report.failure}\n")
+        return
+    chosen = ", ".join(f"{k}={v}" for k, v in sorted(exported.selection.items())) or "everything"
+    out.write(
+        f"OK   export of {report.records} record(s) ({chosen}), seq {report.first_seq}.."
+        f"{report.last_seq}, anchored at {report.anchor}; {exported.omitted} record(s) left "
+        f"out in {exported.runs} run(s), by their hashes\n"
+        f"     last hash {report.last_hash}\n"
+    )
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
     if not args.files:
         return _error("give the audit file(s) to verify, e.g. audit.jsonl audit.jsonl.*")
+    exports = [p for p in args.files if is_export(Path(p))]
+    if exports:
+        if len(args.files) > 1:
+            return _error("verify an export on its own (it holds its chain, from first to last)")
+        try:
+            exported = verify_export(Path(exports[0]))
+        except AuditFileError as error:
+            return _error(str(error))
+        if args.json:
+            sys.stdout.write(
+                json.dumps(
+                    {
+                        **exported.report.to_json(),
+                        "omitted": exported.omitted,
+                        "selection": dict(exported.selection),
+                    },
+                    sort_keys=True,
+                )
+                + "\n"
+            )
+        else:
+            print_export_report(exported, sys.stdout)
+        return EXIT_OK if exported.report.ok else EXIT_BROKEN
     try:
         report = verify_files([Path(p) for p in args.files])
     except AuditFileError as error:
@@ -472,8 +570,9 @@ def _query_daemon(args: argparse.Namespace, socket: Any) -> int:
                 query,
                 sys.stdout,
                 output=_output(args),
+                check_tenant=False,
             )
-        except DaemonStreamError as error:
+        except (DaemonStreamError, FilterError) as error:
             return _error(str(error))
 
 
@@ -500,10 +599,19 @@ def _cmd_query(args: argparse.Namespace) -> int:
         if socket is not None:
             return _query_daemon(args, socket)
         return _error("give the audit file(s) with --file, or the daemon's --admin-socket")
+    files = [Path(p) for p in args.file]
     try:
-        reader = RecordReader([Path(p) for p in args.file])
-        code = run_query(reader, QueryFilter.from_args(args), sys.stdout, output=_output(args))
-    except AuditFileError as error:
+        query = QueryFilter.from_args(args)
+        if query.spawn_id is not None:
+            # An id or a unique prefix of one (as kill takes it): one pass to find it.
+            ids = (r.get("spawn_id") for r in RecordReader(files))
+            query = replace(
+                query,
+                spawn_id=resolve_spawn(query.spawn_id, (i for i in ids if isinstance(i, str))),
+            )
+        reader = RecordReader(files)
+        code = run_query(reader, query, sys.stdout, output=_output(args))
+    except (AuditFileError, FilterError) as error:
         return _error(str(error))
     if reader.skipped:
         path, line = reader.skipped[0]
@@ -512,6 +620,55 @@ def _cmd_query(args: argparse.Namespace) -> int:
             "run `hostcapctl audit verify`\n"
         )
     return code
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    query = QueryFilter.from_args(args)
+    if not query.selection():
+        return _error("choose what to export (--tenant, --event, --spawn, --since, --until)")
+    try:
+        if args.file:
+            files = [Path(p) for p in args.file]
+            if query.spawn_id is not None:
+                ids = (r.get("spawn_id") for r in RecordReader(files))
+                query = replace(
+                    query,
+                    spawn_id=resolve_spawn(query.spawn_id, (i for i in ids if isinstance(i, str))),
+                )
+            return _write_export(RecordReader(files), query, args.output)
+        socket = _admin_socket(args)
+        if socket is None:
+            return _error("give the audit file(s) with --file, or the daemon's --admin-socket")
+        if query.spawn_id is not None:
+            return _error("--spawn exports from the files (--file): give them")
+        with channel(Path(socket)) as ch:
+            # Every record: the ones left out give their hashes.
+            everything = daemon_records(_stub(ch).QueryAudit(admin_pb2.QueryAuditRequest()))
+            return _write_export(everything, query, args.output)
+    except (AuditFileError, DaemonStreamError, FilterError) as error:
+        return _error(str(error))
+
+
+def _write_export(
+    records: Iterable[Mapping[str, Any]], query: QueryFilter, output: str | None
+) -> int:
+    known: set[str] = set()
+
+    def marked() -> Iterator[tuple[Mapping[str, Any], bool]]:
+        for record, _, matched in query.classify(records):
+            known.update(tenants_of(record))
+            yield record, matched
+
+    lines = list(export_lines(marked(), query.selection()))
+    if query.tenant is not None and query.tenant not in known:
+        raise unknown_tenant(query.tenant, known)
+    if output is None or output == "-":
+        sys.stdout.buffer.writelines(lines)
+        sys.stdout.flush()
+    else:
+        with open(output, "xb") as f:
+            f.writelines(lines)
+    return EXIT_OK
 
 
 def _cmd_tail(args: argparse.Namespace) -> int:
@@ -530,6 +687,90 @@ def _cmd_tail(args: argparse.Namespace) -> int:
         return _error(str(error))
     print_records(records, sys.stdout, json_lines=args.json)
     return EXIT_OK
+
+
+# --- verify-argv ------------------------------------------------------------------
+
+
+def argv_record(
+    records: Iterable[Mapping[str, Any]], *, seq: int | None = None, spawn_id: str | None = None
+) -> Mapping[str, Any] | None:
+    """The record holding the argv to check: the one with `seq`, or the
+    process.exec of `spawn_id`."""
+    for record in records:
+        if seq is not None and record.get("seq") == seq:
+            return record
+        if (
+            spawn_id is not None
+            and record.get("event") == "process.exec"
+            and record.get("spawn_id") == spawn_id
+        ):
+            return record
+    return None
+
+
+def check_argv(record: Mapping[str, Any], argv: list[str]) -> tuple[bool, str]:
+    """Whether `argv` is the argv `record` (process.exec, or a policy.deny
+    of a spawn) was written for, by its argv_sha256; and a line saying so."""
+    where = f"seq {record.get('seq')} ({record.get('event')})"
+    digest = record.get("argv_sha256")
+    if not isinstance(digest, str):
+        return (
+            False,
+            f"{where} holds no argv_sha256 (written before the digest existed, or no argv)",
+        )
+    given = argv_sha256(argv)
+    notes = [
+        note
+        for flag, note in (("argv_redacted", "redacted"), ("argv_truncated", "cut"))
+        if record.get(flag)
+    ]
+    stored = f"; the stored argv is {' and '.join(notes)}" if notes else ""
+    if given == digest:
+        return True, f"OK   the argv given is the argv of {where}: sha256 {digest}{stored}"
+    return False, f"FAIL the argv given is not the argv of {where}: sha256 {given}, record {digest}"
+
+
+def _cmd_verify_argv(args: argparse.Namespace) -> int:
+    if (args.seq is None) == (args.spawn is None):
+        return _error("give the record with exactly one of --seq N or --spawn ID")
+    if args.argv_json is not None:
+        try:
+            argv = json.loads(args.argv_json)
+        except json.JSONDecodeError as error:
+            return _error(f"--argv-json is not JSON: {error}")
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            return _error("--argv-json must be a JSON array of strings")
+    else:
+        argv = list(args.argv)
+        if argv and argv[0] == "--":
+            argv = argv[1:]
+    if not argv:
+        return _error("give the argv to check after --, or as --argv-json '[...]'")
+    try:
+        if args.file:
+            record = argv_record(
+                RecordReader([Path(p) for p in args.file]), seq=args.seq, spawn_id=args.spawn
+            )
+        else:
+            socket = _admin_socket(args)
+            if socket is None:
+                return _error("give the audit file(s) with --file, or the daemon's --admin-socket")
+            with channel(Path(socket)) as ch:
+                request = admin_pb2.QueryAuditRequest(spawn_id=args.spawn or "")
+                record = argv_record(
+                    daemon_records(_stub(ch).QueryAudit(request)), seq=args.seq, spawn_id=args.spawn
+                )
+    except (AuditFileError, DaemonStreamError) as error:
+        return _error(str(error))
+    if record is None:
+        which = (
+            f"seq {args.seq}" if args.seq is not None else f"a process.exec of spawn {args.spawn}"
+        )
+        return _error(f"no record is {which}")
+    ok, line = check_argv(record, argv)
+    sys.stdout.write(_printable(line) + "\n")
+    return EXIT_OK if ok else EXIT_BROKEN
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -571,17 +812,30 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="FILE",
         help="audit file (repeat for rotated files); without it, ask the daemon (--admin-socket)",
     )
-    query.add_argument("--tenant", metavar="T")
-    query.add_argument("--since", type=parse_time, metavar="TIME", help="ISO time or age (2h)")
-    query.add_argument("--until", type=parse_time, metavar="TIME", help="ISO time or age (2h)")
-    query.add_argument("--event", metavar="E", help="event name or glob, e.g. 'process.*'")
+    query.add_argument(
+        "--tenant", metavar="T", help="one tenant's records (one no record names is an error)"
+    )
+    query.add_argument(
+        "--since", type=parse_time, metavar="TIME", help="ISO time, time of day (14:00) or age (2h)"
+    )
+    query.add_argument(
+        "--until", type=parse_time, metavar="TIME", help="ISO time, time of day (14:00) or age (2h)"
+    )
+    query.add_argument(
+        "--event",
+        type=event_pattern,
+        metavar="E",
+        help="event name or glob, e.g. 'process.*' (one naming no event is an error)",
+    )
     query.add_argument(
         "--outcome",
         type=outcome_name,
         metavar="O",
         help=f"process.exit outcome: {', '.join(OUTCOMES)}",
     )
-    query.add_argument("--spawn", metavar="ID", help="one spawn's records")
+    query.add_argument(
+        "--spawn", metavar="ID", help="one spawn's records: its id or a unique prefix of it"
+    )
     query.add_argument(
         "--exe",
         metavar="PATH",
@@ -607,6 +861,52 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     query.add_argument("--json", action="store_true", help="the same as --format jsonl")
     query.set_defaults(func=_cmd_query)
+
+    export = commands.add_parser(
+        "export",
+        help="write chosen records with the chain hashes of the rest (verify checks it)",
+        description="Write the records that match every filter given, and for the records "
+        "between them only their chain hashes (runs of left-out records), so that "
+        "`hostcapctl audit verify EXPORT` checks the chosen records against the chain without "
+        "the other records' content. From the files (--file) or the daemon (--admin-socket).",
+    )
+    export.add_argument(
+        "--file",
+        action="append",
+        metavar="FILE",
+        help="audit file (repeat for rotated files); without it, ask the daemon (--admin-socket)",
+    )
+    export.add_argument("--tenant", metavar="T", help="one tenant's records")
+    export.add_argument("--event", type=event_pattern, metavar="E", help="event name or glob")
+    export.add_argument("--spawn", metavar="ID", help="one spawn's records (id or unique prefix)")
+    export.add_argument("--since", type=parse_time, metavar="TIME", help="as for query")
+    export.add_argument("--until", type=parse_time, metavar="TIME", help="as for query")
+    export.add_argument(
+        "-o", "--output", metavar="FILE", help="write here (a new file) instead of stdout"
+    )
+    export.set_defaults(func=_cmd_export, outcome=None)
+
+    verify_argv = commands.add_parser(
+        "verify-argv",
+        help="check that an argv is the one a record was written for (by its argv_sha256)",
+        description="Check an argv against a process.exec (--spawn ID, or --seq N) or a refused "
+        "spawn's policy.deny (--seq N): exit 0 when its sha256 (each element's UTF-8 bytes, "
+        "each followed by a NUL) is the record's argv_sha256, 1 when not. The record's argv "
+        "may be redacted or cut; its digest is of the argv as given.",
+    )
+    verify_argv.add_argument(
+        "--file",
+        action="append",
+        metavar="FILE",
+        help="audit file (repeat for rotated files); without it, ask the daemon (--admin-socket)",
+    )
+    verify_argv.add_argument("--seq", type=int, metavar="N", help="the record with this seq")
+    verify_argv.add_argument("--spawn", metavar="ID", help="the process.exec of this spawn")
+    verify_argv.add_argument(
+        "--argv-json", metavar="JSON", help="the argv as a JSON array (instead of after --)"
+    )
+    verify_argv.add_argument("argv", nargs=argparse.REMAINDER, help="-- then the argv")
+    verify_argv.set_defaults(func=_cmd_verify_argv)
 
     tail = commands.add_parser(
         "tail",

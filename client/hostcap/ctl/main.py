@@ -19,21 +19,40 @@ COMMAND_MODULES = (
 
 
 def version_line() -> str:
-    """`hostcapctl 0.1.0`: the version of the installed distribution this
-    hostcapctl came with (the client's own wheel, or the daemon's)."""
+    """`hostcapctl 0.2.0 (commit 1a2b3c4d, hostcap-client)`: the version and
+    commit of this build (written into the wire package at build time, from
+    the same checkout as the client), and the distribution it came with (the
+    client's own wheel, or the daemon's)."""
     from importlib import metadata
+
+    from hostcap_proto.build import COMMIT, VERSION
 
     for distribution in ("hostcap-client", "hostcap"):
         try:
-            return f"hostcapctl {metadata.version(distribution)} ({distribution})"
+            metadata.distribution(distribution)
         except metadata.PackageNotFoundError:
             continue
-    return "hostcapctl (version unknown: run from a source tree, not installed)"
+        return f"hostcapctl {VERSION} (commit {COMMIT}, {distribution})"
+    return f"hostcapctl {VERSION} (commit {COMMIT}, run from a source tree, not installed)"
+
+
+class _Version(argparse.Action):
+    """--version: the line as is (argparse's own would wrap it at the terminal's width)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+            help="print the version and the commit of this build, and exit",
+        )  # fmt: skip
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(version_line())
+        parser.exit()
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hostcapctl", description="talk to hostcapd")
-    parser.add_argument("--version", action="version", version=version_line())
+    parser.add_argument("--version", action=_Version)
     parser.add_argument(
         "--socket",
         type=Path,

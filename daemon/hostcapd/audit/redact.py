@@ -19,6 +19,16 @@ so a cut can never expose half a secret. What counts as secret-shaped:
 
 Generic "high-entropy" strings are *not* redacted: hashes and ids are what
 an audit log is for. Every rule carries examples checked by the tests.
+
+**A redaction never hides a command.** Any element may be a shell script
+(``sh -c``, ``eval``, ``ssh host CMD``), so the span a rule replaces ends at
+the first shell metacharacter (``; & | < > ( ) $ ` \\ " '``, a newline, and
+for an assignment a blank): ``sh -c 'API_TOKEN=1; echo payload'`` is kept as
+``API_TOKEN=[REDACTED]; echo payload``. A quoted value is replaced whole only
+when nothing in it expands (no ``$``, backquote or backslash). The writer
+records ``argv_redacted`` whenever anything was replaced, and the digest of
+the argv as given, so what a rule does hide (a PEM key's body, say) can be
+checked against a claimed argv (``hostcapctl audit verify-argv``).
 """
 
 from __future__ import annotations
@@ -99,6 +109,17 @@ _SECRET_QUERY_NAMES = frozenset(
     }
 )
 
+# The shell's metacharacters: a command separator, a redirection, a
+# substitution, a quote or an escape. A replaced span never holds one.
+_META = r";&|<>()$`\\\"'"
+# A secret value's span at the start of a value: a quoted string in which
+# nothing expands, or a run of characters that are not metacharacters. In an
+# assignment a blank ends it too (``TOKEN=a b`` runs ``b``); in a flag's or
+# a header's value a blank only separates the arguments of the same command.
+_QUOTED_SPAN = r"""'[^'$`\\]*'|"[^"$`\\]*\""""
+_WORD_SPAN = re.compile(rf"{_QUOTED_SPAN}|[^\s{_META}]+")
+_VALUE_SPAN = re.compile(rf"{_QUOTED_SPAN}|[^\n\r{_META}]+")
+
 _WORD_SPLIT = re.compile(r"[-_.]+|(?<=[a-z0-9])(?=[A-Z])")
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_.-]*)=(.+)", re.DOTALL)
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -107,11 +128,13 @@ _HEADER = re.compile(r"\s*([A-Za-z][A-Za-z0-9-]*)\s*:\s*(\S.*)", re.DOTALL)
 _AUTHORIZATION = re.compile(
     r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*)"
     r"(?:((?:bearer|basic|token|digest|negotiate|bot)\s+))?"
-    r"(\S+)"
+    rf"([^\s{_META}]+)"
 )
 _BEARER = re.compile(r"(?i)\b(bearer\s+)([A-Za-z0-9._~+/=-]{16,})")
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^\s/@:?#]*):([^\s/@?#]+)@")
-_QUERY_PARAM = re.compile(r"([?&;])([A-Za-z0-9_.-]+)=([^&#;\s]*)")
+_URL_USERINFO = re.compile(
+    rf"(?i)\b([a-z][a-z0-9+.-]*://)([^\s/@:?#{_META}]*):([^\s/@?#{_META}]+)@"
+)
+_QUERY_PARAM = re.compile(rf"([?&;])([A-Za-z0-9_.-]+)=([^#\s{_META}]*)")
 _KNOWN_TOKENS = re.compile(
     "|".join(
         [
@@ -130,13 +153,14 @@ _KNOWN_TOKENS = re.compile(
             r"(?<![A-Za-z0-9])SG\.[A-Za-z0-9_-]{16,}\.[A-Za-z0-9_-]{16,}",
             r"(?<![A-Za-z0-9])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}",
             r"(?<=hooks\.slack\.com/services/)[A-Za-z0-9/]+",
-            r"-----BEGIN [A-Z ]*PRIVATE KEY-----(?s:.*?)(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)",
+            rf"-----BEGIN [A-Z ]*PRIVATE KEY-----[^{_META}]*?"
+            rf"(?:-----END [A-Z ]*PRIVATE KEY-----|(?=[{_META}])|\Z)",
         ]
     )
 )
 # Inside a command-line string (``sh -c "..."``): a secret flag's value, an
 # assignment's value. A token is a quoted string or a run of non-blanks.
-_INLINE_TOKEN = r"""('[^']*'|"(?:[^"\\]|\\.)*"|[^\s'"]+)"""
+_INLINE_TOKEN = rf"({_QUOTED_SPAN}|[^\s{_META}]+)"
 _INLINE_FLAG = re.compile(r"(?<!\S)(-{1,2}[A-Za-z][A-Za-z0-9_.-]*)(=|\s+)" + _INLINE_TOKEN)
 _INLINE_ASSIGNMENT = re.compile(r"(?<![\S])([A-Za-z_][A-Za-z0-9_]*)=" + _INLINE_TOKEN)
 _INLINE_MYSQL_P = re.compile(r"(?<!\S)-p(?=\S)" + _INLINE_TOKEN)
@@ -218,7 +242,18 @@ _known_value_flag = functools.lru_cache(maxsize=1024)(_is_value_flag)
 
 def _redact_userinfo(value: str) -> str:
     user, sep, secret = value.partition(":")
-    return f"{user}:{REDACTED}" if sep and secret else value
+    return f"{user}:{_redact_span(secret)}" if sep and secret else value
+
+
+def _redact_span(value: str, *, word: bool = False) -> str:
+    """A secret value: REDACTED in place of its span (to the first shell
+    metacharacter, or a whole quoted string; `word`: to a blank, too), what
+    follows kept and redacted by the rules of its own."""
+    match = (_WORD_SPAN if word else _VALUE_SPAN).match(value)
+    if match is None:
+        return redact_value(value)  # nothing here can be replaced without hiding a command
+    rest = value[match.end() :]
+    return REDACTED + redact_value(rest) if rest else REDACTED
 
 
 def redact_value(value: str) -> str:
@@ -236,10 +271,10 @@ def _redact_by_rules(value: str) -> str:
         # TOKEN=x (environment conventions) or a dotted config key (user.password=x).
         name = assignment.group(1)
         if secret_name(name, env=bool(_ENV_NAME.fullmatch(name))):
-            return f"{name}={REDACTED}"
+            return f"{name}={_redact_span(assignment.group(2), word=True)}"
     header = _HEADER.fullmatch(value)
     if header and not _AUTHORIZATION.match(value) and secret_name(header.group(1)):
-        return f"{header.group(1)}: {REDACTED}"
+        return f"{header.group(1)}: {_redact_span(header.group(2))}"
     value = _AUTHORIZATION.sub(lambda m: f"{m.group(1)}{m.group(2) or ''}{REDACTED}", value)
     value = _BEARER.sub(lambda m: f"{m.group(1)}{REDACTED}", value)
     value = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{REDACTED}@", value)
@@ -290,7 +325,9 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             if arg.startswith("--") and redact_next == "value":
                 redact_next = None  # a flag, not the secret: the secret flag had no value
             else:
-                result.append(_redact_userinfo(arg) if redact_next == "userinfo" else REDACTED)
+                result.append(
+                    _redact_userinfo(arg) if redact_next == "userinfo" else _redact_span(arg)
+                )
                 redact_next = None
                 continue
         base = arg.rpartition("/")[2]  # os.path.basename, without its overhead
@@ -308,17 +345,23 @@ def _redact_arg(arg: str, program: dict[str, str]) -> tuple[str, str | None]:
             return arg, kind
         if flag.startswith("--") and arg.startswith(flag + "="):
             value = arg[len(flag) + 1 :]
-            return f"{flag}={_redact_userinfo(value) if kind == 'userinfo' else REDACTED}", None
+            return (
+                f"{flag}={_redact_userinfo(value) if kind == 'userinfo' else _redact_span(value)}",
+                None,
+            )
         if len(flag) == 2 and arg.startswith(flag) and len(arg) > 2:
             value = arg[2:]
-            return f"{flag}{_redact_userinfo(value) if kind == 'userinfo' else REDACTED}", None
+            return (
+                f"{flag}{_redact_userinfo(value) if kind == 'userinfo' else _redact_span(value)}",
+                None,
+            )
     match = _FLAG.fullmatch(arg)
     if match and not (match.group(1) == "-" and len(match.group(2)) == 1):
         dashes, name, value = match.groups()
         if value is None:
             return arg, ("value" if _value_flag(name) else None)
         if value and _value_flag(name):
-            return f"{dashes}{name}={REDACTED}", None
+            return f"{dashes}{name}={_redact_span(value)}", None
         return f"{dashes}{name}={redact_value(value)}", None
     return redact_value(arg), None
 
@@ -331,13 +374,20 @@ def bound_argv(
 ) -> tuple[list[str], bool]:
     """`argv` cut to bounded size (run it on a redacted argv): each element to
     `max_arg_chars` with a marker saying how much was cut, and elements past
-    `max_argv_chars` in total dropped. Returns the argv and whether it was cut."""
+    `max_argv_chars` in total dropped. Returns the argv and whether it was cut.
+
+    A cut element keeps its head and its tail (half of `max_arg_chars` each)
+    around the marker ``...[N chars cut]...``: padding put before a payload
+    cannot push the payload out of the record."""
     kept: list[str] = []
     total = 0
     cut = False
+    head = max_arg_chars - max_arg_chars // 2
+    tail = max_arg_chars // 2
     for arg in argv:
         if len(arg) > max_arg_chars:
-            arg = f"{arg[:max_arg_chars]}...[{len(arg) - max_arg_chars} chars cut]"
+            removed = len(arg) - max_arg_chars
+            arg = f"{arg[:head]}...[{removed} chars cut]...{arg[len(arg) - tail :] if tail else ''}"
             cut = True
         if total + len(arg) > max_argv_chars:
             return kept, True

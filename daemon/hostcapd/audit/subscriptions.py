@@ -5,10 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from hostcapd.audit.writer import AuditLog
+from typing import Any
 
 
 class AuditSubscriptionLagged(Exception):
@@ -23,8 +20,9 @@ class AuditSubscription:
 
     _END: Any = object()
 
-    def __init__(self, log: AuditLog, max_queue: int) -> None:
-        self._log = log
+    def __init__(self, subscribers: set[AuditSubscription], max_queue: int) -> None:
+        #: The log's subscribers (AuditLog._subscribers), which `close` leaves.
+        self._subscribers = subscribers
         self._queue: asyncio.Queue[Any] = asyncio.Queue(max_queue)
         self._lagged = False
         self._ended = False
@@ -58,5 +56,5 @@ class AuditSubscription:
 
     def close(self) -> None:
         """Stop receiving records."""
-        self._log._subscribers.discard(self)
+        self._subscribers.discard(self)
         self._end()

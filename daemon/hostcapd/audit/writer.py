@@ -37,6 +37,7 @@ from typing import Any
 from hostcap_proto.audit import (
     GENESIS_HASH,
     SCHEMA,
+    argv_sha256,
     sealed_line,
     validate_event_fields,
 )
@@ -56,7 +57,7 @@ from hostcapd.audit.files import (
 from hostcapd.audit.fsync import GroupCommit, sync_files
 from hostcapd.audit.journal import JOURNAL_SOCKET, JournalMirror
 from hostcapd.audit.ledger import file_ledger, orphan_exit, resolve_summaries, summary
-from hostcapd.audit.redact import bound_argv, redact_argv
+from hostcapd.audit.redact import MAX_ARGV_CHARS, bound_argv, redact_argv
 from hostcapd.audit.retention import Retention
 from hostcapd.audit.subscriptions import AuditSubscription
 from hostcapd.config import AuditSettings
@@ -91,6 +92,52 @@ def _event_id() -> str:
 #: (a tenant's health says NOT_SERVING): a record or two may still fit,
 #: a spawn's exec record and its exit may not.
 MIN_FREE_BYTES = 64 * 1024
+
+
+#: An element longer than this is never exec'd (the daemon refuses it, see
+#: hostcapd.process.request): a refusal's record names its size, not its text,
+#: and redaction never runs over it.
+MAX_REDACTED_ARG_CHARS = 128 * 1024
+
+
+def _considered(argv: list[str]) -> list[str]:
+    """The elements of `argv` that may end up in the record: those within
+    twice the record's bound (redaction may lengthen a few), an element too
+    long to be exec'd replaced by its size. `argv` itself when that is all
+    of it (a refused call's argv may be far larger than any exec's)."""
+    lengths = [len(arg) for arg in argv]
+    if sum(lengths) <= 2 * MAX_ARGV_CHARS and max(lengths, default=0) <= MAX_REDACTED_ARG_CHARS:
+        return argv
+    kept: list[str] = []
+    total = 0
+    for arg in argv:
+        if len(arg) > MAX_REDACTED_ARG_CHARS:
+            arg = f"...[{len(arg)} chars not recorded]..."
+        total += len(arg)
+        if total > 2 * MAX_ARGV_CHARS:
+            break
+        kept.append(arg)
+    return kept
+
+
+def _seal_argv(body: dict[str, Any]) -> None:
+    """The argv of a record as stored, and what the writer alone says of it:
+    the digest of the argv as given (before anything is redacted or cut),
+    whether anything was redacted, whether it was cut (then argc). Whatever
+    a caller passed for these is replaced."""
+    for name in ("argv_truncated", "argc", "argv_redacted", "argv_sha256"):
+        body.pop(name, None)
+    given: list[str] = body["argv"]
+    considered = _considered(given)
+    # Redaction first, on whole values; only then may anything be cut.
+    redacted = redact_argv(considered)
+    argv, cut = bound_argv(redacted)
+    body["argv"] = argv
+    body["argv_sha256"] = argv_sha256(given)
+    body["argv_redacted"] = redacted != considered
+    body["argv_truncated"] = cut or considered is not given
+    if cut:
+        body["argc"] = len(given)
 
 
 class AuditLog(DeferredQueue, GroupCommit):
@@ -301,14 +348,7 @@ class AuditLog(DeferredQueue, GroupCommit):
                 self._flush_deferred()
         body = validate_event_fields(event, fields)
         if "argv" in body:
-            # Redaction first, on whole values; only then may anything be cut.
-            body.pop("argv_truncated", None)
-            body.pop("argc", None)
-            argv, cut = bound_argv(redact_argv(body["argv"]))
-            if cut:
-                body["argv_truncated"] = True
-                body["argc"] = len(body["argv"])
-            body["argv"] = argv
+            _seal_argv(body)
         self._write_header_if_pending()
         record, line = self._line(event, body)
         if self._file_has_records and self._size + len(line) > self._settings.max_bytes:
@@ -453,7 +493,7 @@ class AuditLog(DeferredQueue, GroupCommit):
     def subscribe(self, max_queue: int = 1024) -> AuditSubscription:
         """Records written from now on, as an async iterator (for ``audit tail -f``).
         Each record's stored line is ``hostcap_proto.audit.encode_line(record)``."""
-        subscription = AuditSubscription(self, max_queue)
+        subscription = AuditSubscription(self._subscribers, max_queue)
         if self._closed:
             subscription._end()
         else:

@@ -68,23 +68,25 @@ def socketpair() -> tuple[socket.socket, socket.socket]:
 
 
 _ENCODER = msgspec.msgpack.Encoder()
+#: A payload: its bytes, or its pieces in order (gathered, never joined).
+Payload = bytes | bytearray | memoryview | list[bytes | bytearray | memoryview]
 
 
-def encode(
-    message: msgspec.Struct, payload: bytes | memoryview = b""
-) -> tuple[list[Any], list[int]]:
+def encode(message: msgspec.Struct, payload: Payload = b"") -> tuple[list[Any], list[int]]:
     """The datagram's buffers and fds (a memfd the caller closes once sent):
     a message above INLINE_PAYLOAD travels whole, header and payload, in a
-    memfd, and the datagram is its prefix alone."""
+    memfd, and the datagram is its prefix alone. A payload in pieces is
+    gathered by sendmsg or written piece by piece: never joined."""
     header = _ENCODER.encode(message)
-    size = len(header) + len(payload)
+    pieces = payload if isinstance(payload, list) else [payload]
+    size = len(header) + sum(len(p) for p in pieces)
     if size <= INLINE_PAYLOAD:
-        return [_PREFIX.pack(len(header), 0), header, payload], []
+        return [_PREFIX.pack(len(header), 0), header, *pieces], []
     if size > MAX_PAYLOAD:
         raise ChannelError(f"a {type(message).__name__} of {size} bytes is too large")
     fd = os.memfd_create("hostcap-message", os.MFD_CLOEXEC)
     try:
-        for part in (header, payload):
+        for part in (header, *pieces):
             view = memoryview(part)
             while view:
                 view = view[os.write(fd, view) :]
@@ -106,25 +108,36 @@ def decode(
         if memfd_size:
             if len(fds) != 1 or len(data) != _PREFIX.size or memfd_size > MAX_PAYLOAD:
                 raise ChannelError("a memfd message without exactly its one fd")
-            whole = os.pread(fds[0], memfd_size, 0)
-            if len(whole) != memfd_size:
+            # The header (refused before the payload is read), then the
+            # payload into its own bytes: read once, not read whole and
+            # then sliced into a copy.
+            if header_len > memfd_size:
+                raise ChannelError("a header longer than its message")
+            header = os.pread(fds[0], header_len, 0)
+            if len(header) != header_len:
                 raise ChannelError("a memfd message shorter than its prefix says")
-            data, start = memoryview(whole), 0
-        elif fds:
+            message = _header(header, decoder)
+            payload = os.pread(fds[0], memfd_size - header_len, header_len)
+            if len(payload) != memfd_size - header_len:
+                raise ChannelError("a memfd message shorter than its prefix says")
+            return message, payload
+        if fds:
             raise ChannelError("a datagram carried an fd it has no use for")
-        else:
-            start = _PREFIX.size
+        start = _PREFIX.size
         end = start + header_len
         if end > len(data):
             raise ChannelError("a header longer than its message")
-        try:
-            message = decoder.decode(data[start:end])
-        except (msgspec.ValidationError, msgspec.DecodeError) as error:
-            raise ChannelError(f"not a valid message: {error}") from None
-        return message, bytes(data[end:])
+        return _header(data[start:end], decoder), bytes(data[end:])
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _header(data: bytes | memoryview, decoder: msgspec.msgpack.Decoder[Any]) -> Any:
+    try:
+        return decoder.decode(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        raise ChannelError(f"not a valid message: {error}") from None
 
 
 class Link:
@@ -156,7 +169,7 @@ class Link:
 
     # --- sending ------------------------------------------------------------
 
-    def send(self, message: msgspec.Struct, payload: bytes | memoryview = b"") -> None:
+    def send(self, message: msgspec.Struct, payload: Payload = b"") -> None:
         """Send now, or queue until the socket drains; never blocks. Raises
         ChannelError for a message that cannot be framed."""
         if self.closed:

@@ -18,13 +18,14 @@ the admin operations (`AdminCall`): the root side reads each channel with
 its kind's decoder, so neither kind can send the other's calls.
 
 The payload beside a message (`hostcapd.bridge.channel`) is a request's
-bytes field (stdin, a file's content) one way, and a reply's serialized
-message the other way.
-
-`request.proto(payload)` builds the request message the root side's
-servicers take, from validated values (the root side never parses the
-protobuf wire format); `Request.from_proto(message)` is the
-front-end's converse.
+bytes field (stdin, a file's content); nothing else carries one. The
+daemon's answers are typed too: a `Reply` carries the unary call's answer
+struct, an `Event` one streamed struct, an `Abort` a refusal's status code,
+reason and message. The structs mirror the wire messages field for field
+(by name, enums by their value names) and name their message (`proto`,
+"hostcap.v1.RunResult"); only the front-end converts them to and from
+protobuf (`hostcapd.frontend.convert`). This module imports neither
+protobuf nor grpc: the daemon's root side never loads them.
 
 msgspec with MessagePack, not pydantic with JSON: a front-end's idle RSS is
 the cost of a tenant, and the models cost a front-end 1.7 MiB this way
@@ -36,15 +37,13 @@ the root side and is refused there (JSON would carry null, "unset").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import msgspec
-from google.protobuf import message as protobuf_message
-from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
+from hostcap_proto.limits import BYTES, LIMIT_NAMES, SECONDS, UNITS
 
 #: A uint64: msgspec's bounds are int64, so only the lower one is checked
-#: here (its MessagePack decoder takes up to 2^64 - 1; protobuf checks the
-#: upper one when the root side builds the request).
+#: here (its MessagePack decoder takes up to 2^64 - 1).
 U64 = Annotated[int, msgspec.Meta(ge=0)]
 U32 = Annotated[int, msgspec.Meta(ge=0, le=(1 << 32) - 1)]
 I32 = Annotated[int, msgspec.Meta(ge=-(1 << 31), le=(1 << 31) - 1)]
@@ -75,71 +74,40 @@ class Request(
 ):
     """A request, tagged by its method ("Service.Method")."""
 
-    #: The request message's class, and the field the payload fills.
-    proto_class: ClassVar[type[protobuf_message.Message]]
+    #: The wire message's full name, and the field the payload fills.
+    proto: ClassVar[str]
     payload_field: ClassVar[str | None] = None
+    #: A server-streaming method (its answers are `Event`s, then `End`).
+    streaming: ClassVar[bool] = False
 
     @property
     def method(self) -> str:
         return str(self.__struct_config__.tag)
 
-    def proto(self, payload: bytes) -> protobuf_message.Message:
-        """The request message, built from these validated values; ValueError
-        (or TypeError) for a value protobuf refuses."""
-        fields = _present(msgspec.to_builtins(self))
-        fields.pop("method", None)
-        if fields.pop("payload", False) and self.payload_field is not None:
-            fields[self.payload_field] = payload
-        return self.proto_class(**fields)
 
-    @classmethod
-    def from_proto(cls, message: protobuf_message.Message) -> tuple[Request, bytes]:
-        """The struct of a parsed request message and its payload; raises
-        msgspec.ValidationError for a value the struct refuses."""
-        values: dict[str, Any] = {}
-        payload = b""
-        for field in message.DESCRIPTOR.fields:
-            name = field.name
-            if field.has_presence and not message.HasField(name):
-                continue
-            value = getattr(message, name)
-            if name == cls.payload_field:
-                payload, values["payload"] = value, True
-            elif field.message_type is not None and field.message_type.GetOptions().map_entry:
-                values[name] = dict(value)
-            elif field.message_type is not None and not field.is_repeated:
-                values[name] = {
-                    f.name: getattr(value, f.name)
-                    for f in field.message_type.fields
-                    if not f.has_presence or value.HasField(f.name)
-                }
-            elif field.is_repeated:
-                values[name] = list(value)
-            else:
-                values[name] = value
-        return msgspec.convert(values, cls), payload
+def _limit_type(name: str) -> Any:
+    # The wire's widths: seconds are doubles, bytes uint64, counts uint32.
+    unit = UNITS[name]
+    return float | None if unit == SECONDS else (U64 | None if unit == BYTES else U32 | None)
 
 
-def _present(value: Any) -> Any:
-    """`value` without None entries (unset optional fields), recursively."""
-    if isinstance(value, dict):
-        return {k: _present(v) for k, v in value.items() if v is not None}
-    return value
+if TYPE_CHECKING:
+    Limits = Value
+else:
+    #: A spawn's limits: the fields of the one limits model
+    #: (`hostcap_proto.limits`), each None when unset.
+    Limits = msgspec.defstruct(
+        "Limits",
+        [(name, _limit_type(name), None) for name in LIMIT_NAMES],
+        bases=(Value,),
+        module=__name__,
+        frozen=True,
+    )
 
 
-class Limits(Value, frozen=True):
-    cpu_seconds: float | None = None
-    memory_bytes: U64 | None = None
-    wall_seconds: float | None = None
-    pids: U32 | None = None
-    output_bytes: U64 | None = None
-    file_size_bytes: U64 | None = None
-    open_files: U32 | None = None
-    total_output_bytes: U64 | None = None
-
-
-class SpawnRequest(Request, frozen=True, tag="ProcessService.Spawn"):
-    proto_class = process_pb2.SpawnRequest
+class SpawnCall(Request, frozen=True, tag="ProcessService.Spawn"):
+    proto = "hostcap.v1.SpawnRequest"
+    streaming = True
     payload_field = "stdin"
     argv: list[str] = []
     cwd: str = ""
@@ -152,12 +120,14 @@ class SpawnRequest(Request, frozen=True, tag="ProcessService.Spawn"):
     labels: dict[str, str] = {}
 
 
-class RunRequest(SpawnRequest, frozen=True, tag="ProcessService.Run"):
+class RunCall(SpawnCall, frozen=True, tag="ProcessService.Run"):
     """The same request, for ProcessService.Run."""
 
+    streaming = False
 
-class SignalRequest(Request, frozen=True, tag="ProcessService.Signal"):
-    proto_class = process_pb2.SignalRequest
+
+class SignalCall(Request, frozen=True, tag="ProcessService.Signal"):
+    proto = "hostcap.v1.SignalRequest"
     spawn_id: str | None = None
     pid: I32 | None = None
     signal: I32 = 0
@@ -167,23 +137,23 @@ class SignalRequest(Request, frozen=True, tag="ProcessService.Signal"):
             raise ValueError("a signal has one target: spawn_id or pid")
 
 
-class ListRequest(Request, frozen=True, tag="ProcessService.List"):
-    proto_class = process_pb2.ListRequest
+class ListCall(Request, frozen=True, tag="ProcessService.List"):
+    proto = "hostcap.v1.ListRequest"
 
 
-class CapabilitiesRequest(Request, frozen=True, tag="HostService.Capabilities"):
-    proto_class = host_pb2.CapabilitiesRequest
+class CapabilitiesCall(Request, frozen=True, tag="HostService.Capabilities"):
+    proto = "hostcap.v1.CapabilitiesRequest"
 
 
-class ReadFileRequest(Request, frozen=True, tag="FsService.ReadFile"):
-    proto_class = fs_pb2.ReadFileRequest
+class ReadFileCall(Request, frozen=True, tag="FsService.ReadFile"):
+    proto = "hostcap.v1.ReadFileRequest"
     path: str = ""
     offset: U64 = 0
     max_bytes: U64 | None = None
 
 
-class WriteFileRequest(Request, frozen=True, tag="FsService.WriteFile"):
-    proto_class = fs_pb2.WriteFileRequest
+class WriteFileCall(Request, frozen=True, tag="FsService.WriteFile"):
+    proto = "hostcap.v1.WriteFileRequest"
     payload_field = "data"
     path: str = ""
     #: data is the payload.
@@ -195,16 +165,16 @@ class WriteFileRequest(Request, frozen=True, tag="FsService.WriteFile"):
     request_id: str = ""
 
 
-class ListDirectoryRequest(Request, frozen=True, tag="FsService.ListDirectory"):
-    proto_class = fs_pb2.ListDirectoryRequest
+class ListDirectoryCall(Request, frozen=True, tag="FsService.ListDirectory"):
+    proto = "hostcap.v1.ListDirectoryRequest"
     path: str = ""
     max_entries: U32 | None = None
     depth: U32 | None = None
     include_hidden: bool = False
 
 
-class StatRequest(Request, frozen=True, tag="FsService.Stat"):
-    proto_class = fs_pb2.StatRequest
+class StatCall(Request, frozen=True, tag="FsService.Stat"):
+    proto = "hostcap.v1.StatRequest"
     path: str = ""
 
 
@@ -216,24 +186,26 @@ class Timestamp(Value, frozen=True):
     nanos: Annotated[int, msgspec.Meta(ge=0, le=999_999_999)] = 0
 
 
-class ListSpawnsRequest(Request, frozen=True, tag="AdminService.ListSpawns"):
-    proto_class = admin_pb2.ListSpawnsRequest
+class ListSpawnsCall(Request, frozen=True, tag="AdminService.ListSpawns"):
+    proto = "hostcap.v1.ListSpawnsRequest"
     tenant: str = ""
 
 
-class KillRequest(Request, frozen=True, tag="AdminService.Kill"):
-    proto_class = admin_pb2.KillRequest
+class KillCall(Request, frozen=True, tag="AdminService.Kill"):
+    proto = "hostcap.v1.KillRequest"
     spawn_id: str = ""
 
 
-class TailAuditRequest(Request, frozen=True, tag="AdminService.TailAudit"):
-    proto_class = admin_pb2.TailAuditRequest
+class TailAuditCall(Request, frozen=True, tag="AdminService.TailAudit"):
+    proto = "hostcap.v1.TailAuditRequest"
+    streaming = True
     lines: U32 = 0
     follow: bool = False
 
 
-class QueryAuditRequest(Request, frozen=True, tag="AdminService.QueryAudit"):
-    proto_class = admin_pb2.QueryAuditRequest
+class QueryAuditCall(Request, frozen=True, tag="AdminService.QueryAudit"):
+    proto = "hostcap.v1.QueryAuditRequest"
+    streaming = True
     tenant: str = ""
     since: Timestamp | None = None
     until: Timestamp | None = None
@@ -242,24 +214,22 @@ class QueryAuditRequest(Request, frozen=True, tag="AdminService.QueryAudit"):
     spawn_id: str = ""
 
 
-class ReloadRequest(Request, frozen=True, tag="AdminService.Reload"):
-    proto_class = admin_pb2.ReloadRequest
+class ReloadCall(Request, frozen=True, tag="AdminService.Reload"):
+    proto = "hostcap.v1.ReloadRequest"
 
 
 TenantRequest = (
-    SpawnRequest
-    | RunRequest
-    | SignalRequest
-    | ListRequest
-    | CapabilitiesRequest
-    | ReadFileRequest
-    | WriteFileRequest
-    | ListDirectoryRequest
-    | StatRequest
+    SpawnCall
+    | RunCall
+    | SignalCall
+    | ListCall
+    | CapabilitiesCall
+    | ReadFileCall
+    | WriteFileCall
+    | ListDirectoryCall
+    | StatCall
 )
-AdminRequest = (
-    ListSpawnsRequest | KillRequest | TailAuditRequest | QueryAuditRequest | ReloadRequest
-)
+AdminRequest = ListSpawnsCall | KillCall | TailAuditCall | QueryAuditCall | ReloadCall
 
 
 def _by_method(*classes: type[Request]) -> dict[str, type[Request]]:
@@ -270,32 +240,253 @@ def _by_method(*classes: type[Request]) -> dict[str, type[Request]]:
 #: only its kind's.
 REQUESTS: Mapping[str, Mapping[str, type[Request]]] = {
     "tenant": _by_method(
-        SpawnRequest,
-        RunRequest,
-        SignalRequest,
-        ListRequest,
-        CapabilitiesRequest,
-        ReadFileRequest,
-        WriteFileRequest,
-        ListDirectoryRequest,
-        StatRequest,
+        SpawnCall,
+        RunCall,
+        SignalCall,
+        ListCall,
+        CapabilitiesCall,
+        ReadFileCall,
+        WriteFileCall,
+        ListDirectoryCall,
+        StatCall,
     ),
-    "admin": _by_method(
-        ListSpawnsRequest, KillRequest, TailAuditRequest, QueryAuditRequest, ReloadRequest
-    ),
+    "admin": _by_method(ListSpawnsCall, KillCall, TailAuditCall, QueryAuditCall, ReloadCall),
 }
 
 
-# --- front-end -> root ---------------------------------------------------------
+# --- the daemon's answers: the wire's response messages, typed ----------------
 
 
 class Protection(Value, frozen=True):
-    """One protection of the front-end and whether it is in force."""
+    """One protection and whether it is in force (hostcap.v1.Protection)."""
 
     name: str
     applied: bool
     reason: str
     required: bool
+
+
+class Answer(
+    msgspec.Struct, frozen=True, forbid_unknown_fields=True, omit_defaults=True, tag_field="message"
+):
+    """A unary call's answer or a streamed message, tagged by the wire
+    message's full name (`proto`)."""
+
+    @property
+    def proto(self) -> str:
+        return str(self.__struct_config__.tag)
+
+
+class Executable(Value, frozen=True):
+    path: str = ""
+    device: U64 = 0
+    inode: U64 = 0
+    sha256: str = ""
+
+
+class Started(Value, frozen=True):
+    spawn_id: str = ""
+    pid: I32 = 0
+    executable: Executable | None = None
+    limits: Limits | None = None
+    protections: list[Protection] = []
+    cwd: str = ""
+    env_names: list[str] = []
+    dry_run: bool = False
+    attached: bool = False
+    request_id: str = ""
+
+
+class Output(Value, frozen=True):
+    #: "STDOUT" or "STDERR".
+    stream: str
+    data: bytes
+
+
+class Rusage(Value, frozen=True):
+    user_seconds: float = 0.0
+    system_seconds: float = 0.0
+    max_rss_bytes: U64 = 0
+    voluntary_context_switches: U64 = 0
+    involuntary_context_switches: U64 = 0
+    block_input_ops: U64 = 0
+    block_output_ops: U64 = 0
+
+
+class StreamStats(Value, frozen=True):
+    total_bytes: U64 = 0
+    kept_bytes: U64 = 0
+    dropped_bytes: U64 = 0
+
+
+class Exited(Value, frozen=True):
+    #: An Outcome's name ("EXITED", "TIMEOUT", ...).
+    outcome: str
+    exit_code: I32 | None = None
+    signal: I32 = 0
+    signal_name: str = ""
+    message: str = ""
+    failed_step: str = ""
+    errno: I32 = 0
+    rusage: Rusage | None = None
+    peak_memory_bytes: U64 | None = None
+    duration_seconds: float = 0.0
+    stdout: StreamStats | None = None
+    stderr: StreamStats | None = None
+    oom_kills: U32 = 0
+
+
+class SpawnEvent(Answer, frozen=True, tag="hostcap.v1.SpawnEvent"):
+    """One of the three (the front-end builds an output's wire bytes itself)."""
+
+    started: Started | None = None
+    output: Output | None = None
+    exited: Exited | None = None
+
+
+class RunResult(Answer, frozen=True, tag="hostcap.v1.RunResult"):
+    started: Started | None = None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    exited: Exited | None = None
+
+
+class SignalResponse(Answer, frozen=True, tag="hostcap.v1.SignalResponse"):
+    spawn_id: str = ""
+
+
+class SpawnInfo(Value, frozen=True):
+    spawn_id: str = ""
+    tenant: str = ""
+    pid: I32 = 0
+    argv: list[str] = []
+    age_seconds: float = 0.0
+    limits: Limits | None = None
+    labels: dict[str, str] = {}
+    request_id: str = ""
+
+
+class ListResponse(Answer, frozen=True, tag="hostcap.v1.ListResponse"):
+    spawns: list[SpawnInfo] = []
+
+
+class Root(Value, frozen=True):
+    path: str
+    #: "READ_ONLY" or "READ_WRITE".
+    tier: str
+    primary: bool = False
+
+
+class CapabilitiesResponse(Answer, frozen=True, tag="hostcap.v1.CapabilitiesResponse"):
+    tenant: str = ""
+    daemon_version: str = ""
+    run_as_uid: U32 = 0
+    run_as_gid: U32 = 0
+    roots: list[Root] = []
+    path: list[str] = []
+    allowed_executable_dirs: list[str] = []
+    default_limits: Limits | None = None
+    ceilings: Limits | None = None
+    protections: list[Protection] = []
+    landlock_abi: U32 = 0
+    cgroup_version: str = ""
+    cgroup_controllers: list[str] = []
+    memory_limit_mechanism: str = ""
+    max_concurrent_spawns: U32 = 0
+    env_allowlist: list[str] = []
+    max_read_bytes: U64 = 0
+    max_write_bytes: U64 = 0
+    fs_protections: list[Protection] = []
+    socket_families: list[str] = []
+    cpu_weight: U32 = 0
+    cpu_max_cores: float = 0.0
+    disk_budget_bytes: U64 = 0
+    disk_budget_mechanism: str = ""
+    frontend_protections: list[Protection] = []
+    frontend_uid: U32 = 0
+
+
+class ReadFileResponse(Answer, frozen=True, tag="hostcap.v1.ReadFileResponse"):
+    path: str = ""
+    data: bytes = b""
+    size: U64 = 0
+    offset: U64 = 0
+    truncated: bool = False
+    is_binary: bool = False
+    media_type: str = ""
+    sha256: str = ""
+    file_sha256: str = ""
+
+
+class WriteFileResponse(Answer, frozen=True, tag="hostcap.v1.WriteFileResponse"):
+    path: str = ""
+    size: U64 = 0
+    sha256: str = ""
+    previous_sha256: str = ""
+    created: bool = False
+
+
+class DirEntry(Value, frozen=True):
+    name: str
+    #: "REGULAR", "DIRECTORY", "SYMLINK" or "OTHER".
+    type: str
+    size: U64 = 0
+    mtime: float = 0.0
+    target: str = ""
+
+
+class ListDirectoryResponse(Answer, frozen=True, tag="hostcap.v1.ListDirectoryResponse"):
+    path: str = ""
+    entries: list[DirEntry] = []
+    truncated: bool = False
+
+
+class StatResponse(Answer, frozen=True, tag="hostcap.v1.StatResponse"):
+    path: str = ""
+    type: str = "FILE_TYPE_UNSPECIFIED"
+    size: U64 = 0
+    mode: U32 = 0
+    mtime: float = 0.0
+    writable: bool = False
+
+
+class ListSpawnsResponse(Answer, frozen=True, tag="hostcap.v1.ListSpawnsResponse"):
+    spawns: list[SpawnInfo] = []
+
+
+class KillResponse(Answer, frozen=True, tag="hostcap.v1.KillResponse"):
+    spawn_id: str = ""
+    tenant: str = ""
+    exited: Exited | None = None
+
+
+class AuditLine(Answer, frozen=True, tag="hostcap.v1.AuditLine"):
+    json: str = ""
+
+
+class ReloadResponse(Answer, frozen=True, tag="hostcap.v1.ReloadResponse"):
+    added: list[str] = []
+    removed: list[str] = []
+    changed: list[str] = []
+
+
+Replied = (
+    RunResult
+    | SignalResponse
+    | ListResponse
+    | CapabilitiesResponse
+    | ReadFileResponse
+    | WriteFileResponse
+    | ListDirectoryResponse
+    | StatResponse
+    | ListSpawnsResponse
+    | KillResponse
+    | ReloadResponse
+)
+Streamed = SpawnEvent | AuditLine
+
+
+# --- front-end -> root ---------------------------------------------------------
 
 
 class Ready(Message, frozen=True, tag="ready"):
@@ -373,15 +564,17 @@ class Hello(Message, frozen=True, tag="hello"):
 
 
 class Reply(Message, frozen=True, tag="reply"):
-    """A unary call's answer; the payload is the serialized response."""
+    """A unary call's answer."""
 
     call: CallId
+    answer: Replied
 
 
 class Event(Message, frozen=True, tag="event"):
-    """One streamed message of a call; the payload is its serialized bytes."""
+    """One streamed message of a call."""
 
     call: CallId
+    item: Streamed
 
 
 class End(Message, frozen=True, tag="end"):
@@ -391,12 +584,15 @@ class End(Message, frozen=True, tag="end"):
 
 
 class Abort(Message, frozen=True, tag="abort"):
-    """A call ends with this status; the payload is its
-    grpc-status-details-bin (the typed ErrorInfo), possibly empty."""
+    """A call ends with this status: a gRPC status code, the hostcap reason
+    (a `hostcap.v1.ErrorReason` name; empty for a bare status such as
+    INTERNAL or UNAVAILABLE, which the front-end sends without an ErrorInfo)
+    and the message."""
 
     call: CallId
     code: int
-    details: str
+    message: str
+    reason: str = ""
 
 
 class Drain(Message, frozen=True, tag="drain"):

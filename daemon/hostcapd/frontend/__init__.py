@@ -1,3 +1,6 @@
-"""The front-end: asyncio + grpc.aio servicers, one gRPC server per tenant
-socket, each servicer bound at construction to its tenant. Only this
-package translates between wire messages and the daemon's plain values."""
+"""The front-end: the unprivileged process that serves one socket (a tenant's,
+or the admin one). It parses every byte its clients send (HTTP/2 and
+protobuf), confines itself (`confine`), and relays each call to the daemon
+over the channel (`hostcapd.bridge`) as a typed message. Run as
+`python -I -m hostcapd.frontend FD` by the daemon
+(`hostcapd.bridge.frontends.FrontendProcess`)."""

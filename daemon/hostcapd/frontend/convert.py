@@ -1,122 +1,139 @@
-"""Wire messages <-> the daemon's plain values."""
+"""The one conversion between the wire (protobuf) and the channel's typed
+messages, in the front-end only.
+
+    request, payload = request_of(messages.SpawnCall, parsed)   # a call in
+    reply = to_proto(answer)                                    # an answer out
+    await abort(context, message)                               # a refusal out
+
+The channel's structs mirror the wire messages field for field, so both
+directions are generic: a request's fields are read by the message's
+descriptor and validated by the struct; an answer's values build the
+message named by its `proto`. A spawn's output is the hot path: its event is
+written as wire bytes directly (`output_event`).
+"""
 
 from __future__ import annotations
 
-from hostcap_proto.v1 import common_pb2, process_pb2
+from typing import Any
 
-from hostcapd.config import LIMIT_NAMES, Limits
-from hostcapd.process.report import Report, signal_name
-from hostcapd.process.request import Prepared, SpawnRequest
-from hostcapd.process.spawn import Spawn
-from hostcapd.sandbox.profile import ProtectionStatus
+import grpc
+import msgspec
+from google.protobuf import descriptor_pool
+from google.protobuf import message as protobuf_message
+from google.protobuf.message_factory import GetMessageClass
+from hostcap_proto.errors import WireError
 
+# The wire's messages must be in the default pool before they are looked up.
+from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2  # noqa: F401
 
-def limits_from_wire(message: common_pb2.Limits) -> dict[str, float | int]:
-    return {name: getattr(message, name) for name in LIMIT_NAMES if message.HasField(name)}
+from hostcapd.bridge import messages
 
-
-def limits_to_wire(limits: Limits) -> common_pb2.Limits:
-    message = common_pb2.Limits()
-    for name, value in limits:
-        if value is not None:
-            setattr(message, name, value)
-    return message
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+_STREAMS = {"STDOUT": 1, "STDERR": 2}
+_CLASSES: dict[str, type[protobuf_message.Message]] = {}
 
 
-def request_from_wire(message: process_pb2.SpawnRequest) -> SpawnRequest:
-    return SpawnRequest(
-        argv=tuple(message.argv),
-        cwd=message.cwd,
-        env=dict(message.env),
-        stdin=message.stdin if message.HasField("stdin") else None,
-        limits=limits_from_wire(message.limits),
-        request_id=message.request_id,
-        dry_run=message.dry_run,
-        labels=dict(message.labels),
-    )
+def message_class(full_name: str) -> type[protobuf_message.Message]:
+    """The generated class of a wire message, by its full name."""
+    found = _CLASSES.get(full_name)
+    if found is None:
+        descriptor = descriptor_pool.Default().FindMessageTypeByName(full_name)
+        found = _CLASSES[full_name] = GetMessageClass(descriptor)
+    return found
 
 
-def protections_to_wire(statuses: tuple[ProtectionStatus, ...]) -> list[common_pb2.Protection]:
-    return [
-        common_pb2.Protection(name=s.name, applied=s.applied, reason=s.reason, required=s.required)
-        for s in statuses
-    ]
+def request_of(
+    model: type[messages.Request], message: protobuf_message.Message
+) -> tuple[messages.Request, bytes]:
+    """The struct of a parsed request message and its payload; raises
+    msgspec.ValidationError (or ValueError) for a value the struct refuses."""
+    values: dict[str, Any] = {}
+    payload = b""
+    for field in message.DESCRIPTOR.fields:
+        name = field.name
+        if field.has_presence and not message.HasField(name):
+            continue
+        value = getattr(message, name)
+        if name == model.payload_field:
+            payload, values["payload"] = value, True
+        elif field.message_type is not None and field.message_type.GetOptions().map_entry:
+            values[name] = dict(value)
+        elif field.message_type is not None and not field.is_repeated:
+            values[name] = {
+                f.name: getattr(value, f.name)
+                for f in field.message_type.fields
+                if not f.has_presence or value.HasField(f.name)
+            }
+        elif field.is_repeated:
+            values[name] = list(value)
+        else:
+            values[name] = value
+    return msgspec.convert(values, model), payload
 
 
-def started_to_wire(
-    request: SpawnRequest,
-    p: Prepared,
-    spawn_id: str = "",
-    pid: int = 0,
-    dry_run: bool = False,
-    attached: bool = False,
-) -> process_pb2.Started:
-    return process_pb2.Started(
-        spawn_id=spawn_id,
-        pid=pid,
-        executable=process_pb2.Executable(
-            path=p.exe.path, device=p.exe.device, inode=p.exe.inode, sha256=p.exe.sha256
-        ),
-        limits=limits_to_wire(p.limits),
-        protections=protections_to_wire(p.protections),
-        cwd=p.cwd.path,
-        env_names=sorted(p.env),
-        dry_run=dry_run,
-        attached=attached,
-        request_id=request.request_id,
-    )
+def _present(value: Any) -> Any:
+    """`value` without None entries (unset optional fields), recursively."""
+    if isinstance(value, dict):
+        return {k: _present(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_present(v) for v in value]
+    return value
 
 
-def started_of(spawn: Spawn, attached: bool = False) -> process_pb2.Started:
-    return started_to_wire(spawn.request, spawn.prepared, spawn.id, spawn.pid, attached=attached)
+def to_proto(answer: messages.Answer) -> protobuf_message.Message:
+    """The wire message of a typed answer (ValueError or TypeError for a
+    value protobuf refuses: a daemon bug, answered INTERNAL)."""
+    fields = _present(msgspec.to_builtins(answer, builtin_types=(bytes,)))
+    fields.pop("message", None)
+    return message_class(answer.proto)(**fields)
 
 
-def exited_to_wire(spawn: Spawn, report: Report) -> process_pb2.Exited:
-    r = report.rusage
-    exited = process_pb2.Exited(
-        outcome=report.outcome.value,
-        signal=report.signal,
-        signal_name=signal_name(report.signal) if report.signal else "",
-        message=report.message,
-        failed_step=report.failed_step,
-        errno=report.errno,
-        rusage=common_pb2.Rusage(
-            user_seconds=r[0],
-            system_seconds=r[1],
-            max_rss_bytes=r[2] * 1024,
-            voluntary_context_switches=r[3],
-            involuntary_context_switches=r[4],
-            block_input_ops=r[5],
-            block_output_ops=r[6],
-        ),
-        duration_seconds=report.duration,
-        stdout=process_pb2.StreamStats(
-            total_bytes=spawn.stdout.total,
-            kept_bytes=spawn.stdout.kept,
-            dropped_bytes=spawn.stdout.dropped,
-        ),
-        stderr=process_pb2.StreamStats(
-            total_bytes=spawn.stderr.total,
-            kept_bytes=spawn.stderr.kept,
-            dropped_bytes=spawn.stderr.dropped,
-        ),
-        oom_kills=report.oom_kills,
-    )
-    if report.peak_memory_bytes is not None:
-        exited.peak_memory_bytes = report.peak_memory_bytes
-    if report.exit_code is not None:  # absent when a signal ended it
-        exited.exit_code = report.exit_code
-    return exited
+def request_proto(request: messages.Request, payload: bytes) -> protobuf_message.Message:
+    """The wire message a request struct stands for (tests compare it with
+    what the client sent)."""
+    fields = _present(msgspec.to_builtins(request, builtin_types=(bytes,)))
+    fields.pop("method", None)
+    if fields.pop("payload", False) and request.payload_field is not None:
+        fields[request.payload_field] = payload
+    return message_class(request.proto)(**fields)
 
 
-def spawn_info(spawn: Spawn) -> process_pb2.SpawnInfo:
-    return process_pb2.SpawnInfo(
-        spawn_id=spawn.id,
-        tenant=spawn.deps.tenant.name,
-        pid=spawn.pid,
-        argv=list(spawn.prepared.argv),
-        age_seconds=spawn.age(),
-        limits=limits_to_wire(spawn.prepared.limits),
-        labels=dict(spawn.request.labels),
-        request_id=spawn.request.request_id,
-    )
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def output_event(stream: int, data: bytes | memoryview) -> bytes:
+    """The wire bytes of `SpawnEvent{output: Output{stream, data}}`, as
+    SerializeToString would give them, built with one concatenation: no
+    message is built and serialized per chunk (a stream's hot path).
+    `stream` is STDOUT or STDERR and `data` is not empty (proto3 would omit
+    either field otherwise)."""
+    inner = b"\x08" + _varint(stream) + b"\x12" + _varint(len(data))
+    return b"".join((b"\x12", _varint(len(inner) + len(data)), inner, data))
+
+
+def streamed(item: messages.Streamed) -> bytes | protobuf_message.Message:
+    """A streamed answer as gRPC sends it (an output event as its bytes)."""
+    if isinstance(item, messages.SpawnEvent) and item.output is not None:
+        return output_event(_STREAMS[item.output.stream], item.output.data)
+    return to_proto(item)
+
+
+def serialize(message: protobuf_message.Message | bytes) -> bytes:
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+async def abort(context: Any, message: messages.Abort) -> None:
+    """End the call with the Abort's status: a hostcap reason travels as a
+    google.rpc.Status with its ErrorInfo; a bare code as itself."""
+    if message.reason:
+        await context.abort_with_status(WireError(message.reason, message.message).to_status())
+    code = _CODES.get(message.code, grpc.StatusCode.UNKNOWN)
+    if code is grpc.StatusCode.UNAVAILABLE and not message.message:
+        await context.abort(code, "the daemon went away")
+    await context.abort(code, message.message)

@@ -1,17 +1,11 @@
-"""The gRPC server settings every tenant server uses, in-process or in a
-front-end process (a light module: a front-end imports it before anything
-else of the daemon)."""
+"""The gRPC server settings of a front-end (a light module: a front-end
+imports it before anything else of the daemon)."""
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
 from grpc_health.v1 import health, health_pb2
-
-#: gRPC message ceiling: a spawn request with stdin, or a file write, fits.
-MAX_MESSAGE_BYTES = 80 * 1024 * 1024
-#: gRPC's own ceiling for one message.
-GRPC_MESSAGE_CEILING = 2**31 - 1
 
 #: A peer that is alive but silent (frozen, or a path that stopped delivering)
 #: is detected by HTTP/2 pings, and its calls (and their trees) are cancelled.

@@ -1,4 +1,4 @@
-"""The front-end's handle on a tenant's fs worker process.
+"""The daemon's handle on a tenant's fs worker process.
 
     worker = FsWorker(settings)
     await worker.start()                       # FsWorkerUnavailable if it refuses to serve
@@ -11,7 +11,7 @@ single-threaded and a write is a prepare / audit / commit exchange that must
 not interleave with anything. A session is the unit that holds the lock.
 
 The worker is a fresh interpreter started with subprocess (vfork + exec,
-no preexec_fn): the front-end has gRPC's threads and must never fork. If
+no preexec_fn): the daemon has gRPC's threads and must never fork. If
 the worker dies or stops answering within `op_timeout_s`, it is killed, the
 request in flight fails with `FsWorkerUnavailable`, and the next session
 starts a new one. Start it from the event loop's thread: the worker's
@@ -26,11 +26,11 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hostcap_proto.errors import REASONS
+from hostcap_proto.reasons import REASONS
 
 from hostcapd.applied import Applied, Unavailable
 from hostcapd.errors import INTERNAL, UNAVAILABLE, Refusal
@@ -77,6 +77,9 @@ class FsWorker:
         self.protections: tuple[Applied, ...] = ()
         #: How many times a worker was started (1 after start()).
         self.starts = 0
+        #: Makes a started worker its tenant's cost (cgroups, oom_score_adj);
+        #: raises OSError.
+        self.place: Callable[[int], None] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -112,6 +115,14 @@ class FsWorker:
             hello = {**self.settings.to_hello(), "handover": handover.to_hello()}
             handover.close()  # the worker has its own copies now
         self._proc = proc
+        if self.place is not None:
+            try:
+                self.place(proc.pid)
+            except OSError as error:
+                await self._discard()
+                raise FsWorkerUnavailable(
+                    f"the fs worker cannot be placed in its tenant's cgroups: {error.strerror}"
+                ) from None
         self.starts += 1
         self._link = FrameLink(front)
         try:

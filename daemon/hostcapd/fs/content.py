@@ -4,7 +4,7 @@
     sniff(b"print('hi')\\n", "main.py", cut_start=False, cut_end=False)
     # -> Sniffed(is_binary=False, media_type="text/x-python")
 
-`read_range` runs in the front-end on a file the fs worker opened and
+`read_range` runs in the daemon on a file the fs worker opened and
 checked as the tenant (it resolves nothing: the fd is the authority).
 
 Text means: no NUL byte and valid UTF-8, allowing one character split at

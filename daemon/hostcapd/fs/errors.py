@@ -1,7 +1,7 @@
 """The refusal for a kernel error met by a file operation.
 
 The worker raises `hostcapd.errors.Refusal`, as every mechanism does; the
-front-end puts its reason on the wire unchanged. Messages are secret-free and
+daemon puts its reason on the wire unchanged. Messages are secret-free and
 never name a path outside the tenant's roots (nor a symlink's target).
 """
 

@@ -58,6 +58,22 @@ EXAMPLES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         (".git/config", "vendor/lib/.git/config", ".Git/CONFIG"),
         (".git/config.bak", "git/config", ".git/configs/x"),
     ),
+    "**/.gitconfig": ((".gitconfig", "home/u/.GitConfig"), (".gitconfig.bak", "gitconfig")),
+    "**/.gitattributes": (
+        (".gitattributes", "sub/.gitattributes"),
+        ("gitattributes", ".gitattributes~"),
+    ),
+    "**/.gitmodules": ((".gitmodules", "vendor/.gitmodules"), ("gitmodules", ".gitmodules.txt")),
+    "**/.config/git/**": (
+        (".config/git/config", "u/.config/git/attributes"),
+        (".config/gitx/config",),
+    ),
+    "**/.git/info/attributes": (
+        (".git/info/attributes",),
+        (".git/info/exclude", "info/attributes"),
+    ),
+    "**/.git/config.worktree": ((".git/config.worktree",), (".git/config.worktreex",)),
+    "**/.git/modules/**": ((".git/modules/lib/config", "a/.git/modules/x"), (".git/modulesx",)),
     ".git/hooks/**": (
         (".git/hooks", ".git/hooks/pre-commit", ".GIT/Hooks/post-merge"),
         (".git/hooksx", ".github/hooks/x", "sub/.git/hooks/pre-commit", ".git/HEAD"),

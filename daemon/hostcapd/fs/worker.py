@@ -2,9 +2,9 @@
 
     python -I -m hostcapd.fs.worker FD
 
-started by the front-end (`hostcapd.fs.client.FsWorker`) as a fresh
+started by the daemon (`hostcapd.fs.client.FsWorker`) as a fresh
 interpreter (never a fork of the gRPC process), with one end of a
-socketpair as FD. The front-end has already opened, as root, what the
+socketpair as FD. The daemon has already opened, as root, what the
 worker inherits (`Handover`): a directory fd per root and the landlock
 ruleset, as the spawner prepares a child. The worker reads the `hello`
 frame (its `WorkerSettings` and those fd numbers), then confines itself,
@@ -140,7 +140,7 @@ def _drop_identity(settings: WorkerSettings) -> Applied:
 
 @dataclass
 class Handover:
-    """What the front-end opens for the worker, as root, before it starts:
+    """What the daemon opens for the worker, as root, before it starts:
     the roots' directory fds and the landlock ruleset (the way the spawner
     prepares a child). The roots then need no path the tenant could
     traverse above them; everything beneath is looked up as the tenant."""
@@ -175,7 +175,7 @@ class Handover:
 
 
 def prepare_handover(settings: WorkerSettings) -> Handover:
-    """Open the roots and build the landlock ruleset (in the front-end).
+    """Open the roots and build the landlock ruleset (in the daemon).
     Raises Unavailable naming a root that cannot be opened, or a required
     landlock the host cannot provide."""
     root_fds: list[int] = []
@@ -251,7 +251,7 @@ def confine(settings: WorkerSettings, handover: Handover) -> tuple[list[Applied]
     applied = [_drop_identity(settings)]
     prctl.set_pdeathsig(signal.SIGKILL)
     if os.getppid() != settings.parent_pid:
-        raise Unavailable("the front-end went away during start-up")
+        raise Unavailable("the daemon went away during start-up")
     # No core dumps and no ptrace by other processes of the same uid: the
     # tenant's own spawns run as the worker's uid and must not attach to it.
     prctl.set_dumpable(False)
@@ -286,7 +286,7 @@ def handle(operations: FsOperations, header: dict[str, Any], data: bytearray) ->
     `ok: false` replies."""
     op = header.get("op")
     if operations.pending is not None and op not in ("write_commit", "write_abort"):
-        operations.abort_write()  # a front-end that moved on: drop, never keep, the write
+        operations.abort_write()  # a daemon that moved on: drop, never keep, the write
     try:
         if op == "open_read":
             reply, fd = operations.open_for_read(str(header["path"]))
@@ -358,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: python -m hostcapd.fs.worker FD (started by hostcapd)", file=sys.stderr)
         return 2
     sock = socket.socket(fileno=int(args[0]))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the front-end decides when it stops
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when it stops
     try:
         hello, _ = read_frame(sock, max_data=0)
         settings = WorkerSettings.from_hello(hello)

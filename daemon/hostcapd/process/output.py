@@ -93,6 +93,15 @@ class StreamBuffer:
             return marker(self.dropped) + tail
         return tail
 
+    def parts(self) -> list[bytes | bytearray]:
+        """The kept bytes as pieces (head, marker, tail), for a writer that
+        gathers them: nothing is joined into one more copy."""
+        pieces: list[bytes | bytearray] = [self.head] if self.head else []
+        if self.dropped and (self.head_limit or self.tail_limit):
+            pieces.append(marker(self.dropped))
+        pieces.extend(self._tail)
+        return pieces
+
     def result(self) -> bytes:
         """The kept bytes, head + marker + tail, for a buffered Run."""
-        return bytes(self.head) + self.tail()
+        return b"".join(self.parts())

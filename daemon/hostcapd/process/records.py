@@ -5,9 +5,11 @@ the same correlation fields; their schemas are in hostcap_proto.audit."""
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.audit.redact import MAX_ARG_CHARS, bound_argv
 from hostcapd.config import Tenant
 from hostcapd.logsetup import fields
 from hostcapd.process.output import StreamBuffer
@@ -48,6 +50,42 @@ def exec_record(
             {"name": s.name, "applied": s.applied, "reason": s.reason} for s in p.protections
         ],
     }
+
+
+def _bounded(text: str) -> str:
+    """A path as asked for, cut like an argv element (head and tail kept)."""
+    return text if len(text) <= MAX_ARG_CHARS else bound_argv([text])[0][0]
+
+
+def refused_record(request: SpawnRequest, prepared: Prepared | None) -> dict[str, Any]:
+    """What a refused spawn asked for, for its `policy.deny`: the argv (the
+    writer redacts and bounds it, and records its digest), the executable
+    as resolved (when resolution got that far, else argv[0] as asked), the
+    cwd (resolved, else as asked) and the limits asked for (the finite
+    ones: a NaN is no JSON, and the message says what was wrong with it)."""
+    fields: dict[str, Any] = {
+        "argv": list(request.argv),
+        "limits_requested": {
+            name: value
+            for name, value in request.limits.items()
+            if isinstance(value, int | float) and math.isfinite(value)
+        },
+    }
+    if prepared is not None:
+        exe = prepared.exe
+        fields["executable"] = {
+            "path": exe.path,
+            "sha256": exe.sha256,
+            "device": exe.device,
+            "inode": exe.inode,
+        }
+        fields["cwd"] = prepared.cwd.path
+    else:
+        if request.argv:
+            fields["executable_requested"] = _bounded(request.argv[0])
+        if request.cwd:
+            fields["cwd"] = _bounded(request.cwd)
+    return fields
 
 
 def _stream(buf: StreamBuffer) -> dict[str, int]:

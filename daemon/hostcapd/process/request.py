@@ -24,7 +24,8 @@ PATH_MAX = 4096
 
 @dataclass(frozen=True)
 class SpawnRequest:
-    """A spawn request as plain values (the front-end converts the wire message)."""
+    """A spawn request as plain values (the process service builds it from the
+    channel's `SpawnCall`)."""
 
     argv: tuple[str, ...]
     cwd: str = ""
@@ -86,6 +87,12 @@ def resolve_cwd(cwd: str, tenant: Tenant) -> Cwd:
         root_fd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         raise Refusal("NOT_FOUND", "the tenant root does not exist") from None
+    if os.path.normpath(rel) == ".":
+        # The root itself: no lookup. Even "." beneath it needs search
+        # permission, which root lacks under the unit (no CAP_DAC_*) on a
+        # root private to the tenant (0700, the example's workspace).
+        os.close(root_fd)
+        return Cwd(base, base, ".")
     try:
         fd = openat2(
             root_fd, rel, os.O_PATH | os.O_DIRECTORY, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS
@@ -95,6 +102,13 @@ def resolve_cwd(cwd: str, tenant: Tenant) -> Cwd:
             raise Refusal(
                 "PATH_ESCAPES_ROOT", f"cwd {cwd!r} resolves outside the tenant's roots"
             ) from None
+        lexical_rel = os.path.normpath(rel)
+        if error.errno == errno.EACCES and not lexical_rel.startswith(("..", "/")):
+            # Root cannot search a root private to the tenant (the unit keeps
+            # no CAP_DAC_*). The child resolves it again as the tenant, with
+            # openat2(RESOLVE_BENEATH) from the root it opened (apply_cwd),
+            # which is what confines it; a cwd that is not there fails there.
+            return Cwd(os.path.join(base, lexical_rel), base, lexical_rel)
         raise Refusal(
             "NOT_FOUND", f"cwd {cwd!r} is not a directory in the tenant's roots"
         ) from None

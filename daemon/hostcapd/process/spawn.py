@@ -16,26 +16,23 @@ import logging
 import os
 import signal
 import time
-import uuid
-from dataclasses import dataclass
 from typing import Any
 
 from hostcapd import metrics
-from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.audit import AuditUnavailable
 from hostcapd.childsetup import RLimit
-from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
 from hostcapd.process import environment, killing, records
-from hostcapd.process.executable import HashCache
+from hostcapd.process.deps import SpawnDeps
+from hostcapd.process.launch import Launch, launch_for
 from hostcapd.process.output import StreamBuffer
 from hostcapd.process.report import Outcome, Report, classify
 from hostcapd.process.request import Prepared, SpawnRequest
-from hostcapd.process.warm import WarmEntry
 from hostcapd.sandbox import identity, rlimits
-from hostcapd.sandbox.cgroups import CgroupError, CgroupHost, CgroupStats, SpawnCgroup
+from hostcapd.sandbox.cgroups import CgroupError, CgroupStats, SpawnCgroup
 from hostcapd.sandbox.profile import TenantProfile
-from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerClient, SpawnerLost
+from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost
 from hostcapd.spawner.messages import SpawnOrder
 
 log = logging.getLogger("hostcapd.spawn")
@@ -53,22 +50,6 @@ HIGH_WATER = 0
 EOF_GRACE = 2.0
 
 
-@dataclass(frozen=True)
-class SpawnDeps:
-    """What a spawn needs of its tenant's runtime, fixed for the runtime's life
-    (a reload makes a new runtime, and new deps, for new spawns)."""
-
-    tenant: Tenant
-    profile: TenantProfile
-    #: The profile's key in the spawner (one per runtime).
-    profile_key: str
-    spawner: SpawnerClient
-    audit: AuditLog
-    cgroups: CgroupHost
-    kill_grace: float
-    hash_cache: HashCache
-
-
 class Spawn:
     def __init__(
         self,
@@ -76,16 +57,15 @@ class Spawn:
         request: SpawnRequest,
         prepared: Prepared,
         streaming: bool,
-        warm: WarmEntry | None = None,
+        launch: Launch | None = None,
         rlimits: list[RLimit] | None = None,
     ) -> None:
         self.deps = deps
         self.request = request
         self.prepared = prepared
-        #: The warm child that runs it (its id and cgroup are this spawn's),
-        #: or None: a fresh child.
-        self.warm = warm
-        self.id = warm.id if warm is not None else uuid.uuid4().hex
+        #: How its child comes to be (a fresh child unless given a warm one's).
+        self.launch = launch if launch is not None else launch_for(deps, None)
+        self.id = self.launch.id
         self._rlimits = rlimits if rlimits is not None else plan_rlimits(deps.profile, prepared)
         self.streaming = streaming
         self.pid = 0
@@ -104,7 +84,6 @@ class Spawn:
         self._kill_message = ""
         self._kill_task: asyncio.Task[None] | None = None
         self._cancel_fd = -1
-        self._exit: asyncio.Future[ExitStatus] | None = None
         self._readers: dict[int, tuple[StreamBuffer, int]] = {}
         self._eof = asyncio.Event()
         self._paused: set[int] = set()
@@ -114,14 +93,11 @@ class Spawn:
         self._exec_audited = False
         self._go_fd = -1
         self._audit_failure: AuditUnavailable | None = None
-        # Set-up state: the child's fds (closed once the spawner has them), the
-        # read ends until their readers take them, the spawner's futures.
-        self._child_fds: list[int] = []
+        # Set-up state: the read ends until their readers take them (the
+        # child's ends are the launch's).
         self._read_ends: list[int] = []
         self._stdin_w = -1
-        self._ruleset_fd = -1
-        self._cgroup_fds: list[int] = []
-        self._spawner_started: asyncio.Future[int] | None = None
+        self._child_stdio = (-1, -1, -1)
 
     # --- control from outside -------------------------------------------
 
@@ -154,7 +130,7 @@ class Spawn:
             self._make_pipes()
             await self._send_order()
             await self._release_on_durable(synced)
-            self.pid = await self._started_pid()
+            self.pid = await self.launch.started()
             self._exec_time = time.monotonic()
             self.started.set_result(self.pid)
             stdin_task = self._stream()
@@ -231,19 +207,15 @@ class Spawn:
             return
         limits = self.prepared.limits
         try:
-            if self.warm is not None and self.warm.cgroup is not None:  # its child is in it
-                self._cgroup = self.warm.cgroup
-                self.deps.cgroups.set_limits(self._cgroup, limits.memory_bytes, limits.pids)
-            else:
-                self._cgroup = self.deps.cgroups.create(self.id, limits.memory_bytes, limits.pids)
+            self._cgroup = self.launch.make_cgroup(limits.memory_bytes, limits.pids)
         except CgroupError as error:
             # Recorded as tried: it ends SPAWN_FAILED at step "cgroup", and
             # its exit record closes the exec record.
             raise SetupFailed("cgroup", 0, str(error)) from None
 
     def _make_pipes(self) -> None:
-        """Pipes, eventfds and the landlock ruleset. The child's ends go to the
-        spawner and are closed here once it has them (`_child_fds`)."""
+        """Pipes and eventfds. The child's ends are the launch's, which sends
+        them and closes them once the spawner has them."""
         out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         with contextlib.suppress(OSError):
@@ -257,24 +229,13 @@ class Spawn:
             os.set_blocking(self._stdin_w, False)
         else:
             in_r = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
-        self._child_fds += [in_r, out_w, err_w]
+        self._child_stdio = (in_r, out_w, err_w)
+        self.launch.child_fds += self._child_stdio
         self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-        if self.warm is None:
-            self._fresh_fds()
 
-    def _fresh_fds(self) -> None:
-        """What only a fresh child needs: its ruleset and the cgroup.procs
-        fds it joins by (a warm child has both already)."""
-        self._ruleset_fd = self.deps.profile.new_ruleset()
-        if self._ruleset_fd >= 0:
-            self._child_fds.append(self._ruleset_fd)
-        self._cgroup_fds = self._cgroup.procs_fds() if self._cgroup else []
-        if self._cgroup:  # the tenant's cpu share (hostcapd.sandbox.cpu)
-            self._cgroup_fds += self.deps.profile.cpu_procs_fds()
-        self._child_fds += self._cgroup_fds
-
-    def _order(self) -> SpawnOrder:
+    def _order(self, *, landlock: bool, warm: bool) -> SpawnOrder:
+        """The order; `landlock` and `warm` are the launch's to say."""
         p, profile = self.prepared, self.deps.profile
         ident = identity.plan(self.deps.tenant.uid, self.deps.tenant.gid, set(profile.applied))
         return SpawnOrder(
@@ -289,60 +250,17 @@ class Spawn:
             rlimits=self._rlimits,
             ids=ident.ids,
             loginuid=ident.loginuid,
-            landlock=self._ruleset_fd >= 0,
+            landlock=landlock,
             go=True,
-            warm=self.warm is not None,
+            warm=warm,
         )
 
     # Step 3: the spawner clones; the C set-up runs and waits for the go.
 
     async def _send_order(self) -> None:
-        in_r, out_w, err_w = self._child_fds[:3]
+        in_r, out_w, err_w = self._child_stdio
         fds = [self.prepared.exe.fd, in_r, out_w, err_w, self._cancel_fd, self._go_fd]
-        if self.warm is None:
-            fds += [*([self._ruleset_fd] if self._ruleset_fd >= 0 else []), *self._cgroup_fds]
-        order = self._order()
-        spawner = self.deps.spawner
-        for attempt in (1, 2):
-            await spawner.ready()
-            try:
-                self._spawner_started, self._exit = spawner.spawn(order, fds)
-                break
-            except SpawnerLost:
-                # Found dead on sending: nothing was sent, so nothing ran.
-                if attempt == 2:
-                    raise
-        if self.warm is not None:
-            return  # kept until it has started: a fresh child may need them
-        for fd in self._child_fds:
-            os.close(fd)
-        self._child_fds.clear()
-
-    async def _started_pid(self) -> int:
-        """The pid once the command exec'd. A warm child that died waiting
-        (killed from outside) is replaced by a fresh one, in the same cgroup
-        and with the same fds: the request runs once either way."""
-        assert self._spawner_started is not None
-        try:
-            pid = await self._spawner_started
-        except SetupFailed as error:
-            if self.warm is None or error.step != "warm":
-                raise
-            log.warning(
-                "spawn %s: its warm child was gone; spawning fresh",
-                self.id,
-                extra=fields(tenant=self.deps.tenant.name, spawn_id=self.id),
-            )
-            self.warm = None
-            self._fresh_fds()
-            await self._send_order()
-            assert self._spawner_started is not None
-            pid = await self._spawner_started
-        finally:
-            for fd in self._child_fds:
-                os.close(fd)
-            self._child_fds.clear()
-        return pid
+        await self.launch.send(self._order, fds)
 
     async def _release_on_durable(self, synced: asyncio.Future[Any]) -> None:
         """The go once the exec record is durable; a cancel if it cannot be."""
@@ -384,9 +302,9 @@ class Spawn:
     # Step 5: done only when the child is reaped and both pipes are at EOF.
 
     async def _wait_end(self) -> ExitStatus | None:
-        assert self._exit is not None
+        assert self.launch.exit is not None
         try:
-            status: ExitStatus | None = await self._exit
+            status: ExitStatus | None = await self.launch.exit
         except SpawnerLost:
             status = None
         # Whatever the main process left behind dies with it. In a pid
@@ -401,11 +319,10 @@ class Spawn:
 
     def _release(self) -> None:
         """Every way out: close what is open, stop the timers, remove the cgroup."""
-        for fd in self._child_fds + self._read_ends + [self._stdin_w]:
+        for fd in [*self._read_ends, self._stdin_w]:
             if fd >= 0:
                 with contextlib.suppress(OSError):
                     os.close(fd)
-        self._child_fds.clear()
         self._read_ends.clear()
         self._stdin_w = -1
         self._close_readers()
@@ -420,14 +337,8 @@ class Spawn:
         if self._kill_task and not self._kill_task.done():
             self._kill_task.cancel()
         self.prepared.close()
-        if self.warm is not None and not self.pid:
-            # Taken but never given its request (refused, cancelled, failed):
-            # it is killed, and whatever is in its cgroup dies with it.
-            self.deps.spawner.drop_warm(self.warm.id)
-            self._cgroup = self.warm.cgroup
-            if self._cgroup is not None:
-                with contextlib.suppress(CgroupError):
-                    self._cgroup.kill()
+        # A cgroup it made but the spawn never took (a warm child's) goes too.
+        self._cgroup = self.launch.release(ran=bool(self.pid)) or self._cgroup
         if self._cgroup is not None:
             try:
                 self._cgroup.remove()
@@ -514,8 +425,8 @@ class Spawn:
 
     async def _kill_sequence(self) -> None:
         """SIGTERM the tree, the grace while it lives, then SIGKILL it."""
-        assert self._exit is not None
-        await killing.kill_sequence(self._kill_tree, self._exit, self.deps.kill_grace)
+        assert self.launch.exit is not None
+        await killing.kill_sequence(self._kill_tree, self.launch.exit, self.deps.kill_grace)
 
     def _kill_tree(self, sig: int) -> None:
         # pid namespace (kill its init) and process group, through the spawner

@@ -40,8 +40,8 @@ from hostcapd.spawner.client import SetupFailed, SpawnerLost
 from hostcapd.spawner.messages import WarmOrder
 
 if TYPE_CHECKING:
+    from hostcapd.process.deps import SpawnDeps
     from hostcapd.process.request import Prepared
-    from hostcapd.process.spawn import SpawnDeps
 
 log = logging.getLogger("hostcapd.warm")
 

@@ -30,15 +30,15 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from hostcapd.sandbox.cgroups import (
+from hostcapd.sandbox.cgroupfs import (
     V2_MOUNT,
     CgroupError,
-    _cgroup_mounts,
-    _own_paths,
-    _read,
-    _subtree,
-    _within,
-    _write,
+    cgroup_mounts,
+    own_paths,
+    read,
+    subtree_path,
+    within,
+    write,
 )
 
 TENANT_PREFIX = "tenant-"
@@ -57,6 +57,10 @@ class TenantShare:
     weight: int
     #: None: no hard quota.
     max_cores: float | None
+
+    def place(self, pid: int) -> None:
+        """Move process `pid` into the tenant's cpu cgroup; OSError if refused."""
+        write(self.directory / "cgroup.procs", str(pid))
 
     def procs_fds(self) -> list[int]:
         """A fresh O_WRONLY|O_CLOEXEC fd of the tenant cgroup's cgroup.procs."""
@@ -82,8 +86,8 @@ class CpuHost:
         if os.geteuid() != 0:
             return cls(None, "daemon is not root")
         try:
-            mounts = _cgroup_mounts(_read(Path("/proc/self/mountinfo")))
-            own = _own_paths(_read(Path("/proc/self/cgroup")))
+            mounts = cgroup_mounts(read(Path("/proc/self/mountinfo")))
+            own = own_paths(read(Path("/proc/self/cgroup")))
         except OSError as error:
             return cls(None, f"cannot read the process's cgroups: {error.strerror}")
         if any(m.fstype == "cgroup2" and m.point == V2_MOUNT for m in mounts):
@@ -96,11 +100,11 @@ class CpuHost:
                 continue
             key = next((k for k in own if "cpu" in k), None)
             path = own.get(key) if key is not None else None
-            own_dir = _within(mount, path) if path is not None else None
+            own_dir = within(mount, path) if path is not None else None
             if own_dir is None or not os.access(own_dir, os.W_OK):
                 continue
             try:
-                subtree = _subtree(own_dir, mount.point, parent)
+                subtree = subtree_path(own_dir, mount.point, parent)
             except CgroupError as error:
                 return cls(None, str(error))
             quota = (own_dir / "cpu.cfs_quota_us").exists()
@@ -117,13 +121,13 @@ class CpuHost:
         directory = self.subtree / f"{TENANT_PREFIX}{name}"
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            _write(directory / "cpu.shares", str(max(2, round(weight * V1_SHARES_PER_WEIGHT))))
+            write(directory / "cpu.shares", str(max(2, round(weight * V1_SHARES_PER_WEIGHT))))
             if self.quota:
                 if max_cores is None:
-                    _write(directory / "cpu.cfs_quota_us", "-1")
+                    write(directory / "cpu.cfs_quota_us", "-1")
                 else:
-                    _write(directory / "cpu.cfs_period_us", str(PERIOD_US))
-                    _write(
+                    write(directory / "cpu.cfs_period_us", str(PERIOD_US))
+                    write(
                         directory / "cpu.cfs_quota_us", str(max(1000, round(max_cores * PERIOD_US)))
                     )
         except OSError as error:

@@ -12,11 +12,14 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
 from hostcapd.sandbox import cgroups, cpu, diskquota, landlock, namespaces, seccomp, sockets
+from hostcapd.sandbox.spawn_cgroup import SpawnCgroup
+from hostcapd.sandbox.tenant_ceilings import HostTotals, TenantCeilings, tenant_ceilings
 from hostcapd.spawner.messages import RegisterProfile
 
 log = logging.getLogger("hostcapd.sandbox")
@@ -63,6 +66,8 @@ class HostSupport:
     cpu: cpu.CpuHost = field(default_factory=lambda: cpu.CpuHost(None, "not probed"))
     #: Where tenant disk images go; the server sets its directory.
     disks: diskquota.DiskHost = field(default_factory=lambda: diskquota.DiskHost(None))
+    #: What the tenants share: pid_max and memory (their ceilings' budget).
+    totals: HostTotals = field(default_factory=HostTotals.read)
 
     def offers(self, name: str) -> tuple[bool, str]:
         if name in namespaces.NAMESPACES:
@@ -147,6 +152,29 @@ class TenantProfile:
     cpu_share: cpu.TenantShare | None = None
     #: The tenant's disk budget; None when it has none.
     disk: diskquota.DiskBudget | None = None
+    #: The tenant's ceilings over all its spawns, and its front-end's.
+    ceilings: TenantCeilings | None = None
+    #: Its spawns' cgroups go in its tenant cgroup; None without cgroups.
+    cgroups: cgroups.CgroupHost | None = None
+    #: Its front-end's and fs worker's cgroup; None without cgroups.
+    frontend_cgroup: SpawnCgroup | None = None
+
+    def place_daemon_side(self, pid: int) -> None:
+        """Make process `pid`, working on this tenant's behalf (its
+        front-end, its fs worker), the tenant's cost: into its front-end
+        cgroup (memory and pids limits) and its cpu cgroup (its weight),
+        with its children's oom_score_adj, so the kernel kills it before it
+        kills another tenant's children. Raises OSError if one is refused."""
+        if self.frontend_cgroup is not None:
+            self.frontend_cgroup.place(pid)
+        if self.cpu_share is not None:
+            self.cpu_share.place(pid)
+        if os.geteuid() == 0:
+            fd = os.open(f"/proc/{pid}/oom_score_adj", os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, str(self.oom_score_adj).encode())
+            finally:
+                os.close(fd)
 
     def cpu_procs_fds(self) -> list[int]:
         """cgroup.procs fds of the tenant's cpu cgroup, for the child to join."""
@@ -204,7 +232,9 @@ def _landlock_rules(tenant: Tenant, applied: set[str]) -> landlock.LandlockRules
     )
 
 
-def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
+def prepare(tenant: Tenant, host: HostSupport, tenants: Sequence[Tenant] = ()) -> TenantProfile:
+    """`tenant`'s profile on `host`; `tenants`, the whole config's, share the
+    host with it (its derived ceilings are a part of the host's share)."""
     sandbox = tenant.sandbox
     statuses: list[ProtectionStatus] = []
     applied: set[str] = set()
@@ -229,6 +259,8 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
 
     socket_policy = sockets.socket_policy(inet=sandbox.network_sockets)
     cpu_share = _cpu_share(tenant, host, applied)
+    ceilings = tenant_ceilings(tenant, tenants or (tenant,), host.totals)
+    tenant_cgroups, frontend_cgroup = _tenant_cgroups(tenant, host, applied, ceilings)
     try:
         disk = host.disks.attach(tenant)
     except diskquota.DiskBudgetError as error:
@@ -266,7 +298,36 @@ def prepare(tenant: Tenant, host: HostSupport) -> TenantProfile:
         socket_families=tuple(socket_policy.names()) if "seccomp" in applied else (),
         cpu_share=cpu_share,
         disk=disk,
+        ceilings=ceilings,
+        cgroups=tenant_cgroups,
+        frontend_cgroup=frontend_cgroup,
     )
+
+
+def _tenant_cgroups(
+    tenant: Tenant, host: HostSupport, applied: set[str], ceilings: TenantCeilings
+) -> tuple[cgroups.CgroupHost | None, SpawnCgroup | None]:
+    """The tenant's cgroup (its ceilings) and its front-end's. With cgroups
+    applied, a host that refuses either refuses the tenant."""
+    if "cgroup" not in applied:
+        log.info(
+            "tenant %s: no tenant ceilings (the cgroup protection is not applied)", tenant.name
+        )
+        return None, None
+    try:
+        view = host.cgroups.for_tenant(
+            tenant.name, pids=ceilings.pids, memory_bytes=ceilings.memory_bytes
+        )
+        side = host.cgroups.frontend(
+            tenant.name,
+            pids=ceilings.frontend_pids,
+            memory_bytes=ceilings.frontend_memory_bytes,
+        )
+    except cgroups.CgroupError as error:
+        raise ProtectionUnavailable(tenant.name, "tenant_ceilings", str(error)) from None
+    if ceilings.derived:
+        log.info("tenant %s: %s", tenant.name, ceilings.derived)
+    return view, side
 
 
 def _cpu_share(tenant: Tenant, host: HostSupport, applied: set[str]) -> cpu.TenantShare | None:

@@ -1,4 +1,4 @@
-"""The front-end's side of the spawner channel (asyncio).
+"""The daemon's side of the spawner channel (asyncio).
 
 The spawner is started with posix_spawn of a fresh interpreter
 (`python -m hostcapd.spawner`), never by forking the gRPC process: gRPC's

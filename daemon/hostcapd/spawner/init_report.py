@@ -1,7 +1,7 @@
 """The init's exit record: what the command itself did.
 
 A spawn with a pid namespace runs a minimal init as its pid 1 (see
-`init_main` in _childsetup.c) and the command as its pid 2. A pid 1 cannot
+`init_main` in childsetup_c/init.c) and the command as its pid 2. A pid 1 cannot
 end itself by a signal (the kernel drops a signal it sends itself), so the
 status the spawner reaps is the init's, not always the command's. The init
 writes the command's wait status and rusage on its report pipe, in one
@@ -9,7 +9,7 @@ write, right before it exits; the spawner reads it once it has reaped the
 init (so it is complete by then, or absent: the init was SIGKILLed, and then
 the init's own status, SIGKILL, is what ended the command too).
 
-The layout is _childsetup.c's: nine int64 in the machine's byte order,
+The layout is childsetup_c/init.c's: nine int64 in the machine's byte order,
 {magic, status, utime_us, stime_us, maxrss_kib, nvcsw, nivcsw, inblock, oublock}.
 """
 

@@ -1,9 +1,11 @@
 """The spawner process: receives spawn orders, clones children through the C
-set-up, reaps them with wait4 and reports their exits.
+set-up, reaps them with wait4 and reports their exits. A spawn order starts a
+fresh child (spawner/fresh.py) or gives its request to a warm one
+(spawner/warm.py): two implementations of one `ChildStart`.
 
 Single-threaded by construction (this module never imports gRPC or starts a
 thread), so the vfork-style clone in `childsetup.spawn` is safe. It is a child
-subreaper and dies with the front-end (PR_SET_PDEATHSIG); its children in
+subreaper and dies with the daemon (PR_SET_PDEATHSIG); its children in
 turn die with it, and a child that is still in set-up when it dies sees the
 life pipe hang up and does not exec.
 """
@@ -11,13 +13,11 @@ life pipe hang up and does not exec.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import selectors
 import signal
 import socket
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,56 +27,24 @@ import prctl
 from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
 from hostcapd.spawner import channel, init_report, messages, netns
+from hostcapd.spawner.fresh import ChildStart, FreshStart, close_fds
 from hostcapd.spawner.messages import MalformedMessage, RegisterProfile, WarmOrder
 from hostcapd.spawner.mntns import MountNamespacePool, Mounts
+from hostcapd.spawner.warm import WarmChildren
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWPID = 0x20000000
 #: Seconds between looks at the pools when nothing happens (a pooled mount
 #: namespace expires and is made again).
 IDLE_RECHECK = 10.0
-#: Longest a child waits, right before exec, for the front-end's go (its
-#: write-ahead audit record is durable); the spawner is blocked meanwhile.
-GO_TIMEOUT_MS = 30_000
-SO_SNDBUFFORCE = 32
-#: A warm child given its request has GO_TIMEOUT_MS and this long to exec.
-GO_MARGIN = 5.0
 #: Namespace fds of reaped children kept for an idle moment at most.
 MAX_RELEASED = 64
 #: Pools are not refilled while a child younger than this runs: making a
 #: namespace is ~1.5 ms of kernel work that, beside a child that has just
-#: exec'd, delayed the front-end hearing of it by ~0.6 ms (a short command's
+#: exec'd, delayed the daemon hearing of it by ~0.6 ms (a short command's
 #: whole life is in that window). Between spawns, or beside older children,
 #: they are made as before.
 FILL_QUIET = 0.05
-
-
-@dataclass
-class WarmChild:
-    """A child set up ahead of need (see WarmOrder), waiting for its request."""
-
-    id: str
-    pid: int
-    profile: str
-    #: Our end of its channel: the request goes there.
-    channel: socket.socket
-    #: Its report pipe: the ready record, then (with an init) the exit record.
-    report_fd: int
-    init: bool
-    #: The pooled namespace fds it joined (see Spawner.held).
-    held: tuple[int, int]
-    #: The paths a request's cwd_root may be (their fds are open in it).
-    roots: tuple[bytes, ...]
-    ready: bool = False
-    #: Given a request: by when it must have exec'd, and whether it was
-    #: killed for missing that.
-    deadline: float = 0.0
-    killed: bool = False
-
-    def close(self) -> None:
-        self.channel.close()
-        _close(self.report_fd)
-        self.report_fd = -1
 
 
 @dataclass
@@ -100,16 +68,18 @@ class Spawner:
     #: When the latest child was started (time.monotonic).
     last_start: float = 0.0
     running: bool = True
-    #: Warm children waiting, by id; orders for more, made while idle.
-    warm: dict[str, WarmChild] = field(default_factory=dict)
-    warm_wanted: deque[tuple[WarmOrder, list[int]]] = field(default_factory=deque)
-    #: Warm children given their request, by pid (a spawn takes its warm
-    #: child's id: `child.id` is the spawn's).
-    going: dict[int, WarmChild] = field(default_factory=dict)
     #: Where the records of warm children are watched (main's loop).
     selector: selectors.BaseSelector | None = None
+    #: Children set up ahead of need (spawner/warm.py).
+    warm: WarmChildren = field(init=False)
+    #: How an order starts its child: fresh, or by its warm child.
+    starts: dict[bool, ChildStart] = field(init=False)
 
-    # --- orders from the front-end ---
+    def __post_init__(self) -> None:
+        self.warm = WarmChildren(self)
+        self.starts = {False: FreshStart(self), True: self.warm}
+
+    # --- orders from the daemon ---
 
     def handle(self, wire: messages.Wire, fds: list[int]) -> None:
         try:
@@ -123,14 +93,9 @@ class Spawner:
                     self.report(messages.OrderRefused(str(error)))
                 return
             if isinstance(message, messages.SpawnOrder):
-                if message.warm:
-                    self.spawn_warm(message, fds)
-                else:
-                    self.spawn(message, fds)
+                self.starts[message.warm].start(message, fds)
             elif isinstance(message, WarmOrder):
-                # Made while idle (idle_work); its fds are kept until then.
-                self.warm_wanted.append((message, list(fds)))
-                fds.clear()
+                self.warm.order(message, fds)  # made while idle (idle_work)
             elif isinstance(message, messages.Kill):
                 self.kill(message.id, message.pid, message.sig)
             elif isinstance(message, RegisterProfile):
@@ -139,9 +104,9 @@ class Spawner:
                 self.profiles.pop(message.key, None)
                 if self.mntns is not None:
                     self.mntns.drop(message.key)
-                self.drop_warm(message.key)
+                self.warm.drop(message.key)
             elif isinstance(message, messages.DropWarm):
-                self.drop_warm(warm_id=message.id)
+                self.warm.drop(warm_id=message.id)
             else:
                 self.running = False  # Shutdown
         finally:
@@ -168,8 +133,7 @@ class Spawner:
             return True
         if self.fill_deferred() > 0:
             return False
-        if self.warm_wanted:
-            self.make_warm(*self.warm_wanted.popleft())
+        if self.warm.make_one():
             return True
         if self.netns is not None and self.netns.wants_more and self.uses_netns:
             self.netns.fill_one()
@@ -185,76 +149,24 @@ class Spawner:
     def close_released(self) -> None:
         """Drop our reference to reaped children's namespaces: the last one,
         so the kernel tears them down now."""
-        _close(*self.released)
+        close_fds(*self.released)
         self.released.clear()
 
     def fill_deferred(self) -> float:
         """Seconds until the pools may be refilled (0: now); see FILL_QUIET."""
-        if not self.children and not self.going:
+        if not self.children and not self.warm.going:
             return 0.0
         return max(0.0, self.last_start + FILL_QUIET - time.monotonic())
 
     def idle_wait(self) -> float:
         """How long an idle spawner sleeps before its next idle_work."""
-        wait = self.fill_deferred() or (0.0 if self.warm_wanted else IDLE_RECHECK)
-        return min(wait, self.overdue()) if self.going else wait
+        wait = self.fill_deferred() or (0.0 if self.warm.wanted else IDLE_RECHECK)
+        return min(wait, self.warm.overdue())
 
     def add_profile(self, profile: RegisterProfile) -> None:
         if self.mntns is not None:
             self.mntns.drop(profile.key)  # made from an older registration
         self.profiles[profile.key] = profile
-
-    def spawn(self, m: messages.SpawnOrder, fds: list[int]) -> None:
-        spawn_id = m.id
-        profile = self.profiles.get(m.profile)
-        if profile is None or len(fds) < 5:
-            self.report(messages.Failed(spawn_id, "profile", 0))
-            return
-        exe_fd, stdin, stdout, stderr, cancel_fd, *rest = fds
-        go_fd = rest.pop(0) if m.go else -1
-        landlock_fd = rest.pop(0) if m.landlock else -1
-        plan, netns_fd, mntns_fd = self.plan(
-            profile,
-            m.profile,
-            landlock_fd=landlock_fd,
-            cgroup_fds=rest,
-            ids=m.ids,
-            loginuid=m.loginuid,
-            rlimits=m.rlimits,
-            exe_fd=exe_fd if m.by_fd else -1,
-            exe_path=m.exe_path,
-            argv=m.argv,
-            envp=m.envp,
-            stdio=(stdin, stdout, stderr),
-            cwd_root=m.cwd_root,
-            cwd=m.cwd,
-            cancel_fd=cancel_fd,
-            go_fd=go_fd,
-            go_timeout_ms=GO_TIMEOUT_MS,
-        )
-        try:
-            pid, report_fd = childsetup.spawn(plan)
-        except childsetup.SetupError as error:
-            _close(netns_fd, mntns_fd)
-            step, err = error.args
-            self.report(messages.Failed(spawn_id, step, err))
-            return
-        except (OSError, ValueError, TypeError) as error:
-            _close(netns_fd, mntns_fd)
-            self.report(
-                messages.Failed(spawn_id, "prepare", getattr(error, "errno", 0) or 0, str(error))
-            )
-            return
-        if report_fd >= 0:
-            self.inits[pid] = report_fd
-        # Held until the child is reaped: were ours the last reference, the
-        # namespace's teardown (its whole mount tree unmounted) would run in
-        # the child's exit, before its parent hears of it: 0.15-0.2 ms of
-        # every spawn's wait for its exit status.
-        self.held[pid] = (netns_fd, mntns_fd)
-        self.children[pid] = spawn_id
-        self.last_start = time.monotonic()
-        self.report(messages.Started(spawn_id, pid))
 
     def namespaces(
         self, profile: RegisterProfile, key: str
@@ -319,205 +231,6 @@ class Spawner:
         )
         return plan, netns_fd, mntns_fd
 
-    # --- the warm path ---
-
-    def make_warm(self, m: WarmOrder, fds: list[int]) -> None:
-        """Clone the warm child `m` orders; it reports ready (or the step that
-        failed) on its report pipe, watched by the main loop (warm_readable)."""
-        try:
-            profile = self.profiles.get(m.profile)
-            if profile is None:
-                self.report(messages.Failed(m.id, "profile", 0))
-                return
-            landlock_fd = fds[0] if m.landlock and fds else -1
-            cgroup_fds = fds[1:] if m.landlock else fds
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            # The whole request fits in its buffer: go() never waits on it.
-            with contextlib.suppress(OSError):
-                ours.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, childsetup.WARM_BUFFER + 65536)
-            # The request's part comes with its spawn order (spawn_warm).
-            plan, netns_fd, mntns_fd = self.plan(
-                profile,
-                m.profile,
-                landlock_fd=landlock_fd,
-                cgroup_fds=cgroup_fds,
-                ids=m.ids,
-                loginuid=m.loginuid,
-                rlimits=m.rlimits,
-                exe_fd=-1,
-                exe_path=None,
-                argv=[],
-                envp=[],
-                stdio=(0, 1, 2),
-                cwd_root=None,
-                cwd=None,
-                cancel_fd=-1,
-                warm_channel=theirs.fileno(),
-                roots=m.roots,
-            )
-            try:
-                pid, report_fd = childsetup.spawn(plan)
-            except (OSError, ValueError, TypeError, childsetup.SetupError) as error:
-                ours.close()
-                _close(netns_fd, mntns_fd)
-                step, err = (
-                    error.args if isinstance(error, childsetup.SetupError) else ("prepare", 0)
-                )
-                self.report(messages.Failed(m.id, step, err, str(error)))
-                return
-            finally:
-                theirs.close()
-        finally:
-            _close(*fds)
-        child = WarmChild(
-            m.id, pid, m.profile, ours, report_fd, plan.init, (netns_fd, mntns_fd), m.roots
-        )
-        self.warm[m.id] = child
-        if self.selector is not None:
-            self.selector.register(report_fd, selectors.EVENT_READ, ("warm", m.id))
-        else:
-            self.warm_readable(m.id)
-
-    def warm_readable(self, warm_id: str) -> None:
-        """A warm child's first record: ready, or the step it failed at."""
-        child = self.warm.get(warm_id)
-        if child is None or child.ready:
-            return
-        if self.selector is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                self.selector.unregister(child.report_fd)
-        try:
-            data = os.read(child.report_fd, 24)
-        except OSError:
-            data = b""
-        failure = init_report.parse_ready(data)
-        if failure is None:
-            child.ready = True
-            self.report(messages.Warmed(warm_id, child.pid))
-            return
-        del self.warm[warm_id]
-        self._forget(child)
-        self.report(messages.Failed(warm_id, failure[0], failure[1], "the warm child failed"))
-
-    def _forget(self, child: WarmChild) -> None:
-        """A warm child that failed or is dropped: it exits (or has) and is
-        reaped as any child; its namespaces are released then."""
-        self.held[child.pid] = child.held
-        child.close()
-
-    def spawn_warm(self, m: messages.SpawnOrder, fds: list[int]) -> None:
-        """Give spawn order `m` to its warm child, without waiting: Started
-        (or Failed) is reported when its report pipe says (go_done)."""
-        child = self.warm.pop(m.id, None)
-        if child is None or child.profile != m.profile or len(fds) != 6 or not child.ready:
-            if child is not None:
-                self._kill_warm(child)
-            self.report(messages.Failed(m.id, "warm", errno.ENOENT, "no warm child for it"))
-            return
-        exe_fd, stdin, stdout, stderr, cancel_fd, go_fd = fds
-        try:
-            if m.cwd_root is not None and m.cwd_root not in child.roots:
-                raise ValueError("the cwd's root is not one of the warm child's")
-            payload = childsetup.pack_request(
-                by_fd=m.by_fd,
-                root=-1 if m.cwd_root is None else child.roots.index(m.cwd_root),
-                cwd=m.cwd,
-                exe_path=None if m.by_fd else m.exe_path,
-                rlimits=m.rlimits,
-                argv=m.argv,
-                envp=m.envp,
-            )
-            child_fds = [stdin, stdout, stderr, cancel_fd, go_fd]
-            if m.by_fd:
-                child_fds.append(exe_fd)
-            childsetup.go(child.channel.fileno(), payload, child_fds)
-        except (OSError, ValueError) as error:
-            self._kill_warm(child)
-            self.report(messages.Failed(m.id, "warm", getattr(error, "errno", 0) or 0, str(error)))
-            return
-        # A process of its uid outside any sandbox may have stopped it while
-        # it waited (a sandboxed one cannot signal it: landlock's scope).
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGCONT)
-        child.channel.close()
-        child.deadline = time.monotonic() + GO_TIMEOUT_MS / 1000 + GO_MARGIN
-        self.going[child.pid] = child
-        if self.selector is not None:
-            self.selector.register(child.report_fd, selectors.EVENT_READ, ("go", child.pid))
-        self.last_start = time.monotonic()
-
-    def go_done(self, pid: int) -> None:
-        """A warm child given its request said what became of it (or died, or
-        overran its deadline): Started, or Failed."""
-        child = self.going.pop(pid)
-        spawn_id = child.id
-        if self.selector is not None:
-            with contextlib.suppress(KeyError, ValueError):
-                self.selector.unregister(child.report_fd)
-        try:
-            os.set_blocking(child.report_fd, False)
-            data = os.read(child.report_fd, 24)  # the set-up record only
-        except OSError:
-            data = b""
-        if child.killed:
-            failure: tuple[str, int] | None = ("warm", errno.ETIMEDOUT)
-        elif child.init:
-            failure = init_report.parse_exec(data)
-        else:  # the pipe hung up at the exec, or a record says why not
-            failure = None if data == b"" else init_report.parse_exec(data) or ("warm", 0)
-        self.held[pid] = child.held  # released once reaped
-        if failure is not None:
-            child.close()
-            self.report(messages.Failed(spawn_id, failure[0], failure[1]))
-            return
-        if child.init:
-            self.inits[pid] = child.report_fd
-        else:
-            _close(child.report_fd)
-        child.report_fd = -1
-        self.children[pid] = spawn_id
-        self.report(messages.Started(spawn_id, pid))
-
-    def overdue(self) -> float:
-        """Kill warm children given a request that did not exec in time; the
-        seconds until the next such deadline (IDLE_RECHECK if none)."""
-        now, wait = time.monotonic(), IDLE_RECHECK
-        for pid, child in self.going.items():
-            if child.deadline <= now and not child.killed:
-                child.killed = True
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-            elif not child.killed:
-                wait = min(wait, child.deadline - now)
-        return wait
-
-    def _kill_warm(self, child: WarmChild) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGKILL)
-        self._forget(child)
-
-    def drop_warm(self, profile_key: str | None = None, warm_id: str | None = None) -> None:
-        """Kill the warm children (of one profile, or one): they never outlive
-        their profile, and one no spawn takes is not left waiting."""
-        for key, child in list(self.warm.items()):
-            if (profile_key is None or child.profile == profile_key) and (
-                warm_id is None or key == warm_id
-            ):
-                del self.warm[key]
-                if self.selector is not None and not child.ready:
-                    with contextlib.suppress(KeyError, ValueError):
-                        self.selector.unregister(child.report_fd)
-                self._kill_warm(child)
-        kept: deque[tuple[WarmOrder, list[int]]] = deque()
-        for order, fds in self.warm_wanted:
-            if (profile_key is None or order.profile == profile_key) and (
-                warm_id is None or order.id == warm_id
-            ):
-                _close(*fds)
-            else:
-                kept.append((order, fds))
-        self.warm_wanted = kept
-
     def kill(self, spawn_id: str, pid: int, sig: int) -> None:
         # Only a child we have not reaped yet: its pid cannot have been reused.
         if self.children.get(pid) != spawn_id:
@@ -532,19 +245,16 @@ class Spawner:
 
     def reap(self, block: bool = False) -> None:
         """Reap every exited child (all of them, waiting, when block is set)."""
-        while not block or self.children or self.warm or self.going:
+        while not block or self.children or self.warm:
             try:
                 pid, status, usage = os.wait4(-1, 0 if block else os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
-            if pid in self.going:  # what its report pipe says comes first
-                self.go_done(pid)
+            was_waiting = self.warm.reaped(pid)
             self.released.extend(fd for fd in self.held.pop(pid, ()) if fd >= 0)
-            waiting = next((c for c in self.warm.values() if c.pid == pid), None)
-            if waiting is not None:
-                self.warm_reaped(waiting)
+            if was_waiting:
                 continue
             spawn_id = self.children.pop(pid, None)
             report_fd = self.inits.pop(pid, -1)
@@ -571,28 +281,14 @@ class Spawner:
             if len(self.released) > MAX_RELEASED:  # never idle: do not pile them up
                 self.close_released()
 
-    def warm_reaped(self, child: WarmChild) -> None:
-        """A warm child died waiting for its request (killed from outside:
-        dropped ones are forgotten first): the front-end drops it too."""
-        del self.warm[child.id]
-        if self.selector is not None and not child.ready:
-            with contextlib.suppress(KeyError, ValueError):
-                self.selector.unregister(child.report_fd)
-        self.released.extend(fd for fd in child.held if fd >= 0)
-        child.close()
-        self.report(messages.WarmLost(child.id))
-
     def report(self, message: messages.FromSpawner) -> None:
         try:
             channel.send(self.sock, message.to_wire())
         except OSError:
-            self.running = False  # the front-end is gone; we are about to die too
+            self.running = False  # the daemon is gone; we are about to die too
 
     def kill_all(self) -> None:
-        self.drop_warm()
-        for pid in self.going:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        self.warm.kill_all()
         for pid in list(self.children):
             for target in (pid, -pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -601,7 +297,7 @@ class Spawner:
 
 def main(argv: list[str]) -> int:
     fd, parent = int(argv[0]), int(argv[1])
-    # Dies with the front-end; terminal signals are the front-end's to handle.
+    # Dies with the daemon; terminal signals are the daemon's to handle.
     prctl.set_pdeathsig(signal.SIGKILL)
     if os.getppid() != parent:
         return 1
@@ -634,8 +330,7 @@ def main(argv: list[str]) -> int:
     busy = True
     try:
         while spawner.running:
-            if spawner.going:
-                spawner.overdue()
+            spawner.warm.overdue()
             # Idle (nothing to read at once): make namespaces ahead of need.
             events = selector.select(timeout=0 if busy else spawner.idle_wait())
             if not events:
@@ -643,12 +338,8 @@ def main(argv: list[str]) -> int:
                 continue
             busy = True
             for key, _ in events:
-                if type(key.data) is tuple:  # a warm child's record
-                    kind, which = key.data
-                    if kind == "warm":
-                        spawner.warm_readable(which)
-                    elif which in spawner.going:
-                        spawner.go_done(which)
+                if callable(key.data):  # a child's record (see spawner/warm.py)
+                    key.data()
                 elif key.data == "wake":
                     try:
                         while os.read(wake_read, 4096):
@@ -668,9 +359,3 @@ def main(argv: list[str]) -> int:
         spawner.reap(block=True)
         os.close(life_write)
     return 0
-
-
-def _close(*fds: int) -> None:
-    for fd in fds:
-        if fd >= 0:
-            os.close(fd)

@@ -39,6 +39,13 @@ from hostcap_proto.audit.canonical import (
     sealed_line,
 )
 from hostcap_proto.audit.fast import fast_event_fields, validate_event_fields
+from hostcap_proto.audit.filters import (
+    FilterError,
+    check_event,
+    resolve_spawn,
+    tenants_of,
+    unknown_tenant,
+)
 from hostcap_proto.audit.models import (
     EVENT_FIELDS,
     AppliedLimits,
@@ -81,6 +88,7 @@ from hostcap_proto.audit.schema import (
     AuditRecordError,
     EventName,
     OutcomeName,
+    argv_sha256,
 )
 from hostcap_proto.audit.verify import (
     Failure,
@@ -111,6 +119,7 @@ __all__ = [
     "Executable",
     "Failure",
     "FileWrite",
+    "FilterError",
     "OpenSpawn",
     "OutcomeName",
     "PolicyDeny",
@@ -125,8 +134,10 @@ __all__ = [
     "StreamBytes",
     "TornTail",
     "VerifyReport",
+    "argv_sha256",
     "canonical_bytes",
     "chain_order",
+    "check_event",
     "check_line",
     "encode_line",
     "fast_event_fields",
@@ -136,9 +147,12 @@ __all__ = [
     "read_audit_bytes",
     "read_lines",
     "record_hash",
+    "resolve_spawn",
     "seal",
     "sealed_line",
     "tail_records",
+    "tenants_of",
+    "unknown_tenant",
     "validate_event_fields",
     "validate_event_fields_by_model",
     "validate_record",

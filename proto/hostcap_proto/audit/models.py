@@ -93,10 +93,15 @@ class ProcessExec(_Correlated):
     spawn_id: str
     #: Redacted (secret-shaped values replaced by REDACTED), then bounded.
     argv: list[str]
-    #: Set by the writer when argv was cut to bound the record; then argc is
-    #: the original number of arguments.
+    #: Set by the writer: whether argv was cut to bound the record (then argc
+    #: is the original number of arguments) and whether anything in it was
+    #: redacted. Absent in records written before the flags existed.
     argv_truncated: bool | None = None
     argc: int | None = None
+    argv_redacted: bool | None = None
+    #: Set by the writer: `argv_sha256` of the argv as given, before any
+    #: redaction or cut (hostcap_proto.audit.argv_sha256 says how).
+    argv_sha256: str | None = None
     env_names: list[str] = Field(default_factory=list)
     executable: Executable
     cwd: str
@@ -146,7 +151,21 @@ class PolicyDeny(_Correlated):
     method: str
     reason: str
     message: str
+    #: A refused spawn's argv: redacted and bounded as process.exec's, with
+    #: the same flags and digest, set by the writer.
     argv: list[str] | None = None
+    argv_truncated: bool | None = None
+    argc: int | None = None
+    argv_redacted: bool | None = None
+    argv_sha256: str | None = None
+    #: A refused spawn's executable as resolved, when resolution got that far;
+    #: else `executable_requested`, argv[0] as asked (bounded).
+    executable: Executable | None = None
+    executable_requested: str | None = None
+    #: A refused spawn's cwd: resolved when it was, else as asked.
+    cwd: str | None = None
+    #: The limits a refused spawn asked for (finite values only), not the tenant's.
+    limits_requested: AppliedLimits | None = None
     path: str | None = None
     #: The file.write this refusal undoes (written, then not committed).
     write_id: str | None = None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,9 +164,39 @@ def _first_seq(path: Path) -> int | None:
 def chain_order(paths: Sequence[Path]) -> list[Path]:
     """`paths` without duplicates, ordered by the seq of each file's first
     record (the order the chain runs through them). Files whose first line
-    is unreadable keep their place after the readable ones."""
+    is unreadable keep their place after the readable ones.
+
+    A duplicate is the same path given twice, or a file whose content
+    (decompressed) is that of another file given: an archived copy of a file
+    still kept beside the log (``verify ARCHIVE/* audit.jsonl*``), a plain
+    file and its ``.gz``. The first given is kept. Only files that start at
+    the same seq are compared, so this reads nothing more in the usual case."""
     unique: dict[Path, None] = {}
     for path in paths:
         unique.setdefault(Path(path), None)
     keyed = [(_first_seq(p), i, p) for i, p in enumerate(unique)]
-    return [p for _, _, p in sorted(keyed, key=lambda k: (k[0] is None, k[0] or 0, k[1]))]
+    starts: dict[int, list[Path]] = {}
+    for seq, _, path in keyed:
+        if seq is not None:
+            starts.setdefault(seq, []).append(path)
+    copies: set[Path] = set()
+    for same_start in starts.values():
+        if len(same_start) > 1:
+            copies.update(_copies(same_start))
+    ordered = sorted(keyed, key=lambda k: (k[0] is None, k[0] or 0, k[1]))
+    return [p for _, _, p in ordered if p not in copies]
+
+
+def _copies(paths: list[Path]) -> list[Path]:
+    """The paths whose content is that of a path before them."""
+    seen: set[bytes] = set()
+    copies: list[Path] = []
+    for path in paths:
+        try:
+            digest = hashlib.sha256(read_audit_bytes(path)).digest()
+        except OSError:
+            continue  # unreadable: verify reports it where it reads it
+        if digest in seen:
+            copies.append(path)
+        seen.add(digest)
+    return copies

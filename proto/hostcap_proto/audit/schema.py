@@ -3,8 +3,9 @@ header fields, journald message ids, and the error a bad record raises."""
 
 from __future__ import annotations
 
+import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal, get_args
 
 SCHEMA = "hostcapd.audit/v1"
@@ -12,6 +13,19 @@ SCHEMA = "hostcapd.audit/v1"
 GENESIS_HASH = "0" * 64
 #: What a redacted secret (or the secret part of a value) is replaced with.
 REDACTED = "[REDACTED]"
+
+
+def argv_sha256(argv: Sequence[str]) -> str:
+    """The digest an exec record's ``argv_sha256`` holds: sha256 over every
+    element's UTF-8 bytes, each followed by one NUL byte, in order (the
+    strings execve(2) copies into the new program's memory). ``["sh", "-c",
+    "x"]`` hashes ``b"sh\\0-c\\0x\\0"``; an empty argv hashes no bytes."""
+    digest = hashlib.sha256()
+    for element in argv:
+        digest.update(element.encode("utf-8", "surrogateescape"))
+        digest.update(b"\0")
+    return digest.hexdigest()
+
 
 EventName = Literal[
     "process.exec",

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 from hostcap_proto.v1 import process_pb2
-from hostcapd.bridge.root import Frontend, frontend_identity
+from hostcapd.bridge.frontends import FrontendProcess, frontend_identity
 from hostcapd.config import load_config
 from hostcapd.daemon import Daemon
 from support import toml
@@ -46,7 +46,7 @@ class Split:
     def audit(self) -> Path:
         return Path(self.config["audit"]["path"])
 
-    def frontend(self, tenant: str) -> Frontend:
+    def frontend(self, tenant: str) -> FrontendProcess:
         frontend = self.daemon.tenants[tenant].frontend
         assert frontend is not None and frontend.pid
         return frontend
@@ -63,11 +63,13 @@ class Split:
     ) -> dict[str, Any]:
         """Run `attack` as the attacker's front-end; what it reported."""
         read_end, write_end = os.pipe()
-        real = Frontend.command
+        real = FrontendProcess.command
         monkeypatch.setattr(
-            Frontend, "command", [sys.executable, "-I", str(HOSTILE), attack, json.dumps(targets)]
+            FrontendProcess,
+            "command",
+            [sys.executable, "-I", str(HOSTILE), attack, json.dumps(targets)],
         )
-        monkeypatch.setattr(Frontend, "stdout", write_end)
+        monkeypatch.setattr(FrontendProcess, "stdout", write_end)
         frontend = self.frontend("attacker")
         before = frontend.pid
         try:
@@ -77,8 +79,8 @@ class Split:
             )
         finally:
             # Later restarts run the real front-end again.
-            monkeypatch.setattr(Frontend, "command", real)
-            monkeypatch.setattr(Frontend, "stdout", None)
+            monkeypatch.setattr(FrontendProcess, "command", real)
+            monkeypatch.setattr(FrontendProcess, "stdout", None)
             os.close(write_end)
             os.close(read_end)
         assert frontend.pid != before
@@ -160,7 +162,7 @@ async def test_limits_above_the_ceiling_are_refused_by_the_root_side(
     request = {"argv": ["/usr/bin/true"], "limits": {"memory_bytes": 64 * GiB}}
     result = await split.hostile(monkeypatch, "spawn", {"request": request})
     (answer,) = result["answer"]
-    assert answer["op"] == "abort" and "memory_bytes" in answer["details"]
+    assert answer["op"] == "abort" and "memory_bytes" in answer["message"]
     (denial,) = split.records("policy.deny", tenant="attacker")
     assert denial["reason"] == "LIMIT_INVALID"
     assert not split.records("process.exec", tenant="attacker")

@@ -42,7 +42,7 @@ CTL = (sys.executable, "-m", "hostcap.ctl.main")
 
 
 def frontends(daemon: Daemon) -> list[int]:
-    return [p for p in children_of(daemon.pid) if b"hostcapd.bridge.frontend" in cmdline(p)]
+    return [p for p in children_of(daemon.pid) if b"hostcapd.frontend" in cmdline(p)]
 
 
 def status(pid: int) -> dict[str, str]:
@@ -115,6 +115,26 @@ async def test_each_tenant_socket_is_served_by_its_own_confined_frontend(
             assert caps.frontend_uid not in (0, NOBODY)
         finally:
             await client.close()
+
+
+async def test_a_frontend_has_an_empty_capability_bounding_set(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    # Read from /proc of the live front-ends: every bit of CapBnd is gone, as
+    # for a spawn, while the root process keeps its own (the contrast shows
+    # the read is of the right thing).
+    daemon = start_daemon(tenants={"one": {}})
+    pids = frontends(daemon)
+    assert len(pids) == 2  # the tenant's and the admin socket's
+    for pid in pids:
+        assert status(pid)["CapBnd"] == "0" * 16, pid
+    assert int(status(daemon.pid)["CapBnd"], 16) != 0
+    # And it says so where `hostcapctl capabilities` shows it.
+    async with grpc.aio.insecure_channel(f"unix:{daemon.socket_of('one')}") as channel:
+        stub = host_pb2_grpc.HostServiceStub(channel)  # type: ignore[no-untyped-call]
+        caps = await stub.Capabilities(host_pb2.CapabilitiesRequest())
+    (reported,) = [p for p in caps.frontend_protections if p.name == "no_capabilities"]
+    assert reported.applied and "the bounding set is empty" in reported.reason
 
 
 async def test_a_frontend_that_dies_ends_its_spawns_and_serves_again(

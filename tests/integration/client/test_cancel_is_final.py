@@ -11,11 +11,19 @@ import asyncio
 import os
 import time
 from signal import SIGCONT, SIGSTOP
+from typing import Any
 
 import hostcap
 import pytest
 from client_daemon import Daemon, make_ctx, start_daemon, stop_daemon
-from hostcap import ToolCall, ToolCancelledError, ToolPolicy, grpc_host
+from hostcap import (
+    StaticToolHost,
+    ToolCall,
+    ToolCancelledError,
+    ToolDispatchError,
+    ToolPolicy,
+    grpc_host,
+)
 
 #: The daemon's kill grace under `serve --dev` is 0.5 s; generous margin on top.
 CANCEL_RETURNS_WITHIN_S = 0.5 + 3.0
@@ -92,3 +100,48 @@ async def test_a_cancel_the_daemon_cannot_confirm_says_so(monkeypatch: pytest.Mo
             assert "not confirmed" in str(raised.value)
     finally:
         stop_daemon(own)
+
+
+class _AbortAsItSettles:
+    """The daemon's own process arm, with the abort set in the step its answer
+    lands: the race issue 34 found (a host error and a cancel together)."""
+
+    def __init__(self, arm: grpc_host.GrpcProcessArm, signal: asyncio.Event) -> None:
+        self.arm = arm
+        self.signal = signal
+
+    async def spawn(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self.arm.spawn(*args, **kwargs)
+        finally:
+            self.signal.set()
+
+
+@pytest.mark.parametrize(
+    ("argv", "without_the_race"),
+    [
+        (["nonexistent-tool-xyz"], ToolDispatchError),  # the daemon refuses the executable
+        (["sh", "-c", "exit 3"], None),  # the command runs to its end
+    ],
+)
+async def test_an_abort_landing_with_the_daemons_answer_is_cancelled(
+    host: hostcap.GrpcToolHost, argv: list[str], without_the_race: type[Exception] | None
+) -> None:
+    def registry_for(signal: asyncio.Event) -> hostcap.ToolRegistry:
+        raced = StaticToolHost(process=_AbortAsItSettles(host.process, signal), fs=host.fs)  # type: ignore[arg-type]
+        return hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=raced)
+
+    call = ToolCall("it-race-1", "run_command", {"command": argv[0], "args": argv[1:]})
+    # The control: without the race the same call fails (or runs) as it always did.
+    if without_the_race is not None:
+        with pytest.raises(without_the_race) as plain:
+            await hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=host).dispatch(
+                call, make_ctx()
+            )
+        assert plain.value.code != "cancelled"  # type: ignore[attr-defined]
+    signal = asyncio.Event()
+    with pytest.raises(ToolCancelledError) as raised:
+        await registry_for(signal).dispatch(call, make_ctx(signal=signal))
+    assert raised.value.code == "cancelled"
+    # The host call had settled: nothing of it is live.
+    assert [s for s in await host.process.live_spawns() if s.argv[0] == argv[0]] == []

@@ -282,3 +282,80 @@ async def test_a_daemon_that_went_away_is_unavailable() -> None:
             assert caught.value.host_reason == "UNREACHABLE"
     finally:
         stop_daemon(daemon)
+
+
+async def test_output_streams_through_dispatch_while_the_command_runs(
+    registry: ToolRegistry, host: hostcap.GrpcToolHost
+) -> None:
+    from hostcap.dispatch_context import OutputChunk
+
+    chunks: list[OutputChunk] = []
+    live_at_first_chunk: list[bool] = []
+
+    async def on_output(chunk: OutputChunk) -> None:
+        if not chunks:
+            spawns = await host.process.live_spawns()
+            live_at_first_chunk.append(any(s.argv[0] == "sh" for s in spawns))
+        chunks.append(chunk)
+
+    outcome = await registry.dispatch(
+        ToolCall("it-stream-1", "run_command",
+                 {"command": "sh", "args": ["-c", "echo early; sleep 1; echo late"]}),
+        make_ctx(on_output=on_output),
+    )  # fmt: skip
+    assert live_at_first_chunk == [True]  # the first chunk came while sh still ran
+    assert "".join(c.text.unwrap() for c in chunks) == "early\nlate\n"
+    assert "late" in outcome.tool_result.unwrap()
+
+
+async def test_a_write_the_daemon_would_refuse_never_reaches_a_card(
+    registry: ToolRegistry,
+) -> None:
+    # The review's case: the card came, then path_escapes_root.
+    cards: list[ApprovalCard] = []
+
+    async def prompt(card: ApprovalCard) -> str:
+        cards.append(card)
+        return "approve"
+
+    policy = hostcap.ApprovalPolicy("accept-edits", prompt=prompt)
+    with pytest.raises(hostcap.ToolHostDeniedError) as refused:
+        await registry.dispatch(
+            ToolCall("it-scope-1", "write_file", {"path": "../reference/x.txt", "content": "x"}),
+            make_ctx(approval=policy.context()),
+        )
+    assert refused.value.reason == "path_escapes_root"
+    assert cards == []
+
+
+async def test_edit_file_over_the_daemon_keeps_a_change_made_since_its_read(
+    daemon: Daemon, host: hostcap.GrpcToolHost
+) -> None:
+    target = daemon.workspace / "edited.txt"
+    target.write_text("one\ntwo\n")
+    target.chmod(0o666)
+
+    class ChangedUnderneath:
+        async def read_file(self, path: str, **kwargs: Any) -> Any:
+            read = await host.fs.read_file(path, **kwargs)
+            target.write_text("another writer\n")  # lands between the read and the write
+            return read
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(host.fs, name)
+
+    raced = hostcap.StaticToolHost(fs=ChangedUnderneath(), process=host.process)  # type: ignore[arg-type]
+    registry = hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=raced)
+    call = ToolCall(
+        "it-edit-1", "edit_file", {"path": "edited.txt", "old_text": "two", "new_text": "2"}
+    )
+    with pytest.raises(hostcap.ToolExecutionError) as failed:
+        await registry.dispatch(call, make_ctx())
+    assert failed.value.host_reason == "CONFLICT"
+    assert target.read_text() == "another writer\n"
+    # Without the race the same edit applies.
+    target.write_text("one\ntwo\n")
+    plain = hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=host)
+    outcome = await plain.dispatch(call, make_ctx())
+    assert target.read_text() == "one\n2\n"
+    assert "-two\n+2" in outcome.tool_result.unwrap()

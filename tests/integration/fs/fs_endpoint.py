@@ -6,9 +6,10 @@ Two kinds, same tests:
   (tests/support/daemon.py) with one tenant like --dev's. Skipped, saying
   why, while hostcapd does not serve FsService (until the front-end wires
   start_fs_service in); runs as soon as it does.
-- `in-process`: `start_fs_service` for the same --dev tenant behind a
-  grpc.aio server in the test's own loop: the real servicer, worker and
-  audit log, without the rest of the daemon.
+- `in-process`: `start_fs_service` for the same --dev tenant behind the
+  daemon's own front-end code run in the test's loop (the channel and the
+  front-end's conversion included): the real service, worker and audit
+  log, without the rest of the daemon.
 
 Both run the tenant as `nobody`. State dirs live under /tmp with mode 0711,
 so the tenant's own processes (a planted symlink, the race's swapper) can
@@ -33,8 +34,10 @@ import pytest
 from hostcap_proto.errors import WireError, from_rpc_error
 from hostcap_proto.v1 import common_pb2, fs_pb2, fs_pb2_grpc, process_pb2, process_pb2_grpc
 from hostcapd.audit import AuditLog
+from hostcapd.bridge.frontends import Endpoint, FrontendProcess, Relayed
+from hostcapd.bridge.messages import REQUESTS
 from hostcapd.config import AuditSettings, FsSettings, Tenant, dev_config, prepare_dev_state
-from hostcapd.frontend.fs_runtime import start_fs_service
+from hostcapd.service.fs_runtime import start_fs_service
 from support.daemon import NOBODY, Daemon, children_of, cmdline, daemon_config, tenant_config
 from support.identity import as_user
 
@@ -145,11 +148,21 @@ async def in_process(
     settings = config.audit if audit_settings is None else audit_settings(config.audit)
     audit = AuditLog.open(settings, boot_id=uuid.uuid4().hex)
     runtime = await start_fs_service(tenant, audit)
-    server = grpc.aio.server(options=CHANNEL_OPTIONS)
-    fs_pb2_grpc.add_FsServiceServicer_to_server(runtime.servicer, server)
     socket_path = state / "run" / "fs.sock"
-    server.add_insecure_port(f"unix:{socket_path}")
-    await server.start()
+    methods = {
+        name: Relayed(getattr(runtime.service, name.partition(".")[2]), False, name)
+        for name in REQUESTS["tenant"]
+        if name.startswith("FsService.")
+    }
+    server = FrontendProcess(
+        Endpoint("tenant", tenant.name, socket_path, 0, 0, 0o600, MAX_MESSAGE, MAX_MESSAGE),
+        audit,
+        methods,
+        lambda: None,
+        in_process=True,
+    )
+    os.rename(await server.start(), socket_path)
+    server.remove_bind_dir()
 
     def worker_pid() -> int:
         pid = runtime.worker.pid

@@ -323,3 +323,44 @@ async def test_a_2026_connection_without_elicitation_fails_closed(
         assert client.protocol_version >= "2026-07-28"
         denied = await client.call_tool("run_command", {"command": "echo", "args": ["x"]})
     assert denied.is_error and "no_approval_hook" in text_of(denied)
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ({"args": ["-c", "sleep 30"], "timeout_s": 1}, "timeout"),  # the wall-clock limit
+        ({"args": ["-c", "exit 3"]}, "exit code 3"),
+        ({"args": ["-c", "kill -KILL $$"]}, "killed by"),
+    ],
+)
+async def test_a_command_that_did_not_end_cleanly_is_an_error_result(
+    mcp_daemon: Daemon, tmp_path: Path, args: dict[str, Any], said: str
+) -> None:
+    policy = write_policy(tmp_path / "p.toml", mode="auto")
+    async with Client(server(mcp_daemon, policy), mode="legacy") as client:
+        result = await client.call_tool("run_command", {"command": "sh", **args})
+        clean = await client.call_tool("run_command", {"command": "sh", "args": ["-c", "true"]})
+    assert result.is_error and said in text_of(result)
+    assert not clean.is_error
+
+
+async def test_edit_file_through_hostcap_mcp(mcp_daemon: Daemon, tmp_path: Path) -> None:
+    policy = write_policy(
+        tmp_path / "p.toml",
+        granted_tools=["read_file", "write_file", "edit_file"],
+        mode="accept-edits",
+    )
+    async with Client(server(mcp_daemon, policy), mode="legacy") as client:
+        written = await client.call_tool(
+            "write_file", {"path": "edit-me.txt", "content": "alpha\nbeta\nbeta\n"}
+        )
+        assert not written.is_error
+        ambiguous = await client.call_tool(
+            "edit_file", {"path": "edit-me.txt", "old_text": "beta", "new_text": "gamma"}
+        )
+        edited = await client.call_tool(
+            "edit_file", {"path": "edit-me.txt", "old_text": "alpha", "new_text": "ALPHA"}
+        )
+    assert ambiguous.is_error and "occurs 2 times" in text_of(ambiguous)
+    assert not edited.is_error and "-alpha\n+ALPHA" in text_of(edited)
+    assert (mcp_daemon.root() / "edit-me.txt").read_text() == "ALPHA\nbeta\nbeta\n"

@@ -107,3 +107,78 @@ def test_an_unknown_outcome_is_an_error_listing_the_valid_ones(
     assert "unknown outcome 'TIMEDOUT'" in done.stderr
     assert "TIMEOUT" in done.stderr and "SPAWN_FAILED" in done.stderr
     assert [r["outcome"] for r in query(history, "--outcome", "timeout")] == ["TIMEOUT"]
+
+
+def _both(history: Daemon, *args: str) -> list[Any]:
+    """hostcapctl audit query ARGS from the files and over the admin socket."""
+    files = [
+        a
+        for f in sorted(history.audit_path.parent.glob("audit.jsonl*"))
+        for a in ("--file", str(f))
+    ]
+    return [
+        hostcapctl("audit", "query", *files, *args),
+        hostcapctl("audit", "query", *args, admin=history.admin_socket),
+    ]
+
+
+def test_a_misspelt_filter_fails_with_the_valid_values(history: Daemon) -> None:
+    """Issue 33: --tenant alpah and --event proces.exec were empty answers, exit 0."""
+    for done in _both(history, "--tenant", "alpah"):
+        assert done.returncode == 2 and done.stdout == "", done
+        assert "unknown tenant 'alpah'" in done.stderr and "dev" in done.stderr, done.stderr
+    for done in _both(history, "--event", "proces.exec"):
+        assert done.returncode == 2 and done.stdout == "", done
+        assert "unknown event 'proces.exec'" in done.stderr and "process.exec" in done.stderr
+    for done in _both(history, "--event", "proc*", "--tenant", "dev", "--format", "json"):
+        assert done.returncode == 0 and json.loads(done.stdout), done.stderr
+    # A known tenant with nothing in the window is an empty answer, not an error.
+    for done in _both(
+        history, "--tenant", "dev", "--since", "2h", "--until", "1h", "--format", "json"
+    ):
+        assert done.returncode == 0 and json.loads(done.stdout) == [], done.stderr
+
+
+async def test_a_spawn_prefix_finds_its_spawn_and_an_ambiguous_one_lists_them(
+    history: Daemon,
+) -> None:
+    def exec_ids() -> list[str]:
+        return [
+            r["spawn_id"] for r in audit_records(history.audit_path) if r["event"] == "process.exec"
+        ]
+
+    ids = exec_ids()
+    target = ids[1]
+    others = set(ids) - {target}
+    # The shortest prefix no other spawn shares.
+    length = next(n for n in range(1, 33) if not any(o.startswith(target[:n]) for o in others))
+    rows = query(history, "--spawn", target[:length])
+    assert [(r["event"], r["spawn_id"]) for r in rows] == [
+        ("process.exec", target), ("process.exit", target)
+    ]  # fmt: skip
+    assert query(history, "--spawn", target) == rows
+    # Spawns until two ids share a first digit (at most 17, by pigeonhole).
+    client = Client(history.socket)
+    try:
+        while len({i[0] for i in ids}) == len(ids):
+            await client.run("true")
+            ids = exec_ids()
+    finally:
+        await client.close()
+    shared = next(i[0] for i in ids if sum(j[0] == i[0] for j in ids) > 1)
+    for done in _both(history, "--spawn", shared):
+        assert done.returncode == 2 and "ambiguous" in done.stderr, done
+        assert all(i in done.stderr for i in ids if i.startswith(shared))
+    for done in _both(history, "--spawn", "zz-not-an-id"):
+        assert done.returncode == 2 and "no spawn id in the log starts with" in done.stderr, done
+
+
+def test_since_and_until_take_a_time_of_day(history: Daemon) -> None:
+    times = sorted(r["time"] for r in audit_records(history.audit_path))
+    first, last = times[0], times[-1]
+    if first[:10] != last[:10]:
+        pytest.skip("the history straddles midnight UTC")
+    since = first[11:16]  # HH:MM of the first record: every record is at or after it
+    rows = query(history, "--since", since, "--until", "23:59:59.999999")
+    assert len(rows) == len(times)
+    assert query(history, "--until", since + ":00", "--since", since + ":00") == []

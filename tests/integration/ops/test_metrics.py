@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import http.client
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -202,23 +203,22 @@ def test_the_dev_config_serves_metrics(tmp_path: Path) -> None:
 
 
 def test_build_info_says_the_version_and_the_commit(metered: Daemon) -> None:
-    from importlib import metadata
+    from hostcap_proto import build
 
     samples = scrape(metered)
     builds = [dict(labels) for name, labels in samples if name == "hostcapd_build_info"]
     assert len(builds) == 1, builds
-    assert builds[0]["version"] == metadata.version("hostcap")
-    head = subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", "--short=12", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    expected = head.stdout.strip() if head.returncode == 0 else "unknown"
-    if "+g" in builds[0]["version"]:  # a setuptools-scm build between tags names its commit
-        expected = builds[0]["version"].split("+g")[1].split(".")[0]
-    assert builds[0]["commit"] == expected
+    # The one source of both (setuptools-scm's, as `hostcapd --version` says).
+    assert builds[0] == {"version": build.VERSION, "commit": build.COMMIT}
     assert value(samples, "hostcapd_build_info", **builds[0]) == 1
+    if build.COMMIT != build.UNKNOWN:
+        assert re.fullmatch(r"[0-9a-f]{7,40}", build.COMMIT), build.COMMIT
+        known = subprocess.run(
+            ["git", "-C", str(REPO), "cat-file", "-e", f"{build.COMMIT}^{{commit}}"],
+            capture_output=True,
+            check=False,
+        )
+        assert known.returncode == 0, f"{build.COMMIT} is not a commit of this repository"
 
 
 def test_no_created_series_and_every_counter_ends_in_total(metered: Daemon) -> None:

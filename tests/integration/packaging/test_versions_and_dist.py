@@ -1,5 +1,7 @@
 """`--version` of both commands, and `make dist`: the three wheels, the
-daemon's with its C extension and entry points, versions that agree."""
+daemon's with its C extension and entry points, versions that agree. The
+version comes from git (setuptools-scm), so it is read from the installed
+distribution and from setuptools-scm itself, never written down here."""
 
 from __future__ import annotations
 
@@ -11,9 +13,14 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from hostcap_proto import build
 from support.daemon import REPO
 
-VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+# What the last build or install wrote (both commands report it); not
+# importlib.metadata, which prefers a stale hostcap.egg-info in the working
+# directory to the installed distribution.
+VERSION = build.VERSION
+COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
 
 def run(*argv: str | Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -26,24 +33,52 @@ def test_hostcapd_version() -> None:
     done = run(sys.executable, "-m", "hostcapd", "--version")
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(
-        rf"hostcapd {re.escape(VERSION)} \(hostcap_proto \S+, grpcio \S+, python \S+\)\n",
+        rf"hostcapd {re.escape(VERSION)} \(commit (\S+), hostcap_proto \S+, grpcio \S+, "
+        r"python \S+\)\n",
         done.stdout,
     ), done.stdout
+    assert_a_commit_of_this_repository(done.stdout.split("commit ", 1)[1].split(",")[0])
 
 
 def test_hostcapctl_version() -> None:
     done = run(sys.executable, "-m", "hostcap.ctl.main", "--version")
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("hostcapctl "), done.stdout
-    assert VERSION in done.stdout
+    found = re.fullmatch(r"hostcapctl (\S+) \(commit (\S+), hostcap\)\n", done.stdout)
+    assert found, done.stdout
+    assert found.group(1) == VERSION
+    assert_a_commit_of_this_repository(found.group(2))
 
 
-def test_every_package_declares_the_same_version() -> None:
+def assert_a_commit_of_this_repository(commit: str) -> None:
+    assert COMMIT.fullmatch(commit), commit
+    known = run("git", "cat-file", "-t", commit)
+    assert known.stdout.strip() == "commit", (commit, known.stderr)
+
+
+def test_every_package_takes_its_version_from_git() -> None:
     from hostcapd import __version__
 
-    for pyproject in ("proto/pyproject.toml", "client/pyproject.toml"):
-        assert tomllib.loads((REPO / pyproject).read_text())["project"]["version"] == VERSION
+    for pyproject in ("pyproject.toml", "proto/pyproject.toml", "client/pyproject.toml"):
+        project = tomllib.loads((REPO / pyproject).read_text())
+        assert "version" not in project["project"], pyproject
+        assert project["project"]["dynamic"] == ["version"], pyproject
+        requires = project["build-system"]["requires"]
+        assert any(r.startswith("setuptools-scm==") for r in requires), pyproject
+        # proto/ and client/ are versioned by the checkout they are in.
+        assert project["tool"]["setuptools_scm"].get("root", ".") in (".", ".."), pyproject
     assert __version__ == VERSION
+
+
+def test_the_version_is_the_one_git_describes() -> None:
+    # setuptools-scm on the checkout now: the installed version is what the
+    # last install computed, so only its release part must agree (a commit
+    # since then moves the dev part on).
+    done = run(sys.executable, "-m", "setuptools_scm")
+    assert done.returncode == 0, done.stderr
+    now = done.stdout.strip().splitlines()[-1]
+    release = re.compile(r"\d+\.\d+")
+    assert release.match(now) and release.match(VERSION), (now, VERSION)
+    assert release.match(now).group() == release.match(VERSION).group()  # type: ignore[union-attr]
 
 
 @pytest.mark.packaging
@@ -55,7 +90,9 @@ def test_make_dist_builds_the_three_wheels(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     names = sorted(p.name for p in out.glob("*.whl"))
     assert [n.split("-")[0] for n in names] == ["hostcap", "hostcap_client", "hostcap_proto"]
-    assert all(f"-{VERSION}-" in n for n in names), names
+    # One version for the three, the one setuptools-scm gives this checkout.
+    scm = run(sys.executable, "-m", "setuptools_scm").stdout.strip().splitlines()[-1]
+    assert all(f"-{scm}-" in n for n in names), (names, scm)
     daemon = next(out.glob("hostcap-*.whl"))
     with zipfile.ZipFile(daemon) as wheel:
         files = wheel.namelist()

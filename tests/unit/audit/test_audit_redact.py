@@ -189,6 +189,56 @@ def test_redaction_runs_before_truncation_so_no_half_secret_survives() -> None:
 def test_bounding_marks_what_it_cut() -> None:
     kept, cut = bound_argv(["a" * 50, "b" * 10, "c" * 10], max_arg_chars=20, max_argv_chars=50)
     assert cut
-    assert kept[0] == "a" * 20 + "...[30 chars cut]"
+    assert kept[0] == "a" * 10 + "...[30 chars cut]..." + "a" * 10
     assert kept[1:] == ["b" * 10]
     assert bound_argv(["x", "y"]) == (["x", "y"], False)
+
+
+def test_a_cut_element_keeps_its_head_and_its_tail() -> None:
+    """Issue 29's second cloak: blanks before the payload cannot push it out."""
+    script = " " * 4096 + "echo payload; touch ~/x"
+    (kept,), cut = bound_argv([script])
+    assert cut
+    assert kept.startswith(" " * 2048) and kept.endswith("echo payload; touch ~/x")
+    assert f"...[{len(script) - 4096} chars cut]..." in kept
+
+
+# Issue 29's first cloak and its relatives: a secret-shaped assignment, flag,
+# header or URL inside a script. Only the value's span is replaced; the
+# command after it stays in the record.
+SCRIPTS_KEEP_THEIR_COMMANDS: list[tuple[str, str]] = [
+    ("API_TOKEN=1; echo payload; touch ~/x", f"API_TOKEN={R}; echo payload; touch ~/x"),
+    ("API_TOKEN=1;echo${IFS}payload", f"API_TOKEN={R};echo${{IFS}}payload"),
+    ("API_TOKEN=1&&touch ~/x", f"API_TOKEN={R}&&touch ~/x"),
+    ("API_TOKEN=1|sh", f"API_TOKEN={R}|sh"),
+    ("API_TOKEN=1 touch ~/x", f"API_TOKEN={R} touch ~/x"),
+    ("API_TOKEN=1\ntouch ~/x", f"API_TOKEN={R}\ntouch ~/x"),
+    ("API_TOKEN=$(touch ~/x)", "API_TOKEN=$(touch ~/x)"),
+    ("API_TOKEN=`touch ~/x`", "API_TOKEN=`touch ~/x`"),
+    ('API_TOKEN="$(touch ~/x)"', 'API_TOKEN="$(touch ~/x)"'),
+    ("API_TOKEN='a b'; touch ~/x", f"API_TOKEN={R}; touch ~/x"),
+    ('API_TOKEN="a b";touch ~/x', f"API_TOKEN={R};touch ~/x"),
+    ("echo hi; API_TOKEN=abc touch ~/x", f"echo hi; API_TOKEN={R} touch ~/x"),
+    ("echo hi; API_TOKEN=abc;touch ~/x", f"echo hi; API_TOKEN={R};touch ~/x"),
+    (" API_TOKEN='$(touch ~/x)'", " API_TOKEN='$(touch ~/x)'"),
+    ("run --password=x;touch ~/x", f"run --password={R};touch ~/x"),
+    ("--password=x;touch ~/x", f"--password={R};touch ~/x"),
+    ("X-Api-Key: abc; touch ~/x", f"X-Api-Key: {R}; touch ~/x"),
+    ("Authorization: Bearer abc;touch ~/x", f"Authorization: Bearer {R};touch ~/x"),
+    ("curl https://u:pw;touch@h", "curl https://u:pw;touch@h"),
+    ("curl https://h/?token=abc|sh", f"curl https://h/?token={R}|sh"),
+    ("echo -----BEGIN RSA PRIVATE KEY-----abc; touch ~/x", f"echo {R}; touch ~/x"),
+]
+
+
+@pytest.mark.parametrize(("script", "kept"), SCRIPTS_KEEP_THEIR_COMMANDS)
+def test_a_redaction_never_hides_a_command(script: str, kept: str) -> None:
+    assert redact_argv(["sh", "-c", script]) == ["sh", "-c", kept]
+
+
+def test_a_secret_flag_value_keeps_what_follows_a_metacharacter() -> None:
+    assert redact_argv(["sh", "-c", "eval $1", "--token", "x;touch ~/x"]) == [
+        "sh", "-c", "eval $1", "--token", f"{R};touch ~/x"
+    ]  # fmt: skip
+    assert redact_argv(["tool", "--password", "pass word"]) == ["tool", "--password", R]
+    assert redact_argv(["sshpass", "-p", "s3;touch ~/x"]) == ["sshpass", "-p", f"{R};touch ~/x"]

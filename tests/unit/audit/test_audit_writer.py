@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from audit_helpers import SettingsFactory, exec_fields, exit_fields
-from hostcap_proto.audit import REDACTED, AuditRecordError, verify_files
+from hostcap_proto.audit import REDACTED, AuditRecordError, argv_sha256, verify_files
 from hostcapd.audit import AuditLog, AuditSubscriptionLagged, AuditUnavailable
 from hostcapd.audit.files import rotated_files
 
@@ -278,9 +278,34 @@ async def test_argv_is_redacted_inside_write_then_bounded(make_settings: Setting
     assert stored == record
     assert secret[:6] not in log.path.read_text()
     assert stored["argv"][:3] == ["mysql", f"--password={REDACTED}", f"-p{REDACTED}"]
-    assert stored["argv"][3].startswith("x" * 4096) and "chars cut" in stored["argv"][3]
+    assert stored["argv"][3] == "x" * 2048 + "...[5904 chars cut]..." + "x" * 2048
     assert stored["argv"][4] == f"TOKEN={REDACTED}"
     assert stored["argv_truncated"] is True and stored["argc"] == 5
+    assert stored["argv_redacted"] is True
+    assert stored["argv_sha256"] == argv_sha256(argv)
+
+
+async def test_the_writer_alone_sets_the_argv_digest_and_flags(
+    make_settings: SettingsFactory,
+) -> None:
+    """A caller cannot forge them; a plain argv is stored with both flags false."""
+    log = AuditLog.open(make_settings(), "b")
+    forged = {"argv_sha256": "0" * 64, "argv_redacted": False, "argv_truncated": True, "argc": 1}
+    plain = await log.write_durable("process.exec", **exec_fields("a", **forged))
+    argv = ["sh", "-c", "API_TOKEN=1; echo payload; touch ~/x"]
+    cloaked = await log.write_durable("process.exec", **exec_fields("b", argv=argv))
+    denied = await log.write_durable(
+        "policy.deny", tenant="dev", method="Spawn", reason="NOT_FOUND", message="m", argv=argv
+    )
+    await log.close()
+    assert records(log.path)[:3] == [plain, cloaked, denied]
+    assert plain["argv_sha256"] == argv_sha256(["git", "status", "--short"])
+    assert plain["argv_redacted"] is False and plain["argv_truncated"] is False
+    assert "argc" not in plain
+    for record in (cloaked, denied):
+        assert record["argv"] == ["sh", "-c", f"API_TOKEN={REDACTED}; echo payload; touch ~/x"]
+        assert record["argv_redacted"] is True
+        assert record["argv_sha256"] == argv_sha256(argv)
 
 
 async def test_subscribers_receive_new_records_until_close(make_settings: SettingsFactory) -> None:
@@ -325,3 +350,22 @@ def test_write_outside_an_event_loop_syncs_at_once(make_settings: SettingsFactor
     log.write("daemon.start", version="0.1.0")
     assert log.sync_count == before + 1
     asyncio.run(log.close())
+
+
+async def test_a_refused_argv_far_past_any_exec_is_recorded_bounded(
+    make_settings: SettingsFactory,
+) -> None:
+    """A refusal's argv may be larger than any exec's (TOO_LARGE): an element
+    that could never run is named by its size, redaction never runs over
+    megabytes, and the digest is still of the whole argv."""
+    log = AuditLog.open(make_settings(), "b")
+    argv = ["tool", "x" * 300_000, "--token", "s3cr3t", *(["y" * 100] * 5000)]
+    denied = await log.write_durable(
+        "policy.deny", tenant="dev", method="Run", reason="TOO_LARGE", message="m", argv=argv
+    )
+    await log.close()
+    assert denied["argv"][:4] == ["tool", "...[300000 chars not recorded]...", "--token", REDACTED]
+    assert sum(map(len, denied["argv"])) <= 64 * 1024
+    assert denied["argv_truncated"] is True and denied["argc"] == len(argv)
+    assert denied["argv_redacted"] is True
+    assert denied["argv_sha256"] == argv_sha256(argv)

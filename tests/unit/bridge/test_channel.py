@@ -12,6 +12,7 @@ import msgspec
 import pytest
 from hostcap_proto.v1 import process_pb2
 from hostcapd.bridge import channel, messages
+from hostcapd.frontend.convert import request_of, request_proto
 
 
 def _roundtrip(model: messages.Message, payload: bytes = b"") -> tuple[object, bytes]:
@@ -35,7 +36,7 @@ def _roundtrip(model: messages.Message, payload: bytes = b"") -> tuple[object, b
 
 
 def _spawn(**fields: object) -> messages.Call:
-    return messages.Call(call=1, request=messages.SpawnRequest(argv=["echo", "hi"], **fields))  # type: ignore[arg-type]
+    return messages.Call(call=1, request=messages.SpawnCall(argv=["echo", "hi"], **fields))  # type: ignore[arg-type]
 
 
 def test_a_call_round_trips_with_inline_and_memfd_payloads() -> None:
@@ -50,27 +51,43 @@ def test_the_largest_output_event_travels_inline() -> None:
     # A stream's events are whole reads of the spawn's pipe: each one in a
     # memfd (create, write, read back) made row 3 take 1.7x the in-process
     # time, against 1.3x inline.
-    from hostcapd.frontend.process_service import OUTPUT_CHUNK, output_event
     from hostcapd.process.spawn import READ_CHUNK
+    from hostcapd.service.process_service import OUTPUT_CHUNK
 
-    event = output_event(1, b"x" * max(READ_CHUNK, OUTPUT_CHUNK))
-    buffers, fds = channel.encode(messages.Event(call=2**31), event)
+    data = b"x" * max(READ_CHUNK, OUTPUT_CHUNK)
+    event = messages.SpawnEvent(output=messages.Output(stream="STDOUT", data=data))
+    buffers, fds = channel.encode(messages.Event(call=2**31, item=event))
     assert fds == []
-    assert b"".join(bytes(b) for b in buffers).endswith(event)
+    assert data in b"".join(bytes(b) for b in buffers)
 
 
-def test_the_proto_built_on_the_root_side_matches_the_request() -> None:
+def test_a_payload_in_pieces_arrives_whole_inline_and_in_a_memfd() -> None:
+    for size in (10, channel.INLINE_PAYLOAD + 1):
+        pieces: list[bytes | bytearray | memoryview] = [
+            b"head",
+            bytearray(size),
+            memoryview(b"tail"),
+        ]
+        buffers, fds = channel.encode(messages.End(call=3), pieces)
+        message, payload = channel.decode(
+            memoryview(b"".join(bytes(b) for b in buffers)), fds, messages.TO_FRONTEND
+        )
+        assert message == messages.End(call=3)
+        assert payload == b"head" + bytes(size) + b"tail"
+
+
+def test_the_typed_call_carries_the_whole_request() -> None:
     wire = process_pb2.SpawnRequest(
         argv=["ls", "-l"], cwd="sub", env={"A": "1"}, stdin=b"in", request_id="r", labels={"k": "v"}
     )
     wire.limits.wall_seconds = 2.5
     wire.limits.pids = 7
-    model, payload = messages.RunRequest.from_proto(wire)
+    model, payload = request_of(messages.RunCall, wire)
     assert payload == b"in"
-    assert model.proto(payload) == wire
+    assert request_proto(model, payload) == wire
     bare = process_pb2.SpawnRequest(argv=["true"])
-    model, payload = messages.SpawnRequest.from_proto(bare)
-    built = model.proto(payload)
+    model, payload = request_of(messages.SpawnCall, bare)
+    built = request_proto(model, payload)
     assert built == bare and not built.HasField("stdin") and not built.HasField("limits")
 
 

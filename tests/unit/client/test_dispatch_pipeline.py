@@ -240,11 +240,9 @@ async def test_git_status_is_pre_approved_and_needs_no_allowlist_entry(make_ctx:
     )
     assert outcome.tool_result.unwrap() == "## main"
     argv = host.process.spawns[0].argv
-    assert (
-        argv[0] == "git"
-        and "core.hooksPath=/dev/null" in argv
-        and argv[-3:] == ("status", "--porcelain=v1", "--branch")
-    )
+    assert argv[0] == "git" and "core.hooksPath=/dev/null" in argv
+    assert argv[-4:] == ("status", "--porcelain=v1", "--branch", "--ignore-submodules=all")
+    assert host.process.spawns[0].env_names == ("GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM")
 
 
 async def test_git_commit_runs_with_the_gate(make_ctx: MakeCtx) -> None:

@@ -40,7 +40,9 @@ def test_reason_sets_are_the_seeds() -> None:
         "insecure_url",
         "gate_required",
         "media_scope_denied",
-        "mode_denied",
+        "mode_denied",  # the contract PR's
+        "unsafe_repository",  # the client's own (decision 0025)
+        "action_not_declared",  # the client's own: plan_safe_actions enforced
     } == POLICY_DENY_REASONS
     assert {"user_rejected", "no_approval_hook", "approval_error"} == USER_DENY_REASONS
 

@@ -69,7 +69,8 @@ def test_a_bare_string_is_not_a_list_of_commands() -> None:
 
 def test_every_builtin_has_a_contract_classification() -> None:
     # Deciding what a new builtin does to state is part of adding it.
-    assert {tool.id for tool in BUILTIN_TOOLS} == set(BUILTIN_CONTRACT_EFFECTS)
+    # (tool_search is the registry's own, beside the builtins.)
+    assert {tool.id for tool in BUILTIN_TOOLS} | {"tool_search"} == set(BUILTIN_CONTRACT_EFFECTS)
 
 
 @pytest.mark.parametrize("contract", list(Contract))
@@ -77,6 +78,7 @@ def test_contract_admission_of_the_builtins(contract: Contract) -> None:
     admission = {tool.id: contract_admission(tool, contract) for tool in BUILTIN_TOOLS}
     assert {k for k, v in admission.items() if v is Admission.DENY} == {
         "write_file",
+        "edit_file",
         "git_commit",
         "invoke_agent",
         "http_request",
@@ -151,6 +153,7 @@ def test_the_catalogue_withholds_what_the_contract_denies(
     offered = {tool.id for tool in registry.catalogue(plan)}
     assert offered == ALL_BUILTINS - {
         "write_file",
+        "edit_file",
         "git_commit",
         "invoke_agent",
         "http_request",
@@ -182,3 +185,26 @@ def test_explain_reports_every_step_without_running(
     assert denied.verdict == "denied" and denied.steps[-1].step == "guardrails"
     assert getattr(denied.error, "reason", None) == "command_not_allowed"
     assert host.process.spawns == []
+
+
+def test_run_commands_description_names_the_allowed_programs(make_ctx: MakeCtx) -> None:
+    from hostcap import create_tool_registry as create
+    from hostcap.builtins import RUN_COMMAND
+    from hostcap.testing import MemoryToolHost
+
+    registry = create(tools=BUILTIN_TOOLS, host=MemoryToolHost())
+    few = make_ctx(tool_policy=ToolPolicy(allowed_commands={"pytest", "make", "ls"}))
+    text = registry.description(RUN_COMMAND, few)
+    assert "Allowed programs: ls, make, pytest." in text
+    described = {
+        t["function"]["name"]: t["function"]["description"] for t in registry.openai_tools(few)
+    }
+    assert described["run_command"] == text
+    many = make_ctx(tool_policy=ToolPolicy(allowed_commands={f"p{i:02}" for i in range(30)}))
+    assert "p23, and 6 more." in registry.description(RUN_COMMAND, many)
+    none = make_ctx(tool_policy=ToolPolicy())
+    assert "No program is allowed here" in registry.description(RUN_COMMAND, none)
+    # A tool pinning its program says nothing of the allowlist.
+    git_status = registry.get("git_status")
+    assert git_status is not None
+    assert registry.description(git_status, few) == git_status.description

@@ -184,7 +184,9 @@ async def _stored_png(registry: Any, host: MemoryToolHost, make_ctx: MakeCtx) ->
 
 
 def test_read_media_is_the_thirteenth_builtin() -> None:
-    assert len(BUILTIN_TOOLS) == 13 and BUILTIN_TOOLS[-1].id == "read_media"
+    # The seeds' thirteen, with edit_file (issue 34) beside write_file.
+    assert len(BUILTIN_TOOLS) == 14 and BUILTIN_TOOLS[-1].id == "read_media"
+    assert [t.id for t in BUILTIN_TOOLS if t.id != "edit_file"][-1] == "read_media"
 
 
 async def test_read_media_returns_an_untrusted_handle_never_base64(

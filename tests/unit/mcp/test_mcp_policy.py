@@ -75,3 +75,27 @@ def test_annotations_follow_the_effect_class() -> None:
         assert tools[acting].read_only_hint is False and tools[acting].destructive_hint is True
     assert tools["http_request"].open_world_hint and tools["web_search"].open_world_hint
     assert tools["write_file"].idempotent_hint and not tools["run_command"].idempotent_hint
+
+
+def test_annotations_follow_what_the_allowlist_can_prove() -> None:
+    from hostcap import ToolPolicy
+
+    tools = {tool.id: tool for tool in BUILTIN_TOOLS}
+    # git_status runs git that only reads (decision 0025): read-only, not destructive.
+    status = tool_annotations(tools["git_status"])
+    assert status.read_only_hint and not status.destructive_hint and status.idempotent_hint
+    # A command runner whose every allowed program is declared read-only.
+    reading = ToolPolicy(allowed_commands={"ls", "cat"}, read_only_commands={"ls", "cat", "grep"})
+    hints = tool_annotations(tools["run_command"], reading)
+    assert hints.read_only_hint and not hints.destructive_hint
+    # One program not declared read-only, or a glob, and nothing is proven.
+    for unproven in (
+        ToolPolicy(allowed_commands={"ls", "rm"}, read_only_commands={"ls"}),
+        ToolPolicy(
+            allowed_commands={"ls"}, allowed_command_globs={"py*"}, read_only_commands={"ls"}
+        ),
+        ToolPolicy(),
+    ):
+        hints = tool_annotations(tools["run_command"], unproven)
+        assert not hints.read_only_hint and hints.destructive_hint
+    assert tool_annotations(tools["git_commit"], reading).destructive_hint

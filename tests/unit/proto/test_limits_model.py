@@ -63,3 +63,22 @@ def test_the_dev_defaults_fit_under_the_dev_ceilings() -> None:
     assert set(ceiling) == set(LIMIT_NAMES)
     for name, value in set_values(DEV_DEFAULT).items():
         assert value <= ceiling[name]
+
+
+def test_the_front_end_channel_takes_its_limits_from_the_one_definition() -> None:
+    import msgspec
+    from hostcapd.bridge import messages
+
+    info = msgspec.inspect.type_info(messages.Limits)
+    assert isinstance(info, msgspec.inspect.StructType)
+    assert tuple(f.name for f in info.fields) == LIMIT_NAMES
+    wire = {f.name: f for f in common_pb2.Limits.DESCRIPTOR.fields}
+    for f in info.fields:
+        assert f.default is None, f.name
+        (kind,) = [t for t in f.type.types if not isinstance(t, msgspec.inspect.NoneType)]
+        if wire[f.name].type == FieldDescriptor.TYPE_DOUBLE:
+            assert isinstance(kind, msgspec.inspect.FloatType), f.name
+        else:
+            assert isinstance(kind, msgspec.inspect.IntType) and kind.ge == 0, f.name
+            if wire[f.name].type == FieldDescriptor.TYPE_UINT32:
+                assert kind.le == (1 << 32) - 1, f.name

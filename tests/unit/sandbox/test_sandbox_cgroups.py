@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import sys
 import time
 import uuid
@@ -270,3 +271,88 @@ def test_repeated_create_and_remove_leaves_nothing(host: cgroups.CgroupHost) -> 
             os.close(fd)
         cg.remove()
     assert [p for h in host.hierarchies for p in h.subtree.iterdir() if p.is_dir()] == []
+
+
+def _limit_of(directory: Path) -> tuple[str, str]:
+    """(memory limit, pids.max) of one hierarchy's directory ("" where not kept there)."""
+    memory = ""
+    for name in ("memory.max", "memory.limit_in_bytes"):
+        if (directory / name).exists():
+            memory = (directory / name).read_text().strip()
+    pids = (directory / "pids.max").read_text().strip() if (directory / "pids.max").exists() else ""
+    return memory, pids
+
+
+def test_a_tenants_spawns_live_in_its_tenant_cgroup_under_its_ceilings(
+    host: cgroups.CgroupHost,
+) -> None:
+    tenant = host.for_tenant("alpha", pids=64, memory_bytes=256 * MiB)
+    cg = tenant.create("in-tenant", memory_bytes=64 * MiB, pids=32)
+    try:
+        for h, directory in zip(host.hierarchies, cg.directories, strict=True):
+            assert directory.parent == h.subtree / f"{cgroups.TENANT_PREFIX}alpha"
+        limits = {_limit_of(d.parent) for d in cg.directories} - {("", "")}
+        assert limits <= {(str(256 * MiB), ""), ("", "64"), (str(256 * MiB), "64")}
+        assert {m for m, _ in limits} - {""} and {p for _, p in limits} - {""}
+        # A fork bomb in two spawns, each allowed 32, stops at the tenant's 64.
+        other = tenant.create("in-tenant-2", memory_bytes=64 * MiB, pids=48)
+        bombs = [start_in_cgroup(c.procs_fds(), "forkbomb") for c in (cg, other)]
+        pids_dir = next(
+            d.parent
+            for h, d in zip(host.hierarchies, cg.directories, strict=True)
+            if "pids" in h.roles
+        )
+        wait_until(lambda: int((pids_dir / "pids.current").read_text()) >= 60)
+        time.sleep(0.3)
+        assert int((pids_dir / "pids.current").read_text()) <= 64
+        for c in (cg, other):
+            c.kill()
+        for bomb in bombs:
+            bomb.wait(timeout=10)
+        other.remove()
+    finally:
+        cg.kill()
+        cg.remove()
+
+
+def test_a_tenants_ceilings_are_raised_and_lowered_in_place(host: cgroups.CgroupHost) -> None:
+    # A reload may raise a limit: v1 keeps memory <= memory+swap, so that order matters.
+    for memory, pids in ((64 * MiB, 16), (1 << 30, 4096), (128 * MiB, 32)):
+        tenant = host.for_tenant("beta", pids=pids, memory_bytes=memory)
+        directory = tenant.hierarchies[0].subtree
+        assert directory.name == f"{cgroups.TENANT_PREFIX}beta"
+        seen = {_limit_of(h.subtree) for h in tenant.hierarchies} - {("", "")}
+        assert (str(memory), "") in seen or (str(memory), str(pids)) in seen, seen
+        assert ("", str(pids)) in seen or (str(memory), str(pids)) in seen, seen
+
+
+def test_a_front_end_cgroup_takes_a_process_and_keeps_its_limits(
+    host: cgroups.CgroupHost,
+) -> None:
+    side = host.frontend("gamma", pids=8, memory_bytes=64 * MiB)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        side.place(child.pid)
+        for directory in side.directories:
+            assert str(child.pid) in (directory / "cgroup.procs").read_text().split()
+        assert {_limit_of(d) for d in side.directories} - {("", "")}
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_sweep_stale_reaches_into_tenants_and_front_ends(
+    host: cgroups.CgroupHost, kill_mode: str
+) -> None:
+    tenant = host.for_tenant("delta", pids=64, memory_bytes=256 * MiB)
+    left = [tenant.create(name, memory_bytes=None, pids=None) for name in ("a", "b")]
+    children = [start_in_cgroup(cg.procs_fds(), "tree") for cg in left]
+    side = host.frontend("delta", pids=16, memory_bytes=64 * MiB)
+    front = start_in_cgroup(side.procs_fds(), "tree")
+    assert all(c.stdout is not None and c.stdout.readline() == "tree\n" for c in [*children, front])
+    restarted = _host(host.hierarchies[0].subtree.name, kill_mode)
+    restarted.prepare()
+    assert restarted.sweep_stale() == 2  # spawns; the front-end's cgroup is swept too
+    assert [c.wait(timeout=10) for c in [*children, front]] == [-signal.SIGKILL] * 3
+    for h in host.hierarchies:
+        assert [p.name for p in h.subtree.iterdir() if p.is_dir()] == []

@@ -9,6 +9,7 @@ import errno
 import os
 from typing import Any
 
+import psutil
 import pytest
 from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
@@ -53,3 +54,54 @@ def test_a_failing_step_is_named() -> None:
 def test_a_namespace_step_without_its_namespace_is_refused_before_the_clone() -> None:
     with pytest.raises(ValueError, match="CLONE_NEWNET"):
         childsetup.spawn(_plan(loopback_up=True))
+
+
+MOUNT = (6, None, b"/tmp", None, 0, None, 0)
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"mounts": [MOUNT] * 65, "clone_flags": 0x00020000}, ValueError, "too many mounts"),
+        ({"rlimits": [(4, 0, 0)] * 17}, ValueError, "too many rlimits"),
+        ({"cgroup_fds": [0] * 9}, ValueError, "too many cgroup fds"),
+        ({"landlock_rules": [(b"/", 1)] * 9}, ValueError, "too many landlock rules"),
+        ({"roots": [b"/tmp"] * 9}, ValueError, "too many roots"),
+        ({"rlimits": [(4, 0)]}, TypeError, "rlimit must be"),
+        ({"mounts": [(99, None, None, None, 0, None, 0)]}, ValueError, "unknown mount kind"),
+        ({"landlock_rules": [(None, 1)]}, ValueError, "landlock rule path must be bytes"),
+        ({"roots": [None]}, TypeError, "roots must be bytes"),
+        ({"cgroup_fds": ["0"]}, TypeError, "integer"),
+        ({"argv": [b"sh", "-c"]}, TypeError, "argv items must be bytes"),
+        ({"envp": [b"A=\0B"]}, ValueError, "envp item contains a NUL byte"),
+    ],
+    ids=[
+        "mounts",
+        "rlimits",
+        "cgroup_fds",
+        "landlock_rules",
+        "roots",
+        "rlimit_shape",
+        "mount_kind",
+        "landlock_path",
+        "root_none",
+        "cgroup_fd_type",
+        "argv_str",
+        "envp_nul",
+    ],
+)
+def test_a_plan_that_does_not_fit_the_c_plan_is_refused_before_the_clone(
+    change: dict[str, Any], error: type[Exception], message: str
+) -> None:
+    # One conversion (each_item in childsetup_c/args.c) bounds and types
+    # every sequence; a plan it refuses clones nothing.
+    before = psutil.Process().children()
+    with pytest.raises(error, match=message):
+        childsetup.spawn(_plan(**change))
+    assert psutil.Process().children() == before
+
+
+@pytest.mark.parametrize("n", [4, 7])
+def test_a_go_with_the_wrong_number_of_fds_is_refused(n: int) -> None:
+    with pytest.raises(ValueError, match="5 or 6 fds"):
+        childsetup.go(0, b"", [0] * n)

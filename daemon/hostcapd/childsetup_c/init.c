@@ -1,0 +1,218 @@
+#include "childsetup.h"
+
+/*
+ * The init: pid 1 of a spawn's pid namespace.
+ *
+ * A pid 1 gets only the signals it has a handler for (pid_namespaces(7)), so
+ * a command that were pid 1 could not be ended by SIGTERM nor signal itself,
+ * and orphans would pile up as zombies. With a pid namespace the child that
+ * did the set-up stays as pid 1: after the last step that is not the exec's
+ * own (seccomp) it clones the command's process (pid 2), which runs the last
+ * steps (close_fds, the cancel/go gate, exec); then, with every signal
+ * blocked and no fd but its report pipe, it forwards each signal it takes
+ * to the command (its process group), reaps every child (orphans too) and, when the command
+ * ends, writes the command's wait status and rusage on the pipe and exits
+ * with the same status as far as a pid 1 can (see init_exit).
+ *
+ * The init is not a CLONE_VM child (it outlives the exec, so it needs
+ * memory of its own): the spawner clones it like fork, and it clones the
+ * command's process vfork-style from its own memory. It has the command's
+ * uid, capabilities, no_new_privs, landlock domain, seccomp filter, cgroup
+ * and rlimits, and is not dumpable: no foothold. Its records, on the pipe
+ * the spawner reads (fixed size, in one write each):
+ *   set-up: {INIT_SETUP_MAGIC, step, errno}: step "none" once the command
+ *           exec'd, else the step that failed (the init then exits);
+ *   exit:   {INIT_EXIT_MAGIC, wait status, utime_us, stime_us, maxrss_kib,
+ *           nvcsw, nivcsw, inblock, oublock} of the command's process.
+ * Every field is an int64 in the machine's byte order. */
+#define COMMAND_STACK_SIZE (32 * 1024)
+
+void write_record(int fd, const int64_t *rec, size_t n)
+{
+    ssize_t r;
+    do {
+        r = write(fd, rec, n * sizeof *rec);
+    } while (r < 0 && errno == EINTR);
+}
+
+void init_report_setup(int fd, int step, int err)
+{
+    int64_t rec[3] = {INIT_SETUP_MAGIC, step, err};
+    write_record(fd, rec, 3);
+}
+
+/* The command's process: a vfork-style child of the init (its memory, its
+ * stack below), in its own session, signals unblocked, then the last steps.
+ * A failure is left in the plan (the init's memory) for the init to send. */
+static int command_main(void *arg)
+{
+    struct plan *p = arg;
+    int step = STEP_SETSID;
+    if (p->restore_affinity)
+        sched_setaffinity(0, sizeof p->affinity, &p->affinity);
+    if (setsid() >= 0) {
+        sigset_t none;
+        sigemptyset(&none);
+        step = STEP_SIGNALS;
+        if (sigprocmask(SIG_SETMASK, &none, NULL) == 0)
+            step = last_steps(p);
+    }
+    p->fail_step = step;
+    p->fail_errno = errno;
+    _exit(127);
+}
+
+/* End the init with the command's status. An exit code is exact. A signal
+ * is what the init cannot reproduce: the kernel drops a signal a pid 1 sends
+ * itself while its disposition is the default (only the parent namespace's
+ * SIGKILL and a fault are forced on it). It is tried, then 128 + N; the exit
+ * record the spawner reads carries the command's status either way. */
+static void init_exit(int status)
+{
+    if (WIFEXITED(status))
+        _exit(WEXITSTATUS(status));
+    int sig = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(sig, &dfl, NULL);
+    sigset_t only;
+    sigemptyset(&only);
+    sigaddset(&only, sig);
+    sigprocmask(SIG_UNBLOCK, &only, NULL);
+    syscall(SYS_kill, 1, sig); /* its own pid in its namespace; no glibc raise() */
+    _exit(128 + sig);
+}
+
+static int64_t tv_us(struct timeval tv)
+{
+    return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
+}
+
+/* The init's life once the command runs: every signal is blocked, so each is
+ * queued for it and taken here; SIGCHLD reaps, any other is forwarded. */
+static void init_loop(pid_t command, int report_fd)
+{
+    sigset_t all;
+    sigfillset(&all);
+    for (;;) {
+        siginfo_t info;
+        int sig = sigwaitinfo(&all, &info);
+        if (sig < 0)
+            continue; /* EINTR (a stop and continue) */
+        if (sig != SIGCHLD) {
+            /* To the command's process group (it is its session's leader),
+             * as the daemon sent signals to the main process and its group
+             * before the init: Ctrl-C's semantics; the command alone if its
+             * group is gone. */
+            if (syscall(SYS_kill, -command, sig) != 0)
+                syscall(SYS_kill, command, sig);
+            continue;
+        }
+        for (;;) {
+            int status;
+            struct rusage ru;
+            pid_t w = wait4(-1, &status, WNOHANG | __WALL, &ru);
+            if (w <= 0)
+                break;
+            if (w != command)
+                continue; /* an orphan reparented to us, now reaped */
+            int64_t rec[9] = {INIT_EXIT_MAGIC, status, tv_us(ru.ru_utime), tv_us(ru.ru_stime),
+                              ru.ru_maxrss, ru.ru_nvcsw, ru.ru_nivcsw, ru.ru_inblock,
+                              ru.ru_oublock};
+            write_record(report_fd, rec, 9);
+            init_exit(status);
+        }
+    }
+}
+
+/* The end of the set-up as pid 1: start the command's process, report, and
+ * become the init. */
+int init_main(struct plan *p)
+{
+    char stack[COMMAND_STACK_SIZE] __attribute__((aligned(16)));
+    /* Not dumpable (the uid change made it so already; this says it), and a
+     * name that says what it is. Best effort: neither is a protection. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    prctl(PR_SET_NAME, "hostcap-init", 0, 0, 0);
+    p->fail_step = STEP_NONE;
+    pid_t command = clone(command_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, p);
+    /* Born on this CPU too (the init waits for its exec); both take back
+     * the spawner's affinity (see clone_init_small). */
+    if (p->restore_affinity)
+        sched_setaffinity(0, sizeof p->affinity, &p->affinity);
+    if (command < 0)
+        FAIL(STEP_CLONE);
+    if (p->fail_step != STEP_NONE) {
+        errno = p->fail_errno;
+        FAIL(p->fail_step);
+    }
+    /* The command runs: the init keeps its report pipe and nothing else. */
+    int fd = p->report_fd;
+    if (fd > 0)
+        syscall(SYS_close_range, 0, fd - 1, 0);
+    syscall(SYS_close_range, fd + 1, ~0U, 0);
+    init_report_setup(fd, STEP_NONE, 0);
+    init_loop(command, fd);
+    return 127;
+}
+
+/* Clone the init (see init_main): like fork (it needs memory of its own), in
+ * the new namespaces, every signal blocked, with the GIL held (see
+ * clone_init_small); then, without the GIL, wait on its report pipe for the
+ * set-up record, which comes once the command exec'd or a step failed.
+ * The pid, with the pipe's read end in *report (the exit record comes there),
+ * or -1 with the failure in the plan (the init reaped). */
+pid_t start_init_child(char *stack, struct plan *p)
+{
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        p->fail_step = STEP_INIT;
+        p->fail_errno = errno;
+        return -1;
+    }
+    p->report_read = fds[0];
+    p->report_fd = fds[1];
+    pid_t pid = clone_init_small(stack, p);
+    int clone_errno = errno;
+    close(fds[1]);
+    if (pid < 0) {
+        close(fds[0]);
+        p->fail_step = STEP_CLONE;
+        p->fail_errno = clone_errno;
+        return -1;
+    }
+    return pid;
+}
+
+/* The set-up record of the init started by start_init_child; see there. */
+pid_t wait_init_child(pid_t pid, struct plan *p, int *report)
+{
+    int fds[2] = {p->report_read, -1};
+    *report = -1;
+    int64_t rec[3] = {0, STEP_INIT, 0};
+    size_t got = 0;
+    while (got < sizeof rec) {
+        ssize_t n = read(fds[0], (char *)rec + got, sizeof rec - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    if (got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] == STEP_NONE) {
+        *report = fds[0];
+        return pid;
+    }
+    /* A step failed, or the init died before it said (killed: "init"). */
+    int valid = got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] > STEP_NONE &&
+                rec[1] < N_STEPS;
+    p->fail_step = valid ? (int)rec[1] : STEP_INIT;
+    p->fail_errno = valid ? (int)rec[2] : 0;
+    close(fds[0]);
+    int status;
+    while (waitpid(pid, &status, __WALL) < 0 && errno == EINTR)
+        ;
+    return -1;
+}
+

@@ -1,0 +1,318 @@
+"""A tenant's front-end: the unprivileged process that serves its socket.
+
+    python -I -m hostcapd.frontend FD
+
+started by the root side (`hostcapd.bridge.frontends.FrontendProcess`) as a fresh
+interpreter, already as the front-end user with no supplementary groups
+and no capabilities, in a directory made for it beside the tenant's socket,
+with one end of a socketpair as FD (its channel, bound to one tenant by
+the root side when it made it). It reads the `Hello`, confines itself
+(`hostcapd.frontend.confine`: before any thread exists, so every thread grpc
+makes is confined too), binds the socket, says `Ready`, and serves:
+
+- every request is parsed here (HTTP/2, protobuf: the untrusted bytes) and
+  relayed as one typed `Call`; the daemon's typed answer (a reply, each
+  streamed event, or a refusal's status) is converted back to the wire here
+  (`hostcapd.frontend.convert`: the daemon's only protobuf and gRPC code);
+- a client that goes away sends `Cancel`; a streamed event the client's
+  connection took sends `Ack` (the root side sends the next only then: the
+  back-pressure of a single-process daemon, one event deep);
+- health and reflection are answered here; `Serving` sets every
+  service's health, or one named (NOT_SERVING with the root side's reason,
+  which a Check reply carries in its trailing metadata, or SERVING
+  again); `Drain` turns
+  health to NOT_SERVING for good and stops the server with the root side's
+  grace.
+
+If the channel closes (the root side went away), the process exits; it
+also has the parent-death signal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import itertools
+import os
+import signal
+import socket
+import sys
+import typing
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import grpc
+import msgspec
+from google.protobuf import message as protobuf_message
+from google.protobuf.message_factory import GetMessageClass
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from hostcap_proto.errors import WireError
+from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
+
+from hostcapd.applied import Unavailable
+from hostcapd.bridge import channel, messages
+from hostcapd.frontend import convert
+from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
+from hostcapd.frontend.options import HealthReporter, new_health, server_options
+
+#: Modules imported on first use that a front-end uses.
+PRELOADED = (
+    "encodings.ascii",
+    "encodings.idna",
+    "encodings.latin_1",
+    "grpc.aio._server",
+    "grpc_health.v1._async",
+    "grpc_reflection.v1alpha._async",
+)
+MALFORMED = WireError("INVALID_ARGUMENT", "malformed request message")
+#: What each kind of front-end serves.
+SERVICES: dict[str, tuple[tuple[Any, str], ...]] = {
+    "tenant": ((process_pb2, "ProcessService"), (host_pb2, "HostService"), (fs_pb2, "FsService")),
+    "admin": ((admin_pb2, "AdminService"),),
+}
+
+
+class _Call:
+    """A relayed call: what the root side sent for it, in order."""
+
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.finished = False
+
+
+class Relay:
+    """The front-end's end of the channel."""
+
+    def __init__(self, sock: socket.socket, stopped: asyncio.Event, kind: str) -> None:
+        self._call = messages.CALLS[kind]
+        self._ids = itertools.count(1)
+        self.calls: dict[int, _Call] = {}
+        self.stopped = stopped
+        self.drain: Callable[[messages.Drain], None] = lambda _: None
+        self.serving: Callable[[messages.Serving], None] = lambda _: None
+        self.link = channel.Link(
+            sock, messages.TO_FRONTEND, self._on_message, self._on_error, self._on_closed
+        )
+
+    def open(self, request: messages.Request, payload: bytes) -> tuple[int, _Call]:
+        call_id = next(self._ids)
+        call = self.calls[call_id] = _Call()
+        self.link.send(self._call(call=call_id, request=request), payload)
+        return call_id, call
+
+    def done(self, call_id: int) -> None:
+        """The call is over here: a client gone before its end is a Cancel."""
+        call = self.calls.pop(call_id, None)
+        if call is not None and not call.finished:
+            self.link.send(messages.Cancel(call=call_id))
+
+    def _on_message(self, message: Any, payload: bytes) -> None:
+        if isinstance(message, messages.Drain):
+            self.drain(message)
+            return
+        if isinstance(message, messages.Serving):
+            self.serving(message)
+            return
+        call = self.calls.get(getattr(message, "call", 0))
+        if call is None:
+            return  # answered after the client went away
+        if not isinstance(message, messages.Event):
+            call.finished = True
+        call.inbox.put_nowait(message)
+
+    def _on_error(self, error: channel.ChannelError) -> None:
+        print(f"hostcapd front-end: the root side sent a bad message: {error}", file=sys.stderr)
+        self._on_closed()
+
+    def _on_closed(self) -> None:
+        self.link.close()
+        gone = messages.Abort(call=1, code=grpc.StatusCode.UNAVAILABLE.value[0], message="")
+        for call in self.calls.values():
+            call.finished = True
+            call.inbox.put_nowait(gone)
+        self.stopped.set()
+
+
+def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any) -> Any:
+    request_type, streaming = GetMessageClass(method.input_type), method.server_streaming
+
+    async def parse(raw: bytes, context: Any) -> tuple[messages.Request, bytes]:
+        try:
+            return convert.request_of(model, request_type.FromString(raw))
+        except (protobuf_message.DecodeError, msgspec.ValidationError, ValueError):
+            relay.link.send(messages.Malformed(method=name))
+            await context.abort_with_status(MALFORMED.to_status())
+            raise AssertionError("abort_with_status returned") from None
+
+    async def unary(raw: bytes, context: Any) -> Any:
+        request, payload = await parse(raw, context)
+        call_id, call = relay.open(request, payload)
+        try:
+            message = await call.inbox.get()
+        finally:
+            relay.done(call_id)
+        if isinstance(message, messages.Abort):
+            await convert.abort(context, message)
+        return convert.to_proto(message.answer)
+
+    async def stream(raw: bytes, context: Any) -> AsyncIterator[Any]:
+        request, payload = await parse(raw, context)
+        call_id, call = relay.open(request, payload)
+        try:
+            while True:
+                message = await call.inbox.get()
+                if isinstance(message, messages.Event):
+                    yield convert.streamed(message.item)
+                    relay.link.send(messages.Ack(call=call_id))
+                elif isinstance(message, messages.Abort):
+                    await convert.abort(context, message)
+                else:
+                    return
+        finally:
+            relay.done(call_id)
+
+    if streaming:
+        return grpc.unary_stream_rpc_method_handler(stream, response_serializer=convert.serialize)
+    return grpc.unary_unary_rpc_method_handler(unary, response_serializer=convert.serialize)
+
+
+def _handlers(relay: Relay, kind: str) -> list[grpc.GenericRpcHandler[Any, Any]]:
+    generic = []
+    models = messages.REQUESTS[kind]
+    for module, service in SERVICES[kind]:
+        descriptor = module.DESCRIPTOR.services_by_name[service]
+        table = {
+            m.name: _handler(relay, models[f"{service}.{m.name}"], f"{service}.{m.name}", m)
+            for m in descriptor.methods
+        }
+        generic.append(grpc.method_handlers_generic_handler(descriptor.full_name, table))
+    return generic
+
+
+async def serve(
+    sock: socket.socket, hello: messages.Hello, protections: list[messages.Protection]
+) -> int:
+    stopped = asyncio.Event()
+    relay = Relay(sock, stopped, hello.kind)
+    server = grpc.aio.server(options=server_options(hello.max_receive, hello.max_send))
+    try:
+        server.add_generic_rpc_handlers(_handlers(relay, hello.kind))
+        health_servicer: HealthReporter = new_health()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+        names = [m.DESCRIPTOR.services_by_name[s].full_name for m, s in SERVICES[hello.kind]]
+        health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+        reflection.enable_server_reflection([*names, health_name, reflection.SERVICE_NAME], server)
+        # The socket's mode comes from the umask: chmod is denied to a front-end.
+        previous = os.umask(0o777 & ~hello.socket_mode)
+        try:
+            bound = server.add_insecure_port(f"unix:{hello.bind_path}")
+        finally:
+            os.umask(previous)
+        if bound == 0:
+            print(f"hostcapd front-end: cannot bind {hello.bind_path}", file=sys.stderr)
+            return 1
+        await server.start()
+        for name in [*names, ""]:
+            await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+        stops: list[asyncio.Task[None]] = []
+
+        def drain(message: messages.Drain) -> None:
+            async def go() -> None:
+                await health_servicer.enter_graceful_shutdown()
+                if not message.health_only:
+                    await server.stop(message.grace)
+                    stopped.set()
+
+            stops.append(asyncio.ensure_future(go()))
+
+        relay.drain = drain
+
+        def serving(message: messages.Serving) -> None:
+            # In order: a later status never lands before an earlier one.
+            previous = stops[-1] if stops else None
+
+            async def go() -> None:
+                if previous is not None:
+                    await previous
+                await health_servicer.report(message.reason, message.service)
+
+            stops.append(asyncio.ensure_future(go()))
+
+        relay.serving = serving
+        relay.link.send(messages.Ready(pid=os.getpid(), protections=protections))
+        await stopped.wait()
+        return 0
+    finally:
+        # Also when cancelled (a front-end run in the daemon's process).
+        await server.stop(0)
+        relay.link.close()
+
+
+def _hello(sock: socket.socket) -> messages.Hello:
+    data = sock.recv(channel.INLINE_PAYLOAD + 64)
+    if not data:
+        raise EOFError
+    message, _ = channel.decode(memoryview(data), [], messages.TO_FRONTEND)
+    if not isinstance(message, messages.Hello):
+        raise channel.ChannelError(f"expected a hello, got {type(message).__name__}")
+    return message
+
+
+def _preload() -> None:
+    """Import now what would otherwise be imported on first use: once the
+    process has its identity it may not read the interpreter's files (a
+    pyenv under /root), and landlock allows reading no more than they."""
+    for name in PRELOADED:
+        importlib.import_module(name)
+    # One of each message through the codec (its decoders are built on
+    # first use of a type).
+    for kind, models in messages.REQUESTS.items():
+        for model in models.values():
+            buffers, _ = channel.encode(messages.CALLS[kind](call=1, request=model()))
+            channel.decode(memoryview(b"".join(buffers)), [], messages.FROM_FRONTEND[kind])
+    answers = [messages.Reply(call=1, answer=a()) for a in typing.get_args(messages.Replied)]
+    streamed = [messages.Event(call=1, item=a()) for a in typing.get_args(messages.Streamed)]
+    for message in [messages.Abort(call=1, code=1, message="x"), *answers, *streamed]:
+        reply, _ = channel.encode(message)
+        channel.decode(memoryview(b"".join(reply)), [], messages.TO_FRONTEND)
+    for item in [*(a.answer for a in answers), *(e.item for e in streamed)]:
+        convert.serialize(convert.to_proto(item))
+    MALFORMED.to_status()
+
+
+def confined(sock: socket.socket) -> tuple[messages.Hello, list[messages.Protection]]:
+    """A front-end's first steps: read the hello and confine this process
+    (raises Unavailable, ChannelError, EOFError). A test's hostile
+    front-end takes the same steps, then attacks."""
+    hello = _hello(sock)
+    _preload()
+    applied = confine(
+        Confinement(".", interpreter_paths(), hello.parent_pid, uid=hello.uid, gid=hello.gid)
+    )
+    protections = [
+        messages.Protection(name=a.name, applied=a.applied, reason=a.reason, required=a.required)
+        for a in applied
+    ]
+    return hello, protections
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if len(args) != 1 or not args[0].isdigit():
+        print("usage: python -m hostcapd.frontend FD (started by hostcapd)", file=sys.stderr)
+        return 2
+    sock = socket.socket(fileno=int(args[0]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the root side decides when it stops
+    try:
+        hello, protections = confined(sock)
+    except EOFError:
+        return 0
+    except (Unavailable, channel.ChannelError) as error:
+        print(f"hostcapd front-end: {error}", file=sys.stderr)
+        return 1
+    return asyncio.run(serve(sock, hello, protections))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

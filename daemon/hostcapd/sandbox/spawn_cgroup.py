@@ -1,0 +1,211 @@
+"""One spawn's cgroup: a directory in each hierarchy the daemon uses, owned by
+that spawn (`hostcapd.sandbox.cgroups.CgroupHost.create` makes it).
+
+    fds = cg.procs_fds()       # the child writes "0" into each, then the caller closes them
+    cg.kill(); stats = cg.stats(); cg.remove()
+
+A tenant's own cgroup and its front-end's are the same kind of object (their
+directories, their limits), never killed or removed but by a sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hostcapd.sandbox.cgroupfs import (
+    CgroupError,
+    frozen,
+    keyed,
+    procs,
+    read_int,
+    tree,
+    write,
+)
+
+KILL_TIMEOUT = 2.0
+REMOVE_TIMEOUT = 1.0
+
+
+@dataclass(frozen=True)
+class CgroupStats:
+    peak_memory_bytes: int | None
+    oom_kills: int
+    #: Forks the pids controller refused.
+    pids_refused: int
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """One mounted hierarchy the daemon uses and the roles it plays."""
+
+    version: int
+    #: What this hierarchy is used for: "memory", "pids", "cpu", "freezer", "kill".
+    roles: tuple[str, ...]
+    mount: Path
+    #: The daemon's own cgroup in it.
+    own: Path
+    #: Where spawn cgroups go.
+    subtree: Path
+
+
+# ---- one spawn's cgroup ------------------------------------------------------
+
+
+class SpawnCgroup:
+    """The cgroup of one spawn, one directory per hierarchy; owned by that spawn."""
+
+    def __init__(self, name: str, members: tuple[tuple[Hierarchy, Path], ...]) -> None:
+        self.name = name
+        self._members = members
+        #: Every directory, in the order the child joins them.
+        self.directories = tuple(directory for _, directory in members)
+
+    def _role(self, role: str) -> tuple[int, Path] | None:
+        """(cgroup version, directory) of the hierarchy playing `role`."""
+        for h, directory in self._members:
+            if role in h.roles:
+                return h.version, directory
+        return None
+
+    def procs_fds(self) -> list[int]:
+        """Fresh O_WRONLY|O_CLOEXEC fds of each cgroup.procs, for the child to write "0"
+        into; the caller closes them once the child is placed."""
+        fds: list[int] = []
+        try:
+            for directory in self.directories:
+                fds.append(os.open(directory / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+        except OSError as error:
+            for fd in fds:
+                os.close(fd)
+            raise CgroupError(
+                f"cgroup {self.name}: cannot open cgroup.procs: {error.strerror}"
+            ) from None
+        return fds
+
+    def place(self, pid: int) -> None:
+        """Move process `pid` (its every thread) into this cgroup in every
+        hierarchy; raises OSError if the kernel refuses."""
+        for directory in self.directories:
+            write(directory / "cgroup.procs", str(pid))
+
+    def pids(self) -> list[int]:
+        """Every process in the spawn's cgroup, in any of its hierarchies."""
+        members: set[int] = set()
+        for directory in self.directories:
+            for sub in tree(directory):
+                members.update(procs(sub))
+        return sorted(members)
+
+    def kill(self, timeout: float = KILL_TIMEOUT, *, wait: bool = True) -> None:
+        """SIGKILL every process in the cgroup; with `wait`, return once none is left.
+
+        v2 / unified: cgroup.kill (the kernel kills atomically, racing forks
+        included). v1: freeze (so nothing forks meanwhile) where the freezer is
+        mounted, SIGKILL each member, thaw; repeated until empty. Raises
+        CgroupError if processes are still there after `timeout` seconds. A
+        cgroup already removed has nothing to kill.
+        """
+        deadline = time.monotonic() + timeout
+        pause = 0.0002
+        while True:
+            members = self.pids()
+            if not members:
+                return
+            if time.monotonic() > deadline:
+                raise CgroupError(f"cgroup {self.name}: processes {members[:8]} survived SIGKILL")
+            self._kill_round(members)
+            if not wait:
+                return
+            # Killed members stay listed until they have exited; a round again
+            # covers a fork that raced the previous one.
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)
+
+    def _kill_round(self, members: list[int]) -> None:
+        kill_role, freezer_role = self._role("kill"), self._role("freezer")
+        try:
+            if kill_role is not None:
+                write(kill_role[1] / "cgroup.kill", "1")
+            elif freezer_role is not None:
+                with frozen(freezer_role[1]):
+                    self._signal_members(members)
+            else:
+                self._signal_members(members)
+        except FileNotFoundError:
+            pass  # removed meanwhile: its members are gone
+
+    def _signal_members(self, members: list[int]) -> None:
+        # pidfds first, membership checked after: a pid that exited and was
+        # reused by a process outside the cgroup is never signalled.
+        pidfds: dict[int, int] = {}
+        try:
+            for pid in members:
+                with contextlib.suppress(ProcessLookupError):
+                    pidfds[pid] = os.pidfd_open(pid)
+            still = set(self.pids())
+            for pid, pidfd in pidfds.items():
+                if pid in still:
+                    with contextlib.suppress(ProcessLookupError):
+                        signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        finally:
+            for pidfd in pidfds.values():
+                os.close(pidfd)
+
+    def stats(self) -> CgroupStats:
+        """Peak memory, OOM kills and refused forks so far (read them after the spawn ends)."""
+        memory = self._role("memory")
+        peak: int | None = None
+        oom_kills = 0
+        if memory is not None:
+            version, memory_dir = memory
+            if version == 2:
+                peak = read_int(memory_dir / "memory.peak")
+                oom_kills = keyed(memory_dir / "memory.events", "oom_kill")
+            else:
+                peak = read_int(memory_dir / "memory.max_usage_in_bytes")
+                oom_kills = keyed(memory_dir / "memory.oom_control", "oom_kill")
+        pids = self._role("pids")
+        refused = keyed(pids[1] / "pids.events", "max") if pids is not None else 0
+        return CgroupStats(peak, oom_kills, refused)
+
+    def remove(self, timeout: float = REMOVE_TIMEOUT) -> None:
+        """Remove every directory of the cgroup (nested ones first), retrying
+        briefly while the kernel finishes with exited members. Raises CgroupError
+        naming what is left if it cannot; idempotent."""
+        # The common case: no nested cgroups, nothing left inside.
+        try:
+            for directory in self.directories:
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(directory)
+            return
+        except OSError:
+            pass
+        deadline = time.monotonic() + timeout
+        pause = 0.0002
+        left: list[Path] = []
+        while True:
+            left = []
+            for directory in self.directories:
+                for sub in reversed(list(tree(directory))):
+                    try:
+                        os.rmdir(sub)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as error:
+                        if error.errno != errno.EBUSY:
+                            raise CgroupError(
+                                f"cgroup {self.name}: cannot remove {sub}: {error.strerror}"
+                            ) from None
+                        left.append(sub)
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                raise CgroupError(f"cgroup {self.name}: still busy after {timeout} s: {left}")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.01)

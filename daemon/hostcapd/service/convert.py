@@ -1,0 +1,131 @@
+"""The channel's typed messages <-> the daemon's plain values."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from hostcapd.applied import Applied
+from hostcapd.bridge import messages
+from hostcapd.config import LIMIT_NAMES, Limits
+from hostcapd.process.report import Report, signal_name
+from hostcapd.process.request import Prepared, SpawnRequest
+from hostcapd.process.spawn import Spawn
+from hostcapd.sandbox.profile import ProtectionStatus
+
+_STREAMS = {1: "STDOUT", 2: "STDERR"}
+
+
+def limits_from_call(limits: messages.Limits | None) -> dict[str, float | int]:
+    if limits is None:
+        return {}
+    values = msgspec.structs.asdict(limits)
+    return {name: values[name] for name in LIMIT_NAMES if values[name] is not None}
+
+
+def limits_message(limits: Limits) -> messages.Limits:
+    return messages.Limits(**{name: value for name, value in limits if value is not None})
+
+
+def spawn_request(call: messages.SpawnCall, stdin: bytes | None) -> SpawnRequest:
+    return SpawnRequest(
+        argv=tuple(call.argv),
+        cwd=call.cwd,
+        env=dict(call.env),
+        stdin=stdin,
+        limits=limits_from_call(call.limits),
+        request_id=call.request_id,
+        dry_run=call.dry_run,
+        labels=dict(call.labels),
+    )
+
+
+def protections_message(
+    statuses: Iterable[ProtectionStatus | Applied],
+) -> list[messages.Protection]:
+    return [
+        messages.Protection(name=s.name, applied=s.applied, reason=s.reason, required=s.required)
+        for s in statuses
+    ]
+
+
+def started_message(
+    request: SpawnRequest,
+    p: Prepared,
+    spawn_id: str = "",
+    pid: int = 0,
+    dry_run: bool = False,
+    attached: bool = False,
+) -> messages.Started:
+    return messages.Started(
+        spawn_id=spawn_id,
+        pid=pid,
+        executable=messages.Executable(
+            path=p.exe.path, device=p.exe.device, inode=p.exe.inode, sha256=p.exe.sha256
+        ),
+        limits=limits_message(p.limits),
+        protections=protections_message(p.protections),
+        cwd=p.cwd.path,
+        env_names=sorted(p.env),
+        dry_run=dry_run,
+        attached=attached,
+        request_id=request.request_id,
+    )
+
+
+def started_of(spawn: Spawn, attached: bool = False) -> messages.Started:
+    return started_message(spawn.request, spawn.prepared, spawn.id, spawn.pid, attached=attached)
+
+
+def output_message(stream: int, data: bytes | memoryview) -> messages.SpawnEvent:
+    return messages.SpawnEvent(output=messages.Output(stream=_STREAMS[stream], data=bytes(data)))
+
+
+def exited_message(spawn: Spawn, report: Report) -> messages.Exited:
+    r = report.rusage
+    return messages.Exited(
+        outcome=report.outcome.value,
+        # absent when a signal ended it
+        exit_code=report.exit_code,
+        signal=report.signal,
+        signal_name=signal_name(report.signal) if report.signal else "",
+        message=report.message,
+        failed_step=report.failed_step,
+        errno=report.errno,
+        rusage=messages.Rusage(
+            user_seconds=r[0],
+            system_seconds=r[1],
+            max_rss_bytes=r[2] * 1024,
+            voluntary_context_switches=r[3],
+            involuntary_context_switches=r[4],
+            block_input_ops=r[5],
+            block_output_ops=r[6],
+        ),
+        peak_memory_bytes=report.peak_memory_bytes,
+        duration_seconds=report.duration,
+        stdout=messages.StreamStats(
+            total_bytes=spawn.stdout.total,
+            kept_bytes=spawn.stdout.kept,
+            dropped_bytes=spawn.stdout.dropped,
+        ),
+        stderr=messages.StreamStats(
+            total_bytes=spawn.stderr.total,
+            kept_bytes=spawn.stderr.kept,
+            dropped_bytes=spawn.stderr.dropped,
+        ),
+        oom_kills=report.oom_kills,
+    )
+
+
+def spawn_info(spawn: Spawn, argv: list[str] | None = None) -> messages.SpawnInfo:
+    return messages.SpawnInfo(
+        spawn_id=spawn.id,
+        tenant=spawn.deps.tenant.name,
+        pid=spawn.pid,
+        argv=list(spawn.prepared.argv) if argv is None else argv,
+        age_seconds=spawn.age(),
+        limits=limits_message(spawn.prepared.limits),
+        labels=dict(spawn.request.labels),
+        request_id=spawn.request.request_id,
+    )

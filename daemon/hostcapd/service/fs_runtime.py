@@ -1,0 +1,82 @@
+"""A tenant's FsService: its worker process and the service bound to it.
+
+    runtime = await start_fs_service(tenant, audit)
+    runtime.service.ReadFile(request, call)      # FsService, on the channel's messages
+    ...
+    await runtime.close()        # no worker process is left when it returns
+
+`start_fs_service` raises `FsWorkerUnavailable` when the worker refuses to
+serve (a required protection it cannot apply, a root it cannot open as the
+run-as identity); the message says which, for the start-up error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from hostcapd.applied import Applied
+from hostcapd.audit import AuditLog
+from hostcapd.config import Tenant, Tier
+from hostcapd.fs.client import FsWorker
+from hostcapd.fs.scope import RootSpec
+from hostcapd.fs.worker import WorkerSettings
+from hostcapd.service.fs_service import FsService
+
+#: A file operation taking longer than this is presumed hung: the worker is
+#: killed and restarted, the request fails UNAVAILABLE. Generous: a 64 MiB
+#: write with its fsyncs on a slow disk must fit.
+OP_TIMEOUT_S = 120.0
+
+
+class FsRuntime:
+    """Owns the tenant's fs worker; `service` serves FsService over it."""
+
+    def __init__(self, service: FsService, worker: FsWorker) -> None:
+        self.service = service
+        self.worker = worker
+
+    @property
+    def protections(self) -> tuple[Applied, ...]:
+        """What the fs worker applied (uid_drop, no_new_privs, landlock)."""
+        return self.worker.protections
+
+    async def close(self) -> None:
+        await self.worker.close()
+
+
+def worker_settings(tenant: Tenant) -> WorkerSettings:
+    """The worker's settings for `tenant`, as plain values."""
+    fs = tenant.fs
+    return WorkerSettings(
+        tenant=tenant.name,
+        roots=tuple(RootSpec(str(root.path), root.tier is Tier.READ_ONLY) for root in tenant.roots),
+        uid=tenant.uid,
+        gid=tenant.gid,
+        follow_symlinks=fs.follow_symlinks,
+        protected_paths=fs.protected_paths,
+        secret_paths=fs.secret_paths,
+        file_mode=fs.file_mode,
+        dir_mode=fs.dir_mode,
+        umask=fs.umask,
+        max_write_bytes=fs.max_write_bytes,
+        uid_drop=tenant.sandbox.uid_drop.value,
+        landlock=tenant.sandbox.landlock.value,
+        parent_pid=os.getpid(),
+        simulate_unavailable=tenant.sandbox.simulate_unavailable,
+    )
+
+
+async def start_fs_service(
+    tenant: Tenant,
+    audit: AuditLog,
+    *,
+    op_timeout_s: float = OP_TIMEOUT_S,
+    place: Callable[[int], None] | None = None,
+) -> FsRuntime:
+    """Start `tenant`'s fs worker and the service bound to it; `place`
+    makes each worker started the tenant's cost."""
+    worker = FsWorker(worker_settings(tenant), op_timeout_s=op_timeout_s)
+    worker.place = place
+    await worker.start()
+    return FsRuntime(FsService(tenant, audit, worker), worker)

@@ -1,0 +1,159 @@
+"""ProcessService for one tenant, on the channel's typed messages."""
+
+from __future__ import annotations
+
+import asyncio
+import signal as signal_mod
+from collections.abc import AsyncIterator
+
+from hostcapd.bridge import messages
+from hostcapd.bridge.frontends import RelayedCall
+from hostcapd.errors import Refusal
+from hostcapd.process import killing, records
+from hostcapd.process.request import SpawnRequest
+from hostcapd.process.spawn import Spawn
+from hostcapd.service import convert
+from hostcapd.service.refusals import refuse
+from hostcapd.tenant import TenantRuntime
+
+_VALID_SIGNALS = {int(s) for s in signal_mod.Signals}
+#: Largest Output event: the kept tail is sent in pieces of this size.
+OUTPUT_CHUNK = 1024 * 1024
+
+
+class ProcessService:
+    """hostcap.v1.ProcessService for one tenant."""
+
+    def __init__(self, runtime: TenantRuntime) -> None:
+        self.runtime = runtime
+
+    async def _begin(
+        self, request: SpawnRequest, method: str, streaming: bool
+    ) -> tuple[Spawn | None, messages.Started | None, bool]:
+        """Start (or find) the spawn and wait until it has started or ended:
+        (spawn, its Started once it runs (None if it never did), attached).
+        A dry run returns no spawn, only its Started. A refusal, whether met
+        before anything ran or by the spawn itself (the audit log), reaches
+        the caller here, for Run and Spawn alike."""
+        spawn: Spawn | None = None
+        attached = False
+        try:
+            existing = self.runtime.existing(request.request_id)
+            if existing is not None:
+                spawn, attached = existing, True
+            elif request.dry_run:
+                prepared = self.runtime.prepare(request)
+                prepared.close()
+                return None, convert.started_message(request, prepared, dry_run=True), False
+            else:
+                spawn = self.runtime.start(request, streaming=streaming)
+            # Shielded: a caller that goes away must not cancel the spawn's own future.
+            pid = await asyncio.shield(spawn.started)
+        except Refusal as refusal:
+            refuse(
+                self.runtime.audit,
+                self.runtime.name,
+                method,
+                refusal,
+                request.labels,
+                request.request_id,
+                spawn_id=spawn.id if spawn is not None else "",
+                details=records.refused_record(
+                    request, spawn.prepared if spawn is not None else None
+                ),
+            )
+        except asyncio.CancelledError:
+            if spawn is not None and not attached:
+                spawn.cancel()  # the client went away during the set-up
+            raise
+        started = convert.started_of(spawn, attached=attached) if pid or attached else None
+        return spawn, started, attached
+
+    async def Spawn(
+        self, request: messages.SpawnCall, call: RelayedCall
+    ) -> AsyncIterator[messages.SpawnEvent]:
+        self.runtime.active_calls += 1  # a shutdown lets these finish sending
+        try:
+            async for event in self._spawn(convert.spawn_request(request, call.payload)):
+                yield event
+        finally:
+            self.runtime.active_calls -= 1
+
+    async def _spawn(self, req: SpawnRequest) -> AsyncIterator[messages.SpawnEvent]:
+        spawn, started, attached = await self._begin(req, "Spawn", streaming=True)
+        if spawn is None or attached:
+            # A dry run; or a retry, which gets the start and the end (the
+            # output went to the original caller, who owns the tree).
+            if started is not None:
+                yield messages.SpawnEvent(started=started)
+            if spawn is not None:
+                report = await asyncio.shield(spawn.done)
+                yield messages.SpawnEvent(exited=convert.exited_message(spawn, report))
+            return
+        try:
+            if started is not None:
+                yield messages.SpawnEvent(started=started)
+            while True:
+                kind, payload = await spawn.events.get()
+                if kind == "output":
+                    stream, data = payload
+                    yield convert.output_message(stream, data)
+                    spawn.consumed(len(data))
+                else:
+                    for stream, buf in ((1, spawn.stdout), (2, spawn.stderr)):
+                        tail = memoryview(buf.tail())
+                        for start in range(0, len(tail), OUTPUT_CHUNK):
+                            yield convert.output_message(stream, tail[start : start + OUTPUT_CHUNK])
+                    yield messages.SpawnEvent(exited=convert.exited_message(spawn, payload))
+                    return
+        finally:
+            # The client went away (cancel, deadline, disconnect): kill the tree.
+            if not spawn.done.done():
+                spawn.cancel()
+
+    async def Run(self, request: messages.RunCall, call: RelayedCall) -> messages.RunResult:
+        self.runtime.active_calls += 1
+        try:
+            return await self._run(convert.spawn_request(request, call.payload))
+        finally:
+            self.runtime.active_calls -= 1
+
+    async def _run(self, req: SpawnRequest) -> messages.RunResult:
+        spawn, started, attached = await self._begin(req, "Run", streaming=False)
+        if spawn is None:
+            return messages.RunResult(started=started)
+        try:
+            report = await asyncio.shield(spawn.done)
+        finally:
+            if not spawn.done.done():
+                spawn.cancel()
+        return messages.RunResult(
+            started=convert.started_of(spawn, attached=attached),
+            stdout=spawn.stdout.result(),
+            stderr=spawn.stderr.result(),
+            exited=convert.exited_message(spawn, report),
+        )
+
+    async def Signal(
+        self, request: messages.SignalCall, call: RelayedCall
+    ) -> messages.SignalResponse:
+        try:
+            if request.signal not in _VALID_SIGNALS:
+                raise Refusal("INVALID_ARGUMENT", f"{request.signal} is not a signal number")
+            spawn = self.runtime.find(spawn_id=request.spawn_id or "", pid=request.pid or 0)
+            if spawn is None or not spawn.pid:
+                raise Refusal("NOT_FOUND", "no such live spawn for this tenant")
+        except Refusal as refusal:
+            refuse(self.runtime.audit, self.runtime.name, "Signal", refusal, {}, "")
+        spawn.signal(request.signal)
+        if request.signal == signal_mod.SIGKILL:
+            # An end: answered once the tree is gone, as a cancel is.
+            await killing.wait_ended(
+                spawn.done, self.runtime.deps.kill_grace + killing.SIGKILL_WAIT_MARGIN_S
+            )
+        return messages.SignalResponse(spawn_id=spawn.id)
+
+    async def List(self, request: messages.ListCall, call: RelayedCall) -> messages.ListResponse:
+        return messages.ListResponse(
+            spawns=[convert.spawn_info(s) for s in self.runtime.spawns.values() if s.pid]
+        )

@@ -168,9 +168,7 @@ def test_a_restarted_front_end_is_told_it_is_not_serving(
     fill(audit_volume)
     wait_health(daemon, 1)
     frontends = [
-        c
-        for c in psutil.Process(daemon.pid).children()
-        if "hostcapd.bridge.frontend" in " ".join(c.cmdline())
+        c for c in psutil.Process(daemon.pid).children() if "hostcapd.frontend" in c.cmdline()
     ]
     before = {c.pid for c in frontends}
     for child in frontends:
@@ -180,9 +178,7 @@ def test_a_restarted_front_end_is_told_it_is_not_serving(
         "the tenant's front-end serves again",
     )
     after = {
-        c.pid
-        for c in psutil.Process(daemon.pid).children()
-        if "hostcapd.bridge.frontend" in " ".join(c.cmdline())
+        c.pid for c in psutil.Process(daemon.pid).children() if "hostcapd.frontend" in c.cmdline()
     }
     assert after and not after & before
     assert wait_health(daemon, 1).startswith("NOT_SERVING: audit log unwritable")

@@ -138,7 +138,7 @@ async def test_refusals_are_logged_once_per_tenant_and_reason_in_a_while(
         reasons = sorted(line.split(" refused ")[1].split(":")[0] for line in mine)
         # Five of one reason in a moment: one line; the other reason: its own.
         assert reasons == ["ENV_NOT_ALLOWED", "EXECUTABLE_NOT_ALLOWED"], mine
-        assert all(" INFO hostcapd.frontend: " in line for line in mine), mine
+        assert all(" INFO hostcapd.service: " in line for line in mine), mine
 
 
 def test_the_journal_gets_syslog_priorities(started: list[Daemon], state_dir: Path) -> None:

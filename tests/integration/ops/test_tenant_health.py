@@ -106,7 +106,7 @@ async def test_a_full_audit_volume_is_not_serving_until_it_has_room(
         await client.close()
     # The refusal is logged with the id of the spawn it admitted.
     (refused,) = lines(daemon, "tenant alpha: Run refused AUDIT_UNAVAILABLE (spawn ")
-    assert " INFO hostcapd.frontend: " in refused, refused
+    assert " INFO hostcapd.service: " in refused, refused
 
     filler.unlink()
     for tenant in ("alpha", "beta"):

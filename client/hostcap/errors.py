@@ -22,7 +22,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, get_args
+
+from hostcap_proto.names import REASONS, ReasonName
 
 from hostcap.ids import utf16_sorted
 
@@ -288,9 +290,9 @@ class HostError(Exception):
     for logs only: it never reaches a model-facing error message.
     """
 
-    def __init__(self, reason: str, host_message: str = "") -> None:
+    def __init__(self, reason: HostReasonName, host_message: str = "") -> None:
         super().__init__(f"{reason}: {host_message}" if host_message else reason)
-        self.reason = reason
+        self.reason: HostReasonName = reason
         self.host_message = host_message
 
 
@@ -318,22 +320,33 @@ class HostReason:
 
 
 #: Reasons the client itself produces for a host failure that carries no wire reason.
-CLIENT_HOST_REASONS: frozenset[str] = frozenset(
-    {
-        "UNREACHABLE",
-        "UNIMPLEMENTED",
-        "DAEMON_SHUTDOWN",
-        "SPAWN_FAILED",
-        "CANCELLED",
-        "DEADLINE_EXCEEDED",
-        "HOST_FAILURE",
-    }
-)
+ClientHostReason = Literal[
+    "UNREACHABLE",
+    "UNIMPLEMENTED",
+    "DAEMON_SHUTDOWN",
+    "SPAWN_FAILED",
+    "CANCELLED",
+    "DEADLINE_EXCEEDED",
+    "HOST_FAILURE",
+]
+CLIENT_HOST_REASONS: frozenset[str] = frozenset(get_args(ClientHostReason))
+#: Every reason a HostError carries: the wire's (`hostcap_proto.names`) and the client's.
+HostReasonName = ReasonName | ClientHostReason
+_HOST_REASON_NAMES: frozenset[str] = frozenset(REASONS) | CLIENT_HOST_REASONS
+
+
+def host_reason(name: str) -> HostReasonName:
+    """`name` (a reason the daemon sent) as a HostError's reason: a reason
+    this client does not know (a newer daemon's) is HOST_FAILURE."""
+    if name in _HOST_REASON_NAMES:
+        return name  # type: ignore[return-value]
+    return "HOST_FAILURE"
+
 
 _D = HostDisposition
 #: The one table from a host reason to its place in the taxonomy. A test checks
 #: it covers every reason of the wire contract.
-HOST_REASONS: Mapping[str, HostReason] = {
+HOST_REASONS: Mapping[HostReasonName, HostReason] = {
     "PATH_ESCAPES_ROOT": HostReason(
         _D.SCOPE_DENIAL, "the path escapes the allowed filesystem scope"
     ),

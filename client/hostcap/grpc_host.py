@@ -36,7 +36,7 @@ from hostcap_proto.v1 import (
     process_pb2_grpc,
 )
 
-from hostcap.errors import HostError
+from hostcap.errors import ClientHostReason, HostError, host_reason
 from hostcap.host import (
     DirEntry,
     DirListing,
@@ -65,7 +65,7 @@ _CHANNEL_OPTIONS = [
 #: is gone (the daemon's kill grace and its SIGKILL are far shorter).
 SETTLE_TIMEOUT_S = 30.0
 
-_STATUS_REASONS: Mapping[grpc.StatusCode, str] = {
+_STATUS_REASONS: Mapping[grpc.StatusCode, ClientHostReason] = {
     grpc.StatusCode.UNAVAILABLE: "UNREACHABLE",
     grpc.StatusCode.UNIMPLEMENTED: "UNIMPLEMENTED",
     grpc.StatusCode.CANCELLED: "CANCELLED",
@@ -87,7 +87,9 @@ def host_error(error: grpc.RpcError) -> HostError:
     """The HostError a failed call stands for."""
     wire = from_rpc_error(error)
     if wire is not None:
-        return HostError(wire.reason, wire.message)
+        reason = host_reason(wire.reason)
+        known = reason == wire.reason
+        return HostError(reason, wire.message if known else f"{wire.reason}: {wire.message}")
     code = error.code() if isinstance(error, grpc.aio.AioRpcError) else None
     reason = _STATUS_REASONS.get(code, "HOST_FAILURE") if code is not None else "HOST_FAILURE"
     details = error.details() if isinstance(error, grpc.aio.AioRpcError) else ""
@@ -116,7 +118,7 @@ def _limits(limits: ProcessLimits) -> common_pb2.Limits:
 def _outcome(value: int) -> Outcome:
     name = common_pb2.Outcome.Name(value) if value in common_pb2.Outcome.values() else ""
     try:
-        return Outcome(name.lower())
+        return Outcome(name)
     except ValueError:
         raise HostError("HOST_FAILURE", f"the daemon reported outcome {value}") from None
 

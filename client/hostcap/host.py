@@ -25,23 +25,9 @@ from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from hostcap_proto.limits import LimitValues
+from hostcap_proto.names import Outcome as Outcome  # the wire's; part of this module's API
 
 from hostcap.bounding import ToolResultLimits
-
-
-class Outcome(StrEnum):
-    """Every way a spawn ends (the wire contract's Outcome, lower case)."""
-
-    EXITED = "exited"
-    SIGNALED = "signaled"
-    TIMEOUT = "timeout"
-    CPU_LIMIT = "cpu_limit"
-    MEMORY_LIMIT = "memory_limit"
-    OUTPUT_LIMIT = "output_limit"
-    PIDS_LIMIT = "pids_limit"
-    CANCELLED = "cancelled"
-    DAEMON_SHUTDOWN = "daemon_shutdown"
-    SPAWN_FAILED = "spawn_failed"
 
 
 @dataclass(frozen=True, kw_only=True)

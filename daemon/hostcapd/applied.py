@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hostcap_proto.names import HelperProtectionName
+
 
 @dataclass(frozen=True)
 class Applied:
     """One protection of the process and whether it is in force."""
 
-    name: str
+    name: HelperProtectionName
     applied: bool
     reason: str
     required: bool

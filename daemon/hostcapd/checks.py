@@ -19,6 +19,9 @@ import os
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Final
+
+from hostcap_proto.names import ReasonName
 
 from hostcapd.config import (
     PROTECTION_NAMES,
@@ -34,15 +37,15 @@ from hostcapd.sandbox.tenant_ceilings import share_problems
 from hostcapd.tenant_checks import cross_tenant_problems
 
 #: Status codes of a refused reload (hostcap_proto's error codes).
-INVALID = "INVALID_ARGUMENT"
-UNPROTECTED = "PROTECTION_UNAVAILABLE"
+INVALID: Final = "INVALID_ARGUMENT"
+UNPROTECTED: Final = "PROTECTION_UNAVAILABLE"
 
 
 @dataclass(frozen=True)
 class Problem:
     """One reason a config may not serve."""
 
-    code: str
+    code: ReasonName
     message: str
 
     def __str__(self) -> str:
@@ -115,8 +118,8 @@ def _socket_path_problems(key: str, path: os.PathLike[str]) -> list[str]:
     return []
 
 
-def _tenant_problems(tenant: Tenant) -> list[tuple[str, str]]:
-    out: list[tuple[str, str]] = []
+def _tenant_problems(tenant: Tenant) -> list[tuple[ReasonName, str]]:
+    out: list[tuple[ReasonName, str]] = []
     try:
         uid, gid = tenant.uid, tenant.gid
     except ValueError as error:

@@ -41,6 +41,7 @@ from hostcap_proto.limits import (
 )
 from hostcap_proto.limits import LIMIT_NAMES as LIMIT_NAMES  # callers import it from here
 from hostcap_proto.messages import check_receivable
+from hostcap_proto.names import SPAWN_PROTECTIONS, SpawnProtectionName
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from hostcapd.config_report import format_errors
@@ -180,20 +181,8 @@ class Sandbox(_Model):
         return value
 
 
-PROTECTION_NAMES: tuple[str, ...] = (
-    "pid_namespace",
-    "net_namespace",
-    "ipc_namespace",
-    "uts_namespace",
-    "mount_namespace",
-    "cgroup",
-    "landlock",
-    "seccomp",
-    "rlimits",
-    "no_new_privs",
-    "uid_drop",
-    "exec_by_fd",
-)
+#: The protections of a spawn (defined once, in `hostcap_proto.names`).
+PROTECTION_NAMES: tuple[SpawnProtectionName, ...] = SPAWN_PROTECTIONS
 
 
 class CpuSettings(_Model):

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from hostcap_proto.names import ReasonName
+
 from hostcapd import __version__, sdnotify
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.checks import INVALID, check_config, summary
@@ -186,7 +188,7 @@ class Reloads:
         # What check-config runs, for the tenants this reload builds.
         problems = check_config(new, self.daemon.host, (*added, *changed))
         if problems:
-            code = next((p.code for p in problems if p.code != INVALID), INVALID)
+            code: ReasonName = next((p.code for p in problems if p.code != INVALID), INVALID)
             raise ReloadRejected(code, summary(problems))
 
         # Everything new is built before anything serving is touched.

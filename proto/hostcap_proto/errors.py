@@ -13,11 +13,15 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from hostcap_proto.reasons import REASONS, STATUS_CODE_NAME
+from hostcap_proto import names
+from hostcap_proto.reasons import STATUS_CODE_NAME
 
 __all__ = ["DOMAIN", "REASONS", "STATUS_CODE", "WireError", "from_rpc_error"]
 
 DOMAIN = "hostcap"
+
+#: Every reason the daemon may send, by name (`hostcap_proto.names.ReasonName`).
+REASONS: frozenset[str] = frozenset(names.REASONS)
 
 #: The gRPC status code each reason travels with (`hostcap_proto.reasons`).
 STATUS_CODE: dict[str, grpc.StatusCode] = {

@@ -1,11 +1,15 @@
-"""The wire's refusal reasons and the gRPC status code each travels with, as
-plain values: importable where gRPC and protobuf are not (the daemon's root
-side and its fs worker). `hostcap_proto.errors` builds the statuses from this
-table; tests/unit/proto/test_reasons.py keeps it equal to the proto's
-`hostcap.v1.ErrorReason` and to grpc's code numbers.
+"""The gRPC status code each refusal reason travels with, as plain values:
+importable where gRPC and protobuf are not (the daemon's root side and its fs
+worker). The reasons themselves are `hostcap_proto.names.ReasonName` (the one
+list); this module is how each travels. `hostcap_proto.errors` builds the
+statuses from this table; tests/unit/proto/test_reasons.py keeps it equal to
+grpc's code numbers, and tests/unit/proto/test_names.py the reasons to the
+proto's `hostcap.v1.ErrorReason`.
 """
 
 from __future__ import annotations
+
+from hostcap_proto.names import REASONS, ReasonName
 
 #: gRPC status code numbers (grpc.StatusCode's values), by name.
 CODES: dict[str, int] = {
@@ -29,7 +33,7 @@ CODES: dict[str, int] = {
 }
 
 #: The name of the gRPC status code each `hostcap.v1.ErrorReason` travels with.
-STATUS_CODE_NAME: dict[str, str] = {
+STATUS_CODE_NAME: dict[ReasonName, str] = {
     "PATH_ESCAPES_ROOT": "PERMISSION_DENIED",
     "SYMLINK_REFUSED": "PERMISSION_DENIED",
     "PROTECTED_PATH": "PERMISSION_DENIED",
@@ -49,5 +53,4 @@ STATUS_CODE_NAME: dict[str, str] = {
     "ACCESS_DENIED": "PERMISSION_DENIED",
 }
 
-#: Every reason the daemon may send, by name (ERROR_REASON_UNSPECIFIED aside).
-REASONS: frozenset[str] = frozenset(STATUS_CODE_NAME)
+assert set(STATUS_CODE_NAME) == set(REASONS), "a reason without its status code"

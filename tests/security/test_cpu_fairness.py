@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(CPU.subtree is None, reason=f"no cpu cgroups: {C
 LOOPS = 16
 BUSY = "echo started; while :; do :; done"
 #: The tenant's processes that work on its behalf, not for a spawn.
-DAEMON_SIDE = (b"hostcapd.bridge.frontend", b"hostcapd.fs.worker")
+DAEMON_SIDE = (b"hostcapd.frontend", b"hostcapd.fs.worker")
 
 
 async def _latency(client: Client, runs: int = 15) -> float:

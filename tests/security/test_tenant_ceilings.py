@@ -137,9 +137,7 @@ async def test_a_tenants_front_end_and_fs_worker_are_its_cost(
     assert outcome(listed) == "EXITED"
     children_adj = int(child.stdout)
     workers = {
-        "front-end": [
-            p for p in children_of(daemon.pid) if b"hostcapd.bridge.frontend" in cmdline(p)
-        ],
+        "front-end": [p for p in children_of(daemon.pid) if b"hostcapd.frontend" in cmdline(p)],
         "fs worker": [p for p in children_of(daemon.pid) if b"hostcapd.fs.worker" in cmdline(p)],
     }
     placed: dict[str, set[str]] = {"alpha": set(), "beta": set()}

@@ -14,8 +14,10 @@ test's pipe). It then waits for its channel to close.
 
 from __future__ import annotations
 
+import array
 import ctypes
 import errno
+import fcntl
 import json
 import os
 import socket
@@ -24,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+from hostcapd import framing
 from hostcapd.bridge import channel, messages
 from hostcapd.frontend import convert
 from hostcapd.frontend.server import confined
@@ -58,9 +61,17 @@ class Channel:
 
     def send(self, message: messages.Message, payload: bytes = b"") -> None:
         buffers, fds = channel.encode(message, payload)
-        self.sock.sendmsg(buffers)
+        self.sock.sendmsg(buffers, framing.rights(fds))
         for fd in fds:
             os.close(fd)
+
+    def send_fd(self, header: bytes, size: int, fd: int) -> None:
+        """A message said to be in `fd` (a memfd of `size` bytes, the
+        header its first `len(header)`), whatever `fd` really is."""
+        prefix = len(header).to_bytes(4, "little") + size.to_bytes(8, "little")
+        self.sock.sendmsg(
+            [prefix], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]).tobytes())]
+        )
 
     def send_raw(self, header: bytes) -> None:
         self.sock.send(len(header).to_bytes(4, "little") + bytes(8) + header)
@@ -146,7 +157,69 @@ def kernel(link: Channel, targets: Result) -> Result:
     return out
 
 
+def _run_call(call: int) -> bytes:
+    request = msgspec.msgpack.encode(
+        {"op": "call", "call": call, "request": {"method": "ProcessService.Run", "argv": ["true"]}}
+    )
+    return request
+
+
+def sparse_memfd(link: Channel, targets: Result) -> Result:
+    """A Run call announced in a 1 GiB memfd that costs the sender nothing
+    (sparse: one page written). The root side must refuse it by its size,
+    without reading it: the test watches the root's RSS."""
+    header = _run_call(1)
+    fd = os.memfd_create("hostile", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.pwrite(fd, header, 0)
+    os.ftruncate(fd, targets["size"])
+    seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SEAL
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+    link.send_fd(header, targets["size"], fd)
+    os.close(fd)
+    print(json.dumps({"sent": "sparse memfd"}), flush=True)
+    return {"answer": link.answer(1)}
+
+
+def not_a_memfd(link: Channel, targets: Result) -> Result:
+    """A Run call whose memfd is a pipe (or a socket, or an unsealed memfd)
+    of the announced size: reading it would block, or fail with ESPIPE, or
+    change under the reader."""
+    header = _run_call(1)
+    kind = targets["kind"]
+    keep: list[Any] = []
+    if kind == "pipe":
+        r, w = os.pipe()
+        os.write(w, header)
+        keep.append(w)
+        fd = r
+    elif kind == "socket":
+        a, b = socket.socketpair()
+        b.send(header)
+        keep.append(b)
+        fd = a.detach()
+    else:  # unsealed: the sender may rewrite it after the root side checked it
+        fd = os.memfd_create("hostile", os.MFD_CLOEXEC)
+        os.write(fd, header)
+    link.send_fd(header, len(header), fd)
+    os.close(fd)
+    print(json.dumps({"sent": kind}), flush=True)
+    return {"answer": link.answer(1)}
+
+
+def over_budget(link: Channel, targets: Result) -> Result:
+    """Two Run calls with a large stdin at once: the second passes the
+    tenant's in-flight budget while the first is running."""
+    for call in (1, 2):
+        request = messages.RunCall(argv=targets["argv"], payload=True)
+        link.send(messages.Call(call=call, request=request), b"x" * targets["stdin"])
+    second = link.answer(2)
+    return {"first": link.answer(1), "second": second}
+
+
 ATTACKS: dict[str, Callable[[Channel, Result], Result]] = {
+    "over_budget": over_budget,
+    "sparse_memfd": sparse_memfd,
+    "not_a_memfd": not_a_memfd,
     "forged_fields": forged_fields,
     "spawn": spawn,
     "kernel": kernel,

@@ -71,7 +71,9 @@ class RunCommandResult(FrozenResult):
             Outcome.SIGNALED: f"killed by {self.signal_name}",
         }.get(
             self.outcome,
-            f"{self.outcome.value}: {self.message}" if self.message else self.outcome.value,
+            f"{self.outcome.value.lower()}: {self.message}"
+            if self.message
+            else self.outcome.value.lower(),
         )
         parts = [f"$ {shlex.join([self.command, *self.args])}", f"[{status}]"]
         for name, text, dropped in (

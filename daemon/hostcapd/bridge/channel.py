@@ -8,11 +8,15 @@ The header is the MessagePack of one `hostcapd.bridge.messages` struct,
 validated by msgspec on receipt (strict types, no field too many); the payload is
 opaque bytes (a request's stdin or file content, a reply's serialized
 message) that nobody parses on the way. A payload above `INLINE_PAYLOAD`
-travels in a memfd passed with SCM_RIGHTS instead, so a 64 MiB write is
-never one datagram. Nothing else may carry an fd: a datagram with any fd but
-its payload's is refused. Unlike the spawner's channel (marshal, both ends
-trusted), this one has a front-end at one end that may be hostile; msgspec's
-MessagePack decoder is safe on any input.
+travels in a sealed memfd passed with SCM_RIGHTS instead (`hostcapd.framing`),
+so a 64 MiB write is never one datagram. Nothing else may carry an fd: a
+datagram with any fd but its payload's is refused. This channel has a
+front-end at one end that may be hostile; msgspec's MessagePack decoder is
+safe on any input, and a memfd is checked before it is read: a sealed memfd
+of exactly the announced size, within the receiver's limit (for the root
+side, the tenant's max_receive), or the message is refused unread. The
+receiver may also refuse to read a payload it has no budget for (`admit`):
+the message is then given without its payload.
 
     link = Link(sock, on_message, on_closed)   # reads on the running loop
     link.send(model, payload)                  # queued if the socket is full
@@ -21,7 +25,6 @@ MessagePack decoder is safe on any input.
 
 from __future__ import annotations
 
-import array
 import asyncio
 import contextlib
 import os
@@ -32,6 +35,8 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
+
+from hostcapd import framing
 
 #: Messages (header and payload) up to this size travel in the datagram: a
 #: whole output event (a 1 MiB read of a spawn's pipe, with its framing)
@@ -44,27 +49,43 @@ MAX_PAYLOAD = 1024 * 1024 * 1024
 BUFFER = 8 * 1024 * 1024
 _PREFIX = struct.Struct("=IQ")
 _DATAGRAM = _PREFIX.size + INLINE_PAYLOAD
-_FD_SIZE = array.array("i").itemsize
 #: Bytes queued for a peer that does not read, above which the link is broken.
 MAX_QUEUED = 512 * 1024 * 1024
 
 
-class ChannelError(Exception):
+class ChannelError(framing.FramingError):
     """A datagram that is not one of ours (truncated, unknown, ill-typed, an
-    fd it should not carry). The message says which."""
+    fd it should not carry, a memfd that is not a sealed memfd of its size).
+    The message says which."""
+
+
+#: Whether the receiver reads a payload of this many bytes for this message
+#: (it reserves them if so); a message it does not admit arrives without one.
+Admit = Callable[[Any, int], bool]
+
+
+class InFlight:
+    """Bytes of payloads a receiver holds for calls not yet answered,
+    against a budget (the root side: one per tenant, for its channel)."""
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+
+    def reserve(self, size: int) -> bool:
+        if self.used + size > self.budget:
+            return False
+        self.used += size
+        return True
+
+    def release(self, size: int) -> None:
+        self.used -= size
 
 
 def socketpair() -> tuple[socket.socket, socket.socket]:
     """The pair, with buffers large enough for a whole inline datagram (root
     forces them; an unprivileged end could not)."""
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
-    for s in (a, b):
-        for opt, force in ((socket.SO_SNDBUF, 32), (socket.SO_RCVBUF, 33)):  # *BUFFORCE
-            try:
-                s.setsockopt(socket.SOL_SOCKET, force, BUFFER)
-            except OSError:
-                s.setsockopt(socket.SOL_SOCKET, opt, BUFFER)
-    return a, b
+    return framing.socketpair(socket.SOCK_SEQPACKET, BUFFER)
 
 
 _ENCODER = msgspec.msgpack.Encoder()
@@ -84,79 +105,84 @@ def encode(message: msgspec.Struct, payload: Payload = b"") -> tuple[list[Any], 
         return [_PREFIX.pack(len(header), 0), header, *pieces], []
     if size > MAX_PAYLOAD:
         raise ChannelError(f"a {type(message).__name__} of {size} bytes is too large")
-    fd = os.memfd_create("hostcap-message", os.MFD_CLOEXEC)
-    try:
-        for part in (header, *pieces):
-            view = memoryview(part)
-            while view:
-                view = view[os.write(fd, view) :]
-    except BaseException:
-        os.close(fd)
-        raise
+    fd = framing.sealed_memfd((header, *pieces), "hostcap-message")
     return [_PREFIX.pack(len(header), size)], [fd]
 
 
+def _message(decoder: msgspec.msgpack.Decoder[Any], header: memoryview | bytes) -> Any:
+    try:
+        return decoder.decode(header)
+    except (msgspec.ValidationError, msgspec.DecodeError) as error:
+        raise ChannelError(f"not a valid message: {error}") from None
+
+
 def decode(
-    data: memoryview, fds: list[int], decoder: msgspec.msgpack.Decoder[Any]
-) -> tuple[Any, bytes]:
-    """One datagram to its validated message and payload; raises ChannelError.
-    Closes every fd it was given."""
+    data: memoryview,
+    fds: list[int],
+    decoder: msgspec.msgpack.Decoder[Any],
+    limit: int = MAX_PAYLOAD,
+    admit: Admit | None = None,
+) -> tuple[Any, bytes | None]:
+    """One datagram to its validated message and payload; raises ChannelError
+    (any failure to read it, an OSError too). A memfd message is checked
+    against `limit` before a byte of it is read; its payload is None when
+    `admit` refuses it (then it is never read). Closes every fd it was given."""
     try:
         if len(data) < _PREFIX.size:
             raise ChannelError("a datagram shorter than its prefix")
         header_len, memfd_size = _PREFIX.unpack_from(data)
-        if memfd_size:
-            if len(fds) != 1 or len(data) != _PREFIX.size or memfd_size > MAX_PAYLOAD:
-                raise ChannelError("a memfd message without exactly its one fd")
-            # The header (refused before the payload is read), then the
-            # payload into its own bytes: read once, not read whole and
-            # then sliced into a copy.
-            if header_len > memfd_size:
+        if not memfd_size:
+            if fds:
+                raise ChannelError("a datagram carried an fd it has no use for")
+            end = _PREFIX.size + header_len
+            if end > len(data):
                 raise ChannelError("a header longer than its message")
-            header = os.pread(fds[0], header_len, 0)
-            if len(header) != header_len:
-                raise ChannelError("a memfd message shorter than its prefix says")
-            message = _header(header, decoder)
-            payload = os.pread(fds[0], memfd_size - header_len, header_len)
-            if len(payload) != memfd_size - header_len:
-                raise ChannelError("a memfd message shorter than its prefix says")
-            return message, payload
-        if fds:
-            raise ChannelError("a datagram carried an fd it has no use for")
-        start = _PREFIX.size
-        end = start + header_len
-        if end > len(data):
+            message = _message(decoder, data[_PREFIX.size : end])
+            payload = data[end:]
+            if admit is not None and payload and not admit(message, len(payload)):
+                return message, None
+            return message, bytes(payload)
+        if len(fds) != 1 or len(data) != _PREFIX.size:
+            raise ChannelError("a memfd message without exactly its one fd")
+        framing.check_memfd(fds[0], memfd_size, min(limit, MAX_PAYLOAD))
+        if header_len > memfd_size:
             raise ChannelError("a header longer than its message")
-        return _header(data[start:end], decoder), bytes(data[end:])
+        message = _message(decoder, framing.read_exact(fds[0], header_len, 0))
+        size = memfd_size - header_len
+        if admit is not None and size and not admit(message, size):
+            return message, None
+        return message, framing.read_exact(fds[0], size, header_len)
+    except framing.FramingError as error:
+        raise ChannelError(str(error)) from None
+    except OSError as error:  # whatever the fd is, failing to read it is the sender's doing
+        raise ChannelError(f"a message that cannot be read: {error}") from None
     finally:
-        for fd in fds:
-            os.close(fd)
-
-
-def _header(data: bytes | memoryview, decoder: msgspec.msgpack.Decoder[Any]) -> Any:
-    try:
-        return decoder.decode(data)
-    except (msgspec.ValidationError, msgspec.DecodeError) as error:
-        raise ChannelError(f"not a valid message: {error}") from None
+        framing.close_all(fds)
 
 
 class Link:
     """Both ends' view of the channel, on the running event loop: each
     datagram read is decoded and given to `on_message(message, payload)`;
     a malformed one to `on_error(ChannelError)` (the link stays open: the
-    owner decides); EOF or a broken socket once to `on_closed()`."""
+    owner decides); EOF or a broken socket once to `on_closed()`. A message
+    is at most `limit` bytes; `admit` (see `decode`) decides whether its
+    payload is read, and a payload it refused arrives as None."""
 
     def __init__(
         self,
         sock: socket.socket,
         decoder: msgspec.msgpack.Decoder[Any],
-        on_message: Callable[[Any, bytes], None],
+        on_message: Callable[[Any, bytes | None], None],
         on_error: Callable[[ChannelError], None],
         on_closed: Callable[[], None],
+        limit: int = MAX_PAYLOAD,
+        admit: Admit | None = None,
     ) -> None:
         sock.setblocking(False)
         self.sock = sock
         self._decoder = decoder
+        self._limit = limit
+        self._admit = admit
         self._on_message = on_message
         self._on_error = on_error
         self._on_closed = on_closed
@@ -187,11 +213,8 @@ class Link:
             self._loop.add_writer(self.sock.fileno(), self._writable)
 
     def _try(self, buffers: list[Any], fds: list[int]) -> bool:
-        ancillary = (
-            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
-        )
         try:
-            self.sock.sendmsg(buffers, ancillary)
+            framing.sendmsg(self.sock, buffers, fds)
         except BlockingIOError:
             return False
         except OSError:
@@ -220,30 +243,29 @@ class Link:
                 return
             try:
                 size, ancdata, flags, _ = self.sock.recvmsg_into(
-                    [self._buffer], socket.CMSG_SPACE(4 * _FD_SIZE), socket.MSG_CMSG_CLOEXEC
+                    [self._buffer], framing.ancillary_space(4), socket.MSG_CMSG_CLOEXEC
                 )
             except BlockingIOError:
                 return
             except OSError:
                 self._broken()
                 return
-            fds: list[int] = []
-            for level, kind, data in ancdata:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    fds.extend(array.array("i", data[: len(data) - len(data) % _FD_SIZE]))
+            fds = framing.received_fds(ancdata)
             if size == 0 and not fds:
                 self._broken()
                 return
             try:
-                if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-                    for fd in fds:
-                        os.close(fd)
+                if framing.truncated(flags):
+                    framing.close_all(fds)
                     raise ChannelError("a truncated datagram")
-                message, payload = decode(memoryview(self._buffer)[:size], fds, self._decoder)
+                message, payload = decode(
+                    memoryview(self._buffer)[:size], fds, self._decoder, self._limit, self._admit
+                )
             except ChannelError as error:
                 self._on_error(error)
                 continue
             self._on_message(message, payload)
+            del message, payload  # nothing of a call outlives its handling here
 
     # --- closing -------------------------------------------------------------
 
@@ -261,7 +283,6 @@ class Link:
             self._loop.remove_reader(self.sock.fileno())
             self._loop.remove_writer(self.sock.fileno())
         for _, fds, _ in self._queue:
-            for fd in fds:
-                os.close(fd)
+            framing.close_all(fds)
         self._queue.clear()
         self.sock.close()

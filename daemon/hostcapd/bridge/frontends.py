@@ -47,7 +47,8 @@ from hostcapd import metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.bridge import channel, messages
 from hostcapd.config import Tenant
-from hostcapd.errors import INTERNAL, TRANSPORT_REASONS, Refusal
+from hostcapd.errors import INTERNAL, TRANSPORT_REASONS, Refusal, shorten
+from hostcapd.labels import MAX_REQUEST_ID, bounded_labels
 from hostcapd.logsetup import fields, relay_stderr
 from hostcapd.service.sockets import StartupError
 
@@ -63,6 +64,13 @@ RESTART_BACKOFF_S = (0.1, 10.0)
 STABLE_S = 30.0
 #: Calls in flight on one channel; more is a misbehaving front-end.
 MAX_CALLS = 4096
+#: Room in a call's message for all but its request (the channel's header
+#: is MessagePack of the values the request's protobuf held).
+HEADER_ROOM = 1024 * 1024
+#: A tenant's budget of request bytes the root side holds for its calls in
+#: flight, in its largest requests: a call past it is refused QUOTA_EXCEEDED,
+#: its payload unread.
+IN_FLIGHT_REQUESTS = 4
 #: The socket file's name in a front-end's bind directory.
 BIND_NAME = "s"
 #: The name the admin socket's front-end goes by (in logs and policy.deny):
@@ -183,6 +191,8 @@ def call_result(error: BaseException | None) -> str:
 class _CallState:
     task: asyncio.Task[None] | None = None
     acked: asyncio.Future[None] | None = None
+    #: The payload bytes it holds of the tenant's in-flight budget.
+    held: int = 0
 
 
 # --- the channel's root end ------------------------------------------------------
@@ -198,9 +208,16 @@ class Bridge:
     methods: Mapping[str, Relayed]
     #: Called once when the channel is gone (EOF, broken, closed for a violation).
     on_lost: Callable[[], None]
+    #: The largest message a call may be (its max_receive, and the header).
+    limit: int = channel.MAX_PAYLOAD
+    in_flight: channel.InFlight = field(
+        default_factory=lambda: channel.InFlight(channel.MAX_PAYLOAD)
+    )
     link: channel.Link | None = None
     ready: asyncio.Future[messages.Ready] | None = None
     calls: dict[int, _CallState] = field(default_factory=dict)
+    #: Payload bytes admitted for a call not yet taken up by `_call`.
+    _admitted: dict[int, int] = field(default_factory=dict)
 
     def attach(self, sock: Any) -> None:
         self.ready = asyncio.get_running_loop().create_future()
@@ -210,7 +227,19 @@ class Bridge:
             self._on_message,
             self._on_error,
             self.lost,
+            self.limit,
+            self._admit,
         )
+
+    def _admit(self, message: Any, size: int) -> bool:
+        """Read a call's payload only within the tenant's in-flight budget
+        (any other message's payload is never read)."""
+        if not isinstance(message, (messages.Call, messages.AdminCall)):
+            return False
+        if message.call in self._admitted or not self.in_flight.reserve(size):
+            return False
+        self._admitted[message.call] = size
+        return True
 
     def send(self, message: messages.Message, payload: channel.Payload = b"") -> None:
         if self.link is not None:
@@ -218,9 +247,14 @@ class Bridge:
 
     # --- receiving ------------------------------------------------------------
 
-    def _on_message(self, message: Any, payload: bytes) -> None:
+    def _on_message(self, message: Any, payload: bytes | None) -> None:
         if isinstance(message, (messages.Call, messages.AdminCall)):
-            self._call(message, payload)
+            held = self._admitted.pop(message.call, 0)
+            try:
+                self._call(message, payload, held)
+            except BaseException:
+                self.in_flight.release(held)
+                raise
         elif isinstance(message, messages.Ack):
             state = self.calls.get(message.call)
             if state is not None and state.acked is not None and not state.acked.done():
@@ -239,23 +273,63 @@ class Bridge:
                 return
             metrics.rpc_finished(self.tenant, *relayed.observed, "INVALID_ARGUMENT")
 
-    def _call(self, message: messages.Call | messages.AdminCall, payload: bytes) -> None:
-        if message.call in self.calls:
-            self.violation(f"call id {message.call} is already in flight")
-            return
-        if len(self.calls) >= MAX_CALLS:
-            self.violation(f"more than {MAX_CALLS} calls in flight")
-            return
-        request = message.request
-        if request.payload_field is None and payload:
-            self.violation(f"{request.method} carries no payload, and one came")
-            return
-        present = bool(getattr(request, "payload", False))
-        call = RelayedCall(message.call, payload if present else None)
-        relayed = self.methods[request.method]
-        state = _CallState()
-        self.calls[message.call] = state
-        state.task = asyncio.ensure_future(self._serve(call, relayed, request, state))
+    def _call(
+        self, message: messages.Call | messages.AdminCall, payload: bytes | None, held: int
+    ) -> None:
+        """Start serving a call; `held` bytes of the budget are its payload's
+        (released when the call ends, or now if it does not start)."""
+        started = False
+        try:
+            if message.call in self.calls:
+                self.violation(f"call id {message.call} is already in flight")
+                return
+            if len(self.calls) >= MAX_CALLS:
+                self.violation(f"more than {MAX_CALLS} calls in flight")
+                return
+            request = message.request
+            if request.payload_field is None and payload:
+                self.violation(f"{request.method} carries no payload, and one came")
+                return
+            relayed = self.methods[request.method]
+            if payload is None:  # not read: past the tenant's budget
+                self._refuse_unread(message.call, relayed, request)
+                return
+            present = bool(getattr(request, "payload", False))
+            call = RelayedCall(message.call, payload if present else None)
+            del payload  # the call holds it now, and gives its bytes back when it ends
+            state = _CallState(held=held)
+            self.calls[message.call] = state
+            state.task = asyncio.ensure_future(self._serve(call, relayed, request, state))
+            started = True
+        finally:
+            if not started:
+                self.in_flight.release(held)
+
+    def _refuse_unread(self, call: int, relayed: Relayed, request: messages.Request) -> None:
+        """Refuse a call whose payload would pass the tenant's in-flight
+        budget (its payload was never read): QUOTA_EXCEEDED, audited."""
+        budget = self.in_flight
+        refusal = Refusal(
+            "QUOTA_EXCEEDED",
+            f"the daemon holds {budget.used} bytes of this tenant's calls in flight; this call "
+            f"would pass its budget of {budget.budget} bytes: retry once they are answered",
+        )
+        labels = getattr(request, "labels", None) or {}
+        try:
+            self.audit.write(
+                "policy.deny",
+                tenant=self.tenant,
+                method=relayed.name,
+                reason=refusal.reason,
+                message=refusal.message,
+                labels=bounded_labels(labels),
+                request_id=shorten(str(getattr(request, "request_id", "")), MAX_REQUEST_ID),
+            )
+        except AuditUnavailable as error:
+            log.error("could not audit a refusal: %s", error)
+        self.send(abort_of(call, refusal))
+        if self.kind == "tenant":
+            metrics.rpc_finished(self.tenant, *relayed.observed, refusal.reason)
 
     def _on_error(self, error: channel.ChannelError) -> None:
         self.violation(str(error))
@@ -289,6 +363,11 @@ class Bridge:
         if link is None:
             return
         link.close()
+        # A payload admitted, then found unreadable (a violation), was never
+        # a call: its bytes go back to the tenant's budget.
+        for held in self._admitted.values():
+            self.in_flight.release(held)
+        self._admitted.clear()
         if self.ready is not None and not self.ready.done():
             self.ready.set_exception(ConnectionError("the front-end closed its channel"))
             self.ready.add_done_callback(_retrieve)
@@ -334,9 +413,16 @@ class Bridge:
             self.send(abort_of(call.id, _internal("internal error")))
         finally:
             self.calls.pop(call.id, None)
+            self.in_flight.release(state.held)
+            state.held = 0
             if self.kind == "tenant":
                 with contextlib.suppress(Exception):
                     metrics.rpc_finished(self.tenant, *relayed.observed, call_result(error))
+            # The error's traceback holds this frame (and the service's, with
+            # the request): a reference cycle that would keep a refused
+            # call's payload alive until the cyclic collector ran.
+            error = None
+            del request, call
 
     def close(self) -> None:
         """Close the channel quietly (the owner is stopping it)."""
@@ -383,7 +469,16 @@ class FrontendProcess:
         self.endpoint = endpoint
         self.in_process = in_process
         self.identity = (os.getuid(), os.getgid()) if in_process else frontend_identity()
-        self.bridge = Bridge(endpoint.name, endpoint.kind, audit, methods, self._lost)
+        limit = endpoint.max_receive + HEADER_ROOM
+        self.bridge = Bridge(
+            endpoint.name,
+            endpoint.kind,
+            audit,
+            methods,
+            self._lost,
+            limit=limit,
+            in_flight=channel.InFlight(IN_FLIGHT_REQUESTS * limit),
+        )
         self._on_lost = on_lost
         self.proc: subprocess.Popen[bytes] | None = None
         self.bind_dir: Path | None = None

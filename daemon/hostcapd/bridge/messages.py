@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 import msgspec
 from hostcap_proto.limits import BYTES, LIMIT_NAMES, SECONDS, UNITS
+from hostcap_proto.names import ProtectionName
 
 #: A uint64: msgspec's bounds are int64, so only the lower one is checked
 #: here (its MessagePack decoder takes up to 2^64 - 1).
@@ -258,9 +259,10 @@ REQUESTS: Mapping[str, Mapping[str, type[Request]]] = {
 
 
 class Protection(Value, frozen=True):
-    """One protection and whether it is in force (hostcap.v1.Protection)."""
+    """One protection and whether it is in force (hostcap.v1.Protection): a
+    spawn's or a confined helper's (`hostcap_proto.names.ProtectionName`)."""
 
-    name: str
+    name: ProtectionName
     applied: bool
     reason: str
     required: bool

@@ -88,6 +88,28 @@ def to_proto(answer: messages.Answer) -> protobuf_message.Message:
     return message_class(answer.proto)(**fields)
 
 
+def unary_reply(answer: messages.Answer) -> bytes | protobuf_message.Message:
+    """A unary answer as gRPC sends it: a `RunResult` as its wire bytes (its
+    output is most of it, and at the ceiling two streams of 256 MiB: built
+    into one bytes object, not copied into a message and serialized again,
+    which took a front-end's cgroup past its limit), any other as a message."""
+    if isinstance(answer, messages.RunResult) and (answer.stdout or answer.stderr):
+        return run_result(answer)
+    return to_proto(answer)
+
+
+def run_result(result: messages.RunResult) -> bytes:
+    """The wire bytes of a `RunResult`: its small fields serialized by
+    protobuf, then stdout (field 2) and stderr (field 3), each a tag, its
+    length and the bytes themselves (a parser takes fields in any order)."""
+    small = to_proto(msgspec.structs.replace(result, stdout=b"", stderr=b""))
+    parts = [small.SerializeToString()]
+    for tag, data in ((b"\x12", result.stdout), (b"\x1a", result.stderr)):
+        if data:
+            parts += (tag, _varint(len(data)), data)
+    return b"".join(parts)
+
+
 def request_proto(request: messages.Request, payload: bytes) -> protobuf_message.Message:
     """The wire message a request struct stands for (tests compare it with
     what the client sent)."""

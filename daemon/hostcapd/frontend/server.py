@@ -31,6 +31,7 @@ also has the parent-death signal.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import importlib
 import itertools
 import os
@@ -66,6 +67,17 @@ PRELOADED = (
     "grpc_reflection.v1alpha._async",
 )
 MALFORMED = WireError("INVALID_ARGUMENT", "malformed request message")
+#: A call whose request was at least this large gives the allocator's free
+#: memory back to the kernel when it ends: grpc receives a request in many
+#: small buffers, which glibc would otherwise keep, per thread arena.
+TRIM_AFTER_BYTES = 4 * 1024 * 1024
+_libc = ctypes.CDLL(None)
+
+
+def _trim() -> None:
+    _libc.malloc_trim(0)
+
+
 #: What each kind of front-end serves.
 SERVICES: dict[str, tuple[tuple[Any, str], ...]] = {
     "tenant": ((process_pb2, "ProcessService"), (host_pb2, "HostService"), (fs_pb2, "FsService")),
@@ -107,7 +119,7 @@ class Relay:
         if call is not None and not call.finished:
             self.link.send(messages.Cancel(call=call_id))
 
-    def _on_message(self, message: Any, payload: bytes) -> None:
+    def _on_message(self, message: Any, payload: bytes | None) -> None:
         if isinstance(message, messages.Drain):
             self.drain(message)
             return
@@ -145,20 +157,33 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
             await context.abort_with_status(MALFORMED.to_status())
             raise AssertionError("abort_with_status returned") from None
 
+    # A call's request, its bytes and its payload are dropped as soon as
+    # they are sent on: a refusal's exception (its traceback holds this
+    # frame) must not keep them alive until the cyclic collector runs.
     async def unary(raw: bytes, context: Any) -> Any:
+        large = len(raw) >= TRIM_AFTER_BYTES
         request, payload = await parse(raw, context)
+        del raw
         call_id, call = relay.open(request, payload)
+        del request, payload
         try:
             message = await call.inbox.get()
         finally:
             relay.done(call_id)
+            if large:
+                _trim()
         if isinstance(message, messages.Abort):
             await convert.abort(context, message)
-        return convert.to_proto(message.answer)
+        return convert.unary_reply(message.answer)
 
     async def stream(raw: bytes, context: Any) -> AsyncIterator[Any]:
+        large = len(raw) >= TRIM_AFTER_BYTES
         request, payload = await parse(raw, context)
+        del raw
         call_id, call = relay.open(request, payload)
+        del request, payload
+        if large:
+            _trim()  # the request is sent on: what it took is given back now
         try:
             while True:
                 message = await call.inbox.get()

@@ -4,6 +4,11 @@
     await worker.start()                       # FsWorkerUnavailable if it refuses to serve
     async with worker.session() as session:    # one request at a time
         reply = await session.exchange({"op": "stat", "path": "a.txt"})
+        reply.header["size"]                   # the answer's fields
+
+A request is a dict with its `op` (the fs service's), checked against
+`hostcapd.fs.messages` before it is sent; an answer that is not one of
+those messages is a worker lost (killed, and started anew next time).
     await worker.close()                       # the process is gone when this returns
 
 One worker per tenant, requests serialised by an asyncio lock: the worker is
@@ -30,10 +35,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hostcap_proto.reasons import REASONS
-
 from hostcapd.applied import Applied, Unavailable
-from hostcapd.errors import INTERNAL, UNAVAILABLE, Refusal
+from hostcapd.errors import UNAVAILABLE, Refusal
+from hostcapd.fs import messages
 from hostcapd.fs.protocol import FrameLink, ProtocolError, make_link
 from hostcapd.fs.worker import WorkerSettings, prepare_handover
 
@@ -112,7 +116,7 @@ class FsWorker:
             raise FsWorkerUnavailable(f"cannot start the fs worker: {error.strerror}") from None
         finally:
             child.close()
-            hello = {**self.settings.to_hello(), "handover": handover.to_hello()}
+            hello = messages.Hello(self.settings, handover.to_hello())
             handover.close()  # the worker has its own copies now
         self._proc = proc
         if self.place is not None:
@@ -127,16 +131,18 @@ class FsWorker:
         self._link = FrameLink(front)
         try:
             await self._link.send(hello)
-            ready, _, fd = await asyncio.wait_for(self._link.receive(0), START_TIMEOUT_S)
+            header, _, fd = await asyncio.wait_for(self._link.receive(0), START_TIMEOUT_S)
+            if fd is not None:
+                os.close(fd)
+            ready = messages.decode_answer(header)
         except (OSError, EOFError, ProtocolError, TimeoutError):
             await self._discard()
             raise FsWorkerUnavailable("the fs worker exited during start-up") from None
-        if fd is not None:
-            os.close(fd)
-        if not ready.get("ok"):
+        if not isinstance(ready, messages.Ready):
             await self._discard()
-            raise FsWorkerUnavailable(str(ready.get("message", "the fs worker refused to start")))
-        self.protections = tuple(Applied(**item) for item in ready["protections"])
+            why = ready.message if isinstance(ready, messages.Refused) else "an unexpected answer"
+            raise FsWorkerUnavailable(why)
+        self.protections = tuple(ready.protections)
 
     async def _discard(self) -> None:
         """Kill and reap the worker; whatever it was doing is lost."""
@@ -166,8 +172,18 @@ class FsWorker:
         if link is None:
             raise FsWorkerUnavailable("the fs worker is not running")
         try:
-            await link.send(header, data)
-            answer, content, fd = await asyncio.wait_for(link.receive(0), self.op_timeout_s)
+            request = messages.request_of(header)
+        except ProtocolError as error:
+            raise Refusal("INTERNAL", str(error)) from None
+        try:
+            await link.send(request, data)
+            received, content, fd = await asyncio.wait_for(link.receive(0), self.op_timeout_s)
+            try:
+                answer = messages.decode_answer(received)
+            except ProtocolError:
+                if fd is not None:
+                    os.close(fd)
+                raise
         except TimeoutError:
             await self._discard()
             raise FsWorkerUnavailable(
@@ -182,17 +198,13 @@ class FsWorker:
             # the reply would arrive for nobody and desynchronise the link
             await asyncio.shield(self._discard())
             raise
-        reply = Reply(answer, content, fd)
-        if not answer.get("ok"):
-            reply.close()
+        if isinstance(answer, messages.Refused):
+            if fd is not None:
+                os.close(fd)
             # The worker parses untrusted paths: its reason is believed only
             # if it is one the wire has.
-            reason = str(answer.get("reason"))
-            raise Refusal(
-                reason if reason in REASONS or reason == INTERNAL else INTERNAL,
-                str(answer.get("message", "")),
-            )
-        return reply
+            raise Refusal(Refusal.reason_of(answer.reason), answer.message)
+        return Reply(messages.answer_fields(answer), content, fd)
 
     async def close(self) -> None:
         """Stop the worker: EOF first (it aborts a pending write and exits),

@@ -1,74 +1,51 @@
-"""The frames between the front-end and its fs worker, over a socketpair.
+"""The frames between the daemon and its fs worker, over a socketpair.
 
-A frame is `>II` (header length, data length), a JSON object, raw bytes;
-a reply may also carry one file descriptor (SCM_RIGHTS, on its first byte):
+A frame is `>II` (header length, data length), a header (the MessagePack of
+one `hostcapd.fs.messages` struct), raw bytes; a reply may also carry one
+file descriptor (SCM_RIGHTS, on its first byte, `hostcapd.framing`):
 
-    write_frame(sock, {"ok": True, ...}, fd=file_fd)          # worker side
-    header, data, fd = await link.receive(max_data=0)          # front-end side
+    write_frame(sock, messages.Opened(...), fd=file_fd)        # worker side
+    header, data, fd = await link.receive(max_data=0)          # daemon side
+    answer = messages.decode_answer(header)
 
-JSON carries the small structured part and the raw bytes carry write content,
-so content is never base64'd. A read's content does not travel here at all:
-the worker sends the file it opened and checked, as the tenant, and the
-front-end preads it (one copy, straight into the bytes gRPC sends). Both ends
-bound what they accept; a frame over the bound is a protocol error, and the
-reader drops the link rather than buffering it.
-
-Requests (`op`) and their replies, each `{"ok": true, ...}` or
-`{"ok": false, "reason", "message"}`:
-
-- `hello` (first frame, front-end to worker): the worker's settings;
-  answered by `ready` with the protections applied;
-- `open_read` {path} -> the real path, its size and an fd open O_RDONLY;
-- `write_prepare` {path, create_parents, exclusive, expected_sha256} + data
-  -> the prepared write (paths, hashes); then exactly one of
-  `write_commit` / `write_abort`;
-- `list` {path, max_entries, depth, include_hidden};
-- `stat` {path}.
+The header carries the small structured part and the raw bytes carry write
+content, so content is never encoded. A read's content does not travel here
+at all: the worker sends the file it opened and checked, as the tenant, and
+the daemon preads it (one copy, straight into the reply). Both ends bound
+what they accept; a frame over the bound, or a header that is not one of the
+messages, is a protocol error, and the reader drops the link rather than
+buffering it.
 """
 
 from __future__ import annotations
 
-import array
 import asyncio
-import json
 import os
 import socket
 import struct
-from typing import Any
+
+import msgspec
+
+from hostcapd import framing
+from hostcapd.fs.messages import ProtocolError, encode
 
 _HEAD = struct.Struct(">II")
-#: Bound on the JSON part (a listing of 10 000 deep entries fits easily).
+#: Bound on the header (a listing of 10 000 deep entries fits easily).
 MAX_HEADER = 64 << 20
 #: Socket buffers of the link: fewer wake-ups for a 64 MiB write.
 BUFFER_BYTES = 4 << 20
 
-
-class ProtocolError(Exception):
-    """A malformed or oversized frame, or the link closed mid-frame."""
+__all__ = ["BUFFER_BYTES", "MAX_HEADER", "FrameLink", "ProtocolError", "make_link"]
 
 
 def make_link() -> tuple[socket.socket, socket.socket]:
-    """A connected pair: (front-end end, worker end)."""
-    front, worker = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    for end in (front, worker):
-        end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, BUFFER_BYTES)
-        end.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, BUFFER_BYTES)
-    return front, worker
+    """A connected pair: (daemon end, worker end)."""
+    return framing.socketpair(socket.SOCK_STREAM, BUFFER_BYTES)
 
 
-def _encode(header: dict[str, Any], data_len: int) -> tuple[bytes, bytes]:
-    body = json.dumps(header, separators=(",", ":")).encode()
+def _encode(message: msgspec.Struct, data_len: int) -> tuple[bytes, bytes]:
+    body = encode(message)
     return _HEAD.pack(len(body), data_len), body
-
-
-def _decode_header(body: bytes | bytearray) -> dict[str, Any]:
-    try:
-        header = json.loads(body)
-    except ValueError:
-        raise ProtocolError("frame header is not JSON") from None
-    if not isinstance(header, dict):
-        raise ProtocolError("frame header is not an object")
-    return header
 
 
 def _check(header_len: int, data_len: int, max_data: int) -> None:
@@ -91,9 +68,10 @@ def _recv_exactly(sock: socket.socket, size: int) -> bytearray:
     return buffer
 
 
-def read_frame(sock: socket.socket, max_data: int) -> tuple[dict[str, Any], bytearray]:
-    """One frame; EOFError when the link closed cleanly before it. The data
-    is a bytearray: a 64 MiB write is not copied once more to make it bytes."""
+def read_frame(sock: socket.socket, max_data: int) -> tuple[bytearray, bytearray]:
+    """One frame's header and data; EOFError when the link closed cleanly
+    before it. The data is a bytearray: a 64 MiB write is not copied once
+    more to make it bytes."""
     head = _recv_exactly(sock, _HEAD.size)
     header_len, data_len = _HEAD.unpack(head)
     _check(header_len, data_len, max_data)
@@ -102,22 +80,20 @@ def read_frame(sock: socket.socket, max_data: int) -> tuple[dict[str, Any], byte
         data = _recv_exactly(sock, data_len)
     except EOFError:
         raise ProtocolError("link closed mid-frame") from None
-    return _decode_header(body), data
+    return body, data
 
 
 def write_frame(
     sock: socket.socket,
-    header: dict[str, Any],
+    message: msgspec.Struct,
     data: bytes | bytearray = b"",
     fd: int | None = None,
 ) -> None:
-    head, body = _encode(header, len(data))
+    head, body = _encode(message, len(data))
     if fd is None:
         sock.sendall(head + body)
     else:
-        sent = sock.sendmsg(
-            [head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))]
-        )
+        sent = framing.sendmsg(sock, [head], [fd])
         sock.sendall(head[sent:] + body)
     if data:
         sock.sendall(data)
@@ -138,15 +114,16 @@ class FrameLink:
     def close(self) -> None:
         self.sock.close()
 
-    async def send(self, header: dict[str, Any], data: bytes = b"") -> None:
-        head, body = _encode(header, len(data))
+    async def send(self, message: msgspec.Struct, data: bytes = b"") -> None:
+        head, body = _encode(message, len(data))
         await self._loop.sock_sendall(self.sock, head + body)
         if data:
             await self._loop.sock_sendall(self.sock, data)
 
-    async def receive(self, max_data: int) -> tuple[dict[str, Any], bytes, int | None]:
-        """One frame and the fd it carried (the caller owns it). Raises
-        EOFError when the link closed, ProtocolError for a bad frame."""
+    async def receive(self, max_data: int) -> tuple[bytearray, bytes, int | None]:
+        """One frame's header and data, and the fd it carried (the caller
+        owns it). Raises EOFError when the link closed, ProtocolError for a
+        bad frame."""
         head, fd = await self._receive_head()
         try:
             header_len, data_len = _HEAD.unpack(head)
@@ -157,30 +134,26 @@ class FrameLink:
             if fd is not None:
                 os.close(fd)
             raise
-        return _decode_header(body), data, fd
+        return body, data, fd
 
     async def _receive_head(self) -> tuple[bytes, int | None]:
         # recvmsg for the head: an fd rides on a frame's first byte, and a
         # plain recv of that byte would silently drop (close) it
         got = b""
         fds: list[int] = []
-        space = socket.CMSG_SPACE(array.array("i").itemsize)
+        space = framing.ancillary_space(1)
         while len(got) < _HEAD.size:
             try:
                 chunk, ancillary, flags, _ = self.sock.recvmsg(_HEAD.size - len(got), space)
             except BlockingIOError:
                 await self._readable()
                 continue
-            for level, kind, payload in ancillary:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    carried = array.array("i")
-                    carried.frombytes(payload[: len(payload) - len(payload) % carried.itemsize])
-                    fds.extend(carried)
+            fds.extend(framing.received_fds(ancillary))
             if not chunk:
-                _close_all(fds)
+                framing.close_all(fds)
                 raise EOFError if not got else ProtocolError("link closed mid-frame")
             if flags & socket.MSG_CTRUNC or len(fds) > 1:
-                _close_all(fds)
+                framing.close_all(fds)
                 raise ProtocolError("a frame carried more than one fd")
             got += chunk
         return got, (fds[0] if fds else None)
@@ -209,8 +182,3 @@ class FrameLink:
             await ready
         finally:
             self._loop.remove_reader(fileno)
-
-
-def _close_all(fds: list[int]) -> None:
-    for fd in fds:
-        os.close(fd)

@@ -36,61 +36,26 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import prctl
 
 from hostcapd import linux
 from hostcapd.applied import Applied, Unavailable
 from hostcapd.errors import Refusal
+from hostcapd.fs import messages
+from hostcapd.fs.messages import ProtocolError
+from hostcapd.fs.messages import WorkerSettings as WorkerSettings  # callers import it from here
 from hostcapd.fs.ops import FsOperations
 from hostcapd.fs.policy import PathPolicy
-from hostcapd.fs.protocol import ProtocolError, read_frame, write_frame
+from hostcapd.fs.protocol import read_frame, write_frame
 from hostcapd.fs.scope import FsScope, RootSpec
 from hostcapd.sandbox import landlock
 
 REQUIRED = "required"
 BEST_EFFORT = "best-effort"
 OFF = "off"
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """Everything the worker needs, as plain values (the hello frame)."""
-
-    tenant: str
-    roots: tuple[RootSpec, ...]
-    uid: int
-    gid: int
-    follow_symlinks: bool
-    protected_paths: tuple[str, ...]
-    secret_paths: tuple[str, ...]
-    file_mode: int
-    dir_mode: int
-    umask: int
-    max_write_bytes: int
-    #: Levels ("required", "best-effort", "off") of the tenant's profile.
-    uid_drop: str
-    landlock: str
-    parent_pid: int
-    #: The profile's test hook: protections to treat as unavailable.
-    simulate_unavailable: tuple[str, ...] = ()
-
-    def to_hello(self) -> dict[str, Any]:
-        body = asdict(self)
-        body["roots"] = [asdict(root) for root in self.roots]
-        return {"op": "hello", **body}
-
-    @classmethod
-    def from_hello(cls, hello: dict[str, Any]) -> WorkerSettings:
-        body = {key: value for key, value in hello.items() if key not in ("op", "handover")}
-        body["roots"] = tuple(RootSpec(str(r["path"]), bool(r["read_only"])) for r in body["roots"])
-        body["protected_paths"] = tuple(body["protected_paths"])
-        body["secret_paths"] = tuple(body["secret_paths"])
-        body["simulate_unavailable"] = tuple(body.get("simulate_unavailable", ()))
-        return cls(**body)
 
 
 def _drop_identity(settings: WorkerSettings) -> Applied:
@@ -153,21 +118,12 @@ class Handover:
     def fds(self) -> list[int]:
         return [*self.root_fds, *([] if self.ruleset_fd is None else [self.ruleset_fd])]
 
-    def to_hello(self) -> dict[str, Any]:
-        return {
-            "root_fds": self.root_fds,
-            "ruleset_fd": self.ruleset_fd,
-            "landlock": asdict(self.landlock),
-        }
+    def to_hello(self) -> messages.HandedOver:
+        return messages.HandedOver(self.root_fds, self.ruleset_fd, self.landlock)
 
     @classmethod
-    def from_hello(cls, hello: dict[str, Any]) -> Handover:
-        ruleset = hello["ruleset_fd"]
-        return cls(
-            [int(fd) for fd in hello["root_fds"]],
-            None if ruleset is None else int(ruleset),
-            Applied(**hello["landlock"]),
-        )
+    def from_hello(cls, hello: messages.HandedOver) -> Handover:
+        return cls(list(hello.root_fds), hello.ruleset_fd, hello.landlock)
 
     def close(self) -> None:
         for fd in self.fds():
@@ -278,74 +234,63 @@ def confine(settings: WorkerSettings, handover: Handover) -> tuple[list[Applied]
     return applied, operations
 
 
-Reply = tuple[dict[str, Any], bytes | bytearray, int | None]
+Reply = tuple[messages.Answer, bytes | bytearray, int | None]
 
 
-def handle(operations: FsOperations, header: dict[str, Any], data: bytearray) -> Reply:
-    """One request to its reply (header, data, fd to pass); refusals become
-    `ok: false` replies."""
-    op = header.get("op")
-    if operations.pending is not None and op not in ("write_commit", "write_abort"):
+def handle(operations: FsOperations, request: messages.Request, data: bytearray) -> Reply:
+    """One request to its answer (and data, an fd to pass); refusals become
+    `Refused` answers."""
+    if operations.pending is not None and not isinstance(
+        request, (messages.WriteCommit, messages.WriteAbort)
+    ):
         operations.abort_write()  # a daemon that moved on: drop, never keep, the write
+    op = request.__struct_config__.tag
     try:
-        if op == "open_read":
-            reply, fd = operations.open_for_read(str(header["path"]))
-            return {"ok": True, **reply}, b"", fd
-        if op == "write_prepare":
-            expected = header.get("expected_sha256")
-            reply = operations.prepare_write(
-                str(header["path"]),
+        if isinstance(request, messages.OpenRead):
+            opened, fd = operations.open_for_read(request.path)
+            return messages.Opened(**opened), b"", fd
+        if isinstance(request, messages.WritePrepare):
+            prepared = operations.prepare_write(
+                request.path,
                 data,
-                create_parents=bool(header["create_parents"]),
-                exclusive=bool(header["exclusive"]),
-                expected_sha256=None if expected is None else str(expected),
+                create_parents=request.create_parents,
+                exclusive=request.exclusive,
+                expected_sha256=request.expected_sha256,
             )
-            return {"ok": True, **reply}, b"", None
-        if op == "write_commit":
+            return messages.Prepared(**prepared), b"", None
+        if isinstance(request, messages.WriteCommit):
             operations.commit_write()
-            return {"ok": True}, b"", None
-        if op == "write_abort":
+            return messages.Done(), b"", None
+        if isinstance(request, messages.WriteAbort):
             operations.abort_write()
-            return {"ok": True}, b"", None
-        if op == "list":
-            reply = operations.list_directory(
-                str(header["path"]),
-                int(header["max_entries"]),
-                int(header["depth"]),
-                bool(header["include_hidden"]),
+            return messages.Done(), b"", None
+        if isinstance(request, messages.ListDirectory):
+            listing = operations.list_directory(
+                request.path, request.max_entries, request.depth, request.include_hidden
             )
-            return {"ok": True, **reply}, b"", None
-        if op == "stat":
-            return {"ok": True, **operations.stat(str(header["path"]))}, b"", None
-        raise Refusal("INTERNAL", f"unknown operation {op!r}")
+            entries = [messages.Entry(**entry) for entry in listing.pop("entries")]
+            return messages.Listing(entries=entries, **listing), b"", None
+        return messages.Statted(**operations.stat(request.path)), b"", None
     except Refusal as refusal:
-        return {"ok": False, "reason": refusal.reason, "message": refusal.message}, b"", None
+        return messages.Refused(refusal.reason, refusal.message), b"", None
     except OSError as error:
         # an errno nobody mapped: name it, never the path Python attaches
         name = errno.errorcode.get(error.errno or 0, "unknown")
-        return {"ok": False, "reason": "INTERNAL", "message": f"{op}: unexpected {name}"}, b"", None
-    except (KeyError, TypeError, ValueError) as error:
-        return (
-            {
-                "ok": False,
-                "reason": "INTERNAL",
-                "message": f"{op}: malformed request ({type(error).__name__})",
-            },
-            b"",
-            None,
-        )
+        return messages.Refused("INTERNAL", f"{op}: unexpected {name}"), b"", None
 
 
 def serve(sock: socket.socket, operations: FsOperations, max_data: int) -> None:
+    """Until the link closes; a request that is not one of ours ends it
+    (ProtocolError: the daemon restarts the worker)."""
     while True:
         try:
             header, data = read_frame(sock, max_data)
         except EOFError:
             break
-        reply, content, fd = handle(operations, header, data)
+        answer, content, fd = handle(operations, messages.decode_request(header), data)
         del data
         try:
-            write_frame(sock, reply, content, fd)
+            write_frame(sock, answer, content, fd)
         finally:
             if fd is not None:
                 os.close(fd)
@@ -360,22 +305,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     sock = socket.socket(fileno=int(args[0]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when it stops
     try:
-        hello, _ = read_frame(sock, max_data=0)
-        settings = WorkerSettings.from_hello(hello)
-        applied, operations = confine(settings, Handover.from_hello(hello["handover"]))
+        header, _ = read_frame(sock, max_data=0)
+        hello = messages.decode_hello(header)
+        applied, operations = confine(hello.settings, Handover.from_hello(hello.handover))
     except EOFError:
         return 0
     except Unavailable as error:
-        write_frame(sock, {"ok": False, "reason": "PROTECTION_UNAVAILABLE", "message": str(error)})
+        write_frame(sock, messages.Refused("PROTECTION_UNAVAILABLE", str(error)))
         return 1
-    except (ProtocolError, KeyError, TypeError, ValueError) as error:
-        write_frame(
-            sock, {"ok": False, "reason": "INTERNAL", "message": f"bad hello frame: {error}"}
-        )
+    except (ProtocolError, ValueError) as error:
+        write_frame(sock, messages.Refused("INTERNAL", f"bad hello frame: {error}"))
         return 2
-    write_frame(sock, {"ok": True, "pid": os.getpid(), "protections": [asdict(a) for a in applied]})
+    write_frame(sock, messages.Ready(os.getpid(), applied))
     try:
-        serve(sock, operations, settings.max_write_bytes)
+        serve(sock, operations, hello.settings.max_write_bytes)
     except (ProtocolError, ConnectionError):
         return 2
     return 0

@@ -19,6 +19,8 @@ import signal
 from collections.abc import Callable
 from typing import Any
 
+from hostcap_proto.names import Rusage
+
 from hostcapd.spawner.client import SpawnerLost
 
 #: How long a Signal(SIGKILL) waits for the tree to be gone before it answers,
@@ -48,10 +50,8 @@ async def wait_ended(done: asyncio.Future[Any], timeout: float) -> bool:
     return True
 
 
-def tree_rusage(
-    rusage: tuple[float, float, int, int, int, int, int], peak_memory_bytes: int | None
-) -> tuple[float, float, int, int, int, int, int]:
-    """The rusage reported for a spawn, max_rss (KiB) the tree's own peak.
+def tree_rusage(rusage: Rusage, peak_memory_bytes: int | None) -> Rusage:
+    """The rusage reported for a spawn, max_rss the tree's own peak.
 
     A process's ru_maxrss starts from the memory it had before its exec, and
     the command's process is cloned from the spawner (through the init): it
@@ -61,4 +61,4 @@ def tree_rusage(
     """
     if peak_memory_bytes is None:
         return rusage
-    return (rusage[0], rusage[1], peak_memory_bytes // 1024, *rusage[3:])
+    return rusage._replace(max_rss_bytes=peak_memory_bytes)

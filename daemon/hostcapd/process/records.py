@@ -102,7 +102,6 @@ def exit_record(
     stderr: StreamBuffer,
 ) -> dict[str, Any]:
     """How it ended: the fields of `process.exit`."""
-    r = report.rusage
     record: dict[str, Any] = {
         **_correlation(tenant, spawn_id, request),
         "pid": pid,
@@ -110,15 +109,7 @@ def exit_record(
         "signal": report.signal,
         "message": report.message,
         "signal_name": signal_name(report.signal) if report.signal else None,
-        "rusage": {
-            "user_seconds": r[0],
-            "system_seconds": r[1],
-            "max_rss_bytes": r[2] * 1024,
-            "voluntary_context_switches": r[3],
-            "involuntary_context_switches": r[4],
-            "block_input_ops": r[5],
-            "block_output_ops": r[6],
-        },
+        "rusage": report.rusage._asdict(),
         "peak_memory_bytes": report.peak_memory_bytes,
         "oom_kills": report.oom_kills,
         "duration_s": round(report.duration, 6),

@@ -4,28 +4,17 @@ into them."""
 
 from __future__ import annotations
 
-import enum
 import os
 import signal
 from dataclasses import dataclass
+
+from hostcap_proto.names import NO_USAGE, Rusage
+from hostcap_proto.names import Outcome as Outcome  # callers import it from here
 
 from hostcapd.config import Limits
 from hostcapd.process import killing
 from hostcapd.sandbox.cgroups import CgroupStats
 from hostcapd.spawner.client import ExitStatus
-
-
-class Outcome(enum.Enum):
-    EXITED = "EXITED"
-    SIGNALED = "SIGNALED"
-    TIMEOUT = "TIMEOUT"
-    CPU_LIMIT = "CPU_LIMIT"
-    MEMORY_LIMIT = "MEMORY_LIMIT"
-    OUTPUT_LIMIT = "OUTPUT_LIMIT"
-    PIDS_LIMIT = "PIDS_LIMIT"
-    CANCELLED = "CANCELLED"
-    DAEMON_SHUTDOWN = "DAEMON_SHUTDOWN"
-    SPAWN_FAILED = "SPAWN_FAILED"
 
 
 @dataclass
@@ -39,7 +28,7 @@ class Report:
     message: str = ""
     failed_step: str = ""
     errno: int = 0
-    rusage: tuple[float, float, int, int, int, int, int] = (0.0, 0.0, 0, 0, 0, 0, 0)
+    rusage: Rusage = NO_USAGE
     peak_memory_bytes: int | None = None
     oom_kills: int = 0
     duration: float = 0.0
@@ -73,7 +62,7 @@ def classify(
     code = os.waitstatus_to_exitcode(status.status)
     sig = -code if code < 0 else 0
     exit_code = code if code >= 0 else None
-    cpu = status.rusage[0] + status.rusage[1]
+    cpu = status.rusage.user_seconds + status.rusage.system_seconds
     if killed is not None:
         outcome, message = killed
     elif stats.oom_kills > 0:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hostcap_proto.names import SpawnProtectionName
+
 from hostcapd.config import PROTECTION_NAMES, Level, Tenant, Tier
 from hostcapd.sandbox import cgroups, cpu, diskquota, landlock, namespaces, seccomp, sockets
 from hostcapd.sandbox.spawn_cgroup import SpawnCgroup
@@ -43,7 +45,7 @@ class ProtectionUnavailable(Exception):
 
 @dataclass(frozen=True)
 class ProtectionStatus:
-    name: str
+    name: SpawnProtectionName
     applied: bool
     reason: str
     required: bool

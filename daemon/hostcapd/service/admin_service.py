@@ -35,6 +35,7 @@ from hostcap_proto.audit import (
     tenants_of,
     unknown_tenant,
 )
+from hostcap_proto.names import ReasonName
 
 from hostcapd.audit import AuditLog, AuditSubscription, AuditSubscriptionLagged
 from hostcapd.audit.files import rotated_files
@@ -66,7 +67,7 @@ class ReloadRejected(Exception):
     """A reload was refused; the old config keeps serving. `reason` is a
     wire ErrorReason name, `message` says why."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: ReasonName, message: str) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message

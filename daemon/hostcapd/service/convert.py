@@ -83,7 +83,6 @@ def output_message(stream: int, data: bytes | memoryview) -> messages.SpawnEvent
 
 
 def exited_message(spawn: Spawn, report: Report) -> messages.Exited:
-    r = report.rusage
     return messages.Exited(
         outcome=report.outcome.value,
         # absent when a signal ended it
@@ -93,15 +92,7 @@ def exited_message(spawn: Spawn, report: Report) -> messages.Exited:
         message=report.message,
         failed_step=report.failed_step,
         errno=report.errno,
-        rusage=messages.Rusage(
-            user_seconds=r[0],
-            system_seconds=r[1],
-            max_rss_bytes=r[2] * 1024,
-            voluntary_context_switches=r[3],
-            involuntary_context_switches=r[4],
-            block_input_ops=r[5],
-            block_output_ops=r[6],
-        ),
+        rusage=messages.Rusage(**report.rusage._asdict()),
         peak_memory_bytes=report.peak_memory_bytes,
         duration_seconds=report.duration,
         stdout=messages.StreamStats(

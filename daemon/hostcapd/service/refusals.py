@@ -84,4 +84,11 @@ def refuse(
         except AuditUnavailable as error:
             # the request is refused anyway; its own reason says more
             log.error("could not audit a refusal: %s", error)
-    raise refusal
+    # Raised from here, the refusal's traceback holds this frame, whose
+    # `refusal` is the refusal: a reference cycle that would keep every
+    # frame below (the request, a Run's 64 MiB of stdin) alive until the
+    # cyclic collector ran.
+    try:
+        raise refusal
+    finally:
+        del refusal

@@ -1,49 +1,35 @@
-"""Framing of the front-end <-> spawner channel.
+"""Framing of the daemon <-> spawner channel.
 
-One message is one SOCK_SEQPACKET datagram: a marshal-encoded dict (a
-`messages` class's to_wire(), read back with its from_wire()), with any fds
-attached as SCM_RIGHTS. marshal is used because both ends are this
-daemon's own code (trusted), it round-trips bytes/int/str/list/dict exactly,
-and it is several times faster than JSON or pickle on the spawn path.
+One message is one SOCK_SEQPACKET datagram: its encoding (`messages`: a
+msgspec struct's to_wire(), read back with to_spawner / from_spawner), with
+any fds attached as SCM_RIGHTS (`hostcapd.framing`, the framing every
+channel of the daemon shares). Both ends are this daemon's own code; a
+message is still checked on receipt, and one that is not one of ours is
+refused (messages.MalformedMessage).
 """
 
 from __future__ import annotations
 
-import array
-import marshal
 import mmap
-import os
 import socket
 import threading
-from typing import Any
+from collections.abc import Sequence
+
+from hostcapd import framing
 
 #: Largest message: a spawn order with argv + env near the kernel's ARG_MAX.
 MAX_MESSAGE = 4 * 1024 * 1024
 MAX_FDS = 16
-_FD_SIZE = array.array("i").itemsize
-
-Message = dict[str, Any]
 
 
 def socketpair() -> tuple[socket.socket, socket.socket]:
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    for s in (a, b):
-        for opt, force in ((socket.SO_SNDBUF, 32), (socket.SO_RCVBUF, 33)):  # *BUFFORCE
-            try:
-                s.setsockopt(socket.SOL_SOCKET, force, MAX_MESSAGE * 2)
-            except OSError:
-                s.setsockopt(socket.SOL_SOCKET, opt, MAX_MESSAGE * 2)
-    return a, b
+    return framing.socketpair(socket.SOCK_SEQPACKET, MAX_MESSAGE * 2)
 
 
-def send(sock: socket.socket, message: Message, fds: list[int] | tuple[int, ...] = ()) -> None:
-    payload = marshal.dumps(message)
-    if len(payload) > MAX_MESSAGE:
+def send(sock: socket.socket, message: bytes, fds: Sequence[int] = ()) -> None:
+    if len(message) > MAX_MESSAGE:
         raise ValueError("message too large for the spawner channel")
-    ancillary = (
-        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds).tobytes())] if fds else []
-    )
-    sock.sendmsg([payload], ancillary)
+    framing.sendmsg(sock, [message], fds)
 
 
 _local = threading.local()
@@ -62,30 +48,20 @@ def _buffer() -> mmap.mmap:
     return buffer
 
 
-def receive(sock: socket.socket) -> tuple[Message, list[int]] | None:
-    """One message and its fds (the caller owns them), or None at EOF."""
+def receive(sock: socket.socket) -> tuple[bytes, list[int]] | None:
+    """One message's bytes and its fds (the caller owns them), or None at EOF."""
     buffer = _buffer()
     size, ancdata, flags, _ = sock.recvmsg_into(
-        [buffer], socket.CMSG_SPACE(MAX_FDS * _FD_SIZE), socket.MSG_CMSG_CLOEXEC
+        [buffer], framing.ancillary_space(MAX_FDS), socket.MSG_CMSG_CLOEXEC
     )
-    data = memoryview(buffer)[:size]
-    fds: list[int] = []
-    for level, kind, payload in ancdata:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            usable = len(payload) - len(payload) % _FD_SIZE
-            fds.extend(array.array("i", payload[:usable]))
-    if not data:
-        for fd in fds:
-            os.close(fd)
+    fds = framing.received_fds(ancdata)
+    if not size:
+        framing.close_all(fds)
         return None
-    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
-        for fd in fds:
-            os.close(fd)
+    if framing.truncated(flags):
+        framing.close_all(fds)
         raise ValueError("truncated message on the spawner channel")
-    message = marshal.loads(data)
-    data.release()
+    message = buffer[:size]
     if size > _KEEP_BACKED:
         buffer.madvise(mmap.MADV_DONTNEED)  # a large order's pages, not kept resident
-    if not isinstance(message, dict):
-        raise ValueError("malformed message on the spawner channel")
     return message, fds

@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hostcap_proto.names import Rusage
+
 from hostcapd.spawner import channel, messages
 
 log = logging.getLogger("hostcapd.spawner")
@@ -41,7 +43,7 @@ class SetupFailed(Exception):
 class ExitStatus:
     pid: int
     status: int
-    rusage: tuple[float, float, int, int, int, int, int]
+    rusage: Rusage
 
 
 class SpawnerClient:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import prctl
+from hostcap_proto.names import Rusage
 
 from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
@@ -268,7 +269,7 @@ class Spawner:
                 usage_maxrss = command.maxrss_kib
             else:
                 usage_maxrss = usage.ru_maxrss
-            rusage = (
+            rusage = Rusage.from_wait4(
                 usage.ru_utime,
                 usage.ru_stime,
                 usage_maxrss,

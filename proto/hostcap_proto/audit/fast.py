@@ -134,6 +134,10 @@ class _FastModel:
                 return None
             declared: Any = info.annotation
             annotation, optional = declared, False
+            if get_origin(annotation) in (Union, UnionType) and all(
+                get_origin(a) is Literal for a in get_args(annotation)
+            ):  # a union of literals (`hostcap_proto.names.ProtectionName`) is one literal
+                annotation = Literal[tuple(v for a in get_args(annotation) for v in get_args(a))]
             if get_origin(annotation) in (Union, UnionType):
                 members = [a for a in get_args(annotation) if a is not type(None)]
                 if len(members) != 1 or len(get_args(annotation)) != 2:

@@ -16,6 +16,7 @@ from hostcap_proto.audit.schema import (
     OutcomeName,
 )
 from hostcap_proto.limits import LimitValues
+from hostcap_proto.names import ProtectionName
 
 
 class _Fields(BaseModel):
@@ -36,7 +37,7 @@ class Executable(_Fields):
 class Protection(_Fields):
     """One sandbox protection and whether it was applied to this spawn."""
 
-    name: str
+    name: ProtectionName
     applied: bool
     reason: str = ""
     required: bool | None = None

@@ -8,6 +8,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Literal, get_args
 
+from hostcap_proto import names
+from hostcap_proto.names import OutcomeName as OutcomeName
+
 SCHEMA = "hostcapd.audit/v1"
 #: ``prev_hash`` of the very first record of a log.
 GENESIS_HASH = "0" * 64
@@ -41,20 +44,8 @@ EventName = Literal[
 ]
 EVENTS: tuple[str, ...] = get_args(EventName)
 
-#: The names of ``hostcap.v1.Outcome`` (a test keeps the two in step).
-OutcomeName = Literal[
-    "EXITED",
-    "SIGNALED",
-    "TIMEOUT",
-    "CPU_LIMIT",
-    "MEMORY_LIMIT",
-    "OUTPUT_LIMIT",
-    "PIDS_LIMIT",
-    "CANCELLED",
-    "DAEMON_SHUTDOWN",
-    "SPAWN_FAILED",
-]
-OUTCOMES: tuple[str, ...] = get_args(OutcomeName)
+#: The names of ``hostcap.v1.Outcome`` (defined once, in `hostcap_proto.names`).
+OUTCOMES: tuple[str, ...] = names.OUTCOMES
 
 #: The fields the writer sets on every record; callers never pass them.
 HEADER_FIELDS: frozenset[str] = frozenset(

@@ -21,13 +21,22 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from hostcap_proto.v1 import process_pb2
 from hostcapd.bridge.frontends import FrontendProcess, frontend_identity
 from hostcapd.config import load_config
 from hostcapd.daemon import Daemon
 from support import toml
-from support.daemon import NOBODY, GiB, audit_records, daemon_config, prepare_roots, tenant_config
+from support.daemon import (
+    NOBODY,
+    GiB,
+    MiB,
+    audit_records,
+    daemon_config,
+    prepare_roots,
+    tenant_config,
+)
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0, reason="the split runs front-ends as another user"
@@ -254,3 +263,121 @@ async def test_the_kernel_refuses_it_the_audit_log_other_sockets_processes_and_p
     assert result["channel_fd"] in held and len(held) <= 2, result["fds"]
     # And it is the front-end user, not root.
     assert frontend_identity()[0] != 0
+
+
+# --- what the channel reads before it knows what it is ------------------------------
+
+
+def _rss(pid: int) -> int:
+    return int(psutil.Process(pid).memory_info().rss)
+
+
+async def _violation(split: Split, hostile: int, words: str) -> dict[str, Any]:
+    """The channel was cut for a violation naming `words`, and the hostile
+    front-end killed (and replaced)."""
+    await _wait(lambda: split.frontend("attacker").pid != hostile, 15)
+    with pytest.raises(psutil.NoSuchProcess):
+        psutil.Process(hostile).status()
+    denials = split.records("policy.deny", tenant="attacker", method="frontend.channel")
+    named = [d for d in denials if words in d["message"]]
+    assert named, denials
+    assert not split.records("process.exec", tenant="attacker")
+    assert split.frontend("attacker").bridge.in_flight.used == 0  # nothing held for it
+    return named[0]
+
+
+async def test_a_sparse_one_gib_memfd_is_refused_unread_and_its_frontend_killed(
+    split: Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = _rss(os.getpid())  # the root side runs in this process
+    result = await split.hostile(monkeypatch, "sparse_memfd", {"size": GiB})
+    assert result["sent"] == "sparse memfd"
+    hostile = split.frontend("attacker").pid
+    denial = await _violation(split, hostile, "announces")
+    assert str(GiB) in denial["message"]
+    # Had the root read it, it would hold 1 GiB (of zeros).
+    assert _rss(os.getpid()) - before < 64 * MiB
+
+
+@pytest.mark.parametrize("kind", ["pipe", "socket", "unsealed"])
+async def test_an_fd_that_is_not_a_sealed_memfd_is_a_violation(
+    split: Split, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    result = await split.hostile(monkeypatch, "not_a_memfd", {"kind": kind})
+    assert result["sent"] == kind
+    hostile = split.frontend("attacker").pid
+    await _violation(split, hostile, "sealed memfd")
+    # The victim is served all along.
+    assert split.frontend("victim").pid
+
+
+_FLOOD = """
+import asyncio, sys
+import grpc
+from hostcap_proto.v1 import process_pb2, process_pb2_grpc
+
+async def main():
+    async with grpc.aio.insecure_channel("unix:" + sys.argv[1]) as channel:
+        stub = process_pb2_grpc.ProcessServiceStub(channel)
+        request = process_pb2.SpawnRequest(argv=[], stdin=b"x" * (64 << 20))
+        async def one():
+            try:
+                await stub.Run(request, timeout=60)
+            except grpc.aio.AioRpcError as error:
+                return error.code().name
+            return "OK"
+        print(",".join([await one() for _ in range(6)]), flush=True)
+
+asyncio.run(main())
+"""
+
+
+async def test_six_refused_64_mib_runs_leave_the_root_and_the_frontend_as_they_were(
+    split: Split,
+) -> None:
+    """The flood an ordinary client can make: six Run calls with 64 MiB of
+    stdin and an empty argv, all refused. Nothing of them stays alive in
+    the root or in the front-end (no payload in a reference cycle until
+    the garbage collector happens to run). One after another: six at once
+    pass the front-end's own memory limit (its tenant's cost, 512 MiB here),
+    and the kernel ends it, which is that limit's job and not this test's."""
+    socket_path = split.daemon.tenants["attacker"].tenant.socket
+    frontend = split.frontend("attacker").pid
+
+    async def flood() -> str:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _FLOOD, str(socket_path), stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await asyncio.wait_for(proc.communicate(), 120)
+        return out.decode().strip()
+
+    root, front = _rss(os.getpid()), _rss(frontend)
+    for _ in range(2):
+        assert await flood() == ",".join(["INVALID_ARGUMENT"] * 6)
+    assert _rss(os.getpid()) - root < 64 * MiB
+    assert _rss(frontend) - front < 64 * MiB
+    assert split.frontend("attacker").pid == frontend  # an ordinary client: no violation
+
+
+async def test_a_call_past_the_tenants_in_flight_budget_is_refused_unread(
+    split: Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The budget of request bytes the root side holds for a tenant's calls
+    in flight (four of its largest requests; here made 12 MiB, so two 8 MiB
+    ones pass it): the second call is refused QUOTA_EXCEEDED, audited, and
+    its payload is never read; the first runs. Not a violation."""
+    from hostcapd.bridge.channel import InFlight
+
+    bridge = split.frontend("attacker").bridge
+    monkeypatch.setattr(bridge, "in_flight", InFlight(12 * MiB))
+    targets = {"argv": ["/usr/bin/sleep", "1"], "stdin": 8 * MiB}
+    result = await split.hostile(monkeypatch, "over_budget", targets)
+    (second,) = result["second"]
+    assert second["op"] == "abort" and second["reason"] == "QUOTA_EXCEEDED"
+    assert "budget of 12582912 bytes" in second["message"]
+    (first,) = result["first"]
+    assert first["op"] == "reply"
+    (denial,) = split.records("policy.deny", tenant="attacker")
+    assert denial["reason"] == "QUOTA_EXCEEDED" and denial["method"] == "ProcessService.Run"
+    assert len(split.records("process.exec", tenant="attacker")) == 1
+    await _wait(lambda: bridge.in_flight.used == 0, 10)

@@ -21,6 +21,7 @@ from hostcap import (
     ToolUnavailableError,
 )
 from hostcap.approval import ApprovalCard
+from hostcap.host import Outcome
 
 #: Generous correctness deadline for the daemon to finish killing a tree.
 CLEANUP_DEADLINE_S = 30.0
@@ -39,7 +40,7 @@ async def test_run_command_of_an_allowed_command(daemon: Daemon, registry: ToolR
         make_ctx(),
     )
     result: Any = outcome.result.unwrap()
-    assert result.outcome == "exited" and result.exit_code == 0
+    assert result.outcome is Outcome.EXITED and result.exit_code == 0
     assert result.stdout == "hello daemon\n"
     assert "hello daemon" in outcome.tool_result.unwrap()
     # The audit log ties the daemon's events to the engine's decision.
@@ -99,7 +100,7 @@ async def test_a_wall_clock_limit_ends_the_command(registry: ToolRegistry) -> No
         make_ctx(),
     )
     result: Any = outcome.result.unwrap()
-    assert result.outcome == "timeout", result
+    assert result.outcome is Outcome.TIMEOUT, result
 
 
 def _tree_of(daemon: Daemon) -> list[psutil.Process]:

@@ -5,6 +5,7 @@ distribution and from setuptools-scm itself, never written down here."""
 
 from __future__ import annotations
 
+import importlib
 import re
 import subprocess
 import sys
@@ -16,10 +17,19 @@ import pytest
 from hostcap_proto import build
 from support.daemon import REPO
 
-# What the last build or install wrote (both commands report it); not
-# importlib.metadata, which prefers a stale hostcap.egg-info in the working
-# directory to the installed distribution.
-VERSION = build.VERSION
+
+def installed_version() -> str:
+    """What the last build or install wrote (both commands report it), read
+    now: a wheel build in this run (make dist) writes it again, with the
+    commit checked out now. Not importlib.metadata, which prefers a stale
+    hostcap.egg-info in the working directory to the installed distribution."""
+    try:
+        from hostcap_proto import _version
+    except ImportError:
+        return build.VERSION
+    return str(importlib.reload(_version).version)
+
+
 COMMIT = re.compile(r"[0-9a-f]{7,40}")
 
 
@@ -33,7 +43,7 @@ def test_hostcapd_version() -> None:
     done = run(sys.executable, "-m", "hostcapd", "--version")
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(
-        rf"hostcapd {re.escape(VERSION)} \(commit (\S+), hostcap_proto \S+, grpcio \S+, "
+        rf"hostcapd {re.escape(installed_version())} \(commit (\S+), hostcap_proto \S+, grpcio \S+, "
         r"python \S+\)\n",
         done.stdout,
     ), done.stdout
@@ -45,7 +55,7 @@ def test_hostcapctl_version() -> None:
     assert done.returncode == 0, done.stderr
     found = re.fullmatch(r"hostcapctl (\S+) \(commit (\S+), hostcap\)\n", done.stdout)
     assert found, done.stdout
-    assert found.group(1) == VERSION
+    assert found.group(1) == installed_version()
     assert_a_commit_of_this_repository(found.group(2))
 
 
@@ -66,7 +76,7 @@ def test_every_package_takes_its_version_from_git() -> None:
         assert any(r.startswith("setuptools-scm==") for r in requires), pyproject
         # proto/ and client/ are versioned by the checkout they are in.
         assert project["tool"]["setuptools_scm"].get("root", ".") in (".", ".."), pyproject
-    assert __version__ == VERSION
+    assert __version__ == build.VERSION
 
 
 def test_the_version_is_the_one_git_describes() -> None:
@@ -77,8 +87,9 @@ def test_the_version_is_the_one_git_describes() -> None:
     assert done.returncode == 0, done.stderr
     now = done.stdout.strip().splitlines()[-1]
     release = re.compile(r"\d+\.\d+")
-    assert release.match(now) and release.match(VERSION), (now, VERSION)
-    assert release.match(now).group() == release.match(VERSION).group()  # type: ignore[union-attr]
+    version = installed_version()
+    assert release.match(now) and release.match(version), (now, version)
+    assert release.match(now).group() == release.match(version).group()  # type: ignore[union-attr]
 
 
 @pytest.mark.packaging

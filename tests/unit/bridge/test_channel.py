@@ -4,13 +4,16 @@ could send is refused with a ChannelError, and nothing else gets through."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
+import resource
 import socket
 import struct
 
 import msgspec
 import pytest
 from hostcap_proto.v1 import process_pb2
+from hostcapd import framing
 from hostcapd.bridge import channel, messages
 from hostcapd.frontend.convert import request_of, request_proto
 
@@ -220,3 +223,100 @@ def test_a_uint64_limit_above_int64_reaches_the_root_side() -> None:
     """It is the root side's to refuse (LIMIT_INVALID), not a malformed call."""
     message, _ = _roundtrip(_spawn(limits=messages.Limits(memory_bytes=(1 << 64) - 1)))
     assert message.request.limits.memory_bytes == (1 << 64) - 1  # type: ignore[attr-defined]
+
+
+# --- a memfd is checked before it is read ----------------------------------------------
+
+
+def _memfd_message(fd: int, size: int, header: bytes, **options: object) -> tuple[object, object]:
+    """Decode a memfd message announced as `size` bytes in `fd` (closed)."""
+    prefix = struct.pack("=IQ", len(header), size)
+    return channel.decode(  # type: ignore[call-overload, no-any-return]
+        memoryview(prefix), [fd], messages.FROM_FRONTEND["tenant"], **options
+    )
+
+
+def _sealed(data: bytes, size: int | None = None) -> int:
+    fd = os.memfd_create("test", os.MFD_ALLOW_SEALING)
+    os.write(fd, data)
+    if size is not None:
+        os.ftruncate(fd, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, framing.SEALS)
+    return fd
+
+
+_HEADER = _spawn_call()
+
+
+def test_a_sparse_memfd_above_the_limit_is_refused_before_a_byte_is_read() -> None:
+    fd = _sealed(_HEADER, 1 << 30)  # 1 GiB that costs its sender one page
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(channel.ChannelError, match="announces 1073741824 bytes, above its limit"):
+        _memfd_message(fd, 1 << 30, _HEADER, limit=80 << 20)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 << 10  # KiB
+    with pytest.raises(OSError):
+        os.fstat(fd)  # closed
+
+
+@pytest.mark.parametrize("kind", ["pipe", "socket", "unsealed", "other size", "directory"])
+def test_an_fd_that_is_not_a_sealed_memfd_of_its_size_is_a_channel_error(kind: str) -> None:
+    """Not an OSError escaping (a pipe's pread is ESPIPE): a ChannelError,
+    which the root side treats as a violation."""
+    keep: list[object] = []
+    if kind == "pipe":
+        fd, w = os.pipe()
+        os.write(w, _HEADER)
+        keep.append(w)
+    elif kind == "socket":
+        a, b = socket.socketpair()
+        b.send(_HEADER)
+        keep.append(b)
+        fd = a.detach()
+    elif kind == "unsealed":
+        fd = os.memfd_create("test")
+        os.write(fd, _HEADER)
+    elif kind == "directory":
+        fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    else:
+        fd = _sealed(_HEADER + b"more")
+    with pytest.raises(channel.ChannelError, match="sealed memfd"):
+        _memfd_message(fd, len(_HEADER), _HEADER)
+    for w in keep:
+        if isinstance(w, int):
+            os.close(w)
+        else:
+            w.close()  # type: ignore[attr-defined]
+
+
+def test_a_payload_not_admitted_is_never_read() -> None:
+    payload = b"p" * 100
+    fd = _sealed(_HEADER + payload)
+    seen: list[int] = []
+
+    def admit(message: object, size: int) -> bool:
+        seen.append(size)
+        return False
+
+    message, got = _memfd_message(fd, len(_HEADER) + 100, _HEADER, admit=admit)
+    assert got is None and seen == [100]
+    assert message.request.argv == ["id"]  # type: ignore[attr-defined]
+
+
+def test_the_memfd_a_sender_makes_is_sealed() -> None:
+    _, fds = channel.encode(_spawn(payload=True), b"x" * channel.INLINE_PAYLOAD)
+    (fd,) = fds
+    try:
+        assert fcntl.fcntl(fd, fcntl.F_GET_SEALS) & framing.SEALS == framing.SEALS
+        with pytest.raises(PermissionError):
+            os.pwrite(fd, b"y", 0)
+    finally:
+        os.close(fd)
+
+
+def test_the_in_flight_budget_admits_up_to_its_bytes_and_takes_them_back() -> None:
+    budget = channel.InFlight(100)
+    assert budget.reserve(60) and budget.reserve(40)
+    assert not budget.reserve(1)
+    budget.release(40)
+    assert not budget.reserve(41) and budget.reserve(40)
+    assert budget.used == 100

@@ -44,7 +44,7 @@ async def test_the_signal_cancels_a_running_command_and_leaves_nothing_running(
     assert caught.value.code == "cancelled"
     assert host.process is not None
     assert host.process.live == {}
-    assert [spawn.outcome.value for spawn in host.process.spawns if spawn.outcome] == ["cancelled"]
+    assert [spawn.outcome.value for spawn in host.process.spawns if spawn.outcome] == ["CANCELLED"]
 
 
 async def test_cancelling_the_callers_task_propagates_and_still_cleans_up(

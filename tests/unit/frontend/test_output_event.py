@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from hostcap_proto.v1 import common_pb2, process_pb2
-from hostcapd.frontend.convert import output_event
+from hostcapd.bridge import messages
+from hostcapd.frontend.convert import output_event, to_proto, unary_reply
 from hostcapd.service.process_service import OUTPUT_CHUNK
 
 # Either side of each size where the data's or the event's length prefix
@@ -36,3 +37,20 @@ def test_a_slice_of_the_tail_encodes_like_its_bytes() -> None:
     assert output_event(common_pb2.STDERR, tail[10:5010]) == output_event(
         common_pb2.STDERR, bytes(tail[10:5010])
     )
+
+
+@pytest.mark.parametrize(
+    ("stdout", "stderr"), [(b"out", b""), (b"", b"err"), (b"o" * 200_000, b"e")]
+)
+def test_a_run_result_built_as_bytes_parses_as_the_message_would(
+    stdout: bytes, stderr: bytes
+) -> None:
+    result = messages.RunResult(
+        started=messages.Started(spawn_id="s1", pid=7),
+        stdout=stdout,
+        stderr=stderr,
+        exited=messages.Exited(outcome="EXITED", exit_code=3, message="exited 3"),
+    )
+    wire = unary_reply(result)
+    assert isinstance(wire, bytes)
+    assert process_pb2.RunResult.FromString(wire) == to_proto(result)

@@ -179,7 +179,6 @@ async def test_a_new_file_is_created_as_the_tenant_with_the_configured_mode(
 ) -> None:
     prepared = await fs.write("new.txt", b"fresh\n")
     assert prepared == {
-        "ok": True,
         "path": str(roots.ws / "new.txt"),
         "size": 6,
         "sha256": sha(b"fresh\n"),

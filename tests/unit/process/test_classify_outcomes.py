@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 
 import pytest
+from hostcap_proto.names import Rusage
 from hostcapd.config import Limits
 from hostcapd.process.report import Outcome, classify, signal_name
 from hostcapd.sandbox.cgroups import CgroupStats
@@ -14,14 +15,14 @@ from hostcapd.spawner.client import ExitStatus
 
 LIMITS = Limits(cpu_seconds=2.0, memory_bytes=64 << 20, pids=16)
 NO_CGROUP = CgroupStats(None, 0, 0)
-RUSAGE = (0.25, 0.125, 4096, 3, 4, 5, 6)
+RUSAGE = Rusage(0.25, 0.125, 4096 << 10, 3, 4, 5, 6)
 
 
-def exited(code: int, rusage: tuple[float, float, int, int, int, int, int] = RUSAGE) -> ExitStatus:
+def exited(code: int, rusage: Rusage = RUSAGE) -> ExitStatus:
     return ExitStatus(pid=42, status=code << 8, rusage=rusage)
 
 
-def signaled(sig: int, rusage: tuple[float, float, int, int, int, int, int] = RUSAGE) -> ExitStatus:
+def signaled(sig: int, rusage: Rusage = RUSAGE) -> ExitStatus:
     return ExitStatus(pid=42, status=int(sig), rusage=rusage)
 
 
@@ -61,8 +62,8 @@ def test_sigxcpu_is_cpu_limit() -> None:
 
 def test_sigkill_at_the_cpu_limit_is_cpu_limit_and_below_it_signaled() -> None:
     # RLIMIT_CPU's hard limit is a SIGKILL: it counts when the CPU used reached it.
-    at_limit = (1.5, 0.46, 0, 0, 0, 0, 0)
-    below = (0.5, 0.5, 0, 0, 0, 0, 0)
+    at_limit = Rusage(1.5, 0.46, 0, 0, 0, 0, 0)
+    below = Rusage(0.5, 0.5, 0, 0, 0, 0, 0)
     assert (
         classify(signaled(signal.SIGKILL, at_limit), NO_CGROUP, LIMITS, None, 3).outcome
         is Outcome.CPU_LIMIT
@@ -120,7 +121,7 @@ def test_the_cgroups_peak_replaces_wait4s_max_rss() -> None:
     stats = CgroupStats(peak_memory_bytes=10 << 20, oom_kills=0, pids_refused=0)
     report = classify(exited(0), stats, LIMITS, None, 0.1)
     assert report.peak_memory_bytes == 10 << 20
-    assert report.rusage == (0.25, 0.125, 10 << 10, 3, 4, 5, 6)
+    assert report.rusage == (0.25, 0.125, 10 << 20, 3, 4, 5, 6)  # in bytes, as wait4's is
 
 
 def test_an_unknown_signal_still_has_a_name() -> None:

@@ -5,12 +5,12 @@ then fails the spawn it named, running nothing, and closes the fds it got."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import socket
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pytest
 from hostcapd.spawner import channel, messages
 from hostcapd.spawner.messages import MalformedMessage
@@ -60,7 +60,7 @@ EVERY_MESSAGE: list[Any] = [
     messages.Failed("s1", "prepare", 0, "argv item contains a NUL byte"),
     messages.Exited("s1", 1234, 256, (0.001, 0.002, 1800, 1, 0, 0, 8)),
     messages.OrderRefused("unknown op 'x'"),
-    dataclasses.replace(ORDER, warm=True),
+    msgspec.structs.replace(ORDER, warm=True),
     messages.WarmOrder(
         id="w1",
         profile="t#1",
@@ -104,26 +104,38 @@ def test_every_message_crosses_the_channel_unchanged(
 _REPORT_OPS = {"hello", "started", "warmed", "warm_lost", "failed", "exited", "error"}
 
 
-def test_a_mount_without_its_optional_clear_is_read_as_clear_0() -> None:
-    wire = PROFILE.to_wire()
-    wire["mounts"] = [list(MOUNT[:6])]
-    assert messages.RegisterProfile.from_wire(wire).mounts == (MOUNT,)
+def _raw(value: Any) -> messages.Wire:
+    """What a sender could put on the wire."""
+    return msgspec.msgpack.encode(value)
+
+
+def _fields(message: Any) -> list[Any]:
+    """A message as the array it travels as: its op, then its fields."""
+    return [message.OP, *(getattr(message, name) for name in message.__struct_fields__)]
+
+
+def test_a_message_travels_as_its_op_and_its_fields() -> None:
+    assert msgspec.msgpack.decode(ORDER.to_wire()) == msgspec.msgpack.decode(_raw(_fields(ORDER)))
 
 
 def test_an_order_without_go_does_not_wait() -> None:
-    wire = ORDER.to_wire()
-    del wire["go"]
+    wire = _raw(_fields(ORDER)[:-2])  # without go and warm
     assert messages.SpawnOrder.from_wire(wire).go is False
 
 
 def _with(message: Any, **change: Any) -> messages.Wire:
-    wire: messages.Wire = message.to_wire()
+    """`message` on the wire, with fields changed; _DROP ends the array
+    before that field; a field it does not have comes as one too many."""
+    raw = _fields(message)
+    names = message.__struct_fields__
     for key, value in change.items():
-        if value is _DROP:
-            del wire[key]
+        if key not in names:
+            raw.append(value)
+        elif value is _DROP:
+            raw = raw[: names.index(key) + 1]
         else:
-            wire[key] = value
-    return wire
+            raw[names.index(key) + 1] = value
+    return _raw(raw)
 
 
 _DROP = object()
@@ -155,18 +167,20 @@ def test_a_malformed_spawn_order_is_refused_naming_its_spawn(wire: messages.Wire
 
 
 MALFORMED = {
-    "no op": {"id": "s1"},
-    "an unknown op": {"op": "exec", "id": "s1"},
-    "an op that is not a str": {"op": 1},
+    "no op": _raw({"id": "s1"}),
+    "an unknown op": _raw(["exec", "s1"]),
+    "an op that is not a str": _raw([1]),
+    "not msgpack": b"\xc1",
     "a spawn order without an id": _with(ORDER, id=_DROP),
     "a spawn order with an int id": _with(ORDER, id=1),
     "a kill with a str pid": _with(messages.Kill("s1", 1, 9), pid="1"),
     "a kill with a bool signal": _with(messages.Kill("s1", 1, 9), sig=True),
     "a kill without its id": _with(messages.Kill("s1", 1, 9), id=_DROP),
-    "a shutdown with a field": {"op": "shutdown", "now": True},
-    "a drop without its key": {"op": "drop_profile"},
+    "a shutdown with a field": _raw(["shutdown", True]),
+    "a drop without its key": _raw(["drop_profile"]),
     "a profile with a 5-field mount": _with(PROFILE, mounts=[MOUNT[:5]]),
-    "a profile with a str mount target": _with(PROFILE, mounts=[(0, None, "/", None, 0, None)]),
+    "a profile with a 6-field mount": _with(PROFILE, mounts=[MOUNT[:6]]),
+    "a profile with a str mount target": _with(PROFILE, mounts=[(0, None, "/", None, 0, None, 0)]),
     "a profile with a str seccomp filter": _with(PROFILE, seccomp=""),
     "a profile without its hostname": _with(PROFILE, hostname=_DROP),
     "a profile with a landlock rule of a str path": _with(PROFILE, landlock_rules=[("/tmp", 1)]),
@@ -182,8 +196,8 @@ def test_a_malformed_order_is_refused(wire: messages.Wire) -> None:
 
 
 MALFORMED_REPORTS = {
-    "an unknown op": {"op": "spawned", "id": "s1", "pid": 1},
-    "a hello without its pid": {"op": "hello"},
+    "an unknown op": _raw(["spawned", "s1", 1]),
+    "a hello without its pid": _raw(["hello"]),
     "a started with a str pid": _with(messages.Started("s1", 1), pid="1"),
     "a started for a bytes id": _with(messages.Started("s1", 1), id=b"s1"),
     "a failed without its step": _with(messages.Failed("s1", "uid", 1), step=_DROP),
@@ -197,7 +211,7 @@ MALFORMED_REPORTS = {
     "an exited without its status": _with(
         messages.Exited("s1", 1, 0, (0.0, 0.0, 0, 0, 0, 0, 0)), status=_DROP
     ),
-    "an error with a field too many": {"op": "error", "message": "x", "id": "s1"},
+    "an error with a field too many": _raw(["error", "x", "s1"]),
     "an order, not a report": ORDER.to_wire(),
 }
 
@@ -248,14 +262,14 @@ def test_the_spawner_answers_an_unknown_order_with_an_error_and_keeps_running(
 ) -> None:
     ours, theirs = pair
     spawner = _spawner(ours, theirs)
-    spawner.handle({"op": "exec", "argv": [b"/bin/sh"]}, [])
+    spawner.handle(_raw(["exec", [b"/bin/sh"]]), [])
     received = channel.receive(ours)
     assert received is not None
     report = messages.from_spawner(received[0])
     assert report == messages.OrderRefused("unknown op 'exec'")
     assert spawner.running and spawner.children == {}
     # A malformed shutdown is no shutdown either.
-    spawner.handle({"op": "shutdown", "now": True}, [])
+    spawner.handle(_raw(["shutdown", True]), [])
     assert spawner.running
     spawner.handle(messages.Shutdown().to_wire(), [])
     assert not spawner.running

@@ -63,8 +63,8 @@ PROBE = textwrap.dedent(
            os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC),
            os.eventfd(0, os.EFD_CLOEXEC)]
     spawner.handle(order, fds)  # closes the fds it was given, as for a real order
-    started = channel.receive(ours)[0]
-    pid = started["pid"]
+    started = messages.from_spawner(channel.receive(ours)[0])
+    pid = started.pid
     held = list(spawner.held[pid])
     used_both_pools = all(fd >= 0 for fd in held)
     open_while_running = all(is_open(fd) for fd in held)
@@ -81,7 +81,7 @@ PROBE = textwrap.dedent(
     while not spawner.released:
         select.select([], [], [], 0.01)
         spawner.reap()
-    exited = channel.receive(ours)[0]
+    exited = messages.from_spawner(channel.receive(ours)[0])
     open_once_reaped = all(is_open(fd) for fd in held)
     released = sorted(spawner.released)
     spawner.idle_work()  # the idle turn that follows closes them
@@ -89,7 +89,7 @@ PROBE = textwrap.dedent(
     while spawner.idle_work():  # and the pools are made whole again
         pass
     print(json.dumps({
-        "started": started["op"], "exited": exited["op"], "exited_pid": exited["pid"],
+        "started": started.OP, "exited": exited.OP, "exited_pid": exited.pid,
         "pid": pid, "held": sorted(held), "used_both_pools": used_both_pools,
         "open_while_running": open_while_running, "deferred": deferred, "refilled": refilled, "open_once_reaped": open_once_reaped,
         "released": released, "closed_when_idle": closed_when_idle,

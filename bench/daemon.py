@@ -93,6 +93,8 @@ def tenant_config(state: Path, name: str, sandbox: dict[str, str]) -> dict[str, 
         "socket_mode": 0o600,
         "run_as_user": NOBODY,
         "run_as_group": NOBODY,
+        # Every bench tenant runs as nobody: one security domain, said so.
+        "shared_run_as": True,
         "roots": [{"path": str(state / name / "workspace"), "tier": "read-write"}],
         "env": {
             "HOME": str(state / name / "workspace"),

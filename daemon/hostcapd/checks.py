@@ -34,6 +34,7 @@ from hostcapd.sandbox import landlock, seccomp
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import HostSupport, ProtectionUnavailable
 from hostcapd.sandbox.tenant_ceilings import share_problems
+from hostcapd.tenant_checks import cross_tenant_problems
 
 #: Status codes of a refused reload (hostcap_proto's error codes).
 INVALID: Final = "INVALID_ARGUMENT"
@@ -72,6 +73,7 @@ def check_config(
     # one may take the host past its share.
     problems += [Problem(INVALID, m) for m in share_problems(config.tenants, host.totals)]
     wanted = None if tenants is None else set(tenants)
+    problems += [Problem(INVALID, m) for m in cross_tenant_problems(config, wanted)]
     for tenant in config.tenants:
         if wanted is None or tenant.name in wanted:
             problems += [

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hostcapd.config import Config, ConfigError, dev_config, load_config, prepare_dev_state
+from hostcapd.logsetup import FORMATS, LEVELS
 
 
 def version_line() -> str:
@@ -69,7 +70,19 @@ def _parser() -> argparse.ArgumentParser:
         default=Path(".hostcap"),
         help="state directory for --dev (default ./.hostcap)",
     )
-    serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--log-level",
+        default="INFO",
+        type=str.upper,
+        choices=LEVELS,
+        help="the least severe level logged (default INFO)",
+    )
+    serve.add_argument(
+        "--log-format",
+        default="text",
+        choices=FORMATS,
+        help="text lines (default), or one JSON object per line",
+    )
     serve.add_argument(
         "--network",
         choices=("none", "proxy", "host"),
@@ -151,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from hostcapd.logsetup import configure
 
-    configure(args.log_level)  # timestamps unless stderr is the journal
+    configure(args.log_level, args.log_format)  # timestamps unless stderr is the journal
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     reload_source: Callable[[], Config] | None = None
     try:
@@ -173,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             config = load_config(args.config)
             path = args.config
     except ConfigError as error:
-        print(error, file=sys.stderr)
+        logging.getLogger("hostcapd").error("%s", error)  # one record: its lines joined
         return 2
     # HOSTCAPD_EVENT_LOOP, when set, overrides daemon.event_loop (the test
     # suite and the bench use it, for --dev daemons too).

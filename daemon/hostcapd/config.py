@@ -4,6 +4,10 @@ A config holds the daemon's own settings (state, audit, admin socket) and one
 `Tenant` per socket. Every model forbids unknown keys, so a typo is an error
 naming the key, never a silently ignored setting. `dev_config()` builds the
 embedded default that `hostcapd serve --dev` runs.
+
+The daemon's own sections ([daemon], [audit], [admin], [metrics]) live in
+`hostcapd.config_sections` and how a bad config is reported in
+`hostcapd.config_report`; both are re-exported or used from here.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import tomllib
 from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from hostcap_proto.floor import (
     DEV_ENV_ALLOWLIST,
@@ -38,21 +42,24 @@ from hostcap_proto.limits import (
 from hostcap_proto.limits import LIMIT_NAMES as LIMIT_NAMES  # callers import it from here
 from hostcap_proto.messages import check_receivable
 from hostcap_proto.names import SPAWN_PROTECTIONS, SpawnProtectionName
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
+from hostcapd.config_report import format_errors
+
+# The daemon's own sections; callers import them from here.
+from hostcapd.config_sections import AdminSettings as AdminSettings
+from hostcapd.config_sections import AuditSettings as AuditSettings
+from hostcapd.config_sections import DaemonSettings as DaemonSettings
+from hostcapd.config_sections import GiB as GiB
+from hostcapd.config_sections import KiB as KiB
+from hostcapd.config_sections import MetricsSettings as MetricsSettings
+from hostcapd.config_sections import MiB as MiB
+from hostcapd.config_sections import Model as _Model
 from hostcapd.egress.rules import Network, effective_mode, mode_problems
-
-KiB = 1024
-MiB = 1024 * KiB
-GiB = 1024 * MiB
 
 
 class ConfigError(Exception):
     """The config is unreadable or invalid; the message names the bad key."""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class Tier(StrEnum):
@@ -266,8 +273,12 @@ def socket_mode_problem(mode: int, group: int | str | None) -> str:
 
 
 def _identity(value: int | str, lookup: str) -> int:
+    """A user's or group's id: a number as it is (also written as a string,
+    "0"), a name looked up."""
     if isinstance(value, int):
         return value
+    if value.isdigit():
+        return int(value)
     try:
         if lookup == "user":
             return pwd.getpwnam(value).pw_uid
@@ -290,6 +301,10 @@ class Tenant(_Model):
     socket_mode: int = Field(default=0o600, ge=0, le=0o777)
     run_as_user: int | str
     run_as_group: int | str
+    #: Another tenant may have the same run-as uid only when both say so:
+    #: they are then one security domain (their spawns can reach each
+    #: other's processes and files). check-config refuses it otherwise.
+    shared_run_as: bool = False
     roots: tuple[Root, ...] = Field(min_length=1)
     path: tuple[Path, ...] = (Path("/usr/local/bin"), Path("/usr/bin"), Path("/bin"))
     allowed_executable_dirs: tuple[Path, ...] = ()
@@ -411,121 +426,6 @@ class Tenant(_Model):
         return self.roots[0]
 
 
-class AuditSettings(_Model):
-    path: Path
-    #: Rotate when the file passes this size.
-    max_bytes: int = Field(default=64 * MiB, gt=0)
-    #: Rotated files kept.
-    keep_files: int = Field(default=10, ge=1)
-    #: Non-exec records are fsynced in batches at most this far apart.
-    fsync_interval_ms: int = Field(default=50, ge=0)
-    file_mode: int = Field(default=0o640, ge=0, le=0o777)
-    #: Group of the audit files (root:adm on a system install).
-    group: int | str | None = "adm"
-    #: Mirror to the journal: "auto" (when journald is present), "on", "off".
-    journal: Literal["auto", "on", "off"] = "auto"
-    #: Run on each rotated file (its path appended as the last argument; an
-    #: argv, no shell) before it may be removed; exit 0 means archived. A
-    #: file it fails on is kept past keep_files and tried again.
-    archive_command: tuple[str, ...] = ()
-    archive_timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
-    #: Compress rotated files (all but the newest) to NAME.gz.
-    compress: Literal["none", "gzip"] = "none"
-
-    @field_validator("archive_command")
-    @classmethod
-    def _argv(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if value and not Path(value[0]).is_absolute():
-            raise ValueError(
-                "archive_command[0] must be an absolute path (it runs without a shell)"
-            )
-        if any(not arg or "\0" in arg for arg in value):
-            raise ValueError("archive_command arguments must be non-empty, without NUL")
-        return value
-
-
-class AdminSettings(_Model):
-    socket: Path
-    group: int | str | None = None
-    mode: int = Field(default=0o660, ge=0, le=0o777)
-
-    @field_validator("mode")
-    @classmethod
-    def _admin_only(cls, value: int) -> int:
-        if value & ~0o660:
-            raise ValueError(
-                f"admin socket mode {value:#o} grants more than owner and group read/write"
-            )
-        return value
-
-
-class MetricsSettings(_Model):
-    """The Prometheus endpoint (HTTP `GET /metrics`); absent: no metrics.
-    Exactly one of `socket` (a Unix socket under the runtime dir, root and
-    the admin group) or `listen` (`"127.0.0.1:PORT"`: loopback only)."""
-
-    socket: Path | None = None
-    listen: str | None = None
-
-    @field_validator("socket")
-    @classmethod
-    def _absolute(cls, value: Path | None) -> Path | None:
-        if value is not None and not value.is_absolute():
-            raise ValueError("metrics.socket must be an absolute path")
-        return value
-
-    @field_validator("listen")
-    @classmethod
-    def _loopback(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        host, _, port = value.rpartition(":")
-        if host != "127.0.0.1" or not port.isdigit() or not 0 <= int(port) <= 65535:
-            raise ValueError(
-                f"metrics.listen {value!r} must be 127.0.0.1:PORT (the endpoint is "
-                "unauthenticated: loopback only; use metrics.socket otherwise)"
-            )
-        return value
-
-    @model_validator(mode="after")
-    def _one(self) -> MetricsSettings:
-        if (self.socket is None) == (self.listen is None):
-            raise ValueError("set exactly one of metrics.socket and metrics.listen")
-        return self
-
-    @property
-    def host(self) -> str:
-        return "127.0.0.1"
-
-    @property
-    def port(self) -> int | None:
-        return None if self.listen is None else int(self.listen.rpartition(":")[2])
-
-
-class DaemonSettings(_Model):
-    state_dir: Path
-    runtime_dir: Path
-    #: Parent of the per-spawn cgroups; empty means the daemon's own cgroup.
-    cgroup_parent: str = ""
-    #: Seconds between SIGTERM and SIGKILL when a tree is killed.
-    kill_grace_seconds: float = Field(default=0.5, ge=0, le=60)
-    #: Remount the cgroup2 hierarchy with favordynmods at start-up, so joining
-    #: a spawn's cgroup never waits for an RCU grace period (~10 ms).
-    cgroup_favor_dynmods: bool = True
-    #: The front-end's event loop: "asyncio" (the standard library's) or
-    #: "uvloop" (the `uvloop` extra; start-up fails if it is not installed).
-    event_loop: Literal["asyncio", "uvloop"] = "asyncio"
-    #: Serve each tenant's socket from its own unprivileged front-end process
-    #: (the privilege split, docs/decisions/0027-the-privilege-split.md). A
-    #: host that cannot confine a front-end refuses to start; false runs the
-    #: same front-end code in the root process instead, unconfined (the
-    #: benchmark's comparison: what the separate processes cost).
-    frontend_processes: bool = True
-    #: Let tenants' `network.resolve` map names to addresses (tests, offline
-    #: mirrors): an address so named is connected to as given.
-    allow_resolve_overrides: bool = False
-
-
 class Config(_Model):
     daemon: DaemonSettings
     audit: AuditSettings
@@ -575,51 +475,6 @@ class Config(_Model):
         raise KeyError(name)
 
 
-def _tenant_label(data: Mapping[str, Any], index: object) -> str:
-    """`tenant 'beta'` for the tenant at list position `index` of the input."""
-    tenants = data.get("tenants")
-    if isinstance(index, int) and isinstance(tenants, list) and 0 <= index < len(tenants):
-        body = tenants[index]
-        if isinstance(body, Mapping) and isinstance(body.get("name"), str):
-            return f"tenant {body['name']!r}"
-    return f"tenants[{index}]"
-
-
-def _location(data: Mapping[str, Any], loc: tuple[int | str, ...]) -> str:
-    """A readable key path: tenants by name, list positions in brackets
-    (`tenant 'beta': roots[1].path`)."""
-    parts: list[str] = []
-    prefix = ""
-    rest = list(loc)
-    if len(rest) >= 2 and rest[0] == "tenants":
-        prefix = _tenant_label(data, rest[1])
-        rest = rest[2:]
-    for part in rest:
-        if isinstance(part, int) and parts:
-            parts[-1] += f"[{part}]"
-        else:
-            parts.append(str(part))
-    path = ".".join(parts)
-    if prefix:
-        return f"{prefix}: {path}" if path else prefix
-    return path or "(top level)"
-
-
-def _message(item: Mapping[str, Any]) -> str:
-    msg = str(item["msg"])
-    for noise in ("Value error, ", "Assertion failed, "):
-        if msg.startswith(noise):
-            return msg[len(noise) :]
-    return msg
-
-
-def _format_errors(error: ValidationError, source: str, data: Mapping[str, Any]) -> str:
-    lines = [f"{source}: invalid config"]
-    for item in error.errors():
-        lines.append(f"  {_location(data, tuple(item['loc']))}: {_message(item)}")
-    return "\n".join(lines)
-
-
 def _tenants_from_table(data: dict[str, Any]) -> dict[str, Any]:
     # TOML writes tenants as [tenants.NAME] tables; the model wants a list.
     tenants = data.get("tenants")
@@ -632,12 +487,16 @@ def _tenants_from_table(data: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def parse_config(data: Mapping[str, Any], source: str = "config") -> Config:
+def parse_config(
+    data: Mapping[str, Any], source: str = "config", text: str | None = None
+) -> Config:
+    """The config of parsed TOML `data`; `text`, the file's, lets an error
+    say the line of an unknown key."""
     table = _tenants_from_table(dict(data))
     try:
         return Config.model_validate(table)
     except ValidationError as error:
-        raise ConfigError(_format_errors(error, source, table)) from None
+        raise ConfigError(format_errors(error, source, table, Config, text)) from None
 
 
 def load_config(path: Path) -> Config:
@@ -646,10 +505,11 @@ def load_config(path: Path) -> Config:
     except OSError as error:
         raise ConfigError(f"{path}: cannot read config: {error.strerror}") from None
     try:
-        data = tomllib.loads(raw.decode())
+        text = raw.decode()
+        data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
-    return parse_config(data, str(path))
+    return parse_config(data, str(path), text)
 
 
 def dev_identity() -> tuple[int, int]:
@@ -690,8 +550,10 @@ def dev_config(state_dir: Path, network: Mapping[str, Any] | None = None) -> Con
                 "dev": {
                     "socket": str(state / "run" / "dev.sock"),
                     "socket_owner": invoking_uid,
-                    "socket_group": invoking_gid,
-                    "socket_mode": 0o660,
+                    # Not as root the children are the invoking user: a group
+                    # of theirs on the socket would be refused (and is moot).
+                    "socket_group": invoking_gid if invoking_uid == 0 else None,
+                    "socket_mode": 0o660 if invoking_uid == 0 else 0o600,
                     "run_as_user": uid,
                     "run_as_group": gid,
                     "roots": [

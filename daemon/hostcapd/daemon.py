@@ -32,6 +32,7 @@ from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.checks import check_config, summary
 from hostcapd.config import Config, Tenant
 from hostcapd.fs.client import FsWorkerUnavailable
+from hostcapd.logsetup import fields, one_line
 from hostcapd.reload import STOP_GRACE_S, Reloads, notify
 from hostcapd.sandbox.cgroupfs import CgroupError, instance_name
 from hostcapd.sandbox.profile import (
@@ -42,8 +43,15 @@ from hostcapd.sandbox.profile import (
     probe_host,
 )
 from hostcapd.service.admin_service import AdminService, ReloadOutcome, ReloadRejected
-from hostcapd.service.servers import AdminSocket, TenantService, serve_admin, serve_tenant
+from hostcapd.service.servers import (
+    AdminSocket,
+    Graceful,
+    TenantService,
+    serve_admin,
+    serve_tenant,
+)
 from hostcapd.service.sockets import StartupError, file_id_of, unlink_if_ours
+from hostcapd.serving import ServingWatch
 from hostcapd.spawner.client import SpawnerClient
 from hostcapd.tenant import TenantRuntime
 
@@ -118,9 +126,21 @@ class Daemon:
         self._stopping = False
         self._hup_pending = False
         self._tasks: set[asyncio.Task[None]] = set()
+        self._watch: asyncio.Task[None] | None = None
+        self._poke_watch: Callable[[], None] = lambda: None
         self.metrics: metrics.MetricsEndpoint | None = None
 
     # --- the view the admin service has ----------------------------------------
+
+    @property
+    def serving_tenants(self) -> Iterable[TenantService]:
+        """The services at the tenants' sockets now (not those draining)."""
+        return list(self.tenants.values())
+
+    @property
+    def admin_health(self) -> Graceful | None:
+        """The admin socket's health reporting (tenant/NAME services)."""
+        return self._admin.health if self._admin is not None else None
 
     def live_runtimes(self) -> Iterable[TenantRuntime]:
         return [s.runtime for s in (*self.tenants.values(), *self.reloads.retiring)]
@@ -144,12 +164,16 @@ class Daemon:
             FsWorkerUnavailable,
             OSError,
         ) as error:
-            print(f"hostcapd: {error}", file=sys.stderr)
-            notify(sdnotify.status, f"start-up failed: {error}")
+            log.error("start-up failed: %s", error)
+            notify(sdnotify.status, one_line(f"start-up failed: {error}"))
             await self.stop()
             return 2
         self.announce()
         self._serving = True
+        watch = ServingWatch(self)
+        self.spawner.on_lost = watch.poke
+        self._poke_watch = watch.poke
+        self._watch = self._spawn_task(watch.run())
         notify(sdnotify.status, self._status_line())
         notify(sdnotify.ready)
         self._spawn_task(_watchdog())
@@ -243,6 +267,7 @@ class Daemon:
         for service in self.tenants.values():
             service.runtime.register_with_spawner()
             service.runtime.spawner_restarted()
+        self._poke_watch()
 
     async def _prepare_tenant(self, tenant: Tenant, profile: TenantProfile) -> TenantService:
         """Everything a tenant needs to serve, listening under a temporary name,
@@ -287,7 +312,11 @@ class Daemon:
             return
         os.rename(temp, service.tenant.socket)
         service.placed()
-        log.warning("tenant %s: its front-end serves again", service.name)
+        log.warning(
+            "tenant %s: its front-end serves again",
+            service.name,
+            extra=fields(tenant=service.name),
+        )
 
     async def _prepare_admin(self) -> AdminSocket | None:
         admin = self.config.admin
@@ -319,6 +348,9 @@ class Daemon:
         service.place()
 
     def announce(self) -> None:
+        """The start-up banner: one log line per tenant and per socket, each
+        whole (a line-based shipper never splits a record)."""
+        log.info("hostcapd %s serving %d tenant(s)", __version__, len(self.tenants))
         for service in self.tenants.values():
             runtime = service.runtime
             t = runtime.tenant
@@ -326,34 +358,37 @@ class Daemon:
             missing = [
                 f"{s.name} ({s.reason})" for s in runtime.profile.protections if not s.applied
             ]
-            print(f"hostcapd {__version__}: tenant {t.name!r} on {t.socket}", file=sys.stderr)
-            print(
-                f"  children run as uid {t.uid} gid {t.gid}; roots: "
-                + ", ".join(f"{r.path} ({r.tier.value})" for r in t.roots),
-                file=sys.stderr,
-            )
-            print(f"  protections applied: {', '.join(applied) or 'none'}", file=sys.stderr)
+            parts = [
+                f"tenant {t.name!r} on {t.socket}: children run as uid {t.uid} gid {t.gid}",
+                "roots: " + ", ".join(f"{r.path} ({r.tier.value})" for r in t.roots),
+                f"protections applied: {', '.join(applied) or 'none'}",
+            ]
             if missing:
-                print(f"  not applied: {'; '.join(missing)}", file=sys.stderr)
+                parts.append(f"not applied: {', '.join(missing)}")
             if runtime.warm.size:
-                print(
-                    f"  warm children: {runtime.warm.size} set up ahead of need (warm_spawns)",
-                    file=sys.stderr,
-                )
-            print(f"  {_served_by(service.frontend)}", file=sys.stderr)
-            print(f"  connect: {_ctl()} --socket {t.socket} run -- echo hello", file=sys.stderr)
-            print(f"       or: grpcurl -plaintext -unix {t.socket} list", file=sys.stderr)
+                parts.append(f"warm children: {runtime.warm.size} set up ahead of need")
+            parts.append(_served_by(service.frontend))
+            log.info("; ".join(parts), extra=fields(tenant=t.name))
+            log.info(
+                "tenant %r: connect: %s --socket %s run -- echo hello "
+                "(or: grpcurl -plaintext -unix %s list)",
+                t.name,
+                _ctl(),
+                t.socket,
+                t.socket,
+                extra=fields(tenant=t.name),
+            )
         if self.audit is not None:
-            print(f"  audit log: {self.config.audit.path}", file=sys.stderr)
+            log.info("audit log: %s", self.config.audit.path)
         if self.config.admin is not None:
-            print(
-                f"  admin: {_ctl()} --admin-socket {self.config.admin.socket} ps"
-                f" ({_served_by(self._admin.frontend if self._admin else None)})",
-                file=sys.stderr,
+            log.info(
+                "admin: %s --admin-socket %s ps (%s)",
+                _ctl(),
+                self.config.admin.socket,
+                _served_by(self._admin.frontend if self._admin else None),
             )
         if self.metrics is not None:
-            print(f"  metrics: {self.metrics.where} (GET /metrics)", file=sys.stderr)
-        sys.stderr.flush()
+            log.info("metrics: %s (GET /metrics)", self.metrics.where)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -386,7 +421,10 @@ class Daemon:
         """Stop accepting, end running trees as DAEMON_SHUTDOWN, remove sockets."""
         self._stopping = True
         self._serving = False
+        if self._watch is not None:
+            self._watch.cancel()  # health is NOT_SERVING from here on, for good
         draining = sum(len(rt.spawns) for rt in self.live_runtimes())
+        log.info("stopping: ending %d running spawn(s)", draining, extra=fields(spawns=draining))
         notify(sdnotify.stopping)
         notify(sdnotify.status, f"stopping: ending {draining} running spawn(s)")
         async with self.reloads.lock:  # a reload in progress finishes first
@@ -438,3 +476,4 @@ class Daemon:
                 self.audit.write("daemon.stop", version=__version__, pid=os.getpid())
             await self.audit.close()
             self.audit = None
+        log.info("stopped: ended %d spawn(s)", draining, extra=fields(spawns=draining))

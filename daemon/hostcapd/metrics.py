@@ -75,6 +75,22 @@ def spawn_ended(
 
 
 @_safe
+def spawn_started(tenant: str) -> None:
+    """A spawn admitted and started (tenant.py); it ends in `spawn_ended`."""
+    m = _live
+    if m is not None:
+        m.spawns_started.labels(tenant).inc()
+
+
+@_safe
+def audit_error(operation: str) -> None:
+    """An audit log `write` or `fsync` failed (the writer)."""
+    m = _live
+    if m is not None:
+        m.audit_errors.labels(operation).inc()
+
+
+@_safe
 def audit_record(event: str) -> None:
     """A record appended to the log (the writer)."""
     m = _live

@@ -6,13 +6,26 @@ daemon at scrape time. Imported only when the endpoint starts (metrics on).
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+)
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
+from hostcapd import __commit__, __version__
+
+# A counter's `_created` series doubles every series and no alert reads it.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 _LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
@@ -23,9 +36,22 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        # The daemon process: CPU seconds, resident memory, open fds, start time.
-        ProcessCollector(namespace="hostcapd", registry=self.registry)
+        # The daemon process under the standard names (process_cpu_seconds_total,
+        # process_resident_memory_bytes, process_open_fds, process_start_time_seconds).
+        ProcessCollector(registry=self.registry)
         r = self.registry
+        Gauge(
+            "hostcapd_build_info",
+            "The running build: its version and the commit it was built from (always 1).",
+            ("version", "commit"),
+            registry=r,
+        ).labels(__version__, __commit__).set(1)
+        self.spawns_started = Counter(
+            "hostcapd_spawns_started",
+            "Spawns admitted and started, by tenant (each ends once in hostcapd_spawns_total).",
+            ("tenant",),
+            registry=r,
+        )
         self.spawns = Counter(
             "hostcapd_spawns",
             "Spawns ended, by tenant and outcome (a hostcap.v1.Outcome name).",
@@ -76,6 +102,14 @@ class Metrics:
             ("event",),
             registry=r,
         )
+        self.audit_errors = Counter(
+            "hostcapd_audit_errors",
+            "Audit log writes and fsyncs that failed (a failed fsync closes the log until restart).",
+            ("operation",),
+            registry=r,
+        )
+        for operation in ("write", "fsync"):
+            self.audit_errors.labels(operation)
         self.fsync = Histogram(
             "hostcapd_audit_fsync_seconds",
             "Latency of one audit log fsync (a group commit: one covers many records).",
@@ -112,6 +146,7 @@ class DaemonView(Protocol):
     """What the collector reads of the daemon."""
 
     audit: Any
+    reloads: Any
 
     def live_runtimes(self) -> Iterable[Any]: ...
 
@@ -188,3 +223,39 @@ class DaemonCollector(Collector):
         )
         deferred.add_metric((), audit.deferred if audit is not None else 0)
         yield deferred
+        yield from self._reloads()
+        if audit is not None:
+            yield from _audit_volume(audit.path.parent)
+
+    def _reloads(self) -> Iterator[Metric]:
+        reloads = getattr(self.daemon, "reloads", None)
+        if reloads is None:
+            return
+        ok = GaugeMetricFamily(
+            "hostcapd_config_last_reload_successful",
+            "Whether the last config reload was applied (1) or refused (0); 1 from start-up.",
+        )
+        ok.add_metric((), 1 if reloads.last_successful else 0)
+        yield ok
+        at = GaugeMetricFamily(
+            "hostcapd_config_last_reload_success_timestamp_seconds",
+            "When the config serving now was applied (start-up or the last applied reload).",
+        )
+        at.add_metric((), reloads.last_success_time)
+        yield at
+
+
+def _audit_volume(directory: Any) -> Iterator[Metric]:
+    """Bytes the daemon may still write on the audit log's volume (as root,
+    the file system's root reserve included)."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return
+    free = GaugeMetricFamily(
+        "hostcapd_audit_volume_free_bytes",
+        "Free bytes on the audit log's volume for the daemon (0: spawns are refused).",
+    )
+    blocks = st.f_bfree if os.geteuid() == 0 else st.f_bavail
+    free.add_metric((), blocks * st.f_frsize)
+    yield free

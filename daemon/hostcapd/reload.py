@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
@@ -27,6 +28,7 @@ from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.checks import INVALID, check_config, summary
 from hostcapd.config import Config, ConfigError, Tenant, load_config
 from hostcapd.fs.client import FsWorkerUnavailable
+from hostcapd.logsetup import fields, one_line
 from hostcapd.process.report import Outcome
 from hostcapd.sandbox.profile import HostSupport, ProtectionUnavailable, TenantProfile, prepare
 from hostcapd.service.admin_service import ReloadOutcome, ReloadRejected
@@ -93,6 +95,10 @@ class Reloads:
         self.lock = asyncio.Lock()
         #: Services a reload replaced or removed, until their spawns are done.
         self.retiring: dict[TenantService, asyncio.Task[None]] = {}
+        #: Whether the last reload was applied (True until one is refused), and
+        #: when the config serving now was (start-up, or that reload).
+        self.last_successful = True
+        self.last_success_time = time.time()
 
     def _load(self) -> Config:
         if self.daemon._reload_source is not None:
@@ -123,15 +129,17 @@ class Reloads:
                 except ConfigError as error:
                     raise ReloadRejected("INVALID_ARGUMENT", str(error)) from None
             except ReloadRejected as rejected:
+                self.last_successful = False
                 log.error("reload rejected, the previous config keeps serving: %s", rejected)
                 self._audit_reload(message=f"rejected: {rejected.message}")
                 notify(
                     sdnotify.status,
-                    f"reload rejected: {rejected.message} | {self.daemon._status_line()}",
+                    one_line(f"reload rejected: {rejected.message} | {self.daemon._status_line()}"),
                 )
                 raise
             finally:
                 notify(sdnotify.ready)
+            self.last_successful, self.last_success_time = True, time.time()
             log.info(
                 "reloaded: added %s; removed %s; changed %s",
                 ", ".join(outcome.added) or "none",
@@ -265,6 +273,11 @@ class Reloads:
             service.runtime.profile.close()
             with contextlib.suppress(SpawnerLost, OSError):
                 self.daemon.spawner.drop_profile(service.runtime.profile_key)
-            log.info("tenant %s %s and drained", service.name, "removed" if removed else "replaced")
+            log.info(
+                "tenant %s %s and drained",
+                service.name,
+                "removed" if removed else "replaced",
+                extra=fields(tenant=service.name),
+            )
         finally:
             self.retiring.pop(service, None)

@@ -12,6 +12,7 @@ import logging
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from hostcapd import metrics
 from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
@@ -182,6 +183,11 @@ class TenantRuntime:
                 "QUOTA_EXCEEDED",
                 f"tenant {self.name} already runs {len(self.spawns)} spawns (quota {self.tenant.max_concurrent_spawns})",
             )
+        disk = self.profile.disk
+        problem = disk.problem() if disk is not None else ""
+        if problem:
+            # Fail closed: a spawn now would write past the budget, on the host's volume.
+            raise Refusal("PROTECTION_UNAVAILABLE", f"tenant {self.name}: disk budget: {problem}")
         if request.detached:
             running = self.detached.running()
             if running >= self.tenant.max_detached_spawns:
@@ -205,6 +211,7 @@ class TenantRuntime:
             self.detached.add(spawn, self.tenant.max_detached_spawns)
         if env is not None:
             self.environments.joined(env, spawn)
+        metrics.spawn_started(self.name)
         if request.request_id:
             self._by_request[request.request_id] = spawn
         if self.warm.size:

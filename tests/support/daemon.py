@@ -54,6 +54,8 @@ def tenant_config(state: Path, name: str = "dev", **overrides: Any) -> dict[str,
         },
         "max_concurrent_spawns": 64,
         "sandbox": {},
+        # This machine has one unprivileged user for every test tenant.
+        "shared_run_as": True,
     }
     # HOSTCAPD_TEST_WARM=N sets every tenant's warm_spawns (unset: the
     # daemon's default, warm where the profile has a pid namespace).
@@ -140,6 +142,8 @@ class Daemon:
     config: dict[str, Any]
     proc: subprocess.Popen[bytes] | None = None
     env: dict[str, str] = field(default_factory=dict)
+    #: More arguments of `hostcapd serve` (--log-format json, ...).
+    args: list[str] = field(default_factory=list)
 
     @property
     def socket(self) -> Path:
@@ -184,7 +188,15 @@ class Daemon:
         env = {"PATH": "/usr/bin:/bin", "HOSTCAP_CANARY": "daemon-secret-canary", **self.env}
         self.log = open(self.state / "daemon.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hostcapd", "serve", "--config", str(self.config_path)],
+            [
+                sys.executable,
+                "-m",
+                "hostcapd",
+                "serve",
+                "--config",
+                str(self.config_path),
+                *self.args,
+            ],
             env=env,
             stdout=self.log,
             stderr=self.log,

@@ -200,11 +200,6 @@ def test_the_journal_gets_the_daemons_lines(machine: Machine) -> None:
     assert any("reload rejected" in m for m in messages), messages
 
 
-@pytest.mark.xfail(
-    reason="syslog priority prefixes are issue 36 item 3 (engineer fleet-ops): until they "
-    "land, every line of hostcapd's stderr reaches the journal at the stream's priority 6",
-    strict=False,
-)
 def test_the_journal_gets_each_lines_priority(machine: Machine) -> None:
     entries = journal(machine)
     rejected = [e for e in entries if "reload rejected" in e.get("MESSAGE", "")]

@@ -26,6 +26,8 @@ from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc, common_pb2, process_pb2
 from hostcap.ctl.common import EXIT_REFUSED, channel, report_error, socket_of, wire_error
 from hostcap.ctl.process import environment_json
 
+#: The trailing metadata of a health reply that says why it is not serving.
+HEALTH_REASON_KEY = "hostcap-health-reason-bin"
 #: health: the daemon answered, but not SERVING.
 EXIT_NOT_SERVING = 1
 #: health: the daemon could not be reached at all.
@@ -189,7 +191,7 @@ def cmd_health(args: argparse.Namespace) -> int:
     with channel(path) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         try:
-            response = stub.Check(
+            response, call = stub.Check.with_call(
                 health_pb2.HealthCheckRequest(service=args.service), timeout=args.timeout
             )
         except grpc.RpcError as error:
@@ -200,7 +202,16 @@ def cmd_health(args: argparse.Namespace) -> int:
             report_error(wire, as_json=False)
             return EXIT_NOT_SERVING
     status = health_pb2.HealthCheckResponse.ServingStatus.Name(response.status)
-    print(status)
+    # hostcapd says why a tenant is not serving in the reply's trailing metadata.
+    reason = next(
+        (
+            bytes(value).decode(errors="replace")
+            for key, value in call.trailing_metadata() or ()
+            if key == HEALTH_REASON_KEY
+        ),
+        "",
+    )
+    print(f"{status}: {reason}" if reason else status)
     return 0 if response.status == health_pb2.HealthCheckResponse.SERVING else EXIT_NOT_SERVING
 
 

@@ -86,6 +86,7 @@ class GroupCommit:
         self._sync_future = None
         error = job.exception()
         if error is not None:
+            metrics.audit_error("fsync")
             # After a failed fsync the kernel may have dropped the dirty pages:
             # nothing since the last good fsync can be trusted, so fail closed.
             reason = error.strerror if isinstance(error, OSError) else str(error)

@@ -88,6 +88,12 @@ def _event_id() -> str:
     return raw.hex()
 
 
+#: Below this many free bytes on its volume the log counts as unwritable
+#: (a tenant's health says NOT_SERVING): a record or two may still fit,
+#: a spawn's exec record and its exit may not.
+MIN_FREE_BYTES = 64 * 1024
+
+
 #: An element longer than this is never exec'd (the daemon refuses it, see
 #: hostcapd.process.request): a refusal's record names its size, not its text,
 #: and redaction never runs over it.
@@ -263,6 +269,26 @@ class AuditLog(DeferredQueue, GroupCommit):
         log._prune()  # what a previous daemon left to compress, archive or prune
         return log
 
+    def unwritable(self) -> str:
+        """Why a spawn's write-ahead record would be refused now ("" when it
+        would not): the log is closed or failed closed (an fsync failed), or
+        its volume is read-only or has less than MIN_FREE_BYTES for the
+        daemon. For the tenants' health, checked every second."""
+        if self._closed:
+            return "the audit log is closed"
+        if self._failure is not None:
+            return self._failure
+        try:
+            st = os.statvfs(self.path.parent)
+        except OSError as error:
+            return f"cannot read the audit volume of {self.path}: {error.strerror}"
+        if st.f_flag & os.ST_RDONLY:
+            return f"the audit volume of {self.path} is read-only"
+        free = (st.f_bfree if os.geteuid() == 0 else st.f_bavail) * st.f_frsize
+        if free < MIN_FREE_BYTES:
+            return f"the audit volume of {self.path} is full ({free} bytes free)"
+        return ""
+
     @property
     def path(self) -> Path:
         """The current log file."""
@@ -366,6 +392,7 @@ class AuditLog(DeferredQueue, GroupCommit):
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 written += n
         except OSError as error:
+            metrics.audit_error("write")
             if written:
                 # A partial line followed by later records would read as a torn
                 # middle line: cut it off so the file ends on a whole record.

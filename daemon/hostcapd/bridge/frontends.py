@@ -49,6 +49,7 @@ from hostcapd.bridge import channel, messages
 from hostcapd.config import Tenant
 from hostcapd.errors import INTERNAL, TRANSPORT_REASONS, Refusal, shorten
 from hostcapd.labels import MAX_REQUEST_ID, bounded_labels
+from hostcapd.logsetup import fields, relay_stderr
 from hostcapd.service.sockets import StartupError
 
 log = logging.getLogger("hostcapd.bridge")
@@ -494,6 +495,9 @@ class FrontendProcess:
         #: Called with the new socket's temporary path after a restart: the
         #: owner puts it in place.
         self.on_restarted: Callable[[Path], Awaitable[None]] | None = None
+        #: Why each health service is not serving ("" for all of them; a
+        #: reason of "": it is); told again to a restarted front-end.
+        self.serving_reasons: dict[str, str] = {}
         #: Makes the started process its tenant's cost (its cgroups, its
         #: oom_score_adj: TenantProfile.place_daemon_side); raises OSError.
         self.place: Callable[[int], None] | None = None
@@ -548,6 +552,8 @@ class FrontendProcess:
                     f"the front-end of {self.bridge._who} did not start: {await self._why()}"
                 ) from None
             self.protections = tuple(ready.protections)
+            for service, reason in self.serving_reasons.items():
+                self.bridge.send(messages.Serving(reason=reason, service=service))
             path = bind_dir / BIND_NAME
             # The front-end made it with the mode (its umask); root gives it
             # its owner, and checks.
@@ -570,6 +576,9 @@ class FrontendProcess:
             pass_fds=(theirs.fileno(),),
             stdin=subprocess.DEVNULL,
             stdout=self.stdout,
+            # What it prints (an error before it serves, a crash's
+            # traceback) becomes the daemon's log records (`relay_stderr`).
+            stderr=subprocess.PIPE,
             # It starts as root, as the fs worker does: the interpreter
             # may live where the front-end user cannot read (a pyenv
             # under /root); it imports all it needs, then takes its
@@ -589,6 +598,13 @@ class FrontendProcess:
                 ) from None
         self.starts += 1
         self._exited = _watch_exit(self.proc)
+        assert self.proc.stderr is not None
+        relay_stderr(
+            self.proc.stderr,
+            log,
+            f"{self.bridge._who}: its front-end says: ",
+            fields(tenant="" if hello.tenant == ADMIN else hello.tenant),
+        )
         self._exited.add_done_callback(self._on_exit)
         self.bridge.send(hello)
 
@@ -629,6 +645,13 @@ class FrontendProcess:
 
     async def enter_graceful_shutdown(self) -> None:
         self.bridge.send(messages.Drain(health_only=True))
+
+    async def report(self, reason: str, service: str = "") -> None:
+        """Health: NOT_SERVING saying why, or SERVING (""); of every service
+        (a tenant's front-end), or of the one named."""
+        reason = reason[:1024]
+        self.serving_reasons[service] = reason
+        self.bridge.send(messages.Serving(reason=reason, service=service))
 
     async def stop(self, grace: float | None) -> None:
         """Stop taking calls; calls in flight get `grace` seconds (a later,

@@ -11,7 +11,7 @@ a malformed message (`forbid_unknown_fields`), as is a wrong type (msgspec
 does not coerce: a bool is not an int, a float not an int).
 
     front-end -> root   Ready, Call (AdminCall), Cancel, Ack, Malformed
-    root -> front-end   Hello, Reply, Event, End, Abort, Drain
+    root -> front-end   Hello, Reply, Event, End, Abort, Drain, Serving
 
 The admin socket has a front-end of its own, whose channel carries only
 the admin operations (`AdminCall`): the root side reads each channel with
@@ -707,6 +707,17 @@ class Drain(Message, frozen=True, tag="drain"):
     health_only: bool = False
 
 
+class Serving(Message, frozen=True, tag="serving"):
+    """A tenant's health: SERVING when `reason` is empty, else NOT_SERVING
+    because the root side would refuse its spawns itself (the reason is
+    what `hostcapctl health` prints). `service` "": every service of this
+    front-end (a tenant's); else the one health service named (the admin
+    socket's `tenant/NAME`)."""
+
+    reason: Annotated[str, msgspec.Meta(max_length=1024)] = ""
+    service: Annotated[str, msgspec.Meta(max_length=128)] = ""
+
+
 TO_FRONTEND: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
-    Hello | Reply | Event | End | Abort | Drain
+    Hello | Reply | Event | End | Abort | Drain | Serving
 )

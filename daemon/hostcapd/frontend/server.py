@@ -17,8 +17,12 @@ makes is confined too), binds the socket, says `Ready`, and serves:
 - a client that goes away sends `Cancel`; a streamed event the client's
   connection took sends `Ack` (the root side sends the next only then: the
   back-pressure of a single-process daemon, one event deep);
-- health and reflection are answered here; `Drain` turns health to
-  NOT_SERVING and stops the server with the root side's grace.
+- health and reflection are answered here; `Serving` sets every
+  service's health, or one named (NOT_SERVING with the root side's reason,
+  which a Check reply carries in its trailing metadata, or SERVING
+  again); `Drain` turns
+  health to NOT_SERVING for good and stops the server with the root side's
+  grace.
 
 If the channel closes (the root side went away), the process exits; it
 also has the parent-death signal.
@@ -98,6 +102,7 @@ class Relay:
         self.calls: dict[int, _Call] = {}
         self.stopped = stopped
         self.drain: Callable[[messages.Drain], None] = lambda _: None
+        self.serving: Callable[[messages.Serving], None] = lambda _: None
         self.link = channel.Link(
             sock, messages.TO_FRONTEND, self._on_message, self._on_error, self._on_closed
         )
@@ -117,6 +122,9 @@ class Relay:
     def _on_message(self, message: Any, payload: bytes | None) -> None:
         if isinstance(message, messages.Drain):
             self.drain(message)
+            return
+        if isinstance(message, messages.Serving):
+            self.serving(message)
             return
         call = self.calls.get(getattr(message, "call", 0))
         if call is None:
@@ -244,6 +252,19 @@ async def serve(
             stops.append(asyncio.ensure_future(go()))
 
         relay.drain = drain
+
+        def serving(message: messages.Serving) -> None:
+            # In order: a later status never lands before an earlier one.
+            previous = stops[-1] if stops else None
+
+            async def go() -> None:
+                if previous is not None:
+                    await previous
+                await health_servicer.report(message.reason, message.service)
+
+            stops.append(asyncio.ensure_future(go()))
+
+        relay.serving = serving
         relay.link.send(messages.Ready(pid=os.getpid(), protections=protections))
         await stopped.wait()
         return 0

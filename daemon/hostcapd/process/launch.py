@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 
 from hostcapd.egress.supervisor import EgressUnavailable
+from hostcapd.logsetup import fields
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
 from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost
 from hostcapd.spawner.messages import SpawnOrder
@@ -178,7 +179,11 @@ class WarmLaunch(Launch):
         except SetupFailed as error:
             if error.step != "warm":
                 raise
-            log.warning("spawn %s: its warm child was gone; spawning fresh", self.id)
+            log.warning(
+                "spawn %s: its warm child was gone; spawning fresh",
+                self.id,
+                extra=fields(tenant=self.deps.tenant.name, spawn_id=self.id),
+            )
             return await self._spawn_fresh()
         finally:
             self._close_child_fds()

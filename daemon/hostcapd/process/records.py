@@ -11,6 +11,7 @@ from typing import Any
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.audit.redact import MAX_ARG_CHARS, bound_argv
 from hostcapd.config import Tenant
+from hostcapd.logsetup import fields
 from hostcapd.process.output import StreamBuffer, StreamCount
 from hostcapd.process.report import Report, signal_name
 from hostcapd.process.request import Prepared, SpawnRequest
@@ -158,4 +159,9 @@ def write_exit(audit: AuditLog, spawn_id: str, record: dict[str, Any]) -> None:
                 spawn_id,
             )
     except AuditUnavailable as error:
-        log.error("could not audit the exit of spawn %s: %s", spawn_id, error)
+        log.error(
+            "could not audit the exit of spawn %s: %s",
+            spawn_id,
+            error,
+            extra=fields(spawn_id=spawn_id),
+        )

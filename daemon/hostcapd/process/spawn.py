@@ -22,6 +22,7 @@ from hostcapd import metrics
 from hostcapd.audit import AuditUnavailable
 from hostcapd.childsetup import RLimit
 from hostcapd.errors import Refusal
+from hostcapd.logsetup import fields
 from hostcapd.process import environment, killing, records
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.launch import Launch, launch_for
@@ -176,7 +177,11 @@ class Spawn:
             )
         except Exception as error:
             # A daemon bug must still end the call and leave nothing behind.
-            log.exception("spawn %s failed inside the daemon", self.id)
+            log.exception(
+                "spawn %s failed inside the daemon",
+                self.id,
+                extra=fields(tenant=self.deps.tenant.name, spawn_id=self.id),
+            )
             if not self._exec_audited:
                 refusal = Refusal(
                     "INVALID_ARGUMENT",

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hostcapd.childsetup import WARM_BUFFER, RLimit
+from hostcapd.logsetup import fields
 from hostcapd.sandbox import identity
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
 from hostcapd.spawner.client import SetupFailed, SpawnerLost
@@ -169,7 +170,12 @@ class WarmPool:
             try:
                 self._order_one()
             except (CgroupError, SpawnerLost, OSError) as error:
-                log.warning("tenant %s: no warm child made: %s", self.deps.tenant.name, error)
+                log.warning(
+                    "tenant %s: no warm child made: %s",
+                    self.deps.tenant.name,
+                    error,
+                    extra=fields(tenant=self.deps.tenant.name),
+                )
                 return
 
     def _order_one(self) -> None:
@@ -217,7 +223,12 @@ class WarmPool:
         if isinstance(error, SetupFailed):
             # Not retried at once (it would fail the same way): the next
             # take orders again.
-            log.warning("tenant %s: a warm child failed: %s", self.deps.tenant.name, error)
+            log.warning(
+                "tenant %s: a warm child failed: %s",
+                self.deps.tenant.name,
+                error,
+                extra=fields(tenant=self.deps.tenant.name),
+            )
 
     def _lost(self, warm_id: str) -> None:
         """It died waiting (or the spawner did): its cgroup goes, another comes."""

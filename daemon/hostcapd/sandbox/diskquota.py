@@ -59,6 +59,17 @@ class DiskBudget:
     roots: tuple[Path, ...]
     mechanism: str = MECHANISM
 
+    def problem(self) -> str:
+        """Why the budget no longer holds ("" while it does): its image is
+        not mounted, or a read-write root is no longer bound from it (a
+        spawn would write past the budget, on the host's volume)."""
+        if not os.path.ismount(self.mount):
+            return f"its image {self.image.name} is not mounted at {self.mount}"
+        for root in self.roots:
+            if not _same_mount(root, self.mount):
+                return f"the root {root} is no longer on its image {self.image.name}"
+        return ""
+
 
 #: Where the tools are looked for (a service's PATH may lack the sbin dirs).
 TOOL_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"

@@ -43,6 +43,7 @@ from hostcapd.audit.redact import redact_argv
 from hostcapd.bridge import messages
 from hostcapd.bridge.frontends import RelayedCall
 from hostcapd.errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, Refusal
+from hostcapd.logsetup import fields
 from hostcapd.process.environments import Environment
 from hostcapd.process.report import Outcome, Report
 from hostcapd.process.spawn import Spawn
@@ -248,7 +249,12 @@ class AdminService:
         spawn = next((s for s in self._live_spawns() if s.id == request.spawn_id), None)
         if not request.spawn_id or spawn is None:
             raise Refusal("NOT_FOUND", f"no live spawn has the id {request.spawn_id!r}")
-        log.warning("admin kill of spawn %s (tenant %s)", spawn.id, spawn.deps.tenant.name)
+        log.warning(
+            "admin kill of spawn %s (tenant %s)",
+            spawn.id,
+            spawn.deps.tenant.name,
+            extra=fields(tenant=spawn.deps.tenant.name, spawn_id=spawn.id),
+        )
         spawn.cancel(Outcome.CANCELLED, KILLED_BY_ADMIN)
         tenant = spawn.deps.tenant.name
         wait = spawn.deps.kill_grace + KILL_WAIT_MARGIN_S

@@ -58,6 +58,7 @@ class ProcessService:
                 refusal,
                 request.labels,
                 request.request_id,
+                spawn_id=spawn.id if spawn is not None else "",
                 details=records.refused_record(
                     request, spawn.prepared if spawn is not None else None
                 ),

@@ -12,8 +12,38 @@ from typing import Any, NoReturn
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.errors import Refusal, shorten
 from hostcapd.labels import MAX_REQUEST_ID, bounded_labels
+from hostcapd.logsetup import RateLimited, fields
 
 log = logging.getLogger("hostcapd.service")
+
+#: Seconds between two log lines of one tenant's refusals for one reason.
+REFUSAL_LOG_INTERVAL_S = 10.0
+_logged = RateLimited(REFUSAL_LOG_INTERVAL_S)
+
+
+def _log_refusal(
+    tenant: str, method: str, refusal: Refusal, request_id: str, spawn_id: str
+) -> None:
+    left_out = _logged.allow(tenant, refusal.reason)
+    if left_out is None:
+        return
+    log.info(
+        "tenant %s: %s refused %s%s: %s%s",
+        tenant,
+        method,
+        refusal.reason,
+        f" (spawn {spawn_id})" if spawn_id else "",
+        refusal.message,
+        f" ({left_out} more refused for this reason since the last such line)" if left_out else "",
+        extra=fields(
+            tenant=tenant,
+            method=method,
+            reason=refusal.reason,
+            spawn_id=spawn_id,
+            request_id=shorten(request_id, MAX_REQUEST_ID),
+            suppressed=left_out or None,
+        ),
+    )
 
 
 def refuse(
@@ -26,11 +56,16 @@ def refuse(
     *,
     path: str | None = None,
     audited: bool = True,
+    spawn_id: str = "",
     details: Mapping[str, Any] | None = None,
 ) -> NoReturn:
-    """`audited` False for refusals not worth a line (a missing file read);
-    `details`: more fields of the policy.deny (what a refused spawn asked for)."""
+    """`audited` False for refusals not worth a line (a missing file read),
+    in the audit log or the daemon's; `details`: more fields of the
+    policy.deny (what a refused spawn asked for). The others are logged at
+    INFO, at most one line per tenant and reason every REFUSAL_LOG_INTERVAL_S
+    (the next says how many were left out)."""
     if audited:
+        _log_refusal(tenant, method, refusal, request_id, spawn_id)
         fields: dict[str, Any] = {
             "tenant": tenant,
             "method": method,

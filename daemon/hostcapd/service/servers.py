@@ -50,9 +50,12 @@ class Server(Protocol):
 
 
 class Graceful(Protocol):
-    """What the daemon asks of a tenant's health reporting: NOT_SERVING."""
+    """What the daemon asks of a tenant's health reporting: NOT_SERVING for
+    good, or for a reason until it clears (`report("")`)."""
 
     async def enter_graceful_shutdown(self) -> None: ...
+
+    async def report(self, reason: str, service: str = "") -> None: ...
 
 
 def _in_place(path: Path, frontend: FrontendProcess | None) -> tuple[int, int]:

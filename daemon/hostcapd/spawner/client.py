@@ -64,6 +64,8 @@ class SpawnerClient:
         self.restarts = 0
         #: Called (with no arguments) after the spawner was lost and restarted.
         self.on_restart: Callable[[], None] | None = None
+        #: Called when the spawner died (before it is restarted).
+        self.on_lost: Callable[[], None] | None = None
         self._ready = asyncio.Event()
 
     async def start(self) -> None:
@@ -115,6 +117,11 @@ class SpawnerClient:
         self._profiles.pop(key, None)
         if self._sock is not None:
             channel.send(self._sock, messages.DropProfile(key).to_wire())
+
+    @property
+    def running(self) -> bool:
+        """The spawner takes orders now (False while it is restarted)."""
+        return self._sock is not None
 
     def _require(self) -> socket.socket:
         if self._sock is None:
@@ -275,6 +282,8 @@ class SpawnerClient:
             return
         log.error("spawner died; starting a new one")
         self.restarts += 1
+        if self.on_lost:
+            self.on_lost()
         asyncio.get_running_loop().create_task(self._restart())
 
     async def _restart(self) -> None:

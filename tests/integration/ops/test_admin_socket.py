@@ -21,6 +21,10 @@ from support.process import Client, request
 
 #: Debian's adm group, standing in for the configured admin group.
 ADM_GID = 4
+#: A tenant whose socket nobody's group may reach: its spawns run as
+#: another user (Debian's daemon, uid 1), since check-config refuses a
+#: socket group the run-as identity belongs to.
+NOBODY_CONNECTS = {"socket_group": NOBODY, "run_as_user": 1, "run_as_group": 1}
 
 
 async def start_sleeper(client: Client, marker: str, script: str = "sleep 1000") -> Any:
@@ -44,7 +48,7 @@ def admin_stub(daemon: Daemon) -> tuple[grpc.aio.Channel, admin_pb2_grpc.AdminSe
 def test_a_non_admin_uid_is_refused_by_the_kernel(start_daemon: Callable[..., Daemon]) -> None:
     # A tenant socket nobody's group may reach, in the same directory, proves
     # the directory is reachable: the refusal comes from the admin socket itself.
-    daemon = wait_admin(start_daemon(tenants={"dev": {"socket_group": NOBODY}}))
+    daemon = wait_admin(start_daemon(tenants={"dev": NOBODY_CONNECTS}))
     st = daemon.admin_socket.stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o600)
 
@@ -67,7 +71,7 @@ def test_the_admin_group_may_connect_and_others_may_not(
     start_daemon: Callable[..., Daemon], state_dir: Path
 ) -> None:
     admin = {"socket": str(state_dir / "run" / "admin.sock"), "group": ADM_GID, "mode": 0o660}
-    daemon = wait_admin(start_daemon(tenants={"dev": {"socket_group": NOBODY}}, admin=admin))
+    daemon = wait_admin(start_daemon(tenants={"dev": NOBODY_CONNECTS}, admin=admin))
     st = daemon.admin_socket.stat()
     assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, ADM_GID, 0o660)
     member = hostcapctl_as(

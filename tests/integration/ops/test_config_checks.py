@@ -95,8 +95,15 @@ def test_check_config_passes_a_config_the_daemon_serves(state_dir: Path) -> None
     assert done.stdout.endswith("ok (2 tenant(s): alpha, beta)\n")
 
 
-def test_check_config_refuses_a_root_run_as_user_naming_the_tenant(state_dir: Path) -> None:
-    path = write(state_dir, {"alpha": {}, "beta": {"run_as_user": 0}})
+@pytest.mark.parametrize("root", [0, "0"])
+def test_check_config_refuses_a_root_run_as_user_naming_the_tenant(
+    state_dir: Path, root: int | str
+) -> None:
+    # A number written as a string is a uid too (not "unknown user"). The
+    # socket is the owner's alone: root's group would be the run-as group's.
+    beta = {"run_as_user": 0, "socket_group": None, "socket_mode": 0o600}
+    write(state_dir, {"alpha": {}, "beta": beta})  # the roots, made as uid 0's
+    path = write(state_dir, {"alpha": {}, "beta": {**beta, "run_as_user": root}}, prepare=False)
     done = check_config(path)
     assert done.returncode == 2, done
     assert done.stderr.splitlines() == [

@@ -1,5 +1,6 @@
 """Daemon log lines carry a timestamp when stderr is a file or a terminal,
-and none when it is the journal (JOURNAL_STREAM names stderr's own file)."""
+and none when it is the journal (JOURNAL_STREAM names stderr's own file), which
+gets a syslog priority instead."""
 
 from __future__ import annotations
 
@@ -42,7 +43,8 @@ def test_log_lines_to_the_journal_are_not(
     log.touch()
     st = os.stat(log)
     daemon = wait_admin(start_daemon(env={"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}))
-    assert reload_line(daemon).startswith("hostcapd INFO hostcapd: reloaded: ")
+    # With its syslog priority (6: info) first, which journald takes off.
+    assert reload_line(daemon).startswith("<6>hostcapd INFO hostcapd: reloaded: ")
 
 
 def test_a_journal_stream_of_another_file_is_not_the_journal(

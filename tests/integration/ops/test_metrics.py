@@ -4,9 +4,14 @@ counts move with real spawns, refusals, file operations and audit records."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import os
+import re
 import socket
 import stat
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -15,7 +20,7 @@ import pytest
 from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc
 from ops_support import hostcapctl, wait_admin, wait_until
 from prometheus_client.parser import text_string_to_metric_families
-from support.daemon import Daemon
+from support.daemon import REPO, Daemon
 from support.process import Client, outcome, request
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -127,10 +132,13 @@ async def test_counts_move_with_real_spawns(metered: Daemon, marker: str) -> Non
     assert failed_reads == 1
     assert value(after, "hostcapd_journal_records_dropped_total") == 0
     assert value(after, "hostcapd_audit_deferred_exit_records") == 0
-    # The daemon process itself.
-    assert value(after, "hostcapd_process_resident_memory_bytes") > 0
-    assert value(after, "hostcapd_process_open_fds") > 0
-    assert value(after, "hostcapd_process_cpu_seconds_total") > 0
+    # Started beside ended: the four that ran (the missing program was refused).
+    assert moved("hostcapd_spawns_started_total", tenant="dev") == 4
+    # The daemon process itself, under the standard names.
+    assert value(after, "process_resident_memory_bytes") > 0
+    assert value(after, "process_open_fds") > 0
+    assert value(after, "process_cpu_seconds_total") > 0
+    assert not any(name.startswith("hostcapd_process_") for name, _ in after)
 
 
 def get(sock: Path, target: str, method: str = "GET") -> tuple[int, str]:
@@ -189,3 +197,104 @@ def test_the_dev_config_serves_metrics(tmp_path: Path) -> None:
     config = dev_config(tmp_path / "state")
     assert config.metrics is not None
     assert config.metrics.socket == (tmp_path / "state" / "run" / "metrics.sock").resolve()
+
+
+# --- what an SRE expects beside the counts ---------------------------------------------
+
+
+def test_build_info_says_the_version_and_the_commit(metered: Daemon) -> None:
+    from hostcap_proto import build
+
+    samples = scrape(metered)
+    builds = [dict(labels) for name, labels in samples if name == "hostcapd_build_info"]
+    assert len(builds) == 1, builds
+    # The one source of both (setuptools-scm's, as `hostcapd --version` says).
+    assert builds[0] == {"version": build.VERSION, "commit": build.COMMIT}
+    assert value(samples, "hostcapd_build_info", **builds[0]) == 1
+    if build.COMMIT != build.UNKNOWN:
+        assert re.fullmatch(r"[0-9a-f]{7,40}", build.COMMIT), build.COMMIT
+        known = subprocess.run(
+            ["git", "-C", str(REPO), "cat-file", "-e", f"{build.COMMIT}^{{commit}}"],
+            capture_output=True,
+            check=False,
+        )
+        assert known.returncode == 0, f"{build.COMMIT} is not a commit of this repository"
+
+
+def test_no_created_series_and_every_counter_ends_in_total(metered: Daemon) -> None:
+    done = hostcapctl("metrics", admin=metered.admin_socket)
+    assert done.returncode == 0, done.stderr
+    assert "_created" not in done.stdout
+    for family in text_string_to_metric_families(done.stdout):
+        if family.type == "counter":
+            assert all(s.name.endswith("_total") for s in family.samples), family.name
+
+
+def test_reloads_are_reported_successful_or_not_with_the_time(metered: Daemon) -> None:
+    started = scrape(metered)
+    assert value(started, "hostcapd_config_last_reload_successful") == 1
+    applied_at = value(started, "hostcapd_config_last_reload_success_timestamp_seconds")
+    assert 0 < applied_at <= time.time()
+
+    good = dict(metered.config)
+    metered.config_path.write_text("[daemon]\nstate_dir = 1\n")  # refused
+    assert hostcapctl("reload", admin=metered.admin_socket).returncode == 125
+    refused = scrape(metered)
+    assert value(refused, "hostcapd_config_last_reload_successful") == 0
+    assert value(refused, "hostcapd_config_last_reload_success_timestamp_seconds") == applied_at
+
+    metered.config = good
+    metered.write_config()
+    assert hostcapctl("reload", admin=metered.admin_socket).returncode == 0
+    applied = scrape(metered)
+    assert value(applied, "hostcapd_config_last_reload_successful") == 1
+    assert value(applied, "hostcapd_config_last_reload_success_timestamp_seconds") > applied_at
+
+
+async def test_a_full_audit_volume_shows_in_free_bytes_and_write_errors(
+    start_daemon: Callable[..., Daemon], state_dir: Path
+) -> None:
+    volume = state_dir / "audit-volume"
+    volume.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0755", "tmpfs", str(volume)], check=True
+    )
+    try:
+        daemon = wait_admin(
+            start_daemon(
+                metrics={"socket": str(state_dir / "run" / "metrics.sock")},
+                audit={"path": str(volume / "audit.jsonl"), "group": "root", "journal": "off"},
+            )
+        )
+        before = scrape(daemon)
+        free = value(before, "hostcapd_audit_volume_free_bytes")
+        st = os.statvfs(volume)
+        assert free > 0 and abs(free - st.f_bfree * st.f_frsize) <= 64 * 1024
+        assert value(before, "hostcapd_audit_errors_total", operation="write") == 0
+        assert ("hostcapd_audit_errors_total", (("operation", "fsync"),)) in before
+        filler = volume / "filler"
+        with open(filler, "wb", buffering=0) as out:
+            for step in (65536, 4096, 512, 1):
+                with contextlib.suppress(OSError):
+                    while True:
+                        out.write(b"\0" * step)
+        client = Client(daemon.socket)
+        try:
+            reason = ""
+            for _ in range(8):  # the log's last page may take a line or two
+                try:
+                    reason = await client.refusal("true")
+                except AssertionError:  # it ran
+                    continue
+                break
+            assert reason == "AUDIT_UNAVAILABLE"
+        finally:
+            await client.close()
+        full = scrape(daemon)
+        assert value(full, "hostcapd_audit_volume_free_bytes") == 0
+        assert value(full, "hostcapd_audit_errors_total", operation="write") >= 1
+        filler.unlink()
+        assert value(scrape(daemon), "hostcapd_audit_volume_free_bytes") > 0
+        daemon.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(volume)], check=False)

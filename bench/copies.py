@@ -10,10 +10,11 @@ step runs, over the bytes of output the step carries. 1.0 is one copy held
 at once; the kept output itself is not counted (it is resident before the
 step begins).
 
-- `run_root`: a Run's reply on the root side: 256 MiB of kept stdout
-  (head, marker, tail) to the bytes the channel writes into its memfd;
-- `run_frontend`: the front-end's decoding of that message, to the bytes
-  it gives gRPC;
+- `run_root`: a Run's reply on the daemon's side: 256 MiB of kept stdout
+  (head, marker, tail) joined into the typed answer, to the bytes the
+  channel writes into its memfd;
+- `run_frontend`: the front-end's decoding of that message, to the wire
+  bytes it gives gRPC (`convert.unary_reply`);
 - `stream_root`: one 1 MiB output event on the root side, from the pipe's
   read to the datagram (an average over 64; Python's allocations, by
   tracemalloc, the read itself included: it is one copy);
@@ -74,93 +75,79 @@ def _allocated(step: Callable[[], Any]) -> tuple[int, Any]:
         tracemalloc.stop()
 
 
-def _run_result() -> tuple[Any, Any]:
+def _kept_stdout() -> Any:
     """A finished Run's StreamBuffer with RUN_OUTPUT kept (half head, half
-    tail, 64 MiB dropped between), and its reply's other fields."""
-    from hostcap_proto.v1 import process_pb2
+    tail, 64 MiB dropped between)."""
     from hostcapd.process.output import StreamBuffer
 
     buf = StreamBuffer(RUN_OUTPUT)
     chunk = b"x" * EVENT
     for _ in range((RUN_OUTPUT + 64 * MiB) // EVENT):
         buf.feed(chunk)
-    started = process_pb2.Started(spawn_id="s", pid=2)
-    exited = process_pb2.Exited(exit_code=0, message="exited 0")
-    return buf, (started, exited)
-
-
-def _reply_wire(started: Any, stdout: Any, stderr: Any, exited: Any) -> Any:
-    """The Run reply the servicer gives the bridge (before: a RunResult)."""
-    from hostcapd.frontend import process_service
-
-    if hasattr(process_service, "run_result"):
-        return process_service.run_result(started, stdout, stderr, exited)
-    from hostcap_proto.v1 import process_pb2
-
-    reply = process_pb2.RunResult(
-        started=started, stdout=stdout.result(), stderr=stderr.result(), exited=exited
-    )
-    return reply.SerializeToString()
+    return buf
 
 
 def measure() -> dict[str, float]:
     from hostcapd.bridge import channel, messages
-    from hostcapd.frontend.process_service import output_event
-    from hostcapd.process.output import StreamBuffer
+    from hostcapd.frontend import convert
 
     figures: dict[str, float] = {}
     decoder = messages.TO_FRONTEND
+    started = messages.Started(spawn_id="s", pid=2)
+    exited = messages.Exited(outcome="EXITED", exit_code=0, message="exited 0")
 
-    # ---- a Run's reply ----
-    buf, (started, exited) = _run_result()
-    empty = StreamBuffer(0)
+    # ---- a Run's reply: the service's answer to the channel's datagram ----
+    buf = _kept_stdout()
 
     def reply() -> tuple[list[Any], list[int]]:
-        return channel.encode(messages.Reply(call=1), _reply_wire(started, buf, empty, exited))
+        answer = messages.RunResult(started=started, stdout=buf.result(), exited=exited)
+        return channel.encode(messages.Reply(call=1, answer=answer))
 
     held, (buffers, fds) = _held(reply)
     figures["run_root"] = held / RUN_OUTPUT
-    datagram = b"".join(buffers)
+    datagram = b"".join(bytes(b) for b in buffers)
+    del buffers
 
-    def decode() -> tuple[Any, bytes]:
-        return channel.decode(memoryview(datagram), [os.dup(fds[0])], decoder)  # type: ignore[no-any-return]
+    def decode() -> bytes:
+        message, _ = channel.decode(memoryview(datagram), [os.dup(fd) for fd in fds], decoder)
+        wire = convert.unary_reply(message.answer)
+        assert isinstance(wire, bytes)
+        return wire
 
-    held, (_, payload) = _held(decode)
+    held, wire = _held(decode)
     figures["run_frontend"] = held / RUN_OUTPUT
-    assert len(payload) > RUN_OUTPUT
-    del payload
+    assert len(wire) > RUN_OUTPUT
+    del wire
     for fd in fds:
         os.close(fd)
     gc.collect()
 
     # ---- a stream's events, one at a time ----
-    stream = StreamBuffer(EVENTS * 4 * EVENT, retain_head=False)
-    datagrams: list[bytes] = []
-
     def event() -> None:
         data = bytes(EVENT)  # the pipe's read
-        wire = output_event(1, stream.feed(data))
-        parts, _ = channel.encode(messages.Event(call=1), wire)
-        datagrams.append(b"".join(bytes(p) for p in parts[:2]))  # the prefix and header
+        item = messages.SpawnEvent(output=messages.Output(stream="STDOUT", data=data))
+        channel.encode(messages.Event(call=1, item=item))
 
     total = 0
     for _ in range(EVENTS):
         held, _ = _allocated(event)
         total += held
     figures["stream_root"] = total / (EVENTS * EVENT)
-    whole = b"".join(
-        bytes(p) for p in channel.encode(messages.Event(call=1), output_event(1, bytes(EVENT)))[0]
-    )
+    item = messages.SpawnEvent(output=messages.Output(stream="STDOUT", data=bytes(EVENT)))
+    parts, event_fds = channel.encode(messages.Event(call=1, item=item))
+    assert not event_fds
+    whole = b"".join(bytes(p) for p in parts)
 
-    def received() -> bytes:
-        return channel.decode(memoryview(whole), [], decoder)[1]  # type: ignore[no-any-return]
+    def received() -> Any:
+        message, _ = channel.decode(memoryview(whole), [], decoder)
+        return convert.streamed(message.item)
 
     total = 0
     for _ in range(EVENTS):
-        held, payload = _allocated(received)
+        held, wire = _allocated(received)
         total += held
-        assert len(payload) > EVENT
-        del payload
+        assert len(wire) > EVENT
+        del wire
     figures["stream_frontend"] = total / (EVENTS * EVENT)
     return figures
 

@@ -2,7 +2,7 @@
 tenant's own file system (its disk budget's image), attributed to the spawn
 by process ancestry (decision 0030).
 
-    watcher = FsChangesWatcher.start(tenant, budget, max_paths)
+    watcher = FsChangesWatcher.start(tenant, mount, roots, max_paths)
     watcher.spawner = spawner_client             # its .pid: the roots' parent
     watcher.begin(spawn_pid, cgroup_name)        # once the spawn's pid is known
     changes = await watcher.finish(spawn_pid)    # once its tree is dead

@@ -11,8 +11,8 @@ from hostcapd.sandbox.fschanges import (
     FAN_MOVED_FROM,
     FAN_ONDIR,
     Changes,
-    _bits,
 )
+from hostcapd.sandbox.fschanges.changes import _bits
 
 
 def test_the_list_is_capped_and_what_is_beyond_is_counted_exactly() -> None:

@@ -103,6 +103,11 @@ def tenant_config(state: Path, name: str, sandbox: dict[str, str]) -> dict[str, 
         },
         "env_allowlist": ["LANG"],
         "max_concurrent_spawns": 64,
+        # Set, not derived: six tenants' derived shares of half the host, less
+        # the stream tenant's front-end (its output ceiling is the largest),
+        # leave that one nothing (tenant ceilings, issue 29).
+        "tenant_pids": 2048,
+        "tenant_memory_bytes": GiB,
         **({"warm_spawns": 0} if name.endswith("_fresh") else {}),
         **({"warm_spawns": WARM_SPAWNS} if name.endswith("_warm") else {}),
         "limits": {

@@ -268,42 +268,29 @@ class Spawner:
         where there are: their fds, returned, are the caller's to hold or
         close), the identity, ruleset and cgroups given, and `request`'s
         fields (the executable, argv, stdio, ...: a warm child's are blanks)."""
+        namespaces: dict[str, Any]
         if env:
             # The environment's namespaces: not the caller's to hold or close
             # (an egress listener's namespace, if one came, is not used).
             if given_netns >= 0:
                 os.close(given_netns)
-            return (
-                ChildPlan(
-                    umask=profile.umask,
-                    hostname=profile.hostname,
-                    cgroup_fds=cgroup_fds,
-                    rlimits=rlimits,
-                    oom_score_adj=profile.oom_score_adj,
-                    loginuid=loginuid,
-                    drop_caps=profile.drop_caps,
-                    ids=ids,
-                    no_new_privs=profile.no_new_privs,
-                    landlock_fd=landlock_fd,
-                    landlock_rules=profile.landlock_rules if landlock_fd >= 0 else [],
-                    seccomp_filter=profile.seccomp,
-                    pdeathsig=profile.pdeathsig,
-                    life_fd=self.life_read,
-                    **self.env_plan(profile, env),
-                    **request,
-                ),
-                -1,
-                -1,
+            namespaces, held = self.env_plan(profile, env), (-1, -1)
+        else:
+            clone_flags, loopback, netns_fd, mounts, mntns_fd, init = self.namespaces(
+                profile, key, given_netns
             )
-        clone_flags, loopback, netns_fd, mounts, mntns_fd, init = self.namespaces(
-            profile, key, given_netns
-        )
+            namespaces = {
+                "clone_flags": clone_flags,
+                "mounts": mounts,
+                "loopback_up": loopback,
+                "netns_fd": netns_fd,
+                "mntns_fd": mntns_fd,
+                "init": init,
+            }
+            held = (netns_fd, mntns_fd)
         plan = ChildPlan(
             umask=profile.umask,
-            clone_flags=clone_flags,
-            mounts=mounts,
             hostname=profile.hostname,
-            loopback_up=loopback,
             cgroup_fds=cgroup_fds,
             rlimits=rlimits,
             oom_score_adj=profile.oom_score_adj,
@@ -316,12 +303,10 @@ class Spawner:
             seccomp_filter=profile.seccomp,
             pdeathsig=profile.pdeathsig,
             life_fd=self.life_read,
-            netns_fd=netns_fd,
-            mntns_fd=mntns_fd,
-            init=init,
+            **namespaces,
             **request,
         )
-        return plan, netns_fd, mntns_fd
+        return plan, *held
 
     def kill(self, spawn_id: str, pid: int, sig: int) -> None:
         # Only a child we have not reaped yet: its pid cannot have been reused.

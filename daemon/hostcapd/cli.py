@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from hostcap_proto.build import VersionAction
+
 from hostcapd.config import Config, ConfigError, dev_config, load_config, prepare_dev_state
 from hostcapd.logsetup import FORMATS, LEVELS
 
@@ -42,23 +44,9 @@ def version_line() -> str:
     )
 
 
-class _Version(argparse.Action):
-    """--version: the line as is (argparse's own would wrap it at the terminal's width)."""
-
-    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS) -> None:
-        super().__init__(
-            option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-            help="print the version and the commit of this build, and exit",
-        )  # fmt: skip
-
-    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        print(version_line())
-        parser.exit()
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hostcapd", description="the hostcap daemon")
-    parser.add_argument("--version", action=_Version)
+    parser.add_argument("--version", action=VersionAction, line=version_line)
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve every tenant of a config")
     source = serve.add_mutually_exclusive_group(required=True)

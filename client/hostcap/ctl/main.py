@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from hostcap_proto.build import VersionAction
+
 #: Command groups; each module has register(subparsers) and sets func=handler(args) -> int.
 COMMAND_MODULES = (
     "hostcap.ctl.process",
@@ -36,23 +38,9 @@ def version_line() -> str:
     return f"hostcapctl {VERSION} (commit {COMMIT}, run from a source tree, not installed)"
 
 
-class _Version(argparse.Action):
-    """--version: the line as is (argparse's own would wrap it at the terminal's width)."""
-
-    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS) -> None:
-        super().__init__(
-            option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-            help="print the version and the commit of this build, and exit",
-        )  # fmt: skip
-
-    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        print(version_line())
-        parser.exit()
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hostcapctl", description="talk to hostcapd")
-    parser.add_argument("--version", action=_Version)
+    parser.add_argument("--version", action=VersionAction, line=version_line)
     parser.add_argument(
         "--socket",
         type=Path,

@@ -375,6 +375,11 @@ HOST_REASONS: Mapping[HostReasonName, HostReason] = {
         _D.EXECUTION, "the file changed since it was read (sha256 mismatch)", retryable=True
     ),
     "INVALID_ARGUMENT": HostReason(_D.EXECUTION, "the host refused the request as malformed"),
+    "STDIN_NOT_OPEN": HostReason(
+        _D.EXECUTION, "the session's input is not open (not started with it, or closed)"
+    ),
+    "SPAWN_ENDED": HostReason(_D.EXECUTION, "the session has ended"),
+    "NOT_A_TERMINAL": HostReason(_D.EXECUTION, "the session has no terminal"),
     "AUDIT_UNAVAILABLE": HostReason(
         _D.UNAVAILABLE, "the host's audit log is unavailable; nothing was done", retryable=True
     ),

@@ -109,6 +109,9 @@ ReasonName = Literal[
     "PROTECTION_UNAVAILABLE",
     "INVALID_ARGUMENT",
     "ACCESS_DENIED",
+    "STDIN_NOT_OPEN",
+    "SPAWN_ENDED",
+    "NOT_A_TERMINAL",
 ]
 REASONS: tuple[ReasonName, ...] = get_args(ReasonName)
 

@@ -45,6 +45,9 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     PROTECTION_UNAVAILABLE: _ClassVar[ErrorReason]
     INVALID_ARGUMENT: _ClassVar[ErrorReason]
     ACCESS_DENIED: _ClassVar[ErrorReason]
+    STDIN_NOT_OPEN: _ClassVar[ErrorReason]
+    SPAWN_ENDED: _ClassVar[ErrorReason]
+    NOT_A_TERMINAL: _ClassVar[ErrorReason]
 OUTCOME_UNSPECIFIED: Outcome
 EXITED: Outcome
 SIGNALED: Outcome
@@ -77,6 +80,9 @@ AUDIT_UNAVAILABLE: ErrorReason
 PROTECTION_UNAVAILABLE: ErrorReason
 INVALID_ARGUMENT: ErrorReason
 ACCESS_DENIED: ErrorReason
+STDIN_NOT_OPEN: ErrorReason
+SPAWN_ENDED: ErrorReason
+NOT_A_TERMINAL: ErrorReason
 
 class Limits(_message.Message):
     __slots__ = ("cpu_seconds", "memory_bytes", "wall_seconds", "pids", "output_bytes", "file_size_bytes", "open_files", "total_output_bytes")

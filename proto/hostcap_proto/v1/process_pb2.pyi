@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class SpawnRequest(_message.Message):
-    __slots__ = ("argv", "cwd", "env", "stdin", "limits", "request_id", "dry_run", "labels", "detached", "environment_id")
+    __slots__ = ("argv", "cwd", "env", "stdin", "limits", "request_id", "dry_run", "labels", "detached", "environment_id", "stdin_open", "tty")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,8 @@ class SpawnRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     DETACHED_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    STDIN_OPEN_FIELD_NUMBER: _ClassVar[int]
+    TTY_FIELD_NUMBER: _ClassVar[int]
     argv: _containers.RepeatedScalarFieldContainer[str]
     cwd: str
     env: _containers.ScalarMap[str, str]
@@ -43,7 +45,17 @@ class SpawnRequest(_message.Message):
     labels: _containers.ScalarMap[str, str]
     detached: bool
     environment_id: str
-    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., request_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., detached: _Optional[bool] = ..., environment_id: _Optional[str] = ...) -> None: ...
+    stdin_open: bool
+    tty: TerminalSize
+    def __init__(self, argv: _Optional[_Iterable[str]] = ..., cwd: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., request_id: _Optional[str] = ..., dry_run: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., detached: _Optional[bool] = ..., environment_id: _Optional[str] = ..., stdin_open: _Optional[bool] = ..., tty: _Optional[_Union[TerminalSize, _Mapping]] = ...) -> None: ...
+
+class TerminalSize(_message.Message):
+    __slots__ = ("rows", "cols")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    cols: int
+    def __init__(self, rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
 
 class Executable(_message.Message):
     __slots__ = ("path", "device", "inode", "sha256")
@@ -58,7 +70,7 @@ class Executable(_message.Message):
     def __init__(self, path: _Optional[str] = ..., device: _Optional[int] = ..., inode: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
 
 class Started(_message.Message):
-    __slots__ = ("spawn_id", "pid", "executable", "limits", "protections", "cwd", "env_names", "dry_run", "attached", "request_id")
+    __slots__ = ("spawn_id", "pid", "executable", "limits", "protections", "cwd", "env_names", "dry_run", "attached", "request_id", "stdin_open", "tty")
     SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     EXECUTABLE_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +81,8 @@ class Started(_message.Message):
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     ATTACHED_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STDIN_OPEN_FIELD_NUMBER: _ClassVar[int]
+    TTY_FIELD_NUMBER: _ClassVar[int]
     spawn_id: str
     pid: int
     executable: Executable
@@ -79,7 +93,9 @@ class Started(_message.Message):
     dry_run: bool
     attached: bool
     request_id: str
-    def __init__(self, spawn_id: _Optional[str] = ..., pid: _Optional[int] = ..., executable: _Optional[_Union[Executable, _Mapping]] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., cwd: _Optional[str] = ..., env_names: _Optional[_Iterable[str]] = ..., dry_run: _Optional[bool] = ..., attached: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
+    stdin_open: bool
+    tty: TerminalSize
+    def __init__(self, spawn_id: _Optional[str] = ..., pid: _Optional[int] = ..., executable: _Optional[_Union[Executable, _Mapping]] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., protections: _Optional[_Iterable[_Union[_common_pb2.Protection, _Mapping]]] = ..., cwd: _Optional[str] = ..., env_names: _Optional[_Iterable[str]] = ..., dry_run: _Optional[bool] = ..., attached: _Optional[bool] = ..., request_id: _Optional[str] = ..., stdin_open: _Optional[bool] = ..., tty: _Optional[_Union[TerminalSize, _Mapping]] = ...) -> None: ...
 
 class Output(_message.Message):
     __slots__ = ("stream", "data")
@@ -100,7 +116,7 @@ class StreamStats(_message.Message):
     def __init__(self, total_bytes: _Optional[int] = ..., kept_bytes: _Optional[int] = ..., dropped_bytes: _Optional[int] = ...) -> None: ...
 
 class Exited(_message.Message):
-    __slots__ = ("outcome", "exit_code", "signal", "signal_name", "message", "failed_step", "errno", "rusage", "peak_memory_bytes", "duration_seconds", "stdout", "stderr", "oom_kills")
+    __slots__ = ("outcome", "exit_code", "signal", "signal_name", "message", "failed_step", "errno", "rusage", "peak_memory_bytes", "duration_seconds", "stdout", "stderr", "oom_kills", "tty", "input_writes", "input_bytes")
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     SIGNAL_FIELD_NUMBER: _ClassVar[int]
@@ -114,6 +130,9 @@ class Exited(_message.Message):
     STDOUT_FIELD_NUMBER: _ClassVar[int]
     STDERR_FIELD_NUMBER: _ClassVar[int]
     OOM_KILLS_FIELD_NUMBER: _ClassVar[int]
+    TTY_FIELD_NUMBER: _ClassVar[int]
+    INPUT_WRITES_FIELD_NUMBER: _ClassVar[int]
+    INPUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     outcome: _common_pb2.Outcome
     exit_code: int
     signal: int
@@ -127,7 +146,10 @@ class Exited(_message.Message):
     stdout: StreamStats
     stderr: StreamStats
     oom_kills: int
-    def __init__(self, outcome: _Optional[_Union[_common_pb2.Outcome, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., signal_name: _Optional[str] = ..., message: _Optional[str] = ..., failed_step: _Optional[str] = ..., errno: _Optional[int] = ..., rusage: _Optional[_Union[_common_pb2.Rusage, _Mapping]] = ..., peak_memory_bytes: _Optional[int] = ..., duration_seconds: _Optional[float] = ..., stdout: _Optional[_Union[StreamStats, _Mapping]] = ..., stderr: _Optional[_Union[StreamStats, _Mapping]] = ..., oom_kills: _Optional[int] = ...) -> None: ...
+    tty: TerminalSize
+    input_writes: int
+    input_bytes: int
+    def __init__(self, outcome: _Optional[_Union[_common_pb2.Outcome, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., signal_name: _Optional[str] = ..., message: _Optional[str] = ..., failed_step: _Optional[str] = ..., errno: _Optional[int] = ..., rusage: _Optional[_Union[_common_pb2.Rusage, _Mapping]] = ..., peak_memory_bytes: _Optional[int] = ..., duration_seconds: _Optional[float] = ..., stdout: _Optional[_Union[StreamStats, _Mapping]] = ..., stderr: _Optional[_Union[StreamStats, _Mapping]] = ..., oom_kills: _Optional[int] = ..., tty: _Optional[_Union[TerminalSize, _Mapping]] = ..., input_writes: _Optional[int] = ..., input_bytes: _Optional[int] = ...) -> None: ...
 
 class SpawnEvent(_message.Message):
     __slots__ = ("started", "output", "exited")
@@ -172,7 +194,7 @@ class ListRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class SpawnInfo(_message.Message):
-    __slots__ = ("spawn_id", "tenant", "pid", "argv", "age_seconds", "limits", "labels", "request_id", "detached", "environment_id")
+    __slots__ = ("spawn_id", "tenant", "pid", "argv", "age_seconds", "limits", "labels", "request_id", "detached", "environment_id", "stdin_open", "tty")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -190,6 +212,8 @@ class SpawnInfo(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     DETACHED_FIELD_NUMBER: _ClassVar[int]
     ENVIRONMENT_ID_FIELD_NUMBER: _ClassVar[int]
+    STDIN_OPEN_FIELD_NUMBER: _ClassVar[int]
+    TTY_FIELD_NUMBER: _ClassVar[int]
     spawn_id: str
     tenant: str
     pid: int
@@ -200,7 +224,9 @@ class SpawnInfo(_message.Message):
     request_id: str
     detached: bool
     environment_id: str
-    def __init__(self, spawn_id: _Optional[str] = ..., tenant: _Optional[str] = ..., pid: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., age_seconds: _Optional[float] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., detached: _Optional[bool] = ..., environment_id: _Optional[str] = ...) -> None: ...
+    stdin_open: bool
+    tty: TerminalSize
+    def __init__(self, spawn_id: _Optional[str] = ..., tenant: _Optional[str] = ..., pid: _Optional[int] = ..., argv: _Optional[_Iterable[str]] = ..., age_seconds: _Optional[float] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., request_id: _Optional[str] = ..., detached: _Optional[bool] = ..., environment_id: _Optional[str] = ..., stdin_open: _Optional[bool] = ..., tty: _Optional[_Union[TerminalSize, _Mapping]] = ...) -> None: ...
 
 class ListResponse(_message.Message):
     __slots__ = ("spawns",)
@@ -301,3 +327,41 @@ class ListEnvironmentsResponse(_message.Message):
     ENVIRONMENTS_FIELD_NUMBER: _ClassVar[int]
     environments: _containers.RepeatedCompositeFieldContainer[EnvironmentInfo]
     def __init__(self, environments: _Optional[_Iterable[_Union[EnvironmentInfo, _Mapping]]] = ...) -> None: ...
+
+class WriteStdinRequest(_message.Message):
+    __slots__ = ("spawn_id", "data", "close")
+    SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    spawn_id: str
+    data: bytes
+    close: bool
+    def __init__(self, spawn_id: _Optional[str] = ..., data: _Optional[bytes] = ..., close: _Optional[bool] = ...) -> None: ...
+
+class WriteStdinResponse(_message.Message):
+    __slots__ = ("spawn_id", "bytes_written", "total_bytes", "writes")
+    SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
+    BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    WRITES_FIELD_NUMBER: _ClassVar[int]
+    spawn_id: str
+    bytes_written: int
+    total_bytes: int
+    writes: int
+    def __init__(self, spawn_id: _Optional[str] = ..., bytes_written: _Optional[int] = ..., total_bytes: _Optional[int] = ..., writes: _Optional[int] = ...) -> None: ...
+
+class ResizeRequest(_message.Message):
+    __slots__ = ("spawn_id", "rows", "cols")
+    SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    spawn_id: str
+    rows: int
+    cols: int
+    def __init__(self, spawn_id: _Optional[str] = ..., rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
+
+class ResizeResponse(_message.Message):
+    __slots__ = ("spawn_id",)
+    SPAWN_ID_FIELD_NUMBER: _ClassVar[int]
+    spawn_id: str
+    def __init__(self, spawn_id: _Optional[str] = ...) -> None: ...

@@ -75,6 +75,16 @@ class ProcessServiceStub:
                 request_serializer=hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsRequest.SerializeToString,
                 response_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsResponse.FromString,
                 _registered_method=True)
+        self.WriteStdin = channel.unary_unary(
+                '/hostcap.v1.ProcessService/WriteStdin',
+                request_serializer=hostcap__proto_dot_v1_dot_process__pb2.WriteStdinRequest.SerializeToString,
+                response_deserializer=hostcap__proto_dot_v1_dot_process__pb2.WriteStdinResponse.FromString,
+                _registered_method=True)
+        self.Resize = channel.unary_unary(
+                '/hostcap.v1.ProcessService/Resize',
+                request_serializer=hostcap__proto_dot_v1_dot_process__pb2.ResizeRequest.SerializeToString,
+                response_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ResizeResponse.FromString,
+                _registered_method=True)
 
 
 class ProcessServiceServicer:
@@ -147,6 +157,27 @@ class ProcessServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WriteStdin(self, request, context):
+        """Write to the stdin of a live spawn of this tenant started with
+        stdin_open (or a tty). At most 64 KiB per call; the call returns once
+        the bytes are in the pipe (or the terminal), so a full pipe slows the
+        caller, not the daemon's memory. close delivers EOF after the data.
+        NOT_FOUND for an id of another tenant; STDIN_NOT_OPEN for a spawn not
+        started with its input open, or whose input was closed; SPAWN_ENDED
+        once it has ended. Each call is a process.input audit record.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Resize(self, request, context):
+        """Set a tty spawn's terminal size; its foreground process group gets
+        SIGWINCH. NOT_A_TERMINAL for a spawn without a tty.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ProcessServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -189,6 +220,16 @@ def add_ProcessServiceServicer_to_server(servicer, server):
                     servicer.ListEnvironments,
                     request_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsRequest.FromString,
                     response_serializer=hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsResponse.SerializeToString,
+            ),
+            'WriteStdin': grpc.unary_unary_rpc_method_handler(
+                    servicer.WriteStdin,
+                    request_deserializer=hostcap__proto_dot_v1_dot_process__pb2.WriteStdinRequest.FromString,
+                    response_serializer=hostcap__proto_dot_v1_dot_process__pb2.WriteStdinResponse.SerializeToString,
+            ),
+            'Resize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resize,
+                    request_deserializer=hostcap__proto_dot_v1_dot_process__pb2.ResizeRequest.FromString,
+                    response_serializer=hostcap__proto_dot_v1_dot_process__pb2.ResizeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -408,6 +449,60 @@ class ProcessService:
             '/hostcap.v1.ProcessService/ListEnvironments',
             hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsRequest.SerializeToString,
             hostcap__proto_dot_v1_dot_process__pb2.ListEnvironmentsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WriteStdin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hostcap.v1.ProcessService/WriteStdin',
+            hostcap__proto_dot_v1_dot_process__pb2.WriteStdinRequest.SerializeToString,
+            hostcap__proto_dot_v1_dot_process__pb2.WriteStdinResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hostcap.v1.ProcessService/Resize',
+            hostcap__proto_dot_v1_dot_process__pb2.ResizeRequest.SerializeToString,
+            hostcap__proto_dot_v1_dot_process__pb2.ResizeResponse.FromString,
             options,
             channel_credentials,
             insecure,

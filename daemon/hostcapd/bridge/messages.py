@@ -11,7 +11,7 @@ a malformed message (`forbid_unknown_fields`), as is a wrong type (msgspec
 does not coerce: a bool is not an int, a float not an int).
 
     front-end -> root   Ready, Call (AdminCall), Cancel, Ack, Malformed
-    root -> front-end   Hello, Reply, Event, End, Abort, Drain, Serving
+    root -> front-end   Hello, Reply, Event, Chunk, End, Abort, Drain, Serving
 
 The admin socket has a front-end of its own, whose channel carries only
 the admin operations (`AdminCall`): the root side reads each channel with
@@ -139,6 +139,7 @@ __all__ = [
     "Cancel",
     "CapabilitiesCall",
     "CapabilitiesResponse",
+    "Chunk",
     "CloseEnvironmentCall",
     "CloseEnvironmentResponse",
     "DirEntry",
@@ -304,6 +305,21 @@ class Event(Message, frozen=True, tag="event"):
     item: Streamed
 
 
+class Chunk(Message, frozen=True, tag="chunk"):
+    """A read of a spawn's output pipe, passed on as it came (the payload is
+    its bytes; acknowledged with an `Ack`, as an `Event`). The root side
+    keeps none of it, only its counts: the front-end keeps the head and
+    tail of each stream within `keep` bytes, and builds the Run's result or
+    streams the Spawn's head at once and its tail before its Exited, where
+    that memory is the tenant's (decision 0032)."""
+
+    call: CallId
+    #: 1 (stdout) or 2 (stderr).
+    stream: Annotated[int, msgspec.Meta(ge=1, le=2)]
+    #: The stream's output budget (`Limits.output_bytes` as applied).
+    keep: U64
+
+
 class End(Message, frozen=True, tag="end"):
     """A streaming call ended well."""
 
@@ -342,5 +358,5 @@ class Serving(Message, frozen=True, tag="serving"):
 
 
 TO_FRONTEND: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
-    Hello | Reply | Event | End | Abort | Drain | Serving
+    Hello | Reply | Event | Chunk | End | Abort | Drain | Serving
 )

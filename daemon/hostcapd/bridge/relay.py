@@ -11,7 +11,9 @@ the call is refused QUOTA_EXCEEDED, its payload unread), runs the
 service's method on the typed request (`Relayed`, bound to this channel's
 tenant by `hostcapd.service`), and sends its typed answers back as `Reply`
 or `Event` (each streamed event waits for the front-end's `Ack`), a
-`Refusal` as an `Abort`. A message no correct front-end sends is a
+`Refusal` as an `Abort`. A spawn's output is passed on as it is read, in
+`Chunk`s (`RelayedCall.pass_output`, each acknowledged too): the root side
+keeps none of it (decision 0032). A message no correct front-end sends is a
 violation: `policy.deny` naming the tenant, and the channel is closed (its
 owner, `hostcapd.bridge.frontends.FrontendProcess`, restarts the process).
 Nothing here touches protobuf or gRPC.
@@ -21,8 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +52,9 @@ class RelayedCall:
     id: int
     #: The request's bytes field (stdin, a file's content); None when unset.
     payload: bytes | None = None
+    #: Pass a read of a spawn's output to the front-end: (stream, bytes,
+    #: the stream's budget); returns once the front-end has taken it.
+    pass_output: Callable[[int, bytes, int], Awaitable[None]] | None = None
 
 
 #: A service method: (request, call) to an answer, or to an async iterator
@@ -208,9 +214,13 @@ class Bridge:
                 self._refuse_unread(message.call, relayed, request)
                 return
             present = bool(getattr(request, "payload", False))
-            call = RelayedCall(message.call, payload if present else None)
-            del payload  # the call holds it now, and gives its bytes back when it ends
             state = _CallState(held=held)
+            call = RelayedCall(
+                message.call,
+                payload if present else None,
+                functools.partial(self._pass_output, message.call, state),
+            )
+            del payload  # the call holds it now, and gives its bytes back when it ends
             self.calls[message.call] = state
             state.task = asyncio.ensure_future(self._serve(call, relayed, request, state))
             started = True
@@ -290,6 +300,15 @@ class Bridge:
                 state.task.cancel()
 
     # --- serving a call -------------------------------------------------------
+
+    async def _pass_output(
+        self, call: int, state: _CallState, stream: int, data: bytes, keep: int
+    ) -> None:
+        """A read of the call's spawn's output, to the front-end, gathered
+        (never joined into another copy); returns once it is acknowledged."""
+        state.acked = asyncio.get_running_loop().create_future()
+        self.send(messages.Chunk(call=call, stream=stream, keep=keep), data)
+        await state.acked
 
     async def _serve(
         self, call: RelayedCall, relayed: Relayed, request: messages.Request, state: _CallState

@@ -14,6 +14,7 @@ written as wire bytes directly (`output_event`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -88,25 +89,37 @@ def to_proto(answer: messages.Answer) -> protobuf_message.Message:
     return message_class(answer.proto)(**fields)
 
 
-def unary_reply(answer: messages.Answer) -> bytes | protobuf_message.Message:
-    """A unary answer as gRPC sends it: a `RunResult` as its wire bytes (its
-    output is most of it, and at the ceiling two streams of 256 MiB: built
-    into one bytes object, not copied into a message and serialized again,
-    which took a front-end's cgroup past its limit), any other as a message."""
-    if isinstance(answer, messages.RunResult) and (answer.stdout or answer.stderr):
-        return run_result(answer)
+#: A stream's kept output as pieces (head, marker, tail), by stream (1, 2).
+Kept = Mapping[int, Sequence[bytes | bytearray]]
+
+
+def unary_reply(
+    answer: messages.Answer, kept: Kept | None = None
+) -> bytes | protobuf_message.Message:
+    """A unary answer as gRPC sends it: a `RunResult` as its wire bytes, its
+    output `kept` here as it came (decision 0032: the root side passes it on
+    and keeps none), any other as a message. Its output is most of it, and
+    at the ceiling two streams of 256 MiB: it is joined once, into the
+    bytes gRPC sends, not copied into a message and serialized again."""
+    if isinstance(answer, messages.RunResult):
+        pieces = {1: [answer.stdout], 2: [answer.stderr]} if kept is None else kept
+        if any(any(p) for p in pieces.values()):
+            return run_result(answer, pieces)
     return to_proto(answer)
 
 
-def run_result(result: messages.RunResult) -> bytes:
+def run_result(result: messages.RunResult, kept: Kept) -> bytes:
     """The wire bytes of a `RunResult`: its small fields serialized by
-    protobuf, then stdout (field 2) and stderr (field 3), each a tag, its
-    length and the bytes themselves (a parser takes fields in any order)."""
+    protobuf, then stdout (field 2) and stderr (field 3) from their pieces,
+    each a tag, its length and the bytes themselves (a parser takes fields
+    in any order), joined once."""
     small = to_proto(msgspec.structs.replace(result, stdout=b"", stderr=b""))
-    parts = [small.SerializeToString()]
-    for tag, data in ((b"\x12", result.stdout), (b"\x1a", result.stderr)):
-        if data:
-            parts += (tag, _varint(len(data)), data)
+    parts: list[bytes | bytearray] = [small.SerializeToString()]
+    for stream, tag in ((1, b"\x12"), (2, b"\x1a")):
+        pieces = kept.get(stream, ())
+        size = sum(len(p) for p in pieces)
+        if size:
+            parts += (tag, _varint(size), *pieces)
     return b"".join(parts)
 
 

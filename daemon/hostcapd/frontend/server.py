@@ -14,9 +14,15 @@ makes is confined too), binds the socket, says `Ready`, and serves:
   relayed as one typed `Call`; the daemon's typed answer (a reply, each
   streamed event, or a refusal's status) is converted back to the wire here
   (`hostcapd.frontend.convert`: the daemon's only protobuf and gRPC code);
+- a spawn's output arrives as it was read (`Chunk`s): this process keeps
+  each stream's head and tail (`StreamBuffer`, in the tenant's cgroup) and
+  builds the Run's result from them, or streams the Spawn's head at once
+  and its tail before the Exited; the root side only counts it (decision
+  0032);
 - a client that goes away sends `Cancel`; a streamed event the client's
-  connection took sends `Ack` (the root side sends the next only then: the
-  back-pressure of a single-process daemon, one event deep);
+  connection took sends `Ack`, as does a chunk kept here (the root side
+  sends the next only then: the back-pressure of a single-process daemon,
+  one event deep);
 - health and reflection are answered here; `Serving` sets every
   service's health, or one named (NOT_SERVING with the root side's reason,
   which a Check reply carries in its trailing metadata, or SERVING
@@ -39,7 +45,7 @@ import signal
 import socket
 import sys
 import typing
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -56,6 +62,7 @@ from hostcapd.bridge import channel, messages
 from hostcapd.frontend import convert
 from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
 from hostcapd.frontend.options import HealthReporter, new_health, server_options
+from hostcapd.process.output import OUTPUT_CHUNK, StreamBuffer
 
 #: Modules imported on first use that a front-end uses.
 PRELOADED = (
@@ -86,11 +93,24 @@ SERVICES: dict[str, tuple[tuple[Any, str], ...]] = {
 
 
 class _Call:
-    """A relayed call: what the root side sent for it, in order."""
+    """A relayed call: what the root side sent for it, in order (each
+    message with its payload: a chunk's bytes)."""
 
     def __init__(self) -> None:
-        self.inbox: asyncio.Queue[Any] = asyncio.Queue()
+        self.inbox: asyncio.Queue[tuple[Any, bytes | None]] = asyncio.Queue()
         self.finished = False
+        #: Its spawn's output as kept here, by stream.
+        self.kept: dict[int, StreamBuffer] = {}
+
+    def keep(self, chunk: messages.Chunk, data: bytes | None, retain_head: bool) -> bytes:
+        """Keep a chunk of output; the part of it that is its stream's head."""
+        buf = self.kept.get(chunk.stream)
+        if buf is None:
+            buf = self.kept[chunk.stream] = StreamBuffer(chunk.keep, retain_head=retain_head)
+        return buf.feed(data or b"")
+
+    def pieces(self) -> dict[int, list[bytes | bytearray]]:
+        return {stream: buf.parts() for stream, buf in self.kept.items()}
 
 
 class Relay:
@@ -129,9 +149,9 @@ class Relay:
         call = self.calls.get(getattr(message, "call", 0))
         if call is None:
             return  # answered after the client went away
-        if not isinstance(message, messages.Event):
+        if not isinstance(message, (messages.Event, messages.Chunk)):
             call.finished = True
-        call.inbox.put_nowait(message)
+        call.inbox.put_nowait((message, payload))
 
     def _on_error(self, error: channel.ChannelError) -> None:
         print(f"hostcapd front-end: the root side sent a bad message: {error}", file=sys.stderr)
@@ -142,7 +162,7 @@ class Relay:
         gone = messages.Abort(call=1, code=grpc.StatusCode.UNAVAILABLE.value[0], message="")
         for call in self.calls.values():
             call.finished = True
-            call.inbox.put_nowait(gone)
+            call.inbox.put_nowait((gone, None))
         self.stopped.set()
 
 
@@ -167,14 +187,26 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
         call_id, call = relay.open(request, payload)
         del request, payload
         try:
-            message = await call.inbox.get()
+            while True:
+                message, data = await call.inbox.get()
+                if not isinstance(message, messages.Chunk):
+                    break
+                call.keep(message, data, retain_head=True)
+                relay.link.send(messages.Ack(call=call_id))
+                del data
         finally:
             relay.done(call_id)
+        if isinstance(message, messages.Abort):
+            call.kept.clear()
             if large:
                 _trim()
-        if isinstance(message, messages.Abort):
             await convert.abort(context, message)
-        return convert.unary_reply(message.answer)
+        large = large or any(b.total >= TRIM_AFTER_BYTES for b in call.kept.values())
+        reply = convert.unary_reply(message.answer, call.pieces() if call.kept else None)
+        call.kept.clear()
+        if large:
+            _trim()  # the output kept here is in the reply now: give the rest back
+        return reply
 
     async def stream(raw: bytes, context: Any) -> AsyncIterator[Any]:
         large = len(raw) >= TRIM_AFTER_BYTES
@@ -186,8 +218,20 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
             _trim()  # the request is sent on: what it took is given back now
         try:
             while True:
-                message = await call.inbox.get()
-                if isinstance(message, messages.Event):
+                message, data = await call.inbox.get()
+                if isinstance(message, messages.Chunk):
+                    # The head goes to the client as it comes; the rest is
+                    # kept for the tail.
+                    head = call.keep(message, data, retain_head=False)
+                    del data
+                    if head:
+                        yield convert.output_event(message.stream, head)
+                    relay.link.send(messages.Ack(call=call_id))
+                elif isinstance(message, messages.Event):
+                    item = message.item
+                    if isinstance(item, messages.SpawnEvent) and item.exited is not None:
+                        for event in _tails(call):
+                            yield event
                     yield convert.streamed(message.item)
                     relay.link.send(messages.Ack(call=call_id))
                 elif isinstance(message, messages.Abort):
@@ -202,14 +246,27 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
     return grpc.unary_unary_rpc_method_handler(unary, response_serializer=convert.serialize)
 
 
+def _tails(call: _Call) -> Iterator[bytes]:
+    """Each stream's kept tail (after the marker, if any was dropped), in
+    events of at most OUTPUT_CHUNK bytes: sent before the Exited."""
+    kept, call.kept = call.kept, {}
+    for stream in sorted(kept):
+        tail = memoryview(kept.pop(stream).tail())
+        for start in range(0, len(tail), OUTPUT_CHUNK):
+            yield convert.output_event(stream, tail[start : start + OUTPUT_CHUNK])
+
+
 def _handlers(relay: Relay, kind: str) -> list[grpc.GenericRpcHandler[Any, Any]]:
     generic = []
     models = messages.REQUESTS[kind]
     for module, service in SERVICES[kind]:
         descriptor = module.DESCRIPTOR.services_by_name[service]
+        # A method of the wire the daemon has no model of yet is not served
+        # (UNIMPLEMENTED), rather than keeping the whole front-end down.
         table = {
             m.name: _handler(relay, models[f"{service}.{m.name}"], f"{service}.{m.name}", m)
             for m in descriptor.methods
+            if f"{service}.{m.name}" in models
         }
         generic.append(grpc.method_handlers_generic_handler(descriptor.full_name, table))
     return generic

@@ -4,12 +4,13 @@ one another."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
 from hostcapd.process.executable import HashCache
+from hostcapd.process.output import OutputTurns
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile
 from hostcapd.spawner.client import SpawnerClient
@@ -35,3 +36,5 @@ class SpawnDeps:
     #: The tenant's egress proxy (network.mode = "proxy"): each spawn gets a
     #: network namespace whose listener it holds.
     egress: EgressProxy | None = None
+    #: Its spawns' turns at reading their pipes on the root's loop.
+    turns: OutputTurns = field(default_factory=OutputTurns)

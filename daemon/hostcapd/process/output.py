@@ -1,16 +1,23 @@
 """Output of one stream: keep head and tail within a budget, count the rest.
 
-The child must never block on a full pipe because of what we drop: bytes
-past the head are drained into a bounded tail ring and the middle is only
-counted. `feed()` returns the part of a chunk that belongs to the head, so a
-streaming caller can forward it at once.
+`StreamBuffer` keeps them: bytes past the head go into a bounded tail ring
+and the middle is only counted. `feed()` returns the part of a chunk that
+belongs to the head, so a streaming caller can forward it at once. The
+front-end keeps a call's output in one (it is the tenant's cost there,
+decision 0032); the root side only counts it (`StreamTally`) and passes each
+read on, a tenant's reads taking turns (`OutputTurns`). A detached spawn's
+output stays in the root, in an `OutputLog`, for ReadOutput.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 
+#: Largest Output event of a kept tail: the front-end streams it in pieces
+#: of this size before the Exited.
+OUTPUT_CHUNK = 1024 * 1024
 #: Reads smaller than this are gathered into one piece of the tail ring: a
 #: trickle of tiny reads must not cost an object each.
 TAIL_PIECE = 64 * 1024
@@ -106,6 +113,82 @@ class StreamBuffer:
     def result(self) -> bytes:
         """The kept bytes, head + marker + tail, for a buffered Run."""
         return b"".join(self.parts())
+
+
+class StreamTally:
+    """One stream's counts where its bytes are passed on, not kept: what a
+    `StreamBuffer` of the same budget fed the same bytes would say of its
+    `total`, `kept` and `dropped` (head and tail are the first and last
+    bytes, so only the total matters)."""
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.total = 0
+
+    def feed(self, size: int) -> None:
+        self.total += size
+
+    @property
+    def kept(self) -> int:
+        return min(self.total, self.keep)
+
+    @property
+    def dropped(self) -> int:
+        return self.total - self.kept
+
+
+class OutputTurns:
+    """A tenant's turns at reading its spawns' pipes on the root's one event
+    loop: at most `per_turn` reads per pass of the loop, whatever the number
+    of its spawns, so its output never holds up another tenant's calls for
+    more than a few reads. A reader past its turn waits (its pipe is not
+    watched: the child's writes block on it, as on a slow consumer) and is
+    resumed, in the order they came, at the next pass."""
+
+    def __init__(self, per_turn: int = 4) -> None:
+        self.per_turn = per_turn
+        self._left = per_turn
+        self._waiting: deque[tuple[object, Callable[[], None]]] = deque()
+        self._reset_pending = False
+
+    def take(self) -> bool:
+        """Whether a read may happen now (and count it)."""
+        self._schedule()
+        if self._left <= 0:
+            return False
+        self._left -= 1
+        return True
+
+    def wait(self, owner: object, resume: Callable[[], None]) -> None:
+        """Call `resume` at a later turn, with a read granted it (once;
+        `forget(owner)` drops it)."""
+        self._waiting.append((owner, resume))
+        self._schedule()
+
+    def forget(self, owner: object) -> None:
+        if any(w[0] is owner for w in self._waiting):
+            self._waiting = deque(w for w in self._waiting if w[0] is not owner)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def _schedule(self) -> None:
+        if not self._reset_pending:
+            self._reset_pending = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        """A new pass of the loop: the readers that waited longest get its
+        reads first, in the order they came."""
+        self._reset_pending = False
+        self._left = self.per_turn
+        while self._left > 0 and self._waiting:
+            _, resume = self._waiting.popleft()
+            self._left -= 1
+            resume()
+        if self._waiting:
+            self._schedule()
 
 
 class StreamCount:

@@ -12,7 +12,7 @@ from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.audit.redact import MAX_ARG_CHARS, bound_argv
 from hostcapd.config import Tenant
 from hostcapd.logsetup import fields
-from hostcapd.process.output import StreamBuffer, StreamCount
+from hostcapd.process.output import StreamCount, StreamTally
 from hostcapd.process.report import Report, signal_name
 from hostcapd.process.request import Prepared, SpawnRequest
 from hostcapd.sandbox.fschanges import Changes
@@ -89,7 +89,7 @@ def refused_record(request: SpawnRequest, prepared: Prepared | None) -> dict[str
     return fields
 
 
-def _stream(buf: StreamBuffer | StreamCount) -> dict[str, int]:
+def _stream(buf: StreamTally | StreamCount) -> dict[str, int]:
     return {"total": buf.total, "kept": buf.kept, "dropped": buf.dropped}
 
 
@@ -99,8 +99,8 @@ def exit_record(
     request: SpawnRequest,
     pid: int,
     report: Report,
-    stdout: StreamBuffer | StreamCount,
-    stderr: StreamBuffer | StreamCount,
+    stdout: StreamTally | StreamCount,
+    stderr: StreamTally | StreamCount,
 ) -> dict[str, Any]:
     """How it ended: the fields of `process.exit`."""
     record: dict[str, Any] = {

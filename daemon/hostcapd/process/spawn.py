@@ -26,7 +26,7 @@ from hostcapd.logsetup import fields
 from hostcapd.process import environment, killing, records
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.launch import Launch, launch_for
-from hostcapd.process.output import OutputLog, StreamBuffer, StreamCount
+from hostcapd.process.output import OutputLog, StreamCount, StreamTally
 from hostcapd.process.report import Outcome, Report, classify
 from hostcapd.process.request import Prepared, SpawnRequest
 from hostcapd.sandbox import fschanges, identity, rlimits
@@ -37,15 +37,16 @@ from hostcapd.spawner.messages import SpawnOrder
 
 log = logging.getLogger("hostcapd.spawn")
 
-#: Largest read of an output pipe: a whole pipe, and the largest Output event.
+#: Largest read of an output pipe: a whole pipe, and the largest piece of
+#: output passed to the front-end.
 READ_CHUNK = 1024 * 1024
 PIPE_SIZE = 1024 * 1024
-#: Streamed-but-unsent bytes above which we stop reading the pipe (back-pressure
-#: on a slow client for the kept head; what is dropped is always drained).
-#: At 0 a pipe is read again only once what it gave has been sent: the pipe
-#: is the buffer, and each read takes all that piled up during the send, so
-#: a fast writer is streamed in few large events (measured: bench/README.md,
-#: "Stream tuning"), and a slow one without delay.
+#: Passed-but-unacknowledged bytes above which we stop reading the pipe.
+#: At 0 a pipe is read again only once what it gave has been taken by the
+#: front-end (decision 0032: the root keeps no output of a call, only its
+#: counts): the pipe is the buffer, and each read takes all that piled up
+#: during the send, so a fast writer is passed in few large pieces
+#: (measured: bench/README.md, "Stream tuning"), and a slow one without delay.
 HIGH_WATER = 0
 EOF_GRACE = 2.0
 
@@ -67,17 +68,21 @@ class Spawn:
         self.launch = launch if launch is not None else launch_for(deps, None)
         self.id = self.launch.id
         self._rlimits = rlimits if rlimits is not None else plan_rlimits(deps.profile, prepared)
+        #: A caller (Run or Spawn) takes its output as it comes, and its
+        #: front-end keeps head and tail (decision 0032); without one (or
+        #: once it is gone) the output is only counted.
         self.streaming = streaming
         self.pid = 0
         self.started_at = time.monotonic()
-        # A streaming caller gets the head as it comes: it is not kept here.
-        keep = prepared.limits.output_bytes or 0
-        self.stdout = StreamBuffer(keep, retain_head=not streaming)
-        self.stderr = StreamBuffer(keep, retain_head=not streaming)
-        #: A detached spawn's output, read by offset (its streams' buffers
+        #: Each stream's output budget: the front-end keeps its head and tail.
+        self.keep = prepared.limits.output_bytes or 0
+        self.stdout = StreamTally(self.keep)
+        self.stderr = StreamTally(self.keep)
+        #: A detached spawn's output, read by offset (its streams' tallies
         #: above stay empty): both streams' budget, as a Run's.
-        self.log: OutputLog | None = OutputLog(2 * keep) if request.detached else None
-        #: Streamed events for the owning caller: ("output"|"exited", payload).
+        self.log: OutputLog | None = OutputLog(2 * self.keep) if request.detached else None
+        #: Events for the owning caller: ("output", (stream, bytes)) as read,
+        #: ("exited", report) last.
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.pending_bytes = 0
         self.report: Report | None = None
@@ -87,9 +92,14 @@ class Spawn:
         self._kill_message = ""
         self._kill_task: asyncio.Task[None] | None = None
         self._cancel_fd = -1
-        self._readers: dict[int, tuple[StreamBuffer, int]] = {}
+        #: Each open read end's stream (1 or 2).
+        self._readers: dict[int, int] = {}
         self._eof = asyncio.Event()
+        #: Read ends waiting for their output to be taken (back-pressure)...
         self._paused: set[int] = set()
+        #: ... waiting for their tenant's next turn, or granted a read by it.
+        self._turn_waits: set[int] = set()
+        self._granted: set[int] = set()
         self._cgroup: SpawnCgroup | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._exec_time = 0.0
@@ -111,12 +121,12 @@ class Spawn:
         )
 
     @property
-    def out_counts(self) -> StreamBuffer | StreamCount:
+    def out_counts(self) -> StreamTally | StreamCount:
         """stdout's total, kept and dropped bytes."""
         return self.log.counts[1] if self.log is not None else self.stdout
 
     @property
-    def err_counts(self) -> StreamBuffer | StreamCount:
+    def err_counts(self) -> StreamTally | StreamCount:
         return self.log.counts[2] if self.log is not None else self.stderr
 
     def signal(self, sig: int) -> None:
@@ -124,13 +134,28 @@ class Spawn:
             self.deps.spawner.kill(self.id, self.pid, sig)
 
     def consumed(self, nbytes: int) -> None:
-        """The caller sent `nbytes` of streamed output: lift back-pressure."""
+        """The caller passed `nbytes` of output on: lift back-pressure."""
         self.pending_bytes -= nbytes
         if self._paused and self.pending_bytes <= HIGH_WATER // 2:
-            loop = asyncio.get_running_loop()
-            for fd in list(self._paused):
-                self._paused.discard(fd)
-                loop.add_reader(fd, self._on_readable, fd)
+            self._resume_paused()
+
+    def stop_streaming(self) -> None:
+        """The caller is gone (or done): what is still read is only counted,
+        and what was read for it and not passed on is let go."""
+        if not self.streaming:
+            return
+        self.streaming = False
+        kept = [e for e in _drain(self.events) if e[0] != "output"]
+        for event in kept:
+            self.events.put_nowait(event)
+        self.pending_bytes = 0
+        self._resume_paused()
+
+    def _resume_paused(self) -> None:
+        loop = asyncio.get_running_loop()
+        for fd in list(self._paused):
+            self._paused.discard(fd)
+            loop.add_reader(fd, self._on_readable, fd)
 
     # --- the run ----------------------------------------------------------
 
@@ -296,8 +321,8 @@ class Spawn:
     def _stream(self) -> asyncio.Future[None] | None:
         loop = asyncio.get_running_loop()
         out_r, err_r = self._read_ends
-        for fd, buf in ((out_r, self.stdout), (err_r, self.stderr)):
-            self._readers[fd] = (buf, 1 if buf is self.stdout else 2)
+        for fd, stream in ((out_r, 1), (err_r, 2)):
+            self._readers[fd] = stream
             loop.add_reader(fd, self._on_readable, fd)
         self._read_ends.clear()
         stdin_task = None
@@ -399,7 +424,15 @@ class Spawn:
     # --- output -----------------------------------------------------------
 
     def _on_readable(self, fd: int) -> None:
-        buf, stream = self._readers[fd]
+        stream = self._readers[fd]
+        if fd in self._granted:
+            self._granted.discard(fd)
+        elif not self.deps.turns.take():
+            # Past its tenant's reads for this pass of the loop: wait for a turn.
+            asyncio.get_running_loop().remove_reader(fd)
+            self._turn_waits.add(fd)
+            self.deps.turns.wait(self, lambda: self._turn(fd))
+            return
         try:
             data = os.read(fd, READ_CHUNK)
         except BlockingIOError:
@@ -409,6 +442,7 @@ class Spawn:
         if not data:
             asyncio.get_running_loop().remove_reader(fd)
             self._paused.discard(fd)
+            self._granted.discard(fd)
             os.close(fd)
             del self._readers[fd]
             if not self._readers:
@@ -418,23 +452,33 @@ class Spawn:
             self.log.feed(stream, data)
             total = self.log.total
         else:
-            head = buf.feed(data)
-            total = self._forward(fd, stream, head)
+            (self.stdout if stream == 1 else self.stderr).feed(len(data))
+            total = self.stdout.total + self.stderr.total
+            self._pass_on(fd, stream, data)
         ceiling = self.prepared.limits.total_output_bytes
         if ceiling is not None and total > ceiling and self._kill_reason is None:
             self._terminate(
                 Outcome.OUTPUT_LIMIT, f"total output passed the limit of {ceiling} bytes"
             )
 
-    def _forward(self, fd: int, stream: int, head: bytes) -> int:
-        """Queue the head's new part for a streaming caller; the total so far."""
-        if head and self.streaming:
-            self.pending_bytes += len(head)
-            self.events.put_nowait(("output", (stream, head)))
-            if self.pending_bytes > HIGH_WATER:
-                asyncio.get_running_loop().remove_reader(fd)
-                self._paused.add(fd)
-        return self.stdout.total + self.stderr.total
+    def _turn(self, fd: int) -> None:
+        """Its tenant's turn came: read once more."""
+        if fd in self._turn_waits and fd in self._readers:
+            self._turn_waits.discard(fd)
+            self._granted.add(fd)
+            asyncio.get_running_loop().add_reader(fd, self._on_readable, fd)
+
+    def _pass_on(self, fd: int, stream: int, data: bytes) -> None:
+        """Queue a read for the caller, which passes it to its front-end;
+        the pipe is read again once it has (back-pressure). A budget of 0
+        keeps nothing: that is not passed on at all."""
+        if not self.streaming or not self.keep:
+            return
+        self.pending_bytes += len(data)
+        self.events.put_nowait(("output", (stream, data)))
+        if self.pending_bytes > HIGH_WATER:
+            asyncio.get_running_loop().remove_reader(fd)
+            self._paused.add(fd)
 
     def _close_readers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -444,6 +488,9 @@ class Spawn:
                 os.close(fd)
         self._readers.clear()
         self._paused.clear()
+        self._turn_waits.clear()
+        self._granted.clear()
+        self.deps.turns.forget(self)
 
     async def _feed_stdin(self, fd: int, data: bytes) -> None:
         loop = asyncio.get_running_loop()
@@ -552,6 +599,13 @@ class Spawn:
 
 class _Cancelled(Exception):
     pass
+
+
+def _drain(queue: asyncio.Queue[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
 
 
 def plan_rlimits(profile: TenantProfile, prepared: Prepared) -> list[RLimit]:

@@ -16,8 +16,6 @@ from hostcapd.process.request import Prepared, SpawnRequest
 from hostcapd.process.spawn import Spawn
 from hostcapd.sandbox.profile import ProtectionStatus
 
-_STREAMS = {1: "STDOUT", 2: "STDERR"}
-
 
 def limits_from_call(limits: messages.Limits | None) -> dict[str, float | int]:
     if limits is None:
@@ -80,10 +78,6 @@ def started_message(
 
 def started_of(spawn: Spawn, attached: bool = False) -> messages.Started:
     return started_message(spawn.request, spawn.prepared, spawn.id, spawn.pid, attached=attached)
-
-
-def output_message(stream: int, data: bytes | memoryview) -> messages.SpawnEvent:
-    return messages.SpawnEvent(output=messages.Output(stream=_STREAMS[stream], data=bytes(data)))
 
 
 def exited_message(spawn: Spawn, report: Report) -> messages.Exited:

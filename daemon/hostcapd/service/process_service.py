@@ -6,11 +6,13 @@ import asyncio
 import contextlib
 import signal as signal_mod
 from collections.abc import AsyncIterator
+from typing import cast
 
 from hostcapd.bridge import messages
 from hostcapd.bridge.frontends import RelayedCall
 from hostcapd.errors import Refusal
 from hostcapd.process import killing, records
+from hostcapd.process.report import Report
 from hostcapd.process.request import SpawnRequest
 from hostcapd.process.spawn import Spawn
 from hostcapd.service import convert
@@ -18,8 +20,6 @@ from hostcapd.service.refusals import refuse
 from hostcapd.tenant import TenantRuntime
 
 _VALID_SIGNALS = {int(s) for s in signal_mod.Signals}
-#: Largest Output event: the kept tail is sent in pieces of this size.
-OUTPUT_CHUNK = 1024 * 1024
 
 
 class ProcessService:
@@ -75,12 +75,14 @@ class ProcessService:
     ) -> AsyncIterator[messages.SpawnEvent]:
         self.runtime.active_calls += 1  # a shutdown lets these finish sending
         try:
-            async for event in self._spawn(convert.spawn_request(request, call.payload)):
+            async for event in self._spawn(convert.spawn_request(request, call.payload), call):
                 yield event
         finally:
             self.runtime.active_calls -= 1
 
-    async def _spawn(self, req: SpawnRequest) -> AsyncIterator[messages.SpawnEvent]:
+    async def _spawn(
+        self, req: SpawnRequest, call: RelayedCall
+    ) -> AsyncIterator[messages.SpawnEvent]:
         spawn, started, attached = await self._begin(req, "Spawn", streaming=not req.detached)
         if spawn is not None and req.detached and not attached:
             # It outlives this call: its output is read with ReadOutput.
@@ -101,33 +103,25 @@ class ProcessService:
         try:
             if started is not None:
                 yield messages.SpawnEvent(started=started)
-            while True:
-                kind, payload = await spawn.events.get()
-                if kind == "output":
-                    stream, data = payload
-                    yield convert.output_message(stream, data)
-                    spawn.consumed(len(data))
-                else:
-                    for stream, buf in ((1, spawn.stdout), (2, spawn.stderr)):
-                        tail = memoryview(buf.tail())
-                        for start in range(0, len(tail), OUTPUT_CHUNK):
-                            yield convert.output_message(stream, tail[start : start + OUTPUT_CHUNK])
-                    yield messages.SpawnEvent(exited=convert.exited_message(spawn, payload))
-                    return
+            # Its front-end streams the head as it comes, and the tail
+            # before the Exited (decision 0032).
+            report = await _pass_output(spawn, call)
+            yield messages.SpawnEvent(exited=convert.exited_message(spawn, report))
         finally:
             # The client went away (cancel, deadline, disconnect): kill the tree.
+            spawn.stop_streaming()
             if not spawn.done.done():
                 spawn.cancel()
 
     async def Run(self, request: messages.RunCall, call: RelayedCall) -> messages.RunResult:
         self.runtime.active_calls += 1
         try:
-            return await self._run(convert.spawn_request(request, call.payload))
+            return await self._run(convert.spawn_request(request, call.payload), call)
         finally:
             self.runtime.active_calls -= 1
 
-    async def _run(self, req: SpawnRequest) -> messages.RunResult:
-        spawn, started, attached = await self._begin(req, "Run", streaming=False)
+    async def _run(self, req: SpawnRequest, call: RelayedCall) -> messages.RunResult:
+        spawn, started, attached = await self._begin(req, "Run", streaming=not req.detached)
         if spawn is None:
             return messages.RunResult(started=started)
         if req.detached and not attached:
@@ -136,14 +130,18 @@ class ProcessService:
             report = await asyncio.shield(spawn.done)  # it never ran
             return messages.RunResult(exited=convert.exited_message(spawn, report))
         try:
-            report = await asyncio.shield(spawn.done)
+            # Its output goes to its front-end as it comes, which keeps the
+            # head and tail and joins them to this result (decision 0032).
+            # A retry gets the start and the end: the output went to the
+            # first caller.
+            report = await (asyncio.shield(spawn.done) if attached else _pass_output(spawn, call))
         finally:
+            if not attached:
+                spawn.stop_streaming()
             if not spawn.done.done():
                 spawn.cancel()
         return messages.RunResult(
             started=convert.started_of(spawn, attached=attached),
-            stdout=spawn.stdout.result(),
-            stderr=spawn.stderr.result(),
             exited=convert.exited_message(spawn, report),
         )
 
@@ -246,3 +244,16 @@ class ProcessService:
         return messages.ListResponse(
             spawns=[convert.spawn_info(s) for s in self.runtime.spawns.values() if s.pid]
         )
+
+
+async def _pass_output(spawn: Spawn, call: RelayedCall) -> Report:
+    """Pass the spawn's output to the call's front-end as it is read, each
+    read once it has taken the one before; its report once it has ended."""
+    assert call.pass_output is not None
+    while True:
+        kind, payload = await spawn.events.get()
+        if kind != "output":
+            return cast(Report, payload)
+        stream, data = payload
+        await call.pass_output(stream, data, spawn.keep)
+        spawn.consumed(len(data))

@@ -8,7 +8,7 @@ import pytest
 from hostcap_proto.v1 import common_pb2, process_pb2
 from hostcapd.bridge import messages
 from hostcapd.frontend.convert import output_event, to_proto, unary_reply
-from hostcapd.service.process_service import OUTPUT_CHUNK
+from hostcapd.process.output import OUTPUT_CHUNK
 
 # Either side of each size where the data's or the event's length prefix
 # grows by a byte, and the largest event the daemon sends.

@@ -1,24 +1,26 @@
 """python -m bench.copies: how many whole copies of a spawn's output the
 daemon holds at once on its way from the child's pipe to the front-end's
 reply (issue 29, item 2: "passed along rather than copied whole several
-times").
+times"; decision 0032).
 
 Each figure is a ratio to the output itself, measured in the same process:
 the rise of the process's resident high-water mark (VmHWM, reset through
 /proc/self/clear_refs, so protobuf's C allocations count too) while one
 step runs, over the bytes of output the step carries. 1.0 is one copy held
-at once; the kept output itself is not counted (it is resident before the
-step begins).
+at once.
 
-- `run_root`: a Run's reply on the daemon's side: 256 MiB of kept stdout
-  (head, marker, tail) joined into the typed answer, to the bytes the
-  channel writes into its memfd;
-- `run_frontend`: the front-end's decoding of that message, to the wire
-  bytes it gives gRPC (`convert.unary_reply`);
-- `stream_root`: one 1 MiB output event on the root side, from the pipe's
-  read to the datagram (an average over 64; Python's allocations, by
-  tracemalloc, the read itself included: it is one copy);
-- `stream_frontend`: the front-end's decoding of that datagram.
+- `run_root`: a Run of 256 MiB of stdout on the root side: each 1 MiB read
+  of the pipe counted and passed on as a `Chunk` datagram, then the reply
+  (which carries no output). The root keeps none of it: the figure is about
+  one read over the whole output;
+- `run_frontend`: the front-end's side of the same Run: each chunk decoded
+  and kept (head and tail, the tenant's cost now), then the wire bytes it
+  gives gRPC (`convert.unary_reply`): the kept output and the reply;
+- `stream_root`: one 1 MiB read on the root side, from the pipe's read to
+  the datagram (an average over 64; Python's allocations, by tracemalloc,
+  the read itself included: it is one copy);
+- `stream_frontend`: the front-end's decoding of that datagram to the
+  Spawn's Output event.
 
 Needs root (clear_refs). Runs in about ten seconds; no daemon.
 """
@@ -75,72 +77,76 @@ def _allocated(step: Callable[[], Any]) -> tuple[int, Any]:
         tracemalloc.stop()
 
 
-def _kept_stdout() -> Any:
-    """A finished Run's StreamBuffer with RUN_OUTPUT kept (half head, half
-    tail, 64 MiB dropped between)."""
-    from hostcapd.process.output import StreamBuffer
-
-    buf = StreamBuffer(RUN_OUTPUT)
-    chunk = b"x" * EVENT
-    for _ in range((RUN_OUTPUT + 64 * MiB) // EVENT):
-        buf.feed(chunk)
-    return buf
-
-
 def measure() -> dict[str, float]:
     from hostcapd.bridge import channel, messages
     from hostcapd.frontend import convert
+    from hostcapd.process.output import StreamBuffer, StreamTally
 
     figures: dict[str, float] = {}
     decoder = messages.TO_FRONTEND
     started = messages.Started(spawn_id="s", pid=2)
     exited = messages.Exited(outcome="EXITED", exit_code=0, message="exited 0")
+    chunk = messages.Chunk(call=1, stream=1, keep=RUN_OUTPUT)
 
-    # ---- a Run's reply: the service's answer to the channel's datagram ----
-    buf = _kept_stdout()
+    # ---- a Run: the root passes each read on, and replies without output ----
+    def root_run() -> list[bytes]:
+        tally = StreamTally(RUN_OUTPUT)
+        sent: list[bytes] = []
+        for i in range(RUN_OUTPUT // EVENT):
+            data = bytes([i % 251]) * EVENT  # the pipe's read
+            tally.feed(len(data))
+            buffers, fds = channel.encode(chunk, data)
+            assert not fds
+            if i < 2:
+                sent.append(b"".join(bytes(b) for b in buffers))
+            del data, buffers  # the socket has it: sendmsg copied it out
+        answer = messages.RunResult(started=started, exited=exited)
+        buffers, _ = channel.encode(messages.Reply(call=1, answer=answer))
+        sent.append(b"".join(bytes(b) for b in buffers))
+        return sent
 
-    def reply() -> tuple[list[Any], list[int]]:
-        answer = messages.RunResult(started=started, stdout=buf.result(), exited=exited)
-        return channel.encode(messages.Reply(call=1, answer=answer))
-
-    held, (buffers, fds) = _held(reply)
+    held, datagrams = _held(root_run)
     figures["run_root"] = held / RUN_OUTPUT
-    datagram = b"".join(bytes(b) for b in buffers)
-    del buffers
+    reply = datagrams.pop()
 
-    def decode() -> bytes:
-        message, _ = channel.decode(memoryview(datagram), [os.dup(fd) for fd in fds], decoder)
-        wire = convert.unary_reply(message.answer)
+    def frontend_run() -> bytes:
+        kept = StreamBuffer(RUN_OUTPUT)
+        for i in range(RUN_OUTPUT // EVENT):
+            message, payload = channel.decode(
+                memoryview(datagrams[i % len(datagrams)]), [], decoder
+            )
+            assert isinstance(message, messages.Chunk) and payload is not None
+            kept.feed(payload)
+            del payload
+        message, _ = channel.decode(memoryview(reply), [], decoder)
+        wire = convert.unary_reply(message.answer, {1: kept.parts()})
         assert isinstance(wire, bytes)
         return wire
 
-    held, wire = _held(decode)
+    held, wire = _held(frontend_run)
     figures["run_frontend"] = held / RUN_OUTPUT
     assert len(wire) > RUN_OUTPUT
     del wire
-    for fd in fds:
-        os.close(fd)
     gc.collect()
 
-    # ---- a stream's events, one at a time ----
+    # ---- a stream's reads, one at a time ----
     def event() -> None:
         data = bytes(EVENT)  # the pipe's read
-        item = messages.SpawnEvent(output=messages.Output(stream="STDOUT", data=data))
-        channel.encode(messages.Event(call=1, item=item))
+        channel.encode(chunk, data)
 
     total = 0
     for _ in range(EVENTS):
         held, _ = _allocated(event)
         total += held
     figures["stream_root"] = total / (EVENTS * EVENT)
-    item = messages.SpawnEvent(output=messages.Output(stream="STDOUT", data=bytes(EVENT)))
-    parts, event_fds = channel.encode(messages.Event(call=1, item=item))
+    parts, event_fds = channel.encode(chunk, bytes(EVENT))
     assert not event_fds
     whole = b"".join(bytes(p) for p in parts)
 
     def received() -> Any:
-        message, _ = channel.decode(memoryview(whole), [], decoder)
-        return convert.streamed(message.item)
+        message, payload = channel.decode(memoryview(whole), [], decoder)
+        head = StreamBuffer(RUN_OUTPUT, retain_head=False).feed(payload or b"")
+        return convert.output_event(message.stream, head)
 
     total = 0
     for _ in range(EVENTS):

@@ -11,12 +11,19 @@ Prints, in one process:
   first through /proc/<pid>/clear_refs), against its idle RSS;
 - how each of the eight ended (a front-end past its own memory limit is
   ended by the kernel: the tenant's cost, not another's).
+
+The eight are made by a client process of their own (`--heavy SOCKET`),
+as another tenant's engine would be: receiving and parsing eight replies
+of 256 MiB in this process would stall the loop that times /bin/true, and
+that is the client's cost, not the daemon's. Its channel receives replies
+up to 1 GiB, so a reply the daemon does send is received whole.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shutil
 import statistics
 import sys
@@ -25,10 +32,10 @@ import time
 from pathlib import Path
 
 import grpc
-from hostcap_proto.v1 import common_pb2, process_pb2
+from hostcap_proto.v1 import common_pb2, process_pb2, process_pb2_grpc
 
 from bench.client import TenantClient
-from bench.daemon import BenchDaemon, MiB, state_parent
+from bench.daemon import BenchDaemon, GiB, MiB, state_parent
 
 CEILING = 256 * MiB
 RUNS = 8
@@ -47,37 +54,54 @@ def _p95(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
 
 
-async def _heavy_run(client: TenantClient) -> str:
+async def _heavy_run(stub: process_pb2_grpc.ProcessServiceStub) -> str:
+    """One Run of CEILING bytes of stdout; how it ended."""
     request = process_pb2.SpawnRequest(
         argv=["head", "-c", str(CEILING), "/dev/zero"],
         limits=common_pb2.Limits(output_bytes=CEILING, wall_seconds=300),
     )
     try:
-        result = await client.process.Run(request)
+        result = await stub.Run(request)
     except grpc.aio.AioRpcError as error:
         return f"{error.code().name}"
     return f"{common_pb2.Outcome.Name(result.exited.outcome)} {len(result.stdout) // MiB} MiB"
 
 
+async def heavy(socket: Path) -> list[str]:
+    """The eight Runs at once, from this process (`--heavy`)."""
+    options = [("grpc.max_receive_message_length", GiB), ("grpc.max_send_message_length", MiB)]
+    async with grpc.aio.insecure_channel(f"unix:{socket}", options=options) as channel:
+        stub = process_pb2_grpc.ProcessServiceStub(channel)  # type: ignore[no-untyped-call]
+        return list(await asyncio.gather(*(_heavy_run(stub) for _ in range(RUNS))))
+
+
 async def measure(state: Path) -> dict[str, object]:
     daemon = BenchDaemon(state, (HEAVY, LIGHT)).start()
-    heavy, light = TenantClient(daemon.socket(HEAVY)), TenantClient(daemon.socket(LIGHT))
+    light = TenantClient(daemon.socket(LIGHT))
     try:
         for _ in range(20):
             await light.true()
         idle = [await light.true() for _ in range(40)]
         rss = _status(daemon.pid, "VmRSS")
         Path(f"/proc/{daemon.pid}/clear_refs").write_text("5")
-        runs = [asyncio.ensure_future(_heavy_run(heavy)) for _ in range(RUNS)]
+        runs = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "bench.tenant_cost",
+            "--heavy",
+            str(daemon.socket(HEAVY)),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        output = asyncio.ensure_future(runs.communicate())
         loaded: list[float] = []
         began = time.monotonic()
-        while not all(r.done() for r in runs):
+        while not output.done():
             loaded.append(await light.true())
         seconds = time.monotonic() - began
-        ends = [r.result() for r in runs]
+        stdout, _ = await output
+        ends = json.loads(stdout.decode().strip().splitlines()[-1]) if stdout.strip() else []
         hwm = _status(daemon.pid, "VmHWM")
     finally:
-        await heavy.close()
         await light.close()
         daemon.stop()
     return {
@@ -95,7 +119,12 @@ async def measure(state: Path) -> dict[str, object]:
 
 
 def main() -> int:
-    argparse.ArgumentParser(description=__doc__).parse_args()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--heavy", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.heavy is not None:
+        print(json.dumps(asyncio.run(heavy(args.heavy))))
+        return 0
     base = Path(tempfile.mkdtemp(prefix="tenant-cost-", dir=state_parent()))
     try:
         f = asyncio.run(measure(base / "state"))

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from hostcap_proto.errors import from_rpc_error
 from hostcap_proto.limits import DEV_CEILING
 from hostcap_proto.messages import MAX_REPLY_BYTES
 from hostcap_proto.v1 import process_pb2_grpc
@@ -265,13 +266,19 @@ async def test_eight_ceiling_runs_are_held_by_their_tenant_not_the_root(
     shown = f"root RSS before {before / MiB:.0f} MiB, high-water mark {high_water / MiB:.0f} MiB"
     assert high_water - before < ROOT_BOUND, shown
     assert served and set(served) == {"EXITED"}, served
-    # Each Run got its whole kept output, or (the tenant's front-end past
-    # its own cgroup's memory limit: eight at the ceiling is past it) the
-    # kernel ended that front-end: the tenant's cost, never the root's.
+    # Each Run got its whole kept output, or was refused by its tenant's
+    # front-end, which keeps the output now: eight at the ceiling are past
+    # what it may keep at once (`frontend_output_budget`), so some are
+    # refused QUOTA_EXCEEDED, their spawns ended. The front-end itself is
+    # not ended (no UNAVAILABLE), and the Runs within its budget complete.
+    refused = 0
     for end in ends:
         if isinstance(end, grpc.aio.AioRpcError):
-            assert end.code() == grpc.StatusCode.UNAVAILABLE, end
+            wire = from_rpc_error(end)
+            assert wire is not None and wire.reason == "QUOTA_EXCEEDED", end
+            refused += 1
         else:
             assert outcome(end) == "EXITED", end.exited.message
             assert len(end.stdout) == end.exited.stdout.kept_bytes == CEILING
+    assert refused < SPAWNS, ends
     assert daemon.proc is not None and daemon.proc.poll() is None

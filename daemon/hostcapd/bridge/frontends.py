@@ -58,6 +58,7 @@ from hostcapd.bridge.relay import (
 )
 from hostcapd.config import Tenant
 from hostcapd.logsetup import fields, relay_stderr
+from hostcapd.sandbox.tenant_ceilings import frontend_output_budget
 from hostcapd.service.sockets import StartupError
 
 __all__ = [
@@ -130,6 +131,8 @@ class Endpoint:
     mode: int
     max_receive: int
     max_send: int
+    #: Output its front-end keeps for its calls at once (0: unbounded).
+    output_budget: int = 0
 
     @classmethod
     def of_tenant(cls, tenant: Tenant, max_receive: int, max_send: int) -> Endpoint:
@@ -142,6 +145,7 @@ class Endpoint:
             tenant.socket_mode,
             max_receive,
             max_send,
+            frontend_output_budget(tenant),
         )
 
 
@@ -241,6 +245,7 @@ class FrontendProcess:
                 socket_mode=endpoint.mode,
                 max_receive=endpoint.max_receive,
                 max_send=endpoint.max_send,
+                output_budget=endpoint.output_budget,
                 parent_pid=os.getpid(),
                 uid=uid,
                 gid=gid,

@@ -289,6 +289,9 @@ class Hello(Message, frozen=True, tag="hello"):
     #: The identity it takes before it serves (the front-end user).
     uid: int
     gid: int
+    #: Bytes of its calls' output it may keep at once (Chunk): a call
+    #: past it is refused QUOTA_EXCEEDED (0: unbounded).
+    output_budget: int = 0
 
 
 class Reply(Message, frozen=True, tag="reply"):

@@ -99,15 +99,9 @@ class _Call:
     def __init__(self) -> None:
         self.inbox: asyncio.Queue[tuple[Any, bytes | None]] = asyncio.Queue()
         self.finished = False
-        #: Its spawn's output as kept here, by stream.
+        #: Its spawn's output as kept here, by stream, and its bytes.
         self.kept: dict[int, StreamBuffer] = {}
-
-    def keep(self, chunk: messages.Chunk, data: bytes | None, retain_head: bool) -> bytes:
-        """Keep a chunk of output; the part of it that is its stream's head."""
-        buf = self.kept.get(chunk.stream)
-        if buf is None:
-            buf = self.kept[chunk.stream] = StreamBuffer(chunk.keep, retain_head=retain_head)
-        return buf.feed(data or b"")
+        self.held = 0
 
     def pieces(self) -> dict[int, list[bytes | bytearray]]:
         return {stream: buf.parts() for stream, buf in self.kept.items()}
@@ -120,12 +114,53 @@ class Relay:
         self._call = messages.CALLS[kind]
         self._ids = itertools.count(1)
         self.calls: dict[int, _Call] = {}
+        #: Output kept here for all calls at once, and its budget (0: none).
+        self.kept_bytes = 0
+        self.output_budget = 0
         self.stopped = stopped
         self.drain: Callable[[messages.Drain], None] = lambda _: None
         self.serving: Callable[[messages.Serving], None] = lambda _: None
         self.link = channel.Link(
             sock, messages.TO_FRONTEND, self._on_message, self._on_error, self._on_closed
         )
+
+    def keep(
+        self, call: _Call, chunk: messages.Chunk, data: bytes | None, retain_head: bool
+    ) -> bytes | None:
+        """Keep a chunk of a call's output; the part of it that is its
+        stream's head, or None past the budget of output kept for all calls
+        at once (the tenant's front-end memory; `past_budget` says it). No
+        exception: its traceback would keep the chunk and the call's output
+        alive in a reference cycle until the collector ran."""
+        buf = call.kept.get(chunk.stream)
+        if buf is None:
+            buf = call.kept[chunk.stream] = StreamBuffer(chunk.keep, retain_head=retain_head)
+        head = buf.feed(data or b"")
+        held = sum(b.held for b in call.kept.values())
+        self.kept_bytes += held - call.held
+        call.held = held
+        if self.output_budget and self.kept_bytes > self.output_budget:
+            return None
+        return head
+
+    def past_budget(self) -> WireError:
+        """The refusal of a call whose output would pass the budget."""
+        return WireError(
+            "QUOTA_EXCEEDED",
+            f"this tenant's front-end keeps {self.kept_bytes} bytes of its calls' output at "
+            f"once, past its budget of {self.output_budget} bytes: this call's output was not "
+            "kept and its spawn was ended (run fewer at the output ceiling at once)",
+        )
+
+    def sent(self, size: int) -> None:
+        """A reply counted against the budget was sent (or abandoned)."""
+        self.kept_bytes -= size
+
+    def let_go(self, call: _Call) -> None:
+        """A call's kept output is dropped, or in its reply."""
+        self.kept_bytes -= call.held
+        call.held = 0
+        call.kept.clear()
 
     def open(self, request: messages.Request, payload: bytes) -> tuple[int, _Call]:
         call_id = next(self._ids)
@@ -186,26 +221,39 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
         del raw
         call_id, call = relay.open(request, payload)
         del request, payload
+        past: WireError | None = None
         try:
             while True:
                 message, data = await call.inbox.get()
                 if not isinstance(message, messages.Chunk):
                     break
-                call.keep(message, data, retain_head=True)
+                if relay.keep(call, message, data, retain_head=True) is None:
+                    past = relay.past_budget()  # relay.done cancels it: its spawn ends
+                    break
                 relay.link.send(messages.Ack(call=call_id))
                 del data
         finally:
             relay.done(call_id)
-        if isinstance(message, messages.Abort):
-            call.kept.clear()
+        large = large or call.held >= TRIM_AFTER_BYTES
+        if past is not None or isinstance(message, messages.Abort):
+            relay.let_go(call)
             if large:
                 _trim()
+            if past is not None:
+                await context.abort_with_status(past.to_status())
+                raise AssertionError("abort_with_status returned")
+            assert isinstance(message, messages.Abort)
             await convert.abort(context, message)
-        large = large or any(b.total >= TRIM_AFTER_BYTES for b in call.kept.values())
         reply = convert.unary_reply(message.answer, call.pieces() if call.kept else None)
-        call.kept.clear()
+        relay.let_go(call)
         if large:
             _trim()  # the output kept here is in the reply now: give the rest back
+        if isinstance(reply, bytes) and len(reply) >= TRIM_AFTER_BYTES:
+            # The reply, and gRPC's copy of it, count against the budget
+            # until it is sent.
+            charge = 2 * len(reply)
+            relay.kept_bytes += charge
+            context.add_done_callback(lambda _: relay.sent(charge))
         return reply
 
     async def stream(raw: bytes, context: Any) -> AsyncIterator[Any]:
@@ -222,8 +270,13 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
                 if isinstance(message, messages.Chunk):
                     # The head goes to the client as it comes; the rest is
                     # kept for the tail.
-                    head = call.keep(message, data, retain_head=False)
+                    head = relay.keep(call, message, data, retain_head=False)
                     del data
+                    if head is None:
+                        past = relay.past_budget()
+                        relay.let_go(call)
+                        relay.done(call_id)  # its spawn is ended
+                        await context.abort_with_status(past.to_status())
                     if head:
                         yield convert.output_event(message.stream, head)
                     relay.link.send(messages.Ack(call=call_id))
@@ -232,6 +285,7 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
                     if isinstance(item, messages.SpawnEvent) and item.exited is not None:
                         for event in _tails(call):
                             yield event
+                        relay.let_go(call)
                     yield convert.streamed(message.item)
                     relay.link.send(messages.Ack(call=call_id))
                 elif isinstance(message, messages.Abort):
@@ -239,6 +293,7 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
                 else:
                     return
         finally:
+            relay.let_go(call)
             relay.done(call_id)
 
     if streaming:
@@ -277,6 +332,7 @@ async def serve(
 ) -> int:
     stopped = asyncio.Event()
     relay = Relay(sock, stopped, hello.kind)
+    relay.output_budget = hello.output_budget
     server = grpc.aio.server(options=server_options(hello.max_receive, hello.max_send))
     try:
         server.add_generic_rpc_handlers(_handlers(relay, hello.kind))

@@ -93,6 +93,11 @@ class StreamBuffer:
     def kept(self) -> int:
         return self.total - self.dropped
 
+    @property
+    def held(self) -> int:
+        """Bytes of output it holds (the head only if it retains it)."""
+        return len(self.head) + self._tail_size
+
     def tail(self) -> bytes:
         """What follows the head: the marker (if anything was dropped) and the
         tail. With a budget of 0 nothing is kept, not even the marker."""
@@ -145,7 +150,7 @@ class OutputTurns:
     watched: the child's writes block on it, as on a slow consumer) and is
     resumed, in the order they came, at the next pass."""
 
-    def __init__(self, per_turn: int = 4) -> None:
+    def __init__(self, per_turn: int = 1) -> None:
         self.per_turn = per_turn
         self._left = per_turn
         self._waiting: deque[tuple[object, Callable[[], None]]] = deque()

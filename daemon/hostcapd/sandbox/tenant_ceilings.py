@@ -102,6 +102,16 @@ def frontend_memory(tenant: Tenant) -> int:
     return FRONTEND_BASE_BYTES + REPLIES_IN_FLIGHT * 2 * output
 
 
+def frontend_output_budget(tenant: Tenant) -> int:
+    """Output a tenant's front-end keeps for its calls at once (decision
+    0032: the root side passes it on and keeps none): half of what its
+    memory limit has above its base; the other half is room for the reply
+    it is joining and sending. A call past it is refused there
+    (QUOTA_EXCEEDED), rather than the kernel ending the front-end and every
+    call of the tenant with it. 0: no output ceiling, no budget."""
+    return (frontend_memory(tenant) - FRONTEND_BASE_BYTES) // 2
+
+
 def tenant_ceilings(
     tenant: Tenant, tenants: Sequence[Tenant], totals: HostTotals
 ) -> TenantCeilings:

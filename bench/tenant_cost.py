@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -47,6 +48,12 @@ def _status(pid: int, key: str) -> int:
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _p95(values: list[float]) -> float:
@@ -84,6 +91,7 @@ async def measure(state: Path) -> dict[str, object]:
         idle = [await light.true() for _ in range(40)]
         rss = _status(daemon.pid, "VmRSS")
         Path(f"/proc/{daemon.pid}/clear_refs").write_text("5")
+        cpu = _cpu_seconds(daemon.pid)
         runs = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -101,6 +109,7 @@ async def measure(state: Path) -> dict[str, object]:
         stdout, _ = await output
         ends = json.loads(stdout.decode().strip().splitlines()[-1]) if stdout.strip() else []
         hwm = _status(daemon.pid, "VmHWM")
+        cpu = _cpu_seconds(daemon.pid) - cpu
     finally:
         await light.close()
         daemon.stop()
@@ -114,6 +123,7 @@ async def measure(state: Path) -> dict[str, object]:
         "root_idle_rss_mib": rss / MiB,
         "root_hwm_mib": hwm / MiB,
         "seconds": seconds,
+        "root_cpu_seconds": cpu,
         "ends": ends,
     }
 
@@ -140,7 +150,8 @@ def main() -> int:
     print(
         f"root process: idle RSS {f['root_idle_rss_mib']:.0f} MiB, high-water mark during "
         f"{f['root_hwm_mib']:.0f} MiB "
-        f"({float(f['root_hwm_mib']) / float(f['root_idle_rss_mib']):.1f}x)"  # type: ignore[arg-type]
+        f"({float(f['root_hwm_mib']) / float(f['root_idle_rss_mib']):.1f}x); "  # type: ignore[arg-type]
+        f"its CPU during: {f['root_cpu_seconds']:.1f} s"
     )
     print(f"the eight Runs ended: {f['ends']}")
     return 0

@@ -74,15 +74,15 @@ async def _heavy_run(stub: process_pb2_grpc.ProcessServiceStub) -> str:
     return f"{common_pb2.Outcome.Name(result.exited.outcome)} {len(result.stdout) // MiB} MiB"
 
 
-async def heavy(socket: Path) -> list[str]:
+async def heavy(socket: Path, runs: int) -> list[str]:
     """The eight Runs at once, from this process (`--heavy`)."""
     options = [("grpc.max_receive_message_length", GiB), ("grpc.max_send_message_length", MiB)]
     async with grpc.aio.insecure_channel(f"unix:{socket}", options=options) as channel:
         stub = process_pb2_grpc.ProcessServiceStub(channel)  # type: ignore[no-untyped-call]
-        return list(await asyncio.gather(*(_heavy_run(stub) for _ in range(RUNS))))
+        return list(await asyncio.gather(*(_heavy_run(stub) for _ in range(runs))))
 
 
-async def measure(state: Path) -> dict[str, object]:
+async def measure(state: Path, runs: int = RUNS) -> dict[str, object]:
     daemon = BenchDaemon(state, (HEAVY, LIGHT)).start()
     light = TenantClient(daemon.socket(LIGHT))
     try:
@@ -92,15 +92,17 @@ async def measure(state: Path) -> dict[str, object]:
         rss = _status(daemon.pid, "VmRSS")
         Path(f"/proc/{daemon.pid}/clear_refs").write_text("5")
         cpu = _cpu_seconds(daemon.pid)
-        runs = await asyncio.create_subprocess_exec(
+        heavy_client = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "bench.tenant_cost",
             "--heavy",
             str(daemon.socket(HEAVY)),
+            "--runs",
+            str(runs),
             stdout=asyncio.subprocess.PIPE,
         )
-        output = asyncio.ensure_future(runs.communicate())
+        output = asyncio.ensure_future(heavy_client.communicate())
         loaded: list[float] = []
         began = time.monotonic()
         while not output.done():
@@ -131,18 +133,19 @@ async def measure(state: Path) -> dict[str, object]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--heavy", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--runs", type=int, default=RUNS, help="Runs at once (default 8)")
     args = parser.parse_args()
     if args.heavy is not None:
-        print(json.dumps(asyncio.run(heavy(args.heavy))))
+        print(json.dumps(asyncio.run(heavy(args.heavy, args.runs))))
         return 0
     base = Path(tempfile.mkdtemp(prefix="tenant-cost-", dir=state_parent()))
     try:
-        f = asyncio.run(measure(base / "state"))
+        f = asyncio.run(measure(base / "state", args.runs))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     print(
         f"other tenant's /bin/true: idle p50 {f['idle_p50_ms']:.1f} ms p95 "
-        f"{f['idle_p95_ms']:.1f} ms; under {RUNS} ceiling Runs p50 {f['loaded_p50_ms']:.1f} ms "
+        f"{f['idle_p95_ms']:.1f} ms; under {args.runs} ceiling Runs p50 {f['loaded_p50_ms']:.1f} ms "
         f"p95 {f['loaded_p95_ms']:.1f} ms max {f['loaded_max_ms']:.0f} ms "
         f"({f['loaded_runs']} runs in {f['seconds']:.1f} s); p95 ratio "
         f"{float(f['loaded_p95_ms']) / float(f['idle_p95_ms']):.1f}x"  # type: ignore[arg-type]
@@ -153,7 +156,7 @@ def main() -> int:
         f"({float(f['root_hwm_mib']) / float(f['root_idle_rss_mib']):.1f}x); "  # type: ignore[arg-type]
         f"its CPU during: {f['root_cpu_seconds']:.1f} s"
     )
-    print(f"the eight Runs ended: {f['ends']}")
+    print(f"the {args.runs} Runs ended: {f['ends']}")
     return 0
 
 

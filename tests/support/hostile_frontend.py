@@ -30,6 +30,7 @@ from hostcapd import framing
 from hostcapd.bridge import channel, messages
 from hostcapd.frontend import convert
 from hostcapd.frontend.server import confined
+from hostcapd.process.output import StreamBuffer
 
 libc = ctypes.CDLL(None, use_errno=True)
 PTRACE_ATTACH = 16
@@ -87,8 +88,11 @@ class Channel:
         return channel.decode(memoryview(data), [], messages.TO_FRONTEND)
 
     def answer(self, call: int) -> list[Result]:
-        """Everything the root side sent for `call` until its end."""
+        """Everything the root side sent for `call` until its end (its
+        output chunks kept, as the real front-end keeps them, and in the
+        reply's wire bytes)."""
         seen: list[Result] = []
+        kept: dict[int, StreamBuffer] = {}
         while True:
             got = self.receive()
             if got is None:
@@ -97,9 +101,15 @@ class Channel:
             message, payload = got
             if getattr(message, "call", None) != call:
                 continue
+            if isinstance(message, messages.Chunk):
+                buf = kept.setdefault(message.stream, StreamBuffer(message.keep))
+                buf.feed(payload or b"")
+                self.send(messages.Ack(call=call))
+                continue
             if isinstance(message, messages.Reply):
                 # As the real front-end answers its client: the wire bytes.
-                payload = convert.serialize(convert.to_proto(message.answer))
+                pieces = {stream: buf.parts() for stream, buf in kept.items()}
+                payload = convert.serialize(convert.unary_reply(message.answer, pieces or None))
             seen.append({**msgspec.to_builtins(message), "payload": payload.hex()})
             if isinstance(message, messages.Event):
                 self.send(messages.Ack(call=call))

@@ -42,6 +42,7 @@ class SpawnInput:
         self._lock = asyncio.Lock()
         self._waiting = 0
         self._room: asyncio.Future[None] | None = None
+        self._first: asyncio.Task[None] | None = None
         self._ended = False
 
     @property
@@ -65,6 +66,9 @@ class SpawnInput:
         self.check()
         self._waiting += 1
         try:
+            if self._first is not None and not self._first.done():
+                # The request's stdin goes first, whoever gets the lock first.
+                await asyncio.wait([self._first])
             async with self._lock:
                 self.check()
                 written = await self._write_all(data)
@@ -74,8 +78,12 @@ class SpawnInput:
         finally:
             self._waiting -= 1
 
-    async def feed(self, data: bytes) -> None:
-        """The request's own `stdin`, first (not a WriteStdin: not counted)."""
+    def feed(self, data: bytes) -> asyncio.Task[None]:
+        """The request's own `stdin`, before any WriteStdin (not counted)."""
+        self._first = asyncio.ensure_future(self._feed(data))
+        return self._first
+
+    async def _feed(self, data: bytes) -> None:
         async with self._lock:
             with contextlib.suppress(Refusal):
                 await self._write_all(data, count=False)

@@ -327,7 +327,7 @@ class Spawn:
             self._stdin_w = -1  # the input's now
         if self.input is not None:
             if self.request.stdin:
-                stdin_task = asyncio.ensure_future(self.input.feed(self.request.stdin))
+                stdin_task = self.input.feed(self.request.stdin)
         elif self._stdin_w >= 0:
             stdin_task = asyncio.ensure_future(
                 self._feed_stdin(self._stdin_w, self.request.stdin or b"")

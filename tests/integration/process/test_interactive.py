@@ -45,6 +45,15 @@ async def test_close_gives_eof_and_cat_ends_with_its_exit_record(
     assert len(exits) == 1 and exits[0]["input_writes"] == 2 and exits[0]["input_bytes"] == 8
 
 
+async def test_the_requests_stdin_comes_first_and_the_input_stays_open(client: Client) -> None:
+    spawn_id = await start(client, "cat", stdin=b"given\n")
+    answer = await write(client, spawn_id, b"written\n", close=True)
+    assert (answer.writes, answer.total_bytes) == (1, 8)  # the request's stdin is not a write
+    out = Output(client, spawn_id)
+    last = await out.ended()
+    assert out.data == b"given\nwritten\n" and last.exited.exit_code == 0
+
+
 async def test_a_full_pipe_makes_the_writer_wait(daemon: Daemon, client: Client) -> None:
     """The pipe's back-pressure reaches the caller: a write that does not fit
     returns only once the command has read, never buffered in the daemon."""

@@ -108,6 +108,8 @@ class Spawn:
         #: Its terminal's size, when it has one (Resize changes it).
         self.tty_size = request.tty
         self._tty_channel: socket.socket | None = None
+        #: The child's end of it: the launch's, like the child's stdio.
+        self._tty_child = -1
 
     # --- control from outside -------------------------------------------
 
@@ -241,10 +243,10 @@ class Spawn:
         them and closes them once the spawner has them."""
         if self.request.tty is not None:
             # Its 0, 1 and 2 are its terminal's (pty.c); until then /dev/null.
-            self._tty_channel, tty_child = terminal.channel()
+            self._tty_channel, self._tty_child = terminal.channel()
             null = [os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC) for _ in range(3)]
             self._child_stdio = (null[0], null[1], null[2])
-            self.launch.child_fds += [*self._child_stdio, tty_child]
+            self.launch.child_fds += [*self._child_stdio, self._tty_child]
             self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             return
@@ -295,7 +297,7 @@ class Spawn:
         in_r, out_w, err_w = self._child_stdio
         fds = [self.prepared.exe.fd, in_r, out_w, err_w, self._cancel_fd, self._go_fd]
         if self.request.tty is not None:
-            fds.append(self.launch.child_fds[-1])  # the terminal's channel (see SpawnOrder)
+            fds.append(self._tty_child)  # the terminal's channel (see SpawnOrder)
         self.launch.labels = dict(self.request.labels)
         await self.launch.send(self._order, fds)
 

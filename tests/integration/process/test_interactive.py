@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 
 import pytest
 from hostcap_proto.v1 import common_pb2, process_pb2
@@ -201,3 +202,20 @@ async def test_terminals_in_one_environment_are_each_their_own(client: Client) -
         await client.stub.CloseEnvironment(
             process_pb2.CloseEnvironmentRequest(environment_id=env.environment_id)
         )
+
+
+async def test_term_is_the_requests_when_the_tenant_allows_it(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    allow = ["LANG", "TZ", "GREETING", "TEST_MARKER", "TERM"]
+    daemon = start_daemon(tenants={"dev": {"env_allowlist": allow}})
+    client = Client(daemon.socket)
+    try:
+        for env, term in (({"TERM": "vt100"}, b"vt100"), ({}, b"xterm-256color")):
+            spawn_id = await start(client, "sh", "-c", "echo TERM=$TERM", tty=(24, 80), env=env)
+            out = Output(client, spawn_id)
+            await out.until(rb"TERM=\S+\r\n")
+            assert f"TERM={term.decode()}\r\n".encode() in out.data
+            await out.ended()
+    finally:
+        await client.close()

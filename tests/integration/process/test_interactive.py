@@ -219,3 +219,20 @@ async def test_term_is_the_requests_when_the_tenant_allows_it(
             await out.ended()
     finally:
         await client.close()
+
+
+async def test_ctrl_c_ends_a_shells_foreground_command_and_the_shell_goes_on(
+    client: Client,
+) -> None:
+    spawn_id = await start(client, "sh", tty=(24, 80))
+    out = Output(client, spawn_id)
+    await write(client, spawn_id, b"sleep 30; echo not-reached\r")
+    await out.until(rb"sleep 30; echo not-reached\r\n")
+    mark = len(out.data)
+    await write(client, spawn_id, b"\x03")
+    await write(client, spawn_id, b"echo alive-$((6*7))\r")
+    await out.until(rb"alive-42\r\n", start=mark, timeout=10)
+    await write(client, spawn_id, b"exit\r")
+    last = await out.ended()
+    assert b"not-reached\r\n" not in out.data[mark:]
+    assert last.exited.exit_code == 0

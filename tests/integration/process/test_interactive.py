@@ -179,7 +179,9 @@ async def test_read_gets_its_line_through_the_terminal(client: Client) -> None:
 
 async def test_terminals_in_one_environment_are_each_their_own(client: Client) -> None:
     env = await client.stub.OpenEnvironment(process_pb2.OpenEnvironmentRequest())
-    script = "echo $(tty) dev=$(stat -c %d /dev/pts/0); read a"
+    # Its pts 0's device at its start, and again once the other one runs: a
+    # mount propagated between the spawns would change the second.
+    script = "echo $(tty) dev=$(stat -c %d /dev/pts/0); read a; echo again=$(stat -c %d /dev/pts/0)"
     try:
         ids = [
             await start(client, "sh", "-c", script, tty=(24, 80), environment_id=env.environment_id)
@@ -192,12 +194,15 @@ async def test_terminals_in_one_environment_are_each_their_own(client: Client) -
             # Both are pts 0, at once: a devpts instance of each spawn's own.
             name, device = out.data.split()[:2]
             assert name == b"/dev/pts/0", out.data
-            devices.append(device)
+            devices.append(device.removeprefix(b"dev="))
         host = os.stat("/dev/pts").st_dev if os.path.isdir("/dev/pts") else -1
-        assert len(set(devices)) == 2 and f"dev={host}".encode() not in devices
-        for spawn_id in ids:
+        assert len(set(devices)) == 2 and str(host).encode() not in devices
+        for spawn_id, device in zip(ids, devices, strict=True):
             await write(client, spawn_id, b"\r")
-            await Output(client, spawn_id).ended()
+            out = Output(client, spawn_id)
+            await out.until(rb"again=\d+")
+            assert b"again=" + device + b"\r\n" in out.data
+            await out.ended()
     finally:
         await client.stub.CloseEnvironment(
             process_pb2.CloseEnvironmentRequest(environment_id=env.environment_id)

@@ -76,6 +76,11 @@ BUILTIN_CONTRACT_EFFECTS: Mapping[str, ContractEffect] = {
     # Reads what a session of this host printed; ending one controls work.
     "read_output": ContractEffect.ORDINARY,
     "kill_session": ContractEffect.ACTS_ON_STATE,
+    # Input to a program whose start was approved (a card, in a contract). A
+    # write into a shell or interpreter runs code: the contract decides each
+    # such call (hostcap.admit, hostcap.approval), refused unless that
+    # exact session's start was approved for it.
+    "write_stdin": ContractEffect.ORDINARY,
 }
 
 _ADMISSION = {

@@ -28,7 +28,7 @@ import shlex
 import uuid
 from typing import Annotated
 
-from pydantic import Field
+from pydantic import Field, StrictBool
 
 from hostcap.builtins.common import Arg, FrozenArgs, FrozenResult, PathArg
 from hostcap.errors import HostError, ToolUnavailableError
@@ -93,7 +93,7 @@ class ExecCommandArgs(FrozenArgs):
         description="How long to wait for the command before returning what it printed so far "
         "with a session id (ignored with background).",
     )
-    tty: bool | TerminalArg = Field(
+    tty: StrictBool | TerminalArg = Field(
         default=False,
         description="Run it on a terminal of its own (true: 24x80, or {rows, cols}): colours, "
         "prompts, REPLs. Its input stays open for write_stdin; its output is the terminal's.",

@@ -307,3 +307,28 @@ def test_a_write_goes_in_pieces_the_daemon_takes_and_closes_on_the_last() -> Non
     assert b"".join(p.data for p in pieces) == data
     assert [(p.data, p.close) for p in write_requests("s", b"", close=True)] == [(b"", True)]
     assert list(write_requests("s", b"", close=False)) == []
+
+
+# ------------------------------------------------- the same tools, elsewhere
+
+
+def test_mcp_and_the_adapters_offer_the_session_tools(
+    sessions: ToolRegistry, make_ctx: MakeCtx
+) -> None:
+    from hostcap.adapters.anthropic import anthropic_tools
+    from hostcap.adapters.openai import chat_tools, responses_tools
+    from hostcap.builtins import WRITE_STDIN
+    from hostcap.mcp_server import tool_annotations
+
+    ctx = _ctx(make_ctx, ApprovalPolicy("accept-edits"))
+    for tools in (chat_tools(sessions, ctx, strict=True), responses_tools(sessions, ctx)):
+        by_name = {t.get("name") or t["function"]["name"]: t for t in tools}
+        assert {"exec_command", "write_stdin", "read_output", "kill_session"} <= set(by_name)
+    anthropic = {t["name"]: t for t in anthropic_tools(sessions, ctx)}
+    assert set(anthropic["write_stdin"]["input_schema"]["properties"]) == {
+        "session_id", "chars", "yield_time_ms", "close",
+    }  # fmt: skip
+    assert {"tty", "stdin_open"} <= set(anthropic["exec_command"]["input_schema"]["properties"])
+    # Writing into a session is no read: MCP clients see it as a process.
+    hints = tool_annotations(WRITE_STDIN)
+    assert (hints.read_only_hint, hints.destructive_hint) == (False, True)

@@ -1,0 +1,88 @@
+"""Interactive spawns (issue 31), against a real daemon: input written while
+a command runs (WriteStdin) on a pipe and on a terminal of its own, Resize,
+EOF, and the refusals a client gets."""
+
+from __future__ import annotations
+
+import pytest
+from hostcap_proto.v1 import common_pb2, process_pb2
+from support.daemon import Daemon, audit_records
+from support.interactive import Output, refusal, resize, start, write
+from support.process import Client, request
+
+
+async def test_a_line_written_reaches_read_on_a_pipe(client: Client) -> None:
+    spawn_id = await start(client, "sh", "-c", "read a; echo got:$a")
+    answer = await write(client, spawn_id, b"hello\n")
+    assert (answer.bytes_written, answer.total_bytes, answer.writes) == (6, 6, 1)
+    out = Output(client, spawn_id)
+    await out.until(b"got:hello\n")
+    last = await out.ended()
+    assert common_pb2.Outcome.Name(last.exited.outcome) == "EXITED"
+    assert (last.exited.input_writes, last.exited.input_bytes) == (1, 6)
+    assert not last.exited.HasField("tty")
+
+
+async def test_close_gives_eof_and_cat_ends_with_its_exit_record(
+    daemon: Daemon, client: Client
+) -> None:
+    spawn_id = await start(client, "cat")
+    await write(client, spawn_id, b"one\n")
+    await write(client, spawn_id, b"two\n", close=True)
+    out = Output(client, spawn_id)
+    last = await out.ended()
+    assert out.data == b"one\ntwo\n"
+    assert last.exited.exit_code == 0
+    assert (last.exited.input_writes, last.exited.input_bytes) == (2, 8)
+    exits = [
+        r
+        for r in audit_records(daemon.audit_path)
+        if r["event"] == "process.exit" and r["spawn_id"] == spawn_id
+    ]
+    assert len(exits) == 1 and exits[0]["input_writes"] == 2 and exits[0]["input_bytes"] == 8
+
+
+async def test_refusals_say_why(client: Client) -> None:
+    plain = await client.stub.Run(request(["sleep", "30"], detached=True))
+    plain_id = plain.started.spawn_id
+    assert not plain.started.stdin_open
+    assert await refusal(write(client, plain_id, b"x")) == "STDIN_NOT_OPEN"
+    assert await refusal(resize(client, plain_id, 10, 10)) == "NOT_A_TERMINAL"
+    assert await refusal(write(client, "no-such-spawn", b"x")) == "NOT_FOUND"
+    opened = await start(client, "sh", "-c", "cat; sleep 30")
+    assert await refusal(write(client, opened, b"x" * (64 * 1024 + 1))) == "TOO_LARGE"
+    await write(client, opened, b"", close=True)
+    assert await refusal(write(client, opened, b"x")) == "STDIN_NOT_OPEN"
+    await client.stub.Signal(process_pb2.SignalRequest(spawn_id=opened, signal=9))
+    await Output(client, opened).ended()
+    assert await refusal(write(client, opened, b"x")) == "SPAWN_ENDED"
+    # A Run that waits cannot be written to.
+    assert await client.refusal("cat", stdin_open=True) == "INVALID_ARGUMENT"
+    tty = process_pb2.TerminalSize(rows=0, cols=80)
+    assert await client.refusal("cat", detached=True, tty=tty) == "LIMIT_INVALID"
+    await client.stub.Signal(process_pb2.SignalRequest(spawn_id=plain_id, signal=9))
+
+
+async def test_a_streamed_spawn_takes_input_while_its_call_streams(client: Client) -> None:
+    call = client.stub.Spawn(request(["sh", "-c", "read a; echo got:$a"], stdin_open=True))
+    events = call.__aiter__()
+    first = await events.__anext__()
+    assert first.started.stdin_open
+    await write(client, first.started.spawn_id, b"streamed\n")
+    out = b""
+    async for event in events:
+        out += event.output.data
+        if event.HasField("exited"):
+            assert event.exited.input_writes == 1
+    assert out == b"got:streamed\n"
+
+
+@pytest.mark.parametrize("tty", [False, True])
+async def test_isatty_is_what_was_asked(client: Client, tty: bool) -> None:
+    probe = "import os,sys; print('isatty', os.isatty(0), os.isatty(1), os.isatty(2)); sys.stdout.flush(); input()"
+    spawn_id = await start(client, "python3", "-c", probe, tty=(24, 80) if tty else None)
+    out = Output(client, spawn_id)
+    await out.until(rb"isatty (True|False) (True|False) (True|False)")
+    assert f"isatty {tty} {tty} {tty}".encode() in out.data
+    await write(client, spawn_id, b"\n")
+    await out.ended()

@@ -36,7 +36,7 @@ from hostcap.testing import MemoryToolHost
 from hostcap.untrusted import Untrusted
 from session_arm import SessionArm
 
-POLICY = ToolPolicy(allowed_commands={"cat", "python3", "sh", "psql"})
+POLICY = ToolPolicy(allowed_commands={"cat", "python3", "sh", "psql", "node"})
 
 
 class Prompt:
@@ -332,3 +332,34 @@ def test_mcp_and_the_adapters_offer_the_session_tools(
     # Writing into a session is no read: MCP clients see it as a process.
     hints = tool_annotations(WRITE_STDIN)
     assert (hints.read_only_hint, hints.destructive_hint) == (False, True)
+
+
+async def test_under_a_contract_an_exec_command_grant_approves_the_sessions_it_starts(
+    sessions: ToolRegistry, arm: SessionArm, make_ctx: MakeCtx
+) -> None:
+    # allow-session on exec_command already approves any command line (any
+    # code), so the writes into each interpreter session it starts are too.
+    prompt = Prompt("allow-session")
+    ctx = _ctx(make_ctx, ApprovalPolicy("accept-edits", "goal", prompt=prompt))
+    first = await _start(sessions, ctx, "python3", "start-1", tty=True)
+    second = await _start(sessions, ctx, "node", "start-2", stdin_open=True)
+    assert len(prompt.cards) == 1
+    assert "writes into each session" in prompt.cards[0].scopes["allow-session"]
+    await sessions.dispatch(_write(first, "1\n", "w1"), ctx)
+    await sessions.dispatch(_write(second, "2\n", "w2"), ctx)
+    assert (arm.sessions[first].written, arm.sessions[second].written) == (b"1\n", b"2\n")
+    # A session started without an open input was not approved for any.
+    closed = await _start(sessions, ctx, "python3", "start-3")
+    assert arm.sessions[closed].info.stdin_open is False
+
+
+def test_a_write_card_shows_the_session_and_what_is_typed() -> None:
+    from hostcap.approval import ToolActionPreview
+
+    card = ApprovalCard(
+        tool_id="write_stdin", action="process",
+        preview=ToolActionPreview(command="python3 -q", session="abc", input="print(1)\\n"),
+        choices=("approve", "reject"), why="accept-edits asks", session_id="s",
+    )  # fmt: skip
+    text = card.describe()
+    assert "write into session abc (python3 -q)" in text and "print(1)\\n" in text

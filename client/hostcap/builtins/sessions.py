@@ -28,7 +28,7 @@ import shlex
 import uuid
 from typing import Annotated
 
-from pydantic import Field, StrictBool
+from pydantic import Field, StrictBool, field_validator
 
 from hostcap.builtins.common import Arg, FrozenArgs, FrozenResult, PathArg
 from hostcap.errors import HostError, ToolUnavailableError
@@ -234,6 +234,15 @@ class WriteStdinArgs(FrozenArgs):
         default=False, description="Close the session's input after chars: it reads end-of-file."
     )
 
+    @field_validator("chars")
+    @classmethod
+    def _encodable(cls, chars: str) -> str:
+        try:
+            chars.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("must be text (a lone surrogate cannot be written)") from None
+        return chars
+
 
 def _write_target(args: WriteStdinArgs, host: ToolHost) -> PolicyTarget:
     """What a write into `args.session_id` is, for the guardrails and approval:
@@ -290,11 +299,18 @@ class ReadOutputArgs(FrozenArgs):
     )
 
 
+def _on_terminal(sessions: SessionCapability, session_id: str) -> bool:
+    lookup = getattr(sessions, "session_info", None)
+    info = lookup(session_id) if callable(lookup) else None
+    return info is not None and info.tty is not None
+
+
 async def _read_output(args: ReadOutputArgs, host: ToolHost, ctx: ToolRunContext) -> SessionResult:
-    read = await _sessions(host, ctx.tool_id).read_session(
-        args.session_id, yield_ms=args.yield_time_ms
+    sessions = _sessions(host, ctx.tool_id)
+    read = await sessions.read_session(args.session_id, yield_ms=args.yield_time_ms)
+    return _result(
+        f"(session {args.session_id})", read, tty=_on_terminal(sessions, args.session_id)
     )
-    return _result(f"(session {args.session_id})", read)
 
 
 class KillSessionArgs(FrozenArgs):
@@ -307,7 +323,10 @@ async def _kill_session(
     sessions = _sessions(host, ctx.tool_id)
     await sessions.kill_session(args.session_id)
     read = await sessions.read_session(args.session_id, yield_ms=5_000)
-    return _result(f"(session {args.session_id})", read).model_copy(update={"killed": True})
+    tty = _on_terminal(sessions, args.session_id)
+    return _result(f"(session {args.session_id})", read, tty=tty).model_copy(
+        update={"killed": True}
+    )
 
 
 EXEC_COMMAND = ToolDef(

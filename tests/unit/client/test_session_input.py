@@ -363,3 +363,13 @@ def test_a_write_card_shows_the_session_and_what_is_typed() -> None:
     )  # fmt: skip
     text = card.describe()
     assert "write into session abc (python3 -q)" in text and "print(1)\\n" in text
+
+
+async def test_a_lone_surrogate_is_refused_before_the_host(
+    sessions: ToolRegistry, arm: SessionArm, make_ctx: MakeCtx
+) -> None:
+    ctx = _ctx(make_ctx, None)
+    data = await _start(sessions, ctx, "cat", "start", stdin_open=True)
+    with pytest.raises(ToolArgsInvalidError) as refused:
+        await sessions.dispatch(_write(data, "a\ud800"), ctx)
+    assert "chars" in refused.value.message and arm.sessions[data].written == b""

@@ -3,7 +3,6 @@ stubs against a real daemon."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import grpc
 from hostcap_proto.errors import from_rpc_error
 from hostcap_proto.v1 import process_pb2
+
 from support.process import Client, request
 
 
@@ -80,16 +80,14 @@ class Output:
         while not re.search(pattern, self.data[start:]):
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {pattern!r} in {self.data[start:]!r}")
-            if not await self.read():
-                if not re.search(pattern, self.data[start:]):
-                    raise AssertionError(f"ended without {pattern!r}: {self.data[start:]!r}")
+            if not await self.read() and not re.search(pattern, self.data[start:]):
+                raise AssertionError(f"ended without {pattern!r}: {self.data[start:]!r}")
         return self.data
 
     async def ended(self, timeout: float = 30.0) -> process_pb2.ReadOutputResponse:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if not await self.read(wait_ms=2000) and self.last is not None:
-                if not self.last.running:
-                    return self.last
-            await asyncio.sleep(0)
+            running = await self.read(wait_ms=2000)
+            if not running and self.last is not None and not self.last.running:
+                return self.last
         raise AssertionError(f"the spawn did not end: {self.data!r}")

@@ -448,6 +448,8 @@ class Spawn:
             return
         except OSError:
             data = b""
+        if data and self.request.tty is not None:
+            data = terminal.drain(fd, data, READ_CHUNK)
         if not data:
             asyncio.get_running_loop().remove_reader(fd)
             self._paused.discard(fd)

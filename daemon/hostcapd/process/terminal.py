@@ -69,3 +69,20 @@ def get_size(master: int) -> tuple[int, int]:
     buf = array.array("H", [0, 0, 0, 0])
     fcntl.ioctl(master, termios.TIOCGWINSZ, buf, True)
     return buf[0], buf[1]
+
+
+def drain(master: int, first: bytes, limit: int) -> bytes:
+    """`first` and what else the master holds now, up to `limit` bytes: a
+    master gives at most its line discipline's 4 KiB a read, a pipe all it
+    holds; one event for what piled up, not one per 4 KiB."""
+    parts, size = [first], len(first)
+    while size < limit:
+        try:
+            more = os.read(master, limit - size)
+        except OSError:  # EAGAIN: nothing more now; EIO: the next read says so
+            break
+        if not more:
+            break
+        parts.append(more)
+        size += len(more)
+    return b"".join(parts) if len(parts) > 1 else first

@@ -155,7 +155,7 @@ class ProcessInput(_Correlated):
     #: 1 for the spawn's first write, then 2, 3, ...
     index: int
     bytes: int
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    sha256: str
     text: str = ""
     #: Set by the writer: something secret-shaped was redacted; the text was cut.
     text_redacted: bool | None = None

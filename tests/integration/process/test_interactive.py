@@ -4,6 +4,8 @@ EOF, and the refusals a client gets."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hostcap_proto.v1 import common_pb2, process_pb2
 from support.daemon import Daemon, audit_records
@@ -86,3 +88,79 @@ async def test_isatty_is_what_was_asked(client: Client, tty: bool) -> None:
     assert f"isatty {tty} {tty} {tty}".encode() in out.data
     await write(client, spawn_id, b"\n")
     await out.ended()
+
+
+async def test_python_repl_on_a_tty_answers_is_interrupted_and_answers_again(
+    client: Client,
+) -> None:
+    spawn_id = await start(client, "python3", "-q", tty=(24, 80))
+    out = Output(client, spawn_id)
+    await out.until(rb">>> ")
+    mark = len(out.data)
+    await write(client, spawn_id, b"print(6*7)\n")
+    await out.until(rb"\r\n42\r\n>>> ", start=mark)
+    mark = len(out.data)
+    await write(client, spawn_id, b"import time; time.sleep(30)\n")
+    await out.until(rb"time\.sleep\(30\)\r\n", start=mark)
+    await write(client, spawn_id, b"\x03")
+    await out.until(rb"(?s)KeyboardInterrupt.*>>> ", start=mark, timeout=10)
+    mark = len(out.data)
+    await write(client, spawn_id, b"print('still', 6*7)\n")
+    await out.until(rb"still 42\r\n>>> ", start=mark)
+    await write(client, spawn_id, b"", close=True)  # ^D at a line's start: the REPL ends
+    last = await out.ended()
+    assert last.exited.exit_code == 0
+    assert (last.exited.tty.rows, last.exited.tty.cols) == (24, 80)
+    assert last.exited.input_writes == 5
+
+
+async def test_stty_size_is_the_size_given_and_follows_resize(client: Client) -> None:
+    # SIGWINCH makes the shell print the new size: the kernel sent it.
+    script = "trap 'stty size' WINCH; stty size; echo ready; while :; do sleep 0.1; done"
+    spawn_id = await start(client, "sh", "-c", script, tty=(30, 100))
+    out = Output(client, spawn_id)
+    await out.until(rb"30 100\r\nready")
+    listed = await client.stub.List(process_pb2.ListRequest())
+    (info,) = [s for s in listed.spawns if s.spawn_id == spawn_id]
+    assert info.stdin_open and (info.tty.rows, info.tty.cols) == (30, 100)
+    await resize(client, spawn_id, 50, 132)
+    await out.until(rb"50 132\r\n")
+    await client.stub.Signal(process_pb2.SignalRequest(spawn_id=spawn_id, signal=9))
+    last = await out.ended()
+    assert (last.exited.tty.rows, last.exited.tty.cols) == (50, 132)
+
+
+async def test_read_gets_its_line_through_the_terminal(client: Client) -> None:
+    spawn_id = await start(client, "sh", "-c", "read a; echo got:$a", tty=(24, 80))
+    await write(client, spawn_id, b"typed\r")  # Enter, as a keyboard sends it
+    out = Output(client, spawn_id)
+    await out.until(rb"got:typed\r\n")
+    assert (await out.ended()).exited.exit_code == 0
+    assert out.data.startswith(b"typed\r\n")  # the terminal's echo
+
+
+async def test_terminals_in_one_environment_are_each_their_own(client: Client) -> None:
+    env = await client.stub.OpenEnvironment(process_pb2.OpenEnvironmentRequest())
+    script = "echo $(tty) dev=$(stat -c %d /dev/pts/0); read a"
+    try:
+        ids = [
+            await start(client, "sh", "-c", script, tty=(24, 80), environment_id=env.environment_id)
+            for _ in range(2)
+        ]
+        devices = []
+        for spawn_id in ids:
+            out = Output(client, spawn_id)
+            await out.until(rb"dev=\d+")
+            # Both are pts 0, at once: a devpts instance of each spawn's own.
+            name, device = out.data.split()[:2]
+            assert name == b"/dev/pts/0", out.data
+            devices.append(device)
+        host = os.stat("/dev/pts").st_dev if os.path.isdir("/dev/pts") else -1
+        assert len(set(devices)) == 2 and f"dev={host}".encode() not in devices
+        for spawn_id in ids:
+            await write(client, spawn_id, b"\r")
+            await Output(client, spawn_id).ended()
+    finally:
+        await client.stub.CloseEnvironment(
+            process_pb2.CloseEnvironmentRequest(environment_id=env.environment_id)
+        )

@@ -332,7 +332,8 @@ async def _kill_session(
 EXEC_COMMAND = ToolDef(
     id="exec_command", source="builtin",
     description="Run one program (no shell) in the workspace. Returns its output and exit status if it ends "
-    "within yield_time_ms, else the output so far and a session id (background: at once).",
+    "within yield_time_ms, else the output so far and a session id (background: at once). With tty "
+    "(a terminal of its own) or stdin_open, type into the session with write_stdin.",
     args_model=ExecCommandArgs, result_model=SessionResult, dispatch=_exec_command,
     policy=ToolPolicyClass(spawns_process=True), arms=frozenset({"process"}),
     config_only_params=frozenset({"env", "environment_id"}),

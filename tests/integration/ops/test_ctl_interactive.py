@@ -19,7 +19,7 @@ import termios
 import time
 
 from ops_support import hostcapctl
-from support.daemon import REPO, Daemon, audit_records
+from support.daemon import REPO, Daemon, audit_records, wait_gone
 
 #: Generous correctness deadline for a screen to show something on a loaded machine.
 SCREEN_DEADLINE_S = 30.0
@@ -214,3 +214,28 @@ def test_resize_of_a_tty_spawn_is_what_it_sees(daemon: Daemon) -> None:
             break
     assert re.search(r"30 90\r?\n.*50 132", out["stdout"], re.S), out
     assert out["outcome"] == "EXITED" and out["exit_code"] == 0
+
+
+def test_ctrl_bracket_ends_run_tty_and_a_pipe_can_drive_it(daemon: Daemon, marker: str) -> None:
+    screen = Screen(
+        daemon, "run", "--tty", "--", "sh", "-c", f"echo ready; exec sleep 300 {marker}"
+    )
+    try:
+        screen.until(rb"ready")
+        screen.type(b"\x1d")
+        assert screen.wait() == 130 and b"ended on Ctrl-]" in screen.seen
+        assert termios.tcgetattr(screen.slave) == screen.before
+    finally:
+        screen.close()
+    assert wait_gone(marker, 30) == []  # the daemon ended the tree
+
+    piped = subprocess.run(
+        [sys.executable, "-m", "hostcap.ctl.main", "--socket", str(daemon.socket),
+         "run", "--tty", "--", "sh"],
+        input=b"test -t 0 && echo tty-$((6*7))\nexit 5\n", capture_output=True, cwd=REPO,
+        timeout=60,
+    )  # fmt: skip
+    assert piped.returncode == 5, piped.stderr
+    assert b"tty-42" in piped.stdout
+    missing = hostcapctl("attach", "no-such-spawn", tenant=daemon.socket)
+    assert missing.returncode == 127 and "NOT_FOUND" in missing.stderr

@@ -138,9 +138,8 @@ def apply_interactive(request: process_pb2.SpawnRequest, args: argparse.Namespac
         rows, cols = own_size() or (DEFAULT_TERMINAL.rows, DEFAULT_TERMINAL.cols)
         request.tty.rows = args.rows or rows
         request.tty.cols = args.cols or cols
+    # With --stdin-file, the file is written first and the input stays open after it.
     request.stdin_open = True
-    if request.HasField("stdin"):
-        raise SystemExit("hostcapctl run: --stdin-file and an open input are exclusive")
 
 
 # --------------------------------------------------------------- the plumbing

@@ -170,3 +170,32 @@ async def test_a_session_of_another_engine_session_is_not_found(registry: ToolRe
         )
     assert foreign.value.host_reason == "NOT_FOUND"
     await registry.dispatch(ToolCall("i-mine-kill", "kill_session", {"session_id": cat}), ctx())
+
+
+async def test_plan_admits_writes_only_into_the_session_it_approved(
+    daemon: Daemon, registry: ToolRegistry
+) -> None:
+    earlier = ctx(approval=ApprovalPolicy("auto").context())
+    unapproved = await start(registry, "p-old", "sh", tty=True, _ctx=earlier)
+    cards: list[ApprovalCard] = []
+
+    async def prompt(card: ApprovalCard) -> str:
+        cards.append(card)
+        return "approve"
+
+    plan = ctx(approval=ApprovalPolicy("auto", "plan", prompt=prompt).context())
+    approved = await start(registry, "p-new", "sh", tty=True, _ctx=plan)
+    assert [c.tool_id for c in cards] == ["exec_command"]
+    assert "approves those writes too" in cards[0].scopes["approve"]
+    await type_until(registry, approved, "echo planned-$((6*7))\n", "planned-42", plan)
+    with pytest.raises(ToolDeniedByUserError):
+        await registry.dispatch(
+            ToolCall("p-refused", "write_stdin", {"session_id": unapproved, "chars": "id\n"}), plan
+        )
+    assert len(cards) == 1  # refused, never carded
+    inputs = [r for r in daemon.audit() if r["event"] == "process.input"]
+    assert not [r for r in inputs if r["spawn_id"] == unapproved]
+    for session in (approved, unapproved):
+        await registry.dispatch(
+            ToolCall(f"k-{session}", "kill_session", {"session_id": session}), ctx()
+        )

@@ -45,6 +45,17 @@ allow-session grant suppresses later cards for that tool in that session,
 and carries to no other tool or session.
 
 Protected paths always take a card.
+
+A write into a session (`write_stdin`, issue 31) whose program runs what it
+is given (a shell, an interpreter: `hostcap.session_input`) is a `process`
+of its own, the session named on the card and what is written shown:
+`ask` refuses it; `accept-edits` takes a card for each, unless an
+`allow-session` grant covers that exact session (its subject is
+`write_stdin:session ID`, never another session); `auto` approves it; under
+a contract it is refused, never carded, unless that session's start was
+approved under the contract (the `exec_command` card of an interpreter
+with its input open says that approving it approves those writes). A write
+into any other session is the input of a program already approved.
 """
 
 from __future__ import annotations

@@ -244,6 +244,8 @@ class Session:
                 return
         if self.close_at_end and not self.terminal:
             await self._write(b"", close=True)
+        elif self.terminal and not self.close_at_end:
+            self.detached.set()  # Ctrl-D on a keyboard in line mode leaves too
 
     async def _write(self, data: bytes, *, close: bool) -> bool:
         try:
@@ -353,58 +355,68 @@ async def _drain(call: Any) -> Any:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    with raw_terminal(0) as terminal:
-        return asyncio.run(_attach(args, terminal))
+    return asyncio.run(_attach(args))
 
 
-async def _attach(args: argparse.Namespace, terminal: bool) -> int:
+async def _attach(args: argparse.Namespace) -> int:
     async with _aio_channel(args) as ch:
         stub = process_pb2_grpc.ProcessServiceStub(ch)  # type: ignore[no-untyped-call]
         try:
             answer: Any = await stub.ReadOutput(
                 process_pb2.ReadOutputRequest(spawn_id=args.spawn_id, offset=0, wait_ms=0)
             )
+            listed: Any = await stub.List(process_pb2.ListRequest())
         except grpc.RpcError as error:
             wire = wire_error(error)
             report_error(wire, as_json=False)
             return EXIT_NOT_FOUND if wire.reason == "NOT_FOUND" else EXIT_REFUSED
-        if not args.no_replay:
+        info = next((i for i in listed.spawns if i.spawn_id == args.spawn_id), None)
+        on_tty = info is not None and info.HasField("tty") and info.tty.rows > 0
+        # A terminal spawn takes keys as typed (raw); a pipe takes this
+        # terminal's lines, edited and echoed here (Ctrl-] then Enter, or
+        # Ctrl-D, leaves).
+        with raw_terminal(0) if on_tty else contextlib.nullcontext(False) as raw:
+            return await _attached(args, stub, answer, raw=raw)
+
+
+async def _attached(args: argparse.Namespace, stub: Any, answer: Any, *, raw: bool) -> int:
+    if not args.no_replay:
+        _out(answer.stdout + answer.stderr)
+    offset = answer.next_offset
+    # Attaching does not own the spawn: the end of this stdin does not close its input.
+    session = Session(stub, args.spawn_id, terminal=os.isatty(0), close_at_end=False)
+    if answer.running and session.terminal:
+        leave = "Ctrl-]" if raw else "Ctrl-] then Enter, or Ctrl-D,"
+        _note(f"attached to {args.spawn_id}; {leave} leaves it running", raw)
+    if answer.running and raw:
+        session.follow_window()
+        await session.resize()
+    pump = asyncio.create_task(session.pump_input())
+    detach = asyncio.create_task(session.detached.wait())
+    try:
+        while answer.running:
+            read = asyncio.ensure_future(
+                stub.ReadOutput(process_pb2.ReadOutputRequest(
+                    spawn_id=args.spawn_id, offset=offset, wait_ms=ATTACH_WAIT_MS))
+            )  # fmt: skip
+            await _first([read, detach])
+            if detach.done():
+                read.cancel()
+                _note(f"detached; `hostcapctl attach {args.spawn_id}` to come back", raw)
+                return 0
+            answer = read.result()
             _out(answer.stdout + answer.stderr)
-        offset = answer.next_offset
-        # Attaching does not own the spawn: the end of this stdin does not close its input.
-        session = Session(stub, args.spawn_id, terminal=terminal, close_at_end=False)
-        if answer.running and terminal:
-            _note(f"attached to {args.spawn_id}; Ctrl-] leaves it running", terminal)
-            session.follow_window()
-            await session.resize()
-        pump = asyncio.create_task(session.pump_input())
-        detach = asyncio.create_task(session.detached.wait())
-        try:
-            while answer.running:
-                read = asyncio.ensure_future(
-                    stub.ReadOutput(process_pb2.ReadOutputRequest(
-                        spawn_id=args.spawn_id, offset=offset, wait_ms=ATTACH_WAIT_MS))
-                )  # fmt: skip
-                await _first([read, detach])
-                if detach.done():
-                    read.cancel()
-                    _note(f"detached; `hostcapctl attach {args.spawn_id}` to come back", terminal)
-                    return 0
-                answer = read.result()
-                _out(answer.stdout + answer.stderr)
-                offset = answer.next_offset
-        except grpc.RpcError as error:
-            report_error(wire_error(error), as_json=False)
-            return EXIT_REFUSED
-        finally:
-            for task in (pump, detach):
-                task.cancel()
-        if session.refused is not None:
-            report_error(session.refused, as_json=False)
-        _note(
-            f"{common_pb2.Outcome.Name(answer.exited.outcome)}: {answer.exited.message}", terminal
-        )
-        return exit_status(answer.exited)
+            offset = answer.next_offset
+    except grpc.RpcError as error:
+        report_error(wire_error(error), as_json=False)
+        return EXIT_REFUSED
+    finally:
+        for task in (pump, detach):
+            task.cancel()
+    if session.refused is not None:
+        report_error(session.refused, as_json=False)
+    _note(f"{common_pb2.Outcome.Name(answer.exited.outcome)}: {answer.exited.message}", raw)
+    return exit_status(answer.exited)
 
 
 def cmd_write(args: argparse.Namespace) -> int:

@@ -239,3 +239,22 @@ def test_ctrl_bracket_ends_run_tty_and_a_pipe_can_drive_it(daemon: Daemon, marke
     assert b"tty-42" in piped.stdout
     missing = hostcapctl("attach", "no-such-spawn", tenant=daemon.socket)
     assert missing.returncode == 127 and "NOT_FOUND" in missing.stderr
+
+
+def test_attach_to_a_pipe_spawn_sends_lines_and_ctrl_d_leaves(daemon: Daemon) -> None:
+    started = hostcapctl("run", "--detach", "--stdin-open", "--", "cat", tenant=daemon.socket)
+    spawn_id = started.stdout.strip()
+    screen = Screen(daemon, "attach", spawn_id)
+    try:
+        screen.until(rb"attached to")
+        assert not screen.raw()  # a pipe takes lines: this terminal edits and echoes them
+        screen.type(b"hello-pipe\r")
+        # Echoed here, then cat's copy: a line, as the program reads it.
+        assert screen.until(rb"hello-pipe\r?\n(.|\n)*hello-pipe\r?\n")
+        screen.type(b"\x04")
+        assert screen.wait() == 0 and b"detached" in screen.seen
+    finally:
+        screen.close()
+    later = json.loads(hostcapctl("output", spawn_id, "--json", tenant=daemon.socket).stdout)
+    assert later["running"] is True and later["stdout"] == "hello-pipe\n"
+    assert hostcapctl("stop", spawn_id, tenant=daemon.socket).returncode == 0

@@ -15,7 +15,9 @@ interrupt, not hostcapctl's. A change of hostcapctl's window size
 (SIGWINCH) becomes a Resize of the spawn's terminal. `run --tty` streams
 the output of its spawn (Spawn) and ends with it; Ctrl-] ends it early
 (the daemon kills the tree). `attach` reads the output of a detached spawn
-(ReadOutput, waiting for news) and leaves on Ctrl-], the spawn running.
+(ReadOutput, waiting for news) and leaves on Ctrl-], the spawn running; to
+a spawn on pipes it sends this terminal's lines (line mode, not raw), and
+Ctrl-D leaves too.
 When hostcapctl's stdin is not a terminal, its bytes are written as they
 come and the spawn's input is closed at their end.
 

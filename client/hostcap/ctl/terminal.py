@@ -38,7 +38,7 @@ import sys
 import termios
 import threading
 import tty
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from typing import Any
 
 import grpc
@@ -301,7 +301,32 @@ async def _first(tasks: list[asyncio.Task[Any]]) -> None:
 def run_interactive(args: argparse.Namespace, request: process_pb2.SpawnRequest) -> int:
     """`run --tty` / `run --stdin-open` without --detach: stream its output, feed it our input."""
     with raw_terminal(0) as terminal:
-        return asyncio.run(_run(args, request, terminal))
+        return _until_signalled(_run(args, request, terminal))
+
+
+def _until_signalled(work: Coroutine[Any, Any, int]) -> int:
+    """Run `work`; SIGTERM or SIGHUP cancels it, so every `finally` runs (the
+    terminal is restored, a streamed spawn's call cancelled) and the status
+    says which signal."""
+    got: list[int] = []
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+
+        def stop(signum: int) -> None:
+            got.append(signum)
+            task.cancel()
+
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(signum, stop, signum)
+        return await work
+
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        return 128 + (got[0] if got else signal.SIGTERM)
 
 
 async def _run(args: argparse.Namespace, request: process_pb2.SpawnRequest, terminal: bool) -> int:
@@ -357,7 +382,7 @@ async def _drain(call: Any) -> Any:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    return asyncio.run(_attach(args))
+    return _until_signalled(_attach(args))
 
 
 async def _attach(args: argparse.Namespace) -> int:

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -258,3 +259,18 @@ def test_attach_to_a_pipe_spawn_sends_lines_and_ctrl_d_leaves(daemon: Daemon) ->
     later = json.loads(hostcapctl("output", spawn_id, "--json", tenant=daemon.socket).stdout)
     assert later["running"] is True and later["stdout"] == "hello-pipe\n"
     assert hostcapctl("stop", spawn_id, tenant=daemon.socket).returncode == 0
+
+
+def test_sigterm_restores_the_terminal_and_ends_run_tty(daemon: Daemon, marker: str) -> None:
+    screen = Screen(
+        daemon, "run", "--tty", "--", "sh", "-c", f"echo ready; exec sleep 300 {marker}"
+    )
+    try:
+        screen.until(rb"ready")
+        assert screen.raw()
+        screen.proc.send_signal(signal.SIGTERM)
+        assert screen.wait() == 128 + signal.SIGTERM
+        assert termios.tcgetattr(screen.slave) == screen.before
+    finally:
+        screen.close()
+    assert wait_gone(marker, 30) == []  # its call was cancelled: the daemon ended the tree

@@ -33,14 +33,27 @@ def ioctl(fd, request, arg):
         return "ok"
     except OSError as e:
         return name(e.errno)
+def own_tty():
+    fd = os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)
+    same = os.tcgetpgrp(fd) == os.getpgrp() == os.tcgetpgrp(0)  # its own session's
+    os.close(fd)
+    if not same:
+        raise OSError(errno.EXDEV, "a terminal not its own")
+def new_pty():
+    master = os.open("/dev/ptmx", os.O_RDWR | os.O_NOCTTY)
+    fcntl.ioctl(master, 0x80045430, bytes(4))  # TIOCGPTN: it is a pty master
+    os.close(master)
 def host_pts(path):
     fd = os.open(path, os.O_RDWR | os.O_NOCTTY)
+    if os.isatty(0) and os.fstat(fd).st_dev == os.fstat(0).st_dev:
+        raise OSError(errno.EXDEV, "that name is a pty of its own devpts instance")
     os.write(fd, b"escaped")
     fcntl.ioctl(fd, termios.TIOCSTI, b"x")
 report(
     own_tiocsti=ioctl(0, termios.TIOCSTI, b"x"),
     own_tioclinux=ioctl(0, %(tioclinux)d, bytes([2]) + bytes(16)),
-    daemon_tty=attempt(lambda: os.open("/dev/tty", os.O_RDWR | os.O_NOCTTY)),
+    dev_tty=attempt(own_tty),
+    new_pty=attempt(new_pty),
     host_pts=attempt(host_pts, %(host_pts)r),
 )
 if os.isatty(0):
@@ -96,10 +109,14 @@ async def test_terminal_attacks_fail(tenant: str, tty: bool, alpha: Client, laye
     assert found.pop("own_tiocsti") == "EPERM"
     assert found.pop("own_tioclinux") == "EPERM"
     # The host's /dev/pts is not reachable: landlock (EACCES) without a tty;
-    # with one, /dev/pts is the spawn's own instance, where that pty is not.
-    assert found.pop("host_pts") in ({"EACCES", "ENOENT"} if tty else {"EACCES"})
-    # /dev/tty: no controlling terminal of the daemon's is ever reachable.
-    assert found.pop("daemon_tty") in {"EACCES", "ENXIO", "ENOENT"}
+    # with one, /dev/pts is the spawn's own instance, where that name is not
+    # there or is a pty of its own (EXDEV); nothing reached the host's pty.
+    assert found.pop("host_pts") in ({"ENOENT", "EXDEV"} if tty else {"EACCES"})
+    # /dev/tty is the spawn's own terminal when it has one, else nothing
+    # (landlock): no terminal of the daemon's is ever reachable. /dev/ptmx
+    # makes a pty in the spawn's own devpts instance, for a tty spawn only.
+    assert found.pop("dev_tty") == ("ok" if tty else "EACCES")
+    assert found.pop("new_pty") == ("ok" if tty else "EACCES")
     assert found == {}
 
 

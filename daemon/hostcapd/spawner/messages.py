@@ -85,6 +85,9 @@ class RegisterProfile(_Message, frozen=True, tag="profile"):
     no_new_privs: bool
     oom_score_adj: bytes | None
     pdeathsig: int
+    #: Rules a tty spawn's child adds too (its /dev/tty, /dev/ptmx and the
+    #: devpts instance it mounted: each reaches only its own terminals).
+    tty_landlock_rules: tuple[LandlockRule, ...] = ()
 
     @property
     def pooled_mounts(self) -> tuple[Mount, ...]:

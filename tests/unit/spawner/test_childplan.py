@@ -65,7 +65,7 @@ MOUNT = (6, None, b"/tmp", None, 0, None, 0)
         ({"mounts": [MOUNT] * 65, "clone_flags": 0x00020000}, ValueError, "too many mounts"),
         ({"rlimits": [(4, 0, 0)] * 17}, ValueError, "too many rlimits"),
         ({"cgroup_fds": [0] * 9}, ValueError, "too many cgroup fds"),
-        ({"landlock_rules": [(b"/", 1)] * 9}, ValueError, "too many landlock rules"),
+        ({"landlock_rules": [(b"/", 1)] * 13}, ValueError, "too many landlock rules"),
         ({"roots": [b"/tmp"] * 9}, ValueError, "too many roots"),
         ({"rlimits": [(4, 0)]}, TypeError, "rlimit must be"),
         ({"mounts": [(99, None, None, None, 0, None, 0)]}, ValueError, "unknown mount kind"),

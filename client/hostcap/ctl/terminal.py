@@ -226,17 +226,20 @@ class Session:
     """One interactive spawn: keys in (WriteStdin, in order), window size
     changes (Resize), and the detach key."""
 
-    def __init__(self, stub: Any, spawn_id: str, *, terminal: bool, close_at_end: bool) -> None:
+    def __init__(self, stub: Any, spawn_id: str, *, raw: bool, close_at_end: bool) -> None:
         self.stub, self.spawn_id = stub, spawn_id
-        self.terminal, self.close_at_end = terminal, close_at_end
+        #: This stdin is a keyboard (raw, or in line mode), and is it raw.
+        self.keyboard, self.raw = os.isatty(0), raw
+        self.close_at_end = close_at_end
         self.detached = asyncio.Event()
         self.refused: WireError | None = None
 
     async def pump_input(self) -> None:
         """Forward stdin until its end (then close the spawn's input when
-        `close_at_end`; never for a keyboard) or the detach key."""
+        `close_at_end`, else leave: Ctrl-D in line mode) or the detach key
+        typed on a keyboard."""
         async for data in _stdin_chunks(0):
-            if self.terminal and DETACH_KEY in data:
+            if self.keyboard and DETACH_KEY in data:
                 before = data.split(DETACH_KEY, 1)[0]
                 if before:
                     await self._write(before, close=False)
@@ -244,9 +247,9 @@ class Session:
                 return
             if not await self._write(data, close=False):
                 return
-        if self.close_at_end and not self.terminal:
+        if self.close_at_end:
             await self._write(b"", close=True)
-        elif self.terminal and not self.close_at_end:
+        elif self.keyboard:
             self.detached.set()  # Ctrl-D on a keyboard in line mode leaves too
 
     async def _write(self, data: bytes, *, close: bool) -> bool:
@@ -262,7 +265,7 @@ class Session:
 
     def follow_window(self) -> None:
         """Resize the spawn's terminal whenever this one's changes."""
-        if not self.terminal:
+        if not self.raw:
             return
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGWINCH, lambda: loop.create_task(self.resize()))
@@ -284,10 +287,10 @@ def _out(data: bytes) -> None:
         sys.stdout.buffer.flush()
 
 
-def _note(text: str, terminal: bool) -> None:
+def _note(text: str, raw: bool) -> None:
     # In raw mode a newline does not return the carriage.
-    end = "\r\n" if terminal else "\n"
-    sys.stderr.write(f"{end if terminal else ''}hostcapctl: {text}{end}")
+    end = "\r\n" if raw else "\n"
+    sys.stderr.write(f"{end if raw else ''}hostcapctl: {text}{end}")
     sys.stderr.flush()
 
 
@@ -300,8 +303,10 @@ async def _first(tasks: list[asyncio.Task[Any]]) -> None:
 
 def run_interactive(args: argparse.Namespace, request: process_pb2.SpawnRequest) -> int:
     """`run --tty` / `run --stdin-open` without --detach: stream its output, feed it our input."""
-    with raw_terminal(0) as terminal:
-        return _until_signalled(_run(args, request, terminal))
+    # Raw for a terminal of its own (keys as typed); for pipes this terminal
+    # stays in line mode (edited and echoed here), Ctrl-D ending its input.
+    with raw_terminal(0) if request.HasField("tty") else contextlib.nullcontext(False) as raw:
+        return _until_signalled(_run(args, request, raw))
 
 
 def _until_signalled(work: Coroutine[Any, Any, int]) -> int:
@@ -329,7 +334,7 @@ def _until_signalled(work: Coroutine[Any, Any, int]) -> int:
         return 128 + (got[0] if got else signal.SIGTERM)
 
 
-async def _run(args: argparse.Namespace, request: process_pb2.SpawnRequest, terminal: bool) -> int:
+async def _run(args: argparse.Namespace, request: process_pb2.SpawnRequest, raw: bool) -> int:
     async with _aio_channel(args) as ch:
         stub = process_pb2_grpc.ProcessServiceStub(ch)  # type: ignore[no-untyped-call]
         call = stub.Spawn(request)
@@ -339,9 +344,9 @@ async def _run(args: argparse.Namespace, request: process_pb2.SpawnRequest, term
             report_error(wire_error(error), as_json=False)
             return EXIT_REFUSED
         if first is _EOF or first.WhichOneof("event") != "started":
-            _note("the spawn stream did not start", terminal)
+            _note("the spawn stream did not start", raw)
             return EXIT_REFUSED
-        session = Session(stub, first.started.spawn_id, terminal=terminal, close_at_end=True)
+        session = Session(stub, first.started.spawn_id, raw=raw, close_at_end=True)
         session.follow_window()
         tasks = [
             asyncio.create_task(_drain(call)),
@@ -352,7 +357,7 @@ async def _run(args: argparse.Namespace, request: process_pb2.SpawnRequest, term
             await _first([tasks[0], tasks[2]])
             if not tasks[0].done():
                 call.cancel()  # the daemon kills the tree
-                _note("ended on Ctrl-]", terminal)
+                _note("ended on Ctrl-]", raw)
                 return 130
             exited = tasks[0].result()
         except grpc.RpcError as error:
@@ -362,9 +367,9 @@ async def _run(args: argparse.Namespace, request: process_pb2.SpawnRequest, term
             for task in tasks:
                 task.cancel()
         if exited is None:
-            _note("the stream ended without an exit report", terminal)
+            _note("the stream ended without an exit report", raw)
             return EXIT_REFUSED
-        _note(f"{common_pb2.Outcome.Name(exited.outcome)}: {exited.message}", terminal)
+        _note(f"{common_pb2.Outcome.Name(exited.outcome)}: {exited.message}", raw)
         return exit_status(exited)
 
 
@@ -411,8 +416,8 @@ async def _attached(args: argparse.Namespace, stub: Any, answer: Any, *, raw: bo
         _out(answer.stdout + answer.stderr)
     offset = answer.next_offset
     # Attaching does not own the spawn: the end of this stdin does not close its input.
-    session = Session(stub, args.spawn_id, terminal=os.isatty(0), close_at_end=False)
-    if answer.running and session.terminal:
+    session = Session(stub, args.spawn_id, raw=raw, close_at_end=False)
+    if answer.running and session.keyboard:
         leave = "Ctrl-]" if raw else "Ctrl-] then Enter, or Ctrl-D,"
         _note(f"attached to {args.spawn_id}; {leave} leaves it running", raw)
     if answer.running and raw:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import termios
 import time
+from pathlib import Path
 
 from ops_support import hostcapctl
 from support.daemon import REPO, Daemon, audit_records, wait_gone
@@ -218,9 +219,7 @@ def test_resize_of_a_tty_spawn_is_what_it_sees(daemon: Daemon) -> None:
 
 
 def test_ctrl_bracket_ends_run_tty_and_a_pipe_can_drive_it(daemon: Daemon, marker: str) -> None:
-    screen = Screen(
-        daemon, "run", "--tty", "--", "sh", "-c", f"echo ready; exec sleep 300 {marker}"
-    )
+    screen = Screen(daemon, "run", "--tty", "--", "sh", "-c", f"echo ready; sleep 300; : {marker}")
     try:
         screen.until(rb"ready")
         screen.type(b"\x1d")
@@ -262,9 +261,7 @@ def test_attach_to_a_pipe_spawn_sends_lines_and_ctrl_d_leaves(daemon: Daemon) ->
 
 
 def test_sigterm_restores_the_terminal_and_ends_run_tty(daemon: Daemon, marker: str) -> None:
-    screen = Screen(
-        daemon, "run", "--tty", "--", "sh", "-c", f"echo ready; exec sleep 300 {marker}"
-    )
+    screen = Screen(daemon, "run", "--tty", "--", "sh", "-c", f"echo ready; sleep 300; : {marker}")
     try:
         screen.until(rb"ready")
         assert screen.raw()
@@ -274,3 +271,32 @@ def test_sigterm_restores_the_terminal_and_ends_run_tty(daemon: Daemon, marker: 
     finally:
         screen.close()
     assert wait_gone(marker, 30) == []  # its call was cancelled: the daemon ended the tree
+
+
+def test_run_stdin_open_from_a_keyboard_sends_lines_and_ctrl_d_ends_its_input(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    screen = Screen(daemon, "run", "--stdin-open", "--", "sh", "-c", "echo ready; cat; echo done")
+    try:
+        screen.until(rb"ready")
+        assert not screen.raw()  # pipes take lines: this terminal edits and echoes them
+        screen.type(b"typed-line\r")
+        screen.until(rb"typed-line\r?\n(.|\n)*typed-line")
+        screen.type(b"\x04")
+        assert screen.wait() == 0 and b"done" in screen.seen
+    finally:
+        screen.close()
+
+    # `write` from a regular file (a file epoll cannot watch).
+    started = hostcapctl("run", "--detach", "--stdin-open", "--", "cat", tenant=daemon.socket)
+    spawn_id = started.stdout.strip()
+    source = tmp_path / "input.txt"
+    source.write_bytes(b"from a file\n" * 10000)
+    with source.open("rb") as stdin:
+        written = subprocess.run(
+            [sys.executable, "-m", "hostcap.ctl.main", "--socket", str(daemon.socket),
+             "write", spawn_id, "--close", "--json"],
+            stdin=stdin, capture_output=True, cwd=REPO, timeout=60,
+        )  # fmt: skip
+    assert written.returncode == 0, written.stderr
+    assert json.loads(written.stdout)["bytes_written"] == 120000

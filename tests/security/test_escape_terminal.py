@@ -52,6 +52,7 @@ def host_pts(path):
 report(
     own_tiocsti=ioctl(0, termios.TIOCSTI, b"x"),
     own_tioclinux=ioctl(0, %(tioclinux)d, bytes([2]) + bytes(16)),
+    own_tiocsetd=ioctl(0, 0x5423, bytes(4)),  # TIOCSETD to N_TTY (0), the one it has
     dev_tty=attempt(own_tty),
     new_pty=attempt(new_pty),
     host_pts=attempt(host_pts, %(host_pts)r),
@@ -108,6 +109,8 @@ async def test_terminal_attacks_fail(tenant: str, tty: bool, alpha: Client, laye
     # seccomp refuses both ioctls (EPERM), on its own terminal as on any fd.
     assert found.pop("own_tiocsti") == "EPERM"
     assert found.pop("own_tioclinux") == "EPERM"
+    # ... and a line discipline's change (this host autoloads their modules).
+    assert found.pop("own_tiocsetd") == "EPERM"
     # The host's /dev/pts is not reachable: landlock (EACCES) without a tty;
     # with one, /dev/pts is the spawn's own instance, where that name is not
     # there or is a pty of its own (EXDEV); nothing reached the host's pty.
@@ -122,7 +125,8 @@ async def test_terminal_attacks_fail(tenant: str, tty: bool, alpha: Client, laye
 
 def test_host_control_the_same_calls_work_unsandboxed() -> None:
     """As the same uid, on the host: TIOCSTI into its own controlling
-    terminal and opening the host pty both work; the refusals are the sandbox's."""
+    terminal, TIOCSETD on it and opening the host pty all work; the refusals
+    are the sandbox's."""
     with host_terminal() as (_, path):
         code = (
             "import fcntl, os, termios\n"
@@ -130,6 +134,7 @@ def test_host_control_the_same_calls_work_unsandboxed() -> None:
             "os.setsid()\n"
             "fcntl.ioctl(s, termios.TIOCSCTTY, 0)\n"
             "fcntl.ioctl(s, termios.TIOCSTI, b'x')\n"
+            "fcntl.ioctl(s, 0x5423, bytes(4))\n"  # TIOCSETD: N_TTY again
             f"os.close(os.open({path!r}, os.O_RDWR | os.O_NOCTTY))\n"
             "print('ok')\n"
         )

@@ -127,7 +127,7 @@ class SpawnInput:
             except (termios.error, OSError, IndexError, TypeError):
                 eof = _VEOF_DEFAULT
             with contextlib.suppress(Refusal):
-                await self._write_all(eof)
+                await self._write_all(eof, count=False)  # the close, not data
             return
         fd, self._fd = self._fd, -1
         os.close(fd)

@@ -42,7 +42,10 @@ def _spawn(runtime: TenantRuntime, spawn_id: str) -> Spawn:
 async def _running_input(spawn: Spawn) -> SpawnInput:
     """Its input once it runs (a write may come before its exec)."""
     if spawn.input is None:
-        pid = await asyncio.shield(spawn.started)
+        try:
+            pid = await asyncio.shield(spawn.started)
+        except Refusal:  # refused before it ran (its caller was told why)
+            pid = 0
         if not pid or spawn.input is None:
             raise Refusal("SPAWN_ENDED", "the spawn has ended")
     return spawn.input

@@ -148,12 +148,13 @@ class OutputTurns:
     of its spawns, so its output never holds up another tenant's calls for
     more than a few reads. A reader past its turn waits (its pipe is not
     watched: the child's writes block on it, as on a slow consumer) and is
-    resumed, in the order they came, at the next pass."""
+    given a read at a later pass, in the order they came."""
 
     def __init__(self, per_turn: int = 1) -> None:
         self.per_turn = per_turn
         self._left = per_turn
-        self._waiting: deque[tuple[object, Callable[[], None]]] = deque()
+        self._waiting: deque[tuple[object, int, Callable[[int], None]]] = deque()
+        self._granted: set[tuple[object, int]] = set()
         self._reset_pending = False
 
     def take(self) -> bool:
@@ -164,15 +165,24 @@ class OutputTurns:
         self._left -= 1
         return True
 
-    def wait(self, owner: object, resume: Callable[[], None]) -> None:
-        """Call `resume` at a later turn, with a read granted it (once;
-        `forget(owner)` drops it)."""
-        self._waiting.append((owner, resume))
+    def admit(self, owner: object, fd: int, reader: Callable[[int], None]) -> bool:
+        """Whether `owner` may read `fd` now. If not, its reader is removed
+        and put back (`reader(fd)` on the loop) at a later turn, with a read
+        granted."""
+        if (owner, fd) in self._granted:
+            self._granted.discard((owner, fd))
+            return True
+        if self.take():
+            return True
+        asyncio.get_running_loop().remove_reader(fd)
+        self._waiting.append((owner, fd, reader))
         self._schedule()
+        return False
 
     def forget(self, owner: object) -> None:
-        if any(w[0] is owner for w in self._waiting):
-            self._waiting = deque(w for w in self._waiting if w[0] is not owner)
+        """`owner` closed its pipes: its waits and grants go."""
+        self._waiting = deque(w for w in self._waiting if w[0] is not owner)
+        self._granted = {g for g in self._granted if g[0] is not owner}
 
     @property
     def waiting(self) -> int:
@@ -188,10 +198,12 @@ class OutputTurns:
         reads first, in the order they came."""
         self._reset_pending = False
         self._left = self.per_turn
+        loop = asyncio.get_running_loop()
         while self._left > 0 and self._waiting:
-            _, resume = self._waiting.popleft()
+            owner, fd, reader = self._waiting.popleft()
             self._left -= 1
-            resume()
+            self._granted.add((owner, fd))
+            loop.add_reader(fd, reader, fd)
         if self._waiting:
             self._schedule()
 

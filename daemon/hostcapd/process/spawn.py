@@ -15,6 +15,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import time
 from typing import Any
 
@@ -23,8 +24,9 @@ from hostcapd.audit import AuditUnavailable
 from hostcapd.childsetup import RLimit
 from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
-from hostcapd.process import environment, killing, records
+from hostcapd.process import environment, killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
+from hostcapd.process.input import SpawnInput
 from hostcapd.process.launch import Launch, launch_for
 from hostcapd.process.output import OutputLog, StreamCount, StreamTally
 from hostcapd.process.report import Outcome, Report, classify
@@ -41,12 +43,10 @@ log = logging.getLogger("hostcapd.spawn")
 #: output passed to the front-end.
 READ_CHUNK = 1024 * 1024
 PIPE_SIZE = 1024 * 1024
-#: Passed-but-unacknowledged bytes above which we stop reading the pipe.
-#: At 0 a pipe is read again only once what it gave has been taken by the
-#: front-end (decision 0032: the root keeps no output of a call, only its
-#: counts): the pipe is the buffer, and each read takes all that piled up
-#: during the send, so a fast writer is passed in few large pieces
-#: (measured: bench/README.md, "Stream tuning"), and a slow one without delay.
+#: Passed-but-unacknowledged bytes above which we stop reading the pipe. At
+#: 0 a pipe is read again once the front-end took what it gave (decision
+#: 0032): the pipe is the buffer, so a fast writer is passed in few large
+#: pieces (bench/README.md, "Stream tuning"), and a slow one without delay.
 HIGH_WATER = 0
 EOF_GRACE = 2.0
 
@@ -68,9 +68,8 @@ class Spawn:
         self.launch = launch if launch is not None else launch_for(deps, None)
         self.id = self.launch.id
         self._rlimits = rlimits if rlimits is not None else plan_rlimits(deps.profile, prepared)
-        #: A caller (Run or Spawn) takes its output as it comes, and its
-        #: front-end keeps head and tail (decision 0032); without one (or
-        #: once it is gone) the output is only counted.
+        #: A caller takes its output as it comes, its front-end keeps head
+        #: and tail (decision 0032); without one the output is only counted.
         self.streaming = streaming
         self.pid = 0
         self.started_at = time.monotonic()
@@ -95,11 +94,8 @@ class Spawn:
         #: Each open read end's stream (1 or 2).
         self._readers: dict[int, int] = {}
         self._eof = asyncio.Event()
-        #: Read ends waiting for their output to be taken (back-pressure)...
+        #: Read ends waiting for their output to be taken (back-pressure).
         self._paused: set[int] = set()
-        #: ... waiting for their tenant's next turn, or granted a read by it.
-        self._turn_waits: set[int] = set()
-        self._granted: set[int] = set()
         self._cgroup: SpawnCgroup | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._exec_time = 0.0
@@ -111,6 +107,13 @@ class Spawn:
         self._read_ends: list[int] = []
         self._stdin_w = -1
         self._child_stdio = (-1, -1, -1)
+        #: Its open input (stdin_open or a tty), once it runs (issue 31).
+        self.input: SpawnInput | None = None
+        #: Its terminal's size, when it has one (Resize changes it).
+        self.tty_size = request.tty
+        self._tty_channel: socket.socket | None = None
+        #: The child's end of it: the launch's, like the child's stdio.
+        self._tty_child = -1
 
     # --- control from outside -------------------------------------------
 
@@ -140,14 +143,13 @@ class Spawn:
             self._resume_paused()
 
     def stop_streaming(self) -> None:
-        """The caller is gone (or done): what is still read is only counted,
-        and what was read for it and not passed on is let go."""
+        """The caller is gone or done: reads are only counted from now on."""
         if not self.streaming:
             return
         self.streaming = False
-        kept = [e for e in _drain(self.events) if e[0] != "output"]
-        for event in kept:
-            self.events.put_nowait(event)
+        for event in [self.events.get_nowait() for _ in range(self.events.qsize())]:
+            if event[0] != "output":
+                self.events.put_nowait(event)
         self.pending_bytes = 0
         self._resume_paused()
 
@@ -168,6 +170,8 @@ class Spawn:
             await self._send_order()
             await self._release_on_durable(synced)
             self.pid = await self.launch.started()
+            if self._tty_channel is not None:
+                self._take_terminal(self._tty_channel)
             self._watch_changes()
             self._exec_time = time.monotonic()
             self.started.set_result(self.pid)
@@ -255,6 +259,15 @@ class Spawn:
     def _make_pipes(self) -> None:
         """Pipes and eventfds. The child's ends are the launch's, which sends
         them and closes them once the spawner has them."""
+        if self.request.tty is not None:
+            # Its 0, 1 and 2 are its terminal's (pty.c); until then /dev/null.
+            self._tty_channel, self._tty_child = terminal.channel()
+            null = [os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC) for _ in range(3)]
+            self._child_stdio = (null[0], null[1], null[2])
+            self.launch.child_fds += [*self._child_stdio, self._tty_child]
+            self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            return
         out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         with contextlib.suppress(OSError):
@@ -263,7 +276,7 @@ class Spawn:
         self._read_ends += [out_r, err_r]
         os.set_blocking(out_w, True)
         os.set_blocking(err_w, True)
-        if self.request.stdin is not None:
+        if self.request.stdin is not None or self.request.stdin_open:
             in_r, self._stdin_w = os.pipe2(os.O_CLOEXEC)
             os.set_blocking(self._stdin_w, False)
         else:
@@ -293,6 +306,7 @@ class Spawn:
             go=True,
             warm=warm,
             env=self.request.environment_id,
+            tty=self.request.tty,
         )
 
     # Step 3: the spawner clones; the C set-up runs and waits for the go.
@@ -300,6 +314,8 @@ class Spawn:
     async def _send_order(self) -> None:
         in_r, out_w, err_w = self._child_stdio
         fds = [self.prepared.exe.fd, in_r, out_w, err_w, self._cancel_fd, self._go_fd]
+        if self.request.tty is not None:
+            fds.append(self._tty_child)  # the terminal's channel (see SpawnOrder)
         self.launch.labels = dict(self.request.labels)
         await self.launch.send(self._order, fds)
 
@@ -320,13 +336,19 @@ class Spawn:
 
     def _stream(self) -> asyncio.Future[None] | None:
         loop = asyncio.get_running_loop()
-        out_r, err_r = self._read_ends
-        for fd, stream in ((out_r, 1), (err_r, 2)):
+        # A terminal's one end (its output is stdout), or the two pipes.
+        for fd, stream in zip(self._read_ends, (1, 2), strict=False):
             self._readers[fd] = stream
             loop.add_reader(fd, self._on_readable, fd)
         self._read_ends.clear()
         stdin_task = None
-        if self._stdin_w >= 0:
+        if self._stdin_w >= 0 and self.request.stdin_open:
+            self.input = SpawnInput(self._stdin_w, tty=False)
+            self._stdin_w = -1  # the input's now
+        if self.input is not None:
+            if self.request.stdin:
+                stdin_task = self.input.feed(self.request.stdin)
+        elif self._stdin_w >= 0:
             stdin_task = asyncio.ensure_future(
                 self._feed_stdin(self._stdin_w, self.request.stdin or b"")
             )
@@ -360,8 +382,23 @@ class Spawn:
                 await asyncio.wait_for(self._eof.wait(), EOF_GRACE)
         return status
 
+    def _take_terminal(self, channel: socket.socket) -> None:
+        """The master the child sent: read as its output, written as its input."""
+        self._tty_channel = None
+        try:
+            master = terminal.receive_master(channel)
+        finally:
+            channel.close()
+        self._read_ends.append(master)
+        self.input = SpawnInput(os.dup(master), tty=True)
+
     def _release(self) -> None:
         """Every way out: close what is open, stop the timers, remove the cgroup."""
+        if self.input is not None:
+            self.input.end()
+        if self._tty_channel is not None:
+            self._tty_channel.close()
+            self._tty_channel = None
         for fd in [*self._read_ends, self._stdin_w]:
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -425,24 +462,19 @@ class Spawn:
 
     def _on_readable(self, fd: int) -> None:
         stream = self._readers[fd]
-        if fd in self._granted:
-            self._granted.discard(fd)
-        elif not self.deps.turns.take():
-            # Past its tenant's reads for this pass of the loop: wait for a turn.
-            asyncio.get_running_loop().remove_reader(fd)
-            self._turn_waits.add(fd)
-            self.deps.turns.wait(self, lambda: self._turn(fd))
-            return
+        if not self.deps.turns.admit(self, fd, self._on_readable):
+            return  # past its tenant's reads for this pass of the loop
         try:
             data = os.read(fd, READ_CHUNK)
         except BlockingIOError:
             return
         except OSError:
             data = b""
+        if data and self.request.tty is not None:
+            data = terminal.drain(fd, data, READ_CHUNK)
         if not data:
             asyncio.get_running_loop().remove_reader(fd)
             self._paused.discard(fd)
-            self._granted.discard(fd)
             os.close(fd)
             del self._readers[fd]
             if not self._readers:
@@ -461,17 +493,9 @@ class Spawn:
                 Outcome.OUTPUT_LIMIT, f"total output passed the limit of {ceiling} bytes"
             )
 
-    def _turn(self, fd: int) -> None:
-        """Its tenant's turn came: read once more."""
-        if fd in self._turn_waits and fd in self._readers:
-            self._turn_waits.discard(fd)
-            self._granted.add(fd)
-            asyncio.get_running_loop().add_reader(fd, self._on_readable, fd)
-
     def _pass_on(self, fd: int, stream: int, data: bytes) -> None:
-        """Queue a read for the caller, which passes it to its front-end;
-        the pipe is read again once it has (back-pressure). A budget of 0
-        keeps nothing: that is not passed on at all."""
+        """Queue a read for the caller to pass to its front-end, the pipe
+        read again once it has; with a budget of 0 nothing is kept or passed."""
         if not self.streaming or not self.keep:
             return
         self.pending_bytes += len(data)
@@ -488,8 +512,6 @@ class Spawn:
                 os.close(fd)
         self._readers.clear()
         self._paused.clear()
-        self._turn_waits.clear()
-        self._granted.clear()
         self.deps.turns.forget(self)
 
     async def _feed_stdin(self, fd: int, data: bytes) -> None:
@@ -577,6 +599,8 @@ class Spawn:
                 report,
                 self.out_counts,
                 self.err_counts,
+                tty=self.tty_size,
+                input_counts=(self.input.writes, self.input.bytes) if self.input else None,
             )
             records.write_exit(self.deps.audit, self.id, record)
             metrics.spawn_ended(
@@ -599,13 +623,6 @@ class Spawn:
 
 class _Cancelled(Exception):
     pass
-
-
-def _drain(queue: asyncio.Queue[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    items: list[tuple[str, Any]] = []
-    while not queue.empty():
-        items.append(queue.get_nowait())
-    return items
 
 
 def plan_rlimits(profile: TenantProfile, prepared: Prepared) -> list[RLimit]:

@@ -6,6 +6,7 @@ record's), and a tenant's reads take turns on the loop (`OutputTurns`)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 
 import pytest
@@ -24,15 +25,31 @@ def test_a_tally_counts_what_a_buffer_keeps(keep: int) -> None:
 
 
 async def test_a_tenants_reads_take_turns_in_the_order_they_came() -> None:
+    loop = asyncio.get_running_loop()
     turns = OutputTurns(per_turn=2)
-    assert turns.take() and turns.take()
-    assert not turns.take()  # a third read in the same pass waits
-    resumed: list[str] = []
-    for name in ("a", "b", "c"):
-        turns.wait(name, lambda name=name: resumed.append(name))
-    turns.forget("b")
-    await asyncio.sleep(0)  # the next pass: two reads, to those that waited longest
-    assert resumed == ["a", "c"]
-    assert not turns.take()  # they were given this pass's reads
-    await asyncio.sleep(0)
-    assert turns.take()
+    pipes = [os.pipe() for _ in range(5)]
+    passes: list[list[int]] = []
+
+    def reader(fd: int) -> None:
+        if turns.admit(owner, fd, reader):
+            loop.remove_reader(fd)
+            passes[-1].append(fd)
+
+    owner = object()
+    try:
+        for r, w in pipes:
+            os.write(w, b"x")
+            loop.add_reader(r, reader, r)
+        for _ in range(8):
+            passes.append([])
+            await asyncio.sleep(0)
+        # Each pipe is read once, never more than two in one pass of the loop.
+        assert sorted(fd for reads in passes for fd in reads) == sorted(r for r, _ in pipes)
+        assert max(len(reads) for reads in passes) == 2
+        assert turns.waiting == 0
+        turns.forget(owner)
+    finally:
+        for r, w in pipes:
+            loop.remove_reader(r)
+            os.close(r)
+            os.close(w)

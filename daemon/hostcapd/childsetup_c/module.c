@@ -353,7 +353,24 @@ done:
 }
 
 
+PyDoc_STRVAR(use_forker_doc,
+"_use_forker(enabled) -> bool\n\n"
+"Whether inits are cloned through the forker (forker.c), as by default, or by\n"
+"the caller itself (the A/B of the bench); the previous setting.");
+
+static PyObject *childsetup_use_forker(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    int was = forker_enabled;
+    forker_enabled = enabled;
+    return PyBool_FromLong(was);
+}
+
 static PyMethodDef methods[] = {
+    {"_use_forker", childsetup_use_forker, METH_O, use_forker_doc},
     {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
     {"go", (PyCFunction)(void (*)(void))childsetup_go, METH_VARARGS | METH_KEYWORDS, go_doc},
     {"mount_namespace", (PyCFunction)(void (*)(void))childsetup_mount_namespace,

@@ -305,17 +305,21 @@ static PyObject *childsetup_go(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(mount_namespace_doc,
-"mount_namespace(*, mounts) -> fd\n\n"
+"mount_namespace(*, mounts[, base_fd]) -> fd\n\n"
 "Make a new mount namespace and run `mounts` (as spawn() takes them) in it,\n"
 "in a short-lived child; return an O_CLOEXEC fd of the namespace, for one\n"
-"spawn's mntns_fd. Raises SetupError(step, errno) if a step fails.");
+"spawn's mntns_fd. The new namespace is a copy of the caller's, or of\n"
+"base_fd's (an environment's: the copy a spawn in it would make).\n"
+"Raises SetupError(step, errno) if a step fails.");
 
 static PyObject *childsetup_mount_namespace(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *kwlist[] = {"mounts", NULL};
+    static char *kwlist[] = {"mounts", "base_fd", NULL};
     PyObject *mounts = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O:mount_namespace", kwlist, &mounts))
+    int base_fd = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$Oi:mount_namespace", kwlist, &mounts,
+                                     &base_fd))
         return NULL;
     if (!mounts) {
         PyErr_SetString(PyExc_TypeError, "mount_namespace() needs mounts");
@@ -328,7 +332,8 @@ static PyObject *childsetup_mount_namespace(PyObject *self, PyObject *args, PyOb
     PyObject *keep = PyList_New(0);
     if (!keep || !(p = take_plan()))
         goto done;
-    p->mntns_fd = -1;
+    p->mntns_fd = base_fd;
+    p->mntns_copy = base_fd >= 0;
     for (int i = 0; i < MAX_TREES; i++)
         p->trees[i] = -1;
     if (parse_mounts(mounts, p, keep) != 0)

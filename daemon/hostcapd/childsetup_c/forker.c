@@ -45,6 +45,7 @@ static struct forker_shared *shared; /* and the arena after it */
 static size_t shared_size;
 static pid_t forker_pid = -1;
 static uint32_t forker_seq;
+static int forker_cpu = -1; /* the CPU it is pinned to; -1 none, -2 unknown */
 static int forker_failed; /* it could not be started: do not try again */
 static pid_t forker_owner; /* the process that started it (not a fork of it) */
 
@@ -173,8 +174,6 @@ static int forker_main(void *arg)
         _exit(1);
     for (int i = 0; i < n_drop; i++)
         munmap((void *)drop[i].start, drop[i].end - drop[i].start);
-    cpu_set_t own;
-    int have_own = sched_getaffinity(0, sizeof own, &own) == 0;
     sh->own_arena = arena;
     __atomic_store_n(&sh->ready, 1, __ATOMIC_RELEASE);
     futex(&sh->ready, FUTEX_WAKE, 1, NULL);
@@ -189,21 +188,12 @@ static int forker_main(void *arg)
         memcpy(plan, &sh->plan, sizeof *plan);
         memcpy(arena, shared_arena(), sh->used);
         plan->warm_buf = plan->warm ? warm_buf : NULL;
-        int pinned = 0;
-        if (sh->cpu >= 0 && have_own) {
-            cpu_set_t here;
-            CPU_ZERO(&here);
-            CPU_SET(sh->cpu, &here);
-            pinned = sched_setaffinity(0, sizeof here, &here) == 0;
-        }
         /* CLONE_PARENT: the caller's child, with the forker's exit signal
          * (SIGCHLD, as the caller cloned it). */
         pid_t pid = clone(child_main, stack + CHILD_STACK_SIZE,
                           CLONE_PARENT | (plan->clone_flags & ~0xff), plan);
         sh->err = errno;
         sh->pid = pid;
-        if (pinned)
-            sched_setaffinity(0, sizeof own, &own);
         __atomic_store_n(&sh->done, seen, __ATOMIC_RELEASE);
         futex(&sh->done, FUTEX_WAKE, 1, NULL);
     }
@@ -273,6 +263,7 @@ static int forker_start(void)
         return -1;
     forker_pid = pid;
     forker_owner = getpid();
+    forker_cpu = -1;
     if (forker_wait(&shared->ready, 1) != 0) {
         kill(pid, SIGKILL);
         forker_gone();
@@ -307,6 +298,26 @@ int forker_clone(struct plan *p, pid_t *pid)
     shared->used = used;
     plan_restore(p, &saved);
     p->restore_affinity = shared->plan.restore_affinity;
+    /* The forker runs on the caller's CPU, which the caller leaves at once
+     * to wait for it (as for a vfork child), and the init is born there
+     * (see init_placement): neither waits behind other work on another
+     * CPU. The forker is pinned so while it sleeps; it runs only when woken. */
+    if (shared->cpu >= 0 && shared->cpu != forker_cpu) {
+        cpu_set_t here;
+        CPU_ZERO(&here);
+        CPU_SET(shared->cpu, &here);
+        forker_cpu = sched_setaffinity(forker_pid, sizeof here, &here) == 0 ? shared->cpu : -2;
+    } else if (shared->cpu < 0 && forker_cpu != -1) {
+        /* Not pinned (a warm child): born with the caller's affinity. */
+        cpu_set_t mine;
+        if (sched_getaffinity(0, sizeof mine, &mine) == 0 &&
+            sched_setaffinity(forker_pid, sizeof mine, &mine) == 0)
+            forker_cpu = -1;
+        else
+            forker_cpu = -2;
+    }
+    if (shared->cpu < 0 && forker_cpu != -1)
+        return -1; /* it could not be unpinned: the caller clones this one */
     uint32_t req = ++forker_seq;
     __atomic_store_n(&shared->request, req, __ATOMIC_RELEASE);
     futex(&shared->request, FUTEX_WAKE, 1, NULL);

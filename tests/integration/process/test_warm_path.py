@@ -331,7 +331,11 @@ async def test_a_warm_child_killed_while_waiting_is_replaced_and_spawns_still_ru
     for pid in killed:
         os.kill(pid, signal.SIGKILL)
     result = await warm.run("echo", "still")
-    assert outcome(result) == "EXITED" and result.stdout == b"still\n"
+    assert outcome(result) == "EXITED" and result.stdout == b"still\n", (
+        result.exited.message,
+        result.exited.failed_step,
+        result.exited.errno,
+    )
     # Two again (the pool's size), none of them the killed ones.
     replaced = await _wait_warm(daemon, 2, exactly=True)
     assert not set(replaced) & set(killed)

@@ -160,6 +160,10 @@ static int forker_main(void *arg)
     struct forker_shared *sh = shared;
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != sh->parent)
         _exit(0);
+    /* Its children have the caller's name, as when the caller cloned them
+     * (an init renames itself later; a warm child keeps it while it waits). */
+    char caller_name[17] = {0};
+    prctl(PR_GET_NAME, caller_name, 0, 0, 0);
     prctl(PR_SET_NAME, "hostcap-forker", 0, 0, 0);
     struct plan *plan = mmap(NULL, sizeof *plan, PROT_READ | PROT_WRITE,
                              MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -190,10 +194,12 @@ static int forker_main(void *arg)
         plan->warm_buf = plan->warm ? warm_buf : NULL;
         /* CLONE_PARENT: the caller's child, with the forker's exit signal
          * (SIGCHLD, as the caller cloned it). */
+        prctl(PR_SET_NAME, caller_name, 0, 0, 0);
         pid_t pid = clone(child_main, stack + CHILD_STACK_SIZE,
                           CLONE_PARENT | (plan->clone_flags & ~0xff), plan);
         sh->err = errno;
         sh->pid = pid;
+        prctl(PR_SET_NAME, "hostcap-forker", 0, 0, 0);
         __atomic_store_n(&sh->done, seen, __ATOMIC_RELEASE);
         futex(&sh->done, FUTEX_WAKE, 1, NULL);
     }

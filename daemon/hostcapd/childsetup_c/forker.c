@@ -62,9 +62,14 @@ static char *shared_arena(void)
 /* The loaded objects the forker and the inits run code of: this module,
  * libc and the loader (every symbol is bound at load: Python loads an
  * extension with RTLD_NOW). */
+#define MAX_OTHER 2048
+
 struct object_spans {
     struct span spans[64];
     int n;
+    /* the writable segments of every other object (their .bss is anonymous) */
+    struct span other[MAX_OTHER];
+    int n_other, other_full;
 };
 
 static int add_kept_object(struct dl_phdr_info *info, size_t size, void *arg)
@@ -79,14 +84,27 @@ static int add_kept_object(struct dl_phdr_info *info, size_t size, void *arg)
         unsigned long here = (unsigned long)(void *)forker_clone;
         keep = ph->p_type == PT_LOAD && here >= start && here < start + ph->p_memsz;
     }
-    for (int i = 0; keep && i < info->dlpi_phnum && o->n < 64; i++) {
+    for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD)
+        if (ph->p_type != PT_LOAD || (!keep && !(ph->p_flags & PF_W)))
             continue;
         unsigned long start = info->dlpi_addr + ph->p_vaddr;
-        o->spans[o->n].start = start & ~4095UL;
-        o->spans[o->n].end = (start + ph->p_memsz + 4095UL) & ~4095UL;
-        o->n++;
+        struct span seg = {start & ~4095UL, (start + ph->p_memsz + 4095UL) & ~4095UL};
+        if (keep && o->n < 64)
+            o->spans[o->n++] = seg;
+        else if (!keep && o->n_other < MAX_OTHER)
+            o->other[o->n_other++] = seg;
+        else if (!keep)
+            o->other_full = 1;
+    }
+    return 0;
+}
+
+static int overlaps_any(unsigned long start, unsigned long end, const struct span *spans, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (start < spans[i].end && spans[i].start < end)
+            return 1;
     }
     return 0;
 }
@@ -106,8 +124,9 @@ static void forker_plan_shrink(void)
 {
     static struct object_spans keep;
     static char buf[256 * 1024];
-    keep.n = 0;
+    keep.n = keep.n_other = keep.other_full = 0;
     n_drop = 0;
+    unsigned long tcb = (unsigned long)pthread_self();
     dl_iterate_phdr(add_kept_object, &keep);
     if (keep.n < 3)
         return; /* not the three objects found: keep everything */
@@ -136,13 +155,38 @@ static void forker_plan_shrink(void)
         unsigned long start, end, offset, inode;
         char perms[8];
         unsigned int major, minor;
-        if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &start, &end, perms, &offset, &major,
-                   &minor, &inode) == 7 &&
-            inode != 0 && perms[3] == 'p') {
-            int kept = 0;
-            for (int i = 0; i < keep.n && !kept; i++)
-                kept = start < keep.spans[i].end && keep.spans[i].start < end;
-            if (!kept) {
+        int path_at = 0;
+        int parsed = sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %n", &start, &end, perms, &offset,
+                            &major, &minor, &inode, &path_at) >= 7;
+        int anon = parsed && inode == 0 && (path_at == 0 || line[path_at] == '\0');
+        unsigned long tls_from = tcb > (64UL << 10) ? tcb - (64UL << 10) : 0;
+        unsigned long tls_to = tcb + (64UL << 10);
+        if (anon && perms[3] == 'p' && n_drop < MAX_UNMAP - 2) {
+            /* A kept object's .bss in one mapping with the anonymous memory
+             * next to it (the kernel merges them): the rest is not its. */
+            for (int i = 0; i < keep.n; i++) {
+                const struct span *k = &keep.spans[i];
+                if (!(start < k->end && k->start < end))
+                    continue;
+                if (start < k->start && !(start < tls_to && tls_from < k->start)) {
+                    drop[n_drop].start = start;
+                    drop[n_drop++].end = k->start;
+                }
+                if (k->end < end && !(k->end < tls_to && tls_from < end)) {
+                    drop[n_drop].start = k->end;
+                    drop[n_drop++].end = end;
+                }
+                break;
+            }
+        }
+        if (parsed && perms[3] == 'p' && !overlaps_any(start, end, keep.spans, keep.n)) {
+            /* A file mapping of another object, or the anonymous rest of
+             * another object's writable segment (its .bss), away from the
+             * thread's TLS. */
+            int other_bss = anon && !keep.other_full &&
+                            overlaps_any(start, end, keep.other, keep.n_other) &&
+                            !(start < tls_to && tls_from < end);
+            if (inode != 0 || other_bss) {
                 drop[n_drop].start = start;
                 drop[n_drop++].end = end;
             }

@@ -121,9 +121,11 @@ class FreshLaunch(Launch):
         ruleset = deps.profile.new_ruleset()
         extra = [ruleset] if ruleset >= 0 else []
         self.child_fds += extra
+        order = order_for(landlock=ruleset >= 0, warm=False)
         netns = False
-        if deps.egress is not None:
-            # The spawn's network namespace, the proxy's listener in it.
+        if deps.egress is not None and not order.env:
+            # The spawn's network namespace, the proxy's listeners in it (an
+            # environment's spawns join the environment's: process/environments.py).
             try:
                 netns_fd = await deps.egress.open(self.id, self.labels)
             except (EgressUnavailable, OSError) as error:
@@ -136,7 +138,6 @@ class FreshLaunch(Launch):
             cgroup_fds = self.cgroup.procs_fds() + deps.profile.cpu_procs_fds()
             self.child_fds += cgroup_fds
             extra += cgroup_fds
-        order = order_for(landlock=ruleset >= 0, warm=False)
         if netns:
             order = msgspec.structs.replace(order, netns=True)
         await self._send(order, fds + extra)

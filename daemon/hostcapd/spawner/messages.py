@@ -172,10 +172,13 @@ class OpenEnv(_Message, frozen=True, tag="open_env"):
     """Make the namespaces of environment `id` (network, IPC, and mount with
     profile `profile`'s new root) and hold them until CloseEnv; answered
     EnvOpened, or Failed of the id at step "environment". A spawn that names
-    it joins them."""
+    it joins them. With `netns`, the network namespace is the one whose fd
+    comes beside the order (a proxy-mode tenant's: the egress proxy's
+    listeners are in it), not a new one."""
 
     id: str
     profile: str
+    netns: bool = False
 
 
 class CloseEnv(_Message, frozen=True, tag="close_env"):

@@ -84,6 +84,10 @@ async def test_each_way_around_the_rules_is_refused_with_its_reason_and_audited(
     by_host = {r["host"]: r for r in denied}
     assert by_host["denied.test"]["rule"] == "denied.test"
     assert by_host["localhost"]["rule"] == f"localhost:{p}"
+    # SOCKS5's reply is a code only: the reason is the audit record's.
+    [socks] = [r for r in denied if r["protocol"] == "socks5"]
+    assert socks["host"] == "denied.test" and socks["rule"] == "denied.test"
+    assert "denied by rule 'denied.test'" in socks["reason"]
 
 
 @pytest.mark.skipif(CURL is None, reason="curl is not installed")

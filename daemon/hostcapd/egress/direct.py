@@ -122,9 +122,11 @@ class Tun:
     def close(self) -> None:
         if self.fd < 0:
             return
-        with contextlib.suppress(Exception):
-            asyncio.get_running_loop().remove_reader(self.fd)
-        os.close(self.fd)
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(self.fd)
+        # On a thread: the last close of a tun fd unregisters the device,
+        # which waits for RCU grace periods (some 30 ms).
+        loop.run_in_executor(None, os.close, self.fd)
         self.fd = -1
         if self.limiter.left_out:
             last = packets.Attempt("ip", "", "", 0)

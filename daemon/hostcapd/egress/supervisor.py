@@ -88,10 +88,20 @@ class Handed:
     ends: list[tuple[str, int]] = field(default_factory=list)
 
     def close(self) -> None:
-        for _kind, fd in self.ends:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.ends = []
+        """Close the ends, on a thread when a loop runs: the last close of a
+        tun fd unregisters its device, which waits for RCU grace periods
+        (some 30 ms; bench.egress_bench's egress.netns.close_us)."""
+        fds, self.ends = [fd for _kind, fd in self.ends], []
+        try:
+            asyncio.get_running_loop().run_in_executor(None, _close_fds, fds)
+        except RuntimeError:
+            _close_fds(fds)
+
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 class EgressProxy:

@@ -174,9 +174,11 @@ class Proxy:
         self._report(report)
 
     def _listen(self, spawn_id: str, ends: Sequence[str], fds: list[int]) -> None:
-        if spawn_id in self.spawns:
+        if spawn_id in self.spawns:  # handed again: served already
             for fd in fds:
                 os.close(fd)
+            with contextlib.suppress(OSError):
+                self.channel.send(messages.encode(messages.Listening(spawn_id)))
             return
         state = self.spawns[spawn_id] = SpawnState(spawn_id)
         listeners = [

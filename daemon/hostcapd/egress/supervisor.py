@@ -245,9 +245,8 @@ class EgressProxy:
                 self._listening[spawn_id] = listening
                 try:
                     if attempt == 2:
-                        await self._running()  # hands every spawn's ends, this one's too
-                    else:
-                        self._hand(spawn_id)
+                        await self._running()  # a new proxy is handed every spawn's ends
+                    self._hand(spawn_id)  # (again: a proxy served already says so)
                     # Only once the proxy says it serves them: a proxy dying
                     # meanwhile is found here, not by the command's first connect.
                     await asyncio.wait_for(listening, START_TIMEOUT_S)

@@ -236,6 +236,7 @@ class EgressProxy:
         the proxy (started again first if it died); the namespace's fd, the
         caller's to close. EgressUnavailable when there is no proxy."""
         await self._running()
+        self.close(spawn_id)  # one opened before under this id (a warm child's) goes
         way = await asyncio.to_thread(make_namespace)
         handed = self.handed[spawn_id] = Handed(dict(labels or {}), way.ends)
         way.ends = []
@@ -265,6 +266,13 @@ class EgressProxy:
                 handed.close()
             raise
         raise AssertionError("unreachable")
+
+    def relabel(self, spawn_id: str, labels: dict[str, str]) -> None:
+        """The labels of the spawn that took `spawn_id`'s namespace (a warm
+        child's, opened before its request)."""
+        handed = self.handed.get(spawn_id)
+        if handed is not None:
+            handed.labels = dict(labels)
 
     def close(self, spawn_id: str) -> None:
         handed = self.handed.pop(spawn_id, None)

@@ -171,6 +171,8 @@ class WarmLaunch(Launch):
     async def send(self, order_for: OrderFor, fds: list[int]) -> None:
         # The child's fds are kept until it has started: a fresh child may need them.
         self._resend = (order_for, fds)
+        if self.deps.egress is not None:  # its namespace's records: this spawn's labels now
+            self.deps.egress.relabel(self.id, self.labels)
         await self._send(order_for(landlock=False, warm=True), fds)
 
     async def started(self) -> int:
@@ -201,6 +203,8 @@ class WarmLaunch(Launch):
         super().release(ran)
         if self._fresh is not None:
             return self._fresh.release(ran)
+        if self.deps.egress is not None:
+            self.deps.egress.close(self.id)
         if ran:
             return None
         # Taken but never given its request (refused, cancelled, failed): it

@@ -137,7 +137,9 @@ class WarmOrder(_Message, frozen=True, tag="warm"):
     filters (namespaces, mounts, cgroups, identity, landlock, seccomp), it
     waits for the SpawnOrder of the same id (`warm`), which it runs once.
     Its fds: the landlock ruleset (when `landlock`), then the cgroup.procs
-    fds. `roots` are the paths (in its namespace) a cwd may be beneath."""
+    fds, then (when `netns`) the network namespace to join (a proxy-mode
+    tenant's, the egress proxy's ends in it). `roots` are the paths (in its
+    namespace) a cwd may be beneath."""
 
     id: str
     profile: str
@@ -148,6 +150,7 @@ class WarmOrder(_Message, frozen=True, tag="warm"):
     #: Set before the identity, as a fresh child sets them (RLIMIT_NPROC:
     #: the uid switch checks it); a spawn's rlimits come with its request.
     rlimits: tuple[RLimit, ...] = ()
+    netns: bool = False
 
 
 class DropWarm(_Message, frozen=True, tag="drop_warm"):

@@ -27,9 +27,10 @@ async def test_a_hostile_proxys_forged_reports_are_not_recorded(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(EgressProxy, "command", [sys.executable, "-I", str(HOSTILE)])
+    # No warm children: each would be handed to the proxy (a report of theirs is legitimate).
+    network = {"mode": "proxy", "allow": ["x.test"]}
     config = daemon_config(
-        state_dir,
-        {"dev": tenant_config(state_dir, "dev", network={"mode": "proxy", "allow": ["x.test"]})},
+        state_dir, {"dev": tenant_config(state_dir, "dev", network=network, warm_spawns=0)}
     )
     prepare_roots(config)
     path = state_dir / "hostcapd.toml"

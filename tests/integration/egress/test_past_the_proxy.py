@@ -12,6 +12,7 @@ namespace; and the listener answers on [::1] too."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -21,7 +22,7 @@ from typing import Any
 import pytest
 from egress_support import CURL, connects, proxies, sh
 from hostcap_proto.v1 import process_pb2
-from support.daemon import Daemon
+from support.daemon import Daemon, children_of, spawner_pid
 from support.origin import BODY, Origin
 from support.process import Client, outcome, request
 
@@ -183,3 +184,38 @@ async def test_an_environments_spawns_get_the_proxy(
     records = connects(daemon, at_least=3)
     assert [r.get("environment_id") for r in records] == [env] * 3, records
     assert [r["protocol"] for r in records] == ["http", "http", "tcp"]
+
+
+def _waiting_warm(daemon: Daemon) -> set[int]:
+    """The spawner's children set up to the tenant's identity: warm ones, while nothing runs."""
+    import psutil
+
+    found = set()
+    for pid in children_of(spawner_pid(daemon)):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if 0 not in psutil.Process(pid).uids():
+                found.add(pid)
+    return found
+
+
+@pytest.mark.skipif(CURL is None, reason="curl is not installed")
+async def test_a_proxy_tenants_warm_child_has_the_way_out_and_the_audit(
+    proxy_daemon: tuple[Daemon, Origin, Origin, Path],
+) -> None:
+    daemon, plain, _secure, _cert = proxy_daemon
+    deadline = time.monotonic() + 20
+    while len(waiting := _waiting_warm(daemon)) < 2 and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert len(waiting) >= 2, "no warm children were made for the proxy tenant"
+    how, out, err = await sh(
+        daemon,
+        f"curl -sS -m 20 http://allowed.test:{plain.port}/ && "
+        "python3 -c \"import socket; socket.socket(2, 2).sendto(b'x', ('192.0.2.11', 9))\"",
+    )
+    assert (how, out) == ("EXITED", BODY), err
+    # It ran in one of the children that waited (gone now), in its namespace.
+    assert len([pid for pid in waiting if not Path(f"/proc/{pid}").exists()]) == 1
+    records = connects(daemon, at_least=2)
+    assert {r["protocol"] for r in records} == {"http", "udp"}
+    assert {r["spawn_id"] for r in records} != {""} and len({r["spawn_id"] for r in records}) == 1
+    assert all(r["labels"] == {"session": "egress-test"} for r in records)

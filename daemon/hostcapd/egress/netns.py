@@ -19,6 +19,7 @@ classic ioctls (SIOCSIFADDR, SIOCADDRT): no netlink library needed.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import os
@@ -155,11 +156,17 @@ def _build(way: WayIn, ipv6: bool) -> None:
         _up(s, b"lo")
     way.ends.append(("tcp", _listener(socket.AF_INET, "127.0.0.1")))
     if ipv6:
-        way.ends.append(("tcp", _listener(socket.AF_INET6, "::1")))
+        try:  # no ::1 where IPv6 is disabled (disable_ipv6): IPv4 only then
+            way.ends.append(("tcp", _listener(socket.AF_INET6, "::1")))
+        except OSError:
+            ipv6 = False
     tun = _tun()
     way.ends.append(("tun", tun))
     if ipv6:
-        _tun_v6(TUN_NAME)
+        # Without it an IPv6 packet past the proxy has no route at all
+        # (refused by the kernel, not recorded): still nothing leaves.
+        with contextlib.suppress(OSError):
+            _tun_v6(TUN_NAME)
     way.netns = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
 
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -51,8 +52,21 @@ attempt("metadata", lambda: socket.create_connection(("169.254.169.254", 80), ti
 if "v6" in sys.argv:
     attempt("direct6", lambda: socket.create_connection(("2001:db8::1", 443), timeout=10))
 attempt("loopback", lambda: socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10))
+if len(sys.argv) > 3:  # a live listener on an address of the host
+    attempt("host", lambda: socket.create_connection((sys.argv[3], int(sys.argv[4])), timeout=10))
 attempt("resolve", lambda: socket.getaddrinfo("allowed.test", 80))
 """
+
+
+def _a_host_address() -> str | None:
+    """One of the host's own non-loopback IPv4 addresses, if it has one."""
+    import psutil
+
+    for addrs in psutil.net_if_addrs().values():
+        for addr in addrs:
+            if addr.family == socket.AF_INET and not addr.address.startswith("127."):
+                return str(addr.address)
+    return None
 
 
 def denied_direct(daemon: Daemon, at_least: int) -> list[dict[str, Any]]:
@@ -67,12 +81,23 @@ async def test_packets_past_the_proxy_fail_at_once_and_are_audited(
     proxy_daemon: tuple[Daemon, Origin, Origin, Path],
 ) -> None:
     daemon, plain, _secure, _cert = proxy_daemon
-    v6 = " v6" if IPV6 else ""
+    v6 = "v6" if IPV6 else "-"
+    # A listener on every address of the host: the spawn must not reach it.
+    live = socket.create_server(("0.0.0.0", 0))
+    live.setblocking(False)
+    host_ip, live_port = _a_host_address(), live.getsockname()[1]
+    target = f" {host_ip} {live_port}" if host_ip else ""
     started = time.monotonic()
-    how, out, err = await sh(daemon, f"python3 -c '{PROBE}' {plain.port}{v6}")
-    took = time.monotonic() - started
+    try:
+        how, out, err = await sh(daemon, f"python3 -c '{PROBE}' {plain.port} {v6}{target}")
+        took = time.monotonic() - started
+        with pytest.raises(BlockingIOError):
+            live.accept()  # nothing arrived
+    finally:
+        live.close()
     assert how == "EXITED", err
     lines = dict(line.split(" ", 1) for line in out.decode().splitlines())
+    assert "udp" in lines, (out, err)
     assert all(v.startswith("refused:") for v in lines.values()), lines
     # Refused by the proxy's ICMP error, at once: not a timeout.
     assert "No route to host" in lines["udp"]
@@ -81,11 +106,15 @@ async def test_packets_past_the_proxy_fail_at_once_and_are_audited(
     if IPV6:
         assert "Permission denied" in lines["direct6"]  # ICMPv6 "administratively prohibited"
     assert "Connection refused" in lines["loopback"]  # its own loopback: nothing there
+    if host_ip:
+        assert "No route to host" in lines["host"]
     assert took < 10, f"an attempt waited for a timeout ({took:.1f} s)"
     expected = {("udp", "192.0.2.1", 53), ("udp", "192.0.2.2", 5353), ("tcp", "192.0.2.3", 80)}
     expected.add(("tcp", "169.254.169.254", 80))
     if IPV6:
         expected.add(("tcp", "2001:db8::1", 443))
+    if host_ip:
+        expected.add(("tcp", host_ip, live_port))
     records = denied_direct(daemon, at_least=len(expected))
     seen = {(r["protocol"], r["host"], r["port"]): r for r in records}
     assert expected <= set(seen), seen

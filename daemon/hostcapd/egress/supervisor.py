@@ -211,16 +211,34 @@ class EgressProxy:
             ", ".join(name for name, applied, _ in self.protections if applied),
         )
         # The running spawns' ends, kept here, to the new proxy.
-        for spawn_id in list(self.handed):
-            self._hand(spawn_id)
+        await self._hand_all()
 
-    def _hand(self, spawn_id: str) -> None:
-        handed = self.handed[spawn_id]
-        assert self.channel is not None
-        listen = messages.Listen(spawn_id, [kind for kind, _fd in handed.ends])  # type: ignore[misc]
-        messages.send_with_fds(
-            self.channel, messages.encode(listen), [fd for _kind, fd in handed.ends]
-        )
+    async def _hand_all(self) -> None:
+        """Every running spawn's ends to a new proxy."""
+        for spawn_id in list(self.handed):
+            try:
+                await self._hand(spawn_id)
+            except (OSError, EgressUnavailable):
+                return  # the channel is broken: _readable finds the proxy gone
+
+    async def _hand(self, spawn_id: str) -> None:
+        """Spawn `spawn_id`'s ends to the proxy, waiting while its channel is
+        full (a proxy restarted under many spawns); OSError if it is broken."""
+        for _ in range(int(START_TIMEOUT_S * 100)):
+            handed = self.handed.get(spawn_id)
+            if handed is None:
+                return  # it ended meanwhile
+            if self.channel is None:
+                raise EgressUnavailable("the egress proxy went away")
+            listen = messages.Listen(spawn_id, [kind for kind, _fd in handed.ends])  # type: ignore[misc]
+            try:
+                messages.send_with_fds(
+                    self.channel, messages.encode(listen), [fd for _kind, fd in handed.ends]
+                )
+                return
+            except BlockingIOError:
+                await asyncio.sleep(0.01)
+        raise TimeoutError("the egress proxy's channel stayed full")
 
     async def _running(self) -> None:
         async with self._lock:
@@ -247,7 +265,7 @@ class EgressProxy:
                 try:
                     if attempt == 2:
                         await self._running()  # a new proxy is handed every spawn's ends
-                    self._hand(spawn_id)  # (again: a proxy served already says so)
+                    await self._hand(spawn_id)  # (again: a proxy served already says so)
                     # Only once the proxy says it serves them: a proxy dying
                     # meanwhile is found here, not by the command's first connect.
                     await asyncio.wait_for(listening, START_TIMEOUT_S)

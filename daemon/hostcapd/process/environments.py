@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from hostcapd.audit import AuditUnavailable
-from hostcapd.egress.supervisor import EgressUnavailable
 from hostcapd.errors import Refusal
 from hostcapd.process import killing
 from hostcapd.process.report import Outcome
@@ -117,6 +116,8 @@ class EnvironmentTable:
             ) from None
         # Counted while it is made, so concurrent opens keep to the quota.
         self.envs[env.id] = env
+        from hostcapd.egress.supervisor import EgressUnavailable
+
         egress, netns_fd = runtime.deps.egress, -1
         try:
             if egress is not None:

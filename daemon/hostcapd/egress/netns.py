@@ -122,8 +122,26 @@ def _tun_v6(name: bytes) -> None:
         fcntl.ioctl(s, _SIOCADDRT, rtmsg)
 
 
+TUN_DEVICE = "/dev/net/tun"
+
+
+def tun_problem() -> str:
+    """Why no tun device can be made here ("" when one can): proxy mode
+    needs one in each spawn's namespace, so its packets past the proxy are
+    refused and audited."""
+    try:
+        os.close(os.open(TUN_DEVICE, os.O_RDWR | os.O_CLOEXEC))
+    except OSError as error:
+        return (
+            f"proxy mode needs {TUN_DEVICE} (each spawn's namespace routes what it sends "
+            f"past the proxy into a tun device, to refuse and audit it): {error.strerror}; "
+            "under the systemd unit see docs/install.md"
+        )
+    return ""
+
+
 def _tun() -> int:
-    fd = os.open("/dev/net/tun", os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
+    fd = os.open(TUN_DEVICE, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         fcntl.ioctl(fd, _TUNSETIFF, struct.pack("16sH22x", TUN_NAME, _IFF_TUN | _IFF_NO_PI))
         _tun_v4(TUN_NAME)

@@ -50,7 +50,7 @@ from hostcapd import metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.config import Tenant
 from hostcapd.egress import messages
-from hostcapd.egress.netns import make_namespace
+from hostcapd.egress.netns import make_namespace, tun_problem
 from hostcapd.egress.rules import PROXY_PORT
 
 log = logging.getLogger("hostcapd.egress")
@@ -141,6 +141,9 @@ class EgressProxy:
     async def start(self) -> None:
         """Start the proxy and wait until it is confined; EgressUnavailable
         saying why not."""
+        problem = tun_problem()
+        if problem:  # fail closed: no spawn of this tenant without it
+            raise EgressUnavailable(problem)
         ours, theirs = socket.socketpair(
             socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC
         )

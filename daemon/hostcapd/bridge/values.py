@@ -61,3 +61,11 @@ class Protection(Value, frozen=True):
     applied: bool
     reason: str
     required: bool
+
+
+class TerminalSize(Value, frozen=True):
+    """A terminal's size in character cells (hostcap.v1.TerminalSize); the
+    service checks the range (LIMIT_INVALID)."""
+
+    rows: U32 = 0
+    cols: U32 = 0

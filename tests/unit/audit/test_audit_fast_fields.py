@@ -242,6 +242,16 @@ BASE_FIELDS: dict[str, dict[str, Any]] = {
         "reason": "closed by the client",
         "spawns_ended": ["s"],
     },
+    "process.input": {
+        "tenant": "t",
+        "spawn_id": "s",
+        "index": 1,
+        "bytes": 3,
+        "sha256": "a" * 64,
+        "text": "ls\r",
+        "close": False,
+        "tty": True,
+    },
 }
 
 

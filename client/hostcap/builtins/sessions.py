@@ -299,18 +299,25 @@ class ReadOutputArgs(FrozenArgs):
     )
 
 
-def _on_terminal(sessions: SessionCapability, session_id: str) -> bool:
+def _own_session(sessions: SessionCapability, session_id: str, ctx: ToolRunContext) -> bool:
+    """Whether `session_id` runs on a terminal, once it is known to be a
+    session this engine session started: a session of another engine
+    session is NOT_FOUND here, for reading and ending as for writing. An arm
+    that keeps no session info leaves the check to its own lookup."""
     lookup = getattr(sessions, "session_info", None)
-    info = lookup(session_id) if callable(lookup) else None
-    return info is not None and info.tty is not None
+    if not callable(lookup):
+        return False
+    info = lookup(session_id)
+    if info is None or info.engine_session != (ctx.session_id or ""):
+        raise HostError("NOT_FOUND", f"no session {session_id!r} was started here")
+    return info.tty is not None
 
 
 async def _read_output(args: ReadOutputArgs, host: ToolHost, ctx: ToolRunContext) -> SessionResult:
     sessions = _sessions(host, ctx.tool_id)
+    tty = _own_session(sessions, args.session_id, ctx)
     read = await sessions.read_session(args.session_id, yield_ms=args.yield_time_ms)
-    return _result(
-        f"(session {args.session_id})", read, tty=_on_terminal(sessions, args.session_id)
-    )
+    return _result(f"(session {args.session_id})", read, tty=tty)
 
 
 class KillSessionArgs(FrozenArgs):
@@ -321,9 +328,9 @@ async def _kill_session(
     args: KillSessionArgs, host: ToolHost, ctx: ToolRunContext
 ) -> SessionResult:
     sessions = _sessions(host, ctx.tool_id)
+    tty = _own_session(sessions, args.session_id, ctx)
     await sessions.kill_session(args.session_id)
     read = await sessions.read_session(args.session_id, yield_ms=5_000)
-    tty = _on_terminal(sessions, args.session_id)
     return _result(f"(session {args.session_id})", read, tty=tty).model_copy(
         update={"killed": True}
     )

@@ -32,3 +32,24 @@ def test_text_is_cut_after_redaction_and_the_writer_says_so() -> None:
     none: dict[str, Any] = {"text": "secret-free"}
     seal_input(none, 0)
     assert none["text"] == "" and none["text_truncated"]
+
+
+def test_the_query_table_shows_an_input_record_with_its_control_characters_visible() -> None:
+    from hostcap.ctl.audit.table import format_row
+
+    row = format_row(
+        {
+            "event": "process.input",
+            "seq": 7,
+            "tenant": "alpha",
+            "spawn_id": "s1",
+            "index": 2,
+            "bytes": 12,
+            "text": "API_TOKEN=[REDACTED]\x03",
+            "text_redacted": True,
+            "close": True,
+        }
+    )
+    assert "#2 12 bytes" in row
+    assert "\\x03" in row and "\x03" not in row
+    assert row.endswith("(redacted) +EOF")

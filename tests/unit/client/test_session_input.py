@@ -373,3 +373,23 @@ async def test_a_lone_surrogate_is_refused_before_the_host(
     with pytest.raises(ToolArgsInvalidError) as refused:
         await sessions.dispatch(_write(data, "a\ud800"), ctx)
     assert "chars" in refused.value.message and arm.sessions[data].written == b""
+
+
+async def test_another_engine_sessions_session_cannot_be_read_or_ended(
+    sessions: ToolRegistry, arm: SessionArm, make_ctx: MakeCtx
+) -> None:
+    ctx = _ctx(make_ctx, ApprovalPolicy("auto"))
+    mine = await _start(sessions, ctx, "cat", "start", stdin_open=True)
+    elsewhere = _ctx(make_ctx, ApprovalPolicy("auto"), session_id="session-2")
+    for call in (
+        ToolCall("r", "read_output", {"session_id": mine, "yield_time_ms": 0}),
+        ToolCall("k", "kill_session", {"session_id": mine}),
+    ):
+        with pytest.raises(ToolExecutionError) as foreign:
+            await sessions.dispatch(call, elsewhere)
+        assert foreign.value.host_reason == "NOT_FOUND"
+    # Still running, and its own engine session reads it.
+    outcome = await sessions.dispatch(
+        ToolCall("r2", "read_output", {"session_id": mine, "yield_time_ms": 0}), ctx
+    )
+    assert outcome.result.unwrap().running

@@ -43,6 +43,20 @@ class TenantClient:
         check_exited(result.exited, "Run /bin/true")
         return seconds
 
+    async def open_environment(self) -> str:
+        """An environment of this tenant (its namespaces made): its id."""
+        info = await self.process.OpenEnvironment(process_pb2.OpenEnvironmentRequest())
+        return str(info.environment_id)
+
+    async def true_in(self, environment_id: str) -> float:
+        """Seconds of one Run of /bin/true inside an open environment."""
+        request = process_pb2.SpawnRequest(argv=["/bin/true"], environment_id=environment_id)
+        start = time.perf_counter()
+        result = await self.process.Run(request)
+        seconds = time.perf_counter() - start
+        check_exited(result.exited, "Run /bin/true in an environment")
+        return seconds
+
     async def health_rtt(self) -> float:
         """Seconds of one Health.Check: the daemon's gRPC overhead alone."""
         start = time.perf_counter()

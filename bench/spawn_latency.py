@@ -25,6 +25,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from hostcap_proto.v1 import process_pb2
+
 from bench.baselines import Baselines
 from bench.client import TenantClient
 from bench.report import Line, Row, Target, ms
@@ -57,6 +59,10 @@ async def measure(
         "full_fresh": clients["full_fresh"].true,
         "nocg_fresh": clients["nocg_fresh"].true,
     }
+    # A spawn in an open environment of `full` (its network, IPC and mount
+    # namespaces made at the open, shared by its spawns).
+    environment = await clients["full"].open_environment()
+    contenders["environment"] = lambda: clients["full"].true_in(environment)
     if sandbox is not None:
         contenders["csetup"] = lambda: _sync(sandbox.true)
         # The same without the init as pid 1 (the command is pid 1): its cost.
@@ -69,6 +75,10 @@ async def measure(
     for index in range(rounds):
         for name in rotation(names, index):
             samples[name].append(await contenders[name]())
+
+    await clients["full"].process.CloseEnvironment(
+        process_pb2.CloseEnvironmentRequest(environment_id=environment)
+    )
 
     spaced_names = ["full", "bwrap", "nocg", "full_fresh"]
     spaced: dict[str, list[float]] = {name: [] for name in spaced_names}
@@ -180,6 +190,32 @@ async def measure(
         "default + cgroup, spaced 50 ms, warm / fresh",
         "warm_over_fresh_spaced",
     )
+    vs(
+        "spaced_full",
+        sp["full"],
+        "bwrap spaced",
+        sp["bwrap"],
+        "default + cgroup, warm, spaced 50 ms / bwrap spaced",
+        "warm_spaced_over_bwrap_spaced",
+        Target("<=", 0.6),
+    )
+    vs(
+        "environment",
+        s["environment"],
+        "bwrap",
+        bw,
+        "default + cgroup, in an open environment / bwrap",
+        "environment_spawn_over_bwrap",
+        Target("<=", 0.6),
+    )
+    vs(
+        "environment",
+        s["environment"],
+        "fresh",
+        s["full_fresh"],
+        "default + cgroup, in an open environment / fresh",
+        "environment_over_fresh",
+    )
     vs("nocg_fresh", s["nocg_fresh"], "bwrap", bw, "default, no cgroup, fresh / bwrap")
     vs(
         "minimal",
@@ -275,7 +311,7 @@ def _design_floor(row: Row, s: dict[str, Summary], grpc: Summary) -> None:
             ms(s["csetup"].p50_us),
             f"no init {ms(s['csetup_noinit'].p50_us)}",
             "init_over_no_init",
-            None,
+            Target("<=", 1.3),
         ),
         (
             "grpc.aio RTT + posix_spawn / posix_spawn floor",

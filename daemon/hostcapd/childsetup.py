@@ -160,10 +160,11 @@ def spawn(plan: ChildPlan) -> tuple[int, int]:
     return int(started), -1
 
 
-def mount_namespace(mounts: Sequence[Mount]) -> int:
+def mount_namespace(mounts: Sequence[Mount], base_fd: int = -1) -> int:
     """A new mount namespace with `mounts` made in it (by a short-lived
-    child), as an O_CLOEXEC fd for one spawn's `mntns_fd`. Raises SetupError."""
-    fd: int = _childsetup.mount_namespace(mounts=mounts)
+    child), as an O_CLOEXEC fd for one spawn's `mntns_fd`: a copy of the
+    caller's, or of `base_fd`'s (an environment's). Raises SetupError."""
+    fd: int = _childsetup.mount_namespace(mounts=mounts, base_fd=base_fd)
     return fd
 
 

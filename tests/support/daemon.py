@@ -269,8 +269,11 @@ def spawner_pid(daemon: Daemon) -> int:
 def waiting_warm_child(pid: int) -> bool:
     """Is `pid` a warm child waiting for its request (decision 0026): a child
     of a spawner (`hostcapd-spawn`) with no child of its own? (A spawn's
-    init has its command; a fresh child in set-up exists only for a moment.)"""
+    init has its command; a fresh child in set-up exists only for a moment;
+    the spawner's forker, `hostcap-forker`, which clones the inits, is none.)"""
     try:
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "hostcap-forker":
+            return False
         stat = Path(f"/proc/{pid}/stat").read_text()
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
         parent = Path(f"/proc/{ppid}/comm").read_text().strip()

@@ -20,6 +20,8 @@
  *   warm.c    the warm child's wait for its request, and the go that sends it
  *   pools.c   the kept plan and stack, the vfork-style clone, the init's
  *             small copy of the spawner (its arena and MADV_DONTFORK marks)
+ *   forker.c  the inits' small parent, which clones them from its own
+ *             small memory (decision 0023)
  *   mntns.c   mount namespaces made ahead of need
  *   args.c    Python values into the plan's bounded C arrays
  *   module.c  the Python module: spawn, go, mount_namespace, SetupError
@@ -322,7 +324,29 @@ void plan_give(struct plan *p);
 char *stack_take(void);
 void stack_give(char *stack);
 pid_t run_child(int (*fn)(void *), char *stack, int flags, struct plan *p, int reap);
+/* Clone an init: through the forker, else like fork from the caller. */
 pid_t clone_init_small(char *stack, struct plan *p);
+struct span {
+    unsigned long start, end;
+};
+/* Clone fn like fork, copying of the caller's anonymous memory only `own`,
+ * the TLS and the loaded objects' writable segments (n_own < 0: all). */
+pid_t clone_small(int (*fn)(void *), char *stack_top, int flags, void *arg,
+                  const struct span *own, int n_own);
+/* p's strings packed at base, pointing where the child finds them (at). */
+int plan_pack_at(struct plan *p, char *base, char *at, size_t size, size_t *used);
+void plan_restore(struct plan *p, const struct plan *saved);
+/* The CPU an init is born on (or -1), the caller's affinity in p. */
+int init_placement(struct plan *p);
+
+/* ---- forker.c: the inits' small parent ---- */
+
+/* Clone the init through the forker: 0 with *pid (or -1 with errno: the
+ * clone failed), or -1 if the forker cannot take it (the caller clones). */
+int forker_clone(struct plan *p, pid_t *pid);
+/* Whether inits are cloned through the forker (a switch for the A/B). */
+extern int forker_enabled;
+void forker_hide(int hide);
 
 /* ---- mntns.c: mount namespaces made ahead of need ---- */
 

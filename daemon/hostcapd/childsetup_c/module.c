@@ -328,17 +328,21 @@ static PyObject *childsetup_go(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(mount_namespace_doc,
-"mount_namespace(*, mounts) -> fd\n\n"
+"mount_namespace(*, mounts[, base_fd]) -> fd\n\n"
 "Make a new mount namespace and run `mounts` (as spawn() takes them) in it,\n"
 "in a short-lived child; return an O_CLOEXEC fd of the namespace, for one\n"
-"spawn's mntns_fd. Raises SetupError(step, errno) if a step fails.");
+"spawn's mntns_fd. The new namespace is a copy of the caller's, or of\n"
+"base_fd's (an environment's: the copy a spawn in it would make).\n"
+"Raises SetupError(step, errno) if a step fails.");
 
 static PyObject *childsetup_mount_namespace(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *kwlist[] = {"mounts", NULL};
+    static char *kwlist[] = {"mounts", "base_fd", NULL};
     PyObject *mounts = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$O:mount_namespace", kwlist, &mounts))
+    int base_fd = -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$Oi:mount_namespace", kwlist, &mounts,
+                                     &base_fd))
         return NULL;
     if (!mounts) {
         PyErr_SetString(PyExc_TypeError, "mount_namespace() needs mounts");
@@ -351,7 +355,8 @@ static PyObject *childsetup_mount_namespace(PyObject *self, PyObject *args, PyOb
     PyObject *keep = PyList_New(0);
     if (!keep || !(p = take_plan()))
         goto done;
-    p->mntns_fd = -1;
+    p->mntns_fd = base_fd;
+    p->mntns_copy = base_fd >= 0;
     for (int i = 0; i < MAX_TREES; i++)
         p->trees[i] = -1;
     if (parse_mounts(mounts, p, keep) != 0)
@@ -376,7 +381,24 @@ done:
 }
 
 
+PyDoc_STRVAR(use_forker_doc,
+"_use_forker(enabled) -> bool\n\n"
+"Whether inits are cloned through the forker (forker.c), as by default, or by\n"
+"the caller itself (the A/B of the bench); the previous setting.");
+
+static PyObject *childsetup_use_forker(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    int was = forker_enabled;
+    forker_enabled = enabled;
+    return PyBool_FromLong(was);
+}
+
 static PyMethodDef methods[] = {
+    {"_use_forker", childsetup_use_forker, METH_O, use_forker_doc},
     {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
     {"go", (PyCFunction)(void (*)(void))childsetup_go, METH_VARARGS | METH_KEYWORDS, go_doc},
     {"mount_namespace", (PyCFunction)(void (*)(void))childsetup_mount_namespace,

@@ -90,7 +90,9 @@ pid_t run_child(int (*fn)(void *), char *stack, int flags, struct plan *p, int r
 
 /* ---- the init's copy of the spawner, kept small ----
  *
- * The init is cloned like fork: the kernel copies the page tables of every
+ * Used to start the forker (forker.c), which clones the inits from its own
+ * small memory, and for an init when there is no forker. The init is cloned
+ * like fork: the kernel copies the page tables of every
  * private writable mapping of the caller, and the init's exit tears the copy
  * down, both on a spawn's critical path (decision 0023). The child reads
  * nothing of the Python heap once what it needs (strings, vectors, the
@@ -106,21 +108,22 @@ pid_t run_child(int (*fn)(void *), char *stack, int flags, struct plan *p, int r
 #define MAX_DONTFORK 1024
 #define MAPS_BUFFER (1024 * 1024)
 
-struct span {
-    unsigned long start, end;
-};
-
+/* Where the copies are written (base) and where the child will find them
+ * (at): the same place, or the forker's own copy of the arena (forker.c). */
 struct arena {
-    char *base;
+    char *base, *at;
     size_t size, used;
 };
 
-static void *arena_take(struct arena *a, size_t n, size_t align)
+/* Room for n bytes: where to write them, and in *child where the child
+ * reads them. */
+static void *arena_take(struct arena *a, size_t n, size_t align, void **child)
 {
     size_t at = (a->used + align - 1) & ~(align - 1);
     if (at + n > a->size)
         return NULL;
     a->used = at + n;
+    *child = a->at + at;
     return a->base + at;
 }
 
@@ -129,13 +132,14 @@ static const char *arena_str(struct arena *a, const char *s, int *ok)
     if (!s)
         return NULL;
     size_t n = strlen(s) + 1;
-    char *d = arena_take(a, n, 1);
+    void *child;
+    char *d = arena_take(a, n, 1, &child);
     if (!d) {
         *ok = 0;
         return s;
     }
     memcpy(d, s, n);
-    return d;
+    return child;
 }
 
 static char **arena_vec(struct arena *a, char **v, int *ok)
@@ -143,7 +147,8 @@ static char **arena_vec(struct arena *a, char **v, int *ok)
     size_t n = 0;
     while (v[n])
         n++;
-    char **out = arena_take(a, (n + 1) * sizeof *out, sizeof(void *));
+    void *child;
+    char **out = arena_take(a, (n + 1) * sizeof *out, sizeof(void *), &child);
     if (!out) {
         *ok = 0;
         return v;
@@ -151,7 +156,7 @@ static char **arena_vec(struct arena *a, char **v, int *ok)
     for (size_t i = 0; i < n; i++)
         out[i] = (char *)arena_str(a, v[i], ok);
     out[n] = NULL;
-    return out;
+    return child;
 }
 
 static size_t str_size(const char *s)
@@ -167,10 +172,8 @@ static size_t vec_size(char **v)
     return total + (n + 1) * sizeof(char *) + sizeof(void *);
 }
 
-/* Copy every string, vector and the seccomp program the child reads into a
- * fresh arena and point the plan at the copies; 0, or -1 (plan unchanged
- * where the copy failed: the full-copy clone still works). */
-static int plan_pack(struct plan *p, struct arena *a)
+/* The arena's size for the strings, vectors and seccomp program of p. */
+static size_t plan_pack_size(struct plan *p)
 {
     size_t need = 64 + str_size(p->exe_path) + str_size(p->cwd_root) + str_size(p->cwd) +
                   str_size(p->hostname) + str_size(p->oom_score_adj) + str_size(p->loginuid) +
@@ -183,14 +186,14 @@ static int plan_pack(struct plan *p, struct arena *a)
         need += str_size(p->landlock_rules[i].path);
     for (int i = 0; i < p->n_roots; i++)
         need += str_size(p->roots[i]);
-    long page = sysconf(_SC_PAGESIZE);
-    a->size = (need + (size_t)page - 1) & ~((size_t)page - 1);
-    a->used = 0;
-    a->base = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (a->base == MAP_FAILED) {
-        a->base = NULL;
-        return -1;
-    }
+    return need;
+}
+
+/* Copy every string, vector and the seccomp program the child reads into
+ * the arena and point the plan at the copies (as the child will see them);
+ * 0, or -1 (the arena was too small: the caller restores the plan). */
+static int plan_pack_into(struct plan *p, struct arena *a)
+{
     int ok = 1;
     p->exe_path = arena_str(a, p->exe_path, &ok);
     p->cwd_root = arena_str(a, p->cwd_root, &ok);
@@ -213,15 +216,32 @@ static int plan_pack(struct plan *p, struct arena *a)
         p->roots[i] = arena_str(a, p->roots[i], &ok);
     if (p->seccomp.len > 0) {
         size_t n = (size_t)p->seccomp.len * sizeof(struct sock_filter);
-        struct sock_filter *f = arena_take(a, n, 16);
+        void *child;
+        struct sock_filter *f = arena_take(a, n, 16, &child);
         if (f) {
             memcpy(f, p->seccomp.filter, n);
-            p->seccomp.filter = f;
+            p->seccomp.filter = child;
         } else {
             ok = 0;
         }
     }
     return ok ? 0 : -1;
+}
+
+/* A fresh arena for p, packed; 0, or -1 (nothing mapped, plan unchanged
+ * where the copy failed: the full-copy clone still works). */
+static int plan_pack(struct plan *p, struct arena *a)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    a->size = (plan_pack_size(p) + (size_t)page - 1) & ~((size_t)page - 1);
+    a->used = 0;
+    a->base = mmap(NULL, a->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (a->base == MAP_FAILED) {
+        a->base = NULL;
+        return -1;
+    }
+    a->at = a->base;
+    return plan_pack_into(p, a);
 }
 
 #define MAX_KEEP 2048
@@ -331,73 +351,123 @@ static void unmark_dontfork(const struct span *marked, int n)
         madvise((void *)marked[i].start, marked[i].end - marked[i].start, MADV_DOFORK);
 }
 
-/* Clone the init with the GIL held (see above); its pid, or -1 with errno. */
-pid_t clone_init_small(char *stack, struct plan *p)
+/* Clone `fn` like fork, with the GIL held, copying into the child only the
+ * caller's `own` spans, the TLS and the loaded objects' writable segments of
+ * its anonymous memory (see above); its pid, or -1 with errno. Every signal
+ * is blocked in the child. */
+pid_t clone_small(int (*fn)(void *), char *stack_top, int flags, void *arg,
+                  const struct span *own, int n_own)
 {
     static struct span marked[MAX_DONTFORK];
-    struct arena a = {NULL, 0, 0};
-    char **argv = p->argv, **envp = p->envp;
-    struct plan saved = *p;
-    int packed = plan_pack(p, &a) == 0;
+    static struct span spans[MAX_KEEP];
     int n_marked = 0;
-    if (packed) {
-        static struct span spans[MAX_KEEP];
+    if (n_own >= 0 && n_own < MAX_KEEP - 1) {
         unsigned long tcb = (unsigned long)pthread_self();
-        struct span own[] = {
-            {(unsigned long)p, (unsigned long)p + sizeof *p},
-            {(unsigned long)a.base, (unsigned long)a.base + a.size},
-            {(unsigned long)stack, (unsigned long)stack + CHILD_STACK_SIZE},
-            {tcb > (1UL << 20) ? tcb - (1UL << 20) : 0, tcb + (64UL << 10)},
-            {(unsigned long)p->warm_buf, (unsigned long)p->warm_buf + (p->warm_buf ? WARM_BUFFER : 0)},
-        };
         struct keep_list k = {spans, 0, 0};
-        for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        for (int i = 0; i < n_own; i++)
             spans[k.n++] = own[i];
+        spans[k.n].start = tcb > (1UL << 20) ? tcb - (1UL << 20) : 0;
+        spans[k.n++].end = tcb + (64UL << 10);
         dl_iterate_phdr(add_writable_segments, &k);
         if (!k.full)
             n_marked = mark_dontfork(spans, k.n, marked);
-    } else {
-        /* the copy failed partway: back to the Python-owned values */
-        memcpy(p, &saved, sizeof *p);
     }
-    /* Born on this CPU, which the caller leaves at once to wait for it, the
-     * init runs at once (as a vfork child does), rather than being queued
-     * behind other work on another CPU; it and the command's process take
-     * back the caller's affinity once the command's process is started. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = clone(fn, stack_top, flags, arg);
+    int clone_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    unmark_dontfork(marked, n_marked);
+    errno = clone_errno;
+    return pid;
+}
+
+/* The plan's pointers back at the caller's values after a pack. */
+static void plan_unpack(struct plan *p, const struct plan *saved)
+{
+    p->exe_path = saved->exe_path;
+    p->cwd_root = saved->cwd_root;
+    p->cwd = saved->cwd;
+    p->hostname = saved->hostname;
+    p->oom_score_adj = saved->oom_score_adj;
+    p->loginuid = saved->loginuid;
+    memcpy(p->mounts, saved->mounts, sizeof p->mounts);
+    memcpy(p->landlock_rules, saved->landlock_rules, sizeof p->landlock_rules);
+    memcpy(p->roots, saved->roots, sizeof p->roots);
+    p->seccomp = saved->seccomp;
+    p->argv = saved->argv;
+    p->envp = saved->envp;
+}
+
+/* p packed into an arena the child will find at `at` (the forker's copy);
+ * 0, or -1 with the plan unchanged. */
+int plan_pack_at(struct plan *p, char *base, char *at, size_t size, size_t *used)
+{
+    struct plan saved = *p;
+    struct arena a = {base, at, size, 0};
+    if (plan_pack_size(p) > size || plan_pack_into(p, &a) != 0) {
+        plan_unpack(p, &saved);
+        return -1;
+    }
+    *used = a.used;
+    return 0;
+}
+
+void plan_restore(struct plan *p, const struct plan *saved)
+{
+    plan_unpack(p, saved);
+}
+
+/* Born on the caller's CPU, which it leaves at once to wait for it, the init
+ * runs at once (as a vfork child does), rather than being queued behind
+ * other work on another CPU; it and the command's process take back the
+ * caller's affinity (p->affinity) once the command's process is started.
+ * The CPU to be born on, or -1. */
+int init_placement(struct plan *p)
+{
     int cpu = p->warm ? -1 : sched_getcpu(); /* a warm child waits: not pinned */
     p->restore_affinity = cpu >= 0 && sched_getaffinity(0, sizeof p->affinity, &p->affinity) == 0;
-    if (p->restore_affinity) {
+    return p->restore_affinity ? cpu : -1;
+}
+
+/* Clone the init with the GIL held (see above), through the forker when it
+ * runs (forker.c); its pid, or -1 with errno. */
+pid_t clone_init_small(char *stack, struct plan *p)
+{
+    pid_t pid;
+    if (forker_clone(p, &pid) == 0)
+        return pid;
+    struct arena a = {NULL, NULL, 0, 0};
+    struct plan saved = *p;
+    int packed = plan_pack(p, &a) == 0;
+    if (!packed)
+        plan_unpack(p, &saved); /* the copy failed partway: the full copy then */
+    struct span own[] = {
+        {(unsigned long)p, (unsigned long)p + sizeof *p},
+        {(unsigned long)a.base, (unsigned long)a.base + a.size},
+        {(unsigned long)stack, (unsigned long)stack + CHILD_STACK_SIZE},
+        {(unsigned long)p->warm_buf, (unsigned long)p->warm_buf + (p->warm_buf ? WARM_BUFFER : 0)},
+    };
+    int cpu = init_placement(p);
+    if (cpu >= 0) {
         cpu_set_t here;
         CPU_ZERO(&here);
         CPU_SET(cpu, &here);
         if (sched_setaffinity(0, sizeof here, &here) != 0)
             p->restore_affinity = 0;
     }
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pid_t pid = clone(child_main, stack + CHILD_STACK_SIZE, SIGCHLD | p->clone_flags, p);
+    forker_hide(1);
+    pid = clone_small(child_main, stack + CHILD_STACK_SIZE, SIGCHLD | p->clone_flags, p, own,
+                      packed ? (int)(sizeof own / sizeof own[0]) : -1);
     int clone_errno = errno;
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    forker_hide(0);
     if (p->restore_affinity)
         sched_setaffinity(0, sizeof p->affinity, &p->affinity);
-    unmark_dontfork(marked, n_marked);
     /* The parent's plan points at Python's values again (argv and envp are
      * freed by the caller); the init has its own copy of the arena. */
-    if (packed) {
-        p->exe_path = saved.exe_path;
-        p->cwd_root = saved.cwd_root;
-        p->cwd = saved.cwd;
-        p->hostname = saved.hostname;
-        p->oom_score_adj = saved.oom_score_adj;
-        p->loginuid = saved.loginuid;
-        memcpy(p->mounts, saved.mounts, sizeof p->mounts);
-        memcpy(p->landlock_rules, saved.landlock_rules, sizeof p->landlock_rules);
-        memcpy(p->roots, saved.roots, sizeof p->roots);
-        p->seccomp = saved.seccomp;
-    }
-    p->argv = argv;
-    p->envp = envp;
+    if (packed)
+        plan_unpack(p, &saved);
     if (a.base)
         munmap(a.base, a.size);
     errno = clone_errno;

@@ -8,12 +8,20 @@ still gets its own pid and UTS namespaces, init, cgroup and limits. Unlike
 the pools' namespaces (spawner/netns.py, spawner/mntns.py), each of which
 serves one spawn, these are shared by the environment's spawns, and by
 nothing else: their fds never leave the spawner but to a child joining them.
+
+A spawn works in a copy of the environment's mount namespace. The spawner
+makes `COPIES` of them while idle (`fill_copy`), so a spawn joins one
+(setns) instead of making it (unshare, a copy of the whole new root's mount
+table) on its path, and the spawner, holding it until the spawn is reaped,
+keeps its teardown off the exit's path too (decision 0009). A copy is of the
+environment's namespace as it is (its mounts never change once made), so it
+does not go stale. Without one at hand the spawn makes its own, as before.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from hostcapd import childsetup, linux
 from hostcapd.spawner.messages import RegisterProfile
@@ -23,6 +31,10 @@ CLONE_NEWIPC = 0x08000000
 CLONE_NEWNS = 0x00020000
 
 
+#: Copies of an environment's mount namespace kept ready for its spawns.
+COPIES = 1
+
+
 @dataclass
 class Environment:
     netns: int = -1
@@ -30,12 +42,33 @@ class Environment:
     mntns: int = -1
     #: Why its namespaces could not be made (its spawns fail); "" when made.
     failed: str = ""
+    #: Copies of `mntns` made ahead of need, each for one spawn.
+    copies: list[int] = field(default_factory=list)
+    #: Why a copy could not be made (its spawns then make their own).
+    copy_failed: str = ""
+
+    @property
+    def wants_copy(self) -> bool:
+        return self.mntns >= 0 and not self.copy_failed and len(self.copies) < COPIES
+
+    def fill_copy(self) -> None:
+        """Make one copy of the mount namespace (while the spawner is idle)."""
+        try:
+            self.copies.append(childsetup.mount_namespace([], base_fd=self.mntns))
+        except (childsetup.SetupError, OSError, ValueError, TypeError) as error:
+            self.copy_failed = str(error)
+
+    def take_copy(self) -> int:
+        """A copy for one spawn (the caller holds it until the spawn is
+        reaped, then closes it), or -1."""
+        return self.copies.pop() if self.copies else -1
 
     def close(self) -> None:
-        for fd in (self.netns, self.ipcns, self.mntns):
+        for fd in (self.netns, self.ipcns, self.mntns, *self.copies):
             if fd >= 0:
                 os.close(fd)
         self.netns = self.ipcns = self.mntns = -1
+        self.copies.clear()
 
 
 def _own(flag: int, entry: str, setup: bool = False) -> int:
@@ -53,12 +86,15 @@ def _own(flag: int, entry: str, setup: bool = False) -> int:
         os.close(home)
 
 
-def make(profile: RegisterProfile) -> Environment:
+def make(profile: RegisterProfile, given_netns: int = -1) -> Environment:
     """The namespaces of a new environment of `profile` (the ones its profile
-    has); an Environment with `failed` set when one could not be made."""
+    has; `given_netns`, a copy of it, for its network namespace: the egress
+    proxy's); an Environment with `failed` set when one could not be made."""
     env = Environment()
     try:
-        if profile.clone_flags & CLONE_NEWNET:
+        if given_netns >= 0:
+            env.netns = os.dup(given_netns)
+        elif profile.clone_flags & CLONE_NEWNET:
             env.netns = _own(CLONE_NEWNET, "net", setup=True)
         if profile.clone_flags & CLONE_NEWIPC:
             env.ipcns = _own(CLONE_NEWIPC, "ipc")

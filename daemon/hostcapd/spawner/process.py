@@ -111,7 +111,7 @@ class Spawner:
             elif isinstance(message, messages.DropWarm):
                 self.warm.drop(warm_id=message.id)
             elif isinstance(message, messages.OpenEnv):
-                self.open_env(message)
+                self.open_env(message, fds)
             elif isinstance(message, messages.CloseEnv):
                 env = self.envs.pop(message.id, None)
                 if env is not None:
@@ -153,6 +153,10 @@ class Spawner:
             if key is not None:
                 self.mntns.fill_one(key, poolable[key])
                 return True
+        for env in self.envs.values():
+            if env.wants_copy:
+                env.fill_copy()
+                return True
         return False
 
     def close_released(self) -> None:
@@ -172,13 +176,13 @@ class Spawner:
         wait = self.fill_deferred() or (0.0 if self.warm.wanted else IDLE_RECHECK)
         return min(wait, self.warm.overdue())
 
-    def open_env(self, message: messages.OpenEnv) -> None:
+    def open_env(self, message: messages.OpenEnv, fds: Sequence[int] = ()) -> None:
         profile = self.profiles.get(message.profile)
         if message.id in self.envs:
             self.report(messages.OrderRefused(f"environment {message.id} is open already"))
             return
         env = (
-            environments.make(profile)
+            environments.make(profile, fds[0] if message.netns and fds else -1)
             if profile is not None
             else environments.Environment(failed="no such profile")
         )
@@ -196,7 +200,9 @@ class Spawner:
     def env_plan(self, profile: RegisterProfile, env_id: str) -> dict[str, Any]:
         """A child's namespaces in environment `env_id`: the environment's
         network, IPC and (a copy of its) mount namespace, its own pid and UTS
-        ones. Its fds stay the environment's (never closed per spawn).
+        ones. Its fds stay the environment's (never closed per spawn), but a
+        copy of its mount namespace made ahead (`mntns_fd` without
+        `mntns_copy`), which is the spawn's to hold and close.
         Raises SetupError("environment", ...) for an environment not open or
         whose namespaces could not be made."""
         env = self.envs.get(env_id)
@@ -210,16 +216,18 @@ class Spawner:
             flags &= ~netns.CLONE_NEWNET
         if env.ipcns >= 0:
             flags &= ~environments.CLONE_NEWIPC
+        mntns_fd, copy = env.mntns, -1
         if env.mntns >= 0:
             flags &= ~CLONE_NEWNS
             mounts = profile.join_mounts
+            copy = env.take_copy()  # made while idle: joined, not made
         return {
             "clone_flags": flags,
             "loopback_up": profile.loopback_up and env.netns < 0,
             "netns_fd": env.netns,
             "ipcns_fd": env.ipcns,
-            "mntns_fd": env.mntns,
-            "mntns_copy": env.mntns >= 0,
+            "mntns_fd": copy if copy >= 0 else mntns_fd,
+            "mntns_copy": env.mntns >= 0 and copy < 0,
             "mounts": mounts,
             "init": bool(flags & CLONE_NEWPID),
         }
@@ -274,7 +282,9 @@ class Spawner:
             # (an egress listener's namespace, if one came, is not used).
             if given_netns >= 0:
                 os.close(given_netns)
-            namespaces, held = self.env_plan(profile, env), (-1, -1)
+            namespaces = self.env_plan(profile, env)
+            # A copy of its mount namespace, if one was ready, is this spawn's.
+            held = (-1, -1 if namespaces["mntns_copy"] else namespaces["mntns_fd"])
         else:
             clone_flags, loopback, netns_fd, mounts, mntns_fd, init = self.namespaces(
                 profile, key, given_netns

@@ -43,6 +43,7 @@ from hostcapd.sandbox.seccomp_tables import (
     _ARG_CHECKED,
     _SOCKET_CALLS,
     DENIED_SYSCALLS,
+    FRONTEND_CONNECT_ADDRLEN,
     FRONTEND_DENIED,
     Call,
     DeniedGroup,
@@ -303,6 +304,13 @@ def _assemble(
         prog.jeq(TIOCLINUX, jt="eperm", jf="allow")
 
     # pid_t, int `which` and `who`: the kernel truncates them to 32 bits.
+    # connect(fd, addr, addrlen): addrlen is an int; the filter cannot read
+    # the address, only its length.
+    if "connect_len" in checks:
+        prog.label("connect_len")
+        prog.load(_arg_low(2))
+        prog.jeq(FRONTEND_CONNECT_ADDRLEN, jt="allow", jf="eperm")
+
     if "self_arg0" in checks:
         prog.label("self_arg0")
         prog.load(_arg_low(0))

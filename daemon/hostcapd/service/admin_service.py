@@ -37,11 +37,12 @@ from hostcap_proto.audit import (
 )
 from hostcap_proto.names import ReasonName
 
-from hostcapd.audit import AuditLog, AuditSubscription, AuditSubscriptionLagged
+from hostcapd.audit import AuditLog, AuditSubscription, AuditSubscriptionLagged, AuditUnavailable
 from hostcapd.audit.files import rotated_files
 from hostcapd.audit.redact import redact_argv
 from hostcapd.bridge import messages
 from hostcapd.bridge.frontends import RelayedCall
+from hostcapd.callers import caller_field
 from hostcapd.errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, Refusal
 from hostcapd.logsetup import fields
 from hostcapd.process.environments import Environment
@@ -245,8 +246,26 @@ class AdminService:
         envs = [e for t in tables.values() for e in t.envs.values() if not e.closing]
         return sorted(envs, key=lambda e: e.opened_at)
 
+    def _record(self, method: str, **details: Any) -> None:
+        """The admin call's own record (`admin.call`), naming its caller; one
+        that cannot be written is logged, and the call goes on (an operator's
+        kill is not held back by a full disk)."""
+        audit = self.daemon.audit
+        if audit is None:
+            return
+        chosen = {name: value for name, value in details.items() if value not in (None, "")}
+        try:
+            audit.write("admin.call", method=method, **chosen, **caller_field())
+        except AuditUnavailable as error:
+            log.error("could not audit the admin call %s: %s", method, error)
+
     async def Kill(self, request: messages.KillCall, call: RelayedCall) -> messages.KillResponse:
         spawn = next((s for s in self._live_spawns() if s.id == request.spawn_id), None)
+        self._record(
+            "Kill",
+            spawn_id=request.spawn_id,
+            tenant=spawn.deps.tenant.name if spawn is not None else None,
+        )
         if not request.spawn_id or spawn is None:
             raise Refusal("NOT_FOUND", f"no live spawn has the id {request.spawn_id!r}")
         log.warning(
@@ -277,6 +296,7 @@ class AdminService:
         audit = self.daemon.audit
         if audit is None:
             raise Refusal(UNAVAILABLE, "the audit log is closed")
+        self._record("TailAudit", lines=request.lines, follow=request.follow or None)
         if request.lines > MAX_TAIL_LINES:
             raise Refusal("INVALID_ARGUMENT", f"lines must be at most {MAX_TAIL_LINES}")
         # Subscribe before reading the file, so nothing written in between is
@@ -318,6 +338,13 @@ class AdminService:
         audit = self.daemon.audit
         if audit is None:
             raise Refusal(UNAVAILABLE, "the audit log is closed")
+        self._record(
+            "QueryAudit",
+            tenant=request.tenant,
+            spawn_id=request.spawn_id,
+            event=request.event,
+            outcome=request.outcome,
+        )
         try:
             selected = AuditFilter.of_call(request)
         except ValueError as error:

@@ -29,9 +29,14 @@ applied raises Unavailable:
    create and remove a socket file; no other file, no TCP, and no abstract
    unix socket or signal outside its own domain. The kernel also refuses a
    landlocked process ptrace of any process outside its domain;
-7. seccomp (`seccomp.build_frontend_filter`): no connect, exec, identity
-   change, namespace, mount, tracing, or hold on another process's limits
-   and scheduling; AF_UNIX stream and seqpacket sockets only.
+7. seccomp (`seccomp.build_frontend_filter`): no connect but of its own
+   inner gRPC socket's address length, no chdir, exec, identity change,
+   namespace, mount, tracing, or hold on another process's limits and
+   scheduling; AF_UNIX stream and seqpacket sockets only.
+
+With `own_netns` (a front-end that records its callers, decision 0033) it
+first unshares a network namespace of its own, while still root: its gRPC
+server's abstract socket is then out of every other process's reach.
 
 The front-ends of all tenants share a uid: so confined, one tenant's can
 neither read, signal, ptrace nor impersonate another's, nor reach the audit

@@ -25,8 +25,8 @@ argument-checked, so the kernel's seccomp cache allows those without running
 the program at all.
 
 `build_frontend_filter()` is the tenant front-end's (`hostcapd.frontend.confine`
-loads it on itself): the same deny list, plus `FRONTEND_DENIED` (no connect,
-no exec, no identity change, no changing another process's limits or
+loads it on itself): the same deny list, plus `FRONTEND_DENIED` (no connect
+but with its inner socket's address length, no chdir, no exec, no identity change, no changing another process's limits or
 scheduling), and sockets only AF_UNIX, SOCK_STREAM or SOCK_SEQPACKET.
 """
 

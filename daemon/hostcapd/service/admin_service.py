@@ -253,7 +253,7 @@ class AdminService:
         audit = self.daemon.audit
         if audit is None:
             return
-        chosen = {name: value for name, value in details.items() if value not in (None, "")}
+        chosen = {name: value for name, value in details.items() if value not in (None, "", {})}
         try:
             audit.write("admin.call", method=method, **chosen, **caller_field())
         except AuditUnavailable as error:
@@ -261,11 +261,10 @@ class AdminService:
 
     async def Kill(self, request: messages.KillCall, call: RelayedCall) -> messages.KillResponse:
         spawn = next((s for s in self._live_spawns() if s.id == request.spawn_id), None)
-        self._record(
-            "Kill",
-            spawn_id=request.spawn_id,
-            tenant=spawn.deps.tenant.name if spawn is not None else None,
-        )
+        if spawn is not None:
+            self._record("Kill", spawn_id=spawn.id, tenant=spawn.deps.tenant.name)
+        else:
+            self._record("Kill", asked={"spawn_id": request.spawn_id})
         if not request.spawn_id or spawn is None:
             raise Refusal("NOT_FOUND", f"no live spawn has the id {request.spawn_id!r}")
         log.warning(
@@ -296,7 +295,6 @@ class AdminService:
         audit = self.daemon.audit
         if audit is None:
             raise Refusal(UNAVAILABLE, "the audit log is closed")
-        self._record("TailAudit", lines=request.lines, follow=request.follow or None)
         if request.lines > MAX_TAIL_LINES:
             raise Refusal("INVALID_ARGUMENT", f"lines must be at most {MAX_TAIL_LINES}")
         # Subscribe before reading the file, so nothing written in between is
@@ -309,6 +307,9 @@ class AdminService:
                 recent = await asyncio.to_thread(recent_records, audit.path, request.lines)
             except AuditFileError as error:
                 raise Refusal(UNAVAILABLE, str(error)) from None
+            finally:
+                # After what it read (a follower gets it as the first new record).
+                self._record("TailAudit", lines=request.lines, follow=request.follow or None)
             last_seq = 0
             for record in recent:
                 yield _line(record)
@@ -338,13 +339,22 @@ class AdminService:
         audit = self.daemon.audit
         if audit is None:
             raise Refusal(UNAVAILABLE, "the audit log is closed")
-        self._record(
-            "QueryAudit",
-            tenant=request.tenant,
-            spawn_id=request.spawn_id,
-            event=request.event,
-            outcome=request.outcome,
-        )
+        try:
+            async for line in self._query(request):
+                yield line
+        finally:
+            # When it ends, however it ends: after the records it read.
+            asked = {
+                "tenant": request.tenant,
+                "spawn_id": request.spawn_id,
+                "event": request.event,
+                "outcome": request.outcome,
+            }
+            self._record("QueryAudit", asked={k: v for k, v in asked.items() if v})
+
+    async def _query(self, request: messages.QueryAuditCall) -> AsyncIterator[messages.AuditLine]:
+        audit = self.daemon.audit
+        assert audit is not None
         try:
             selected = AuditFilter.of_call(request)
         except ValueError as error:

@@ -340,12 +340,13 @@ class AdminCall(_Fields):
     #: The AdminService method.
     method: str
     caller: Caller | None = None
-    #: Kill: the spawn asked for, and its tenant when it was live;
-    #: QueryAudit: the filters the daemon applies.
+    #: Kill: the live spawn it killed, and its tenant.
     spawn_id: str | None = None
     tenant: str | None = None
-    event: str | None = None
-    outcome: str | None = None
+    #: What it asked for, as asked (never read as a spawn id or a tenant):
+    #: QueryAudit's filters the daemon applies (tenant, spawn_id, event,
+    #: outcome), a Kill's id that named no live spawn.
+    asked: dict[str, str] | None = None
     #: TailAudit's.
     lines: int | None = None
     follow: bool | None = None

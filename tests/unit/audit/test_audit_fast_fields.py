@@ -248,6 +248,7 @@ BASE_FIELDS: dict[str, dict[str, Any]] = {
         "caller": {"uid": 0, "gid": 0, "pid": 4242},
         "spawn_id": "s",
         "tenant": "t",
+        "asked": {"spawn_id": "s"},
     },
 }
 

@@ -126,9 +126,11 @@ def _what(
     if event == "admin.call":
         asked = " ".join(
             f"{name}={record[name]}"
-            for name in ("spawn_id", "tenant", "event", "outcome", "lines", "follow")
+            for name in ("spawn_id", "tenant", "lines", "follow")
             if record.get(name) is not None
         )
+        if isinstance(record.get("asked"), Mapping):
+            asked += " " + " ".join(f"{k}={v}" for k, v in record["asked"].items())
         return f"{record.get('method')} {asked}".rstrip()
     return ""
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import grpc
 import pytest
-from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc, fs_pb2, fs_pb2_grpc
+from hostcap_proto.v1 import admin_pb2, admin_pb2_grpc, fs_pb2, fs_pb2_grpc, process_pb2
 from ops_support import hostcapctl, wait_admin
 from support.daemon import NOBODY, REPO, Daemon, audit_records, children_of, cmdline
 from support.process import Client, request
@@ -55,6 +55,13 @@ async def test_a_spawn_a_refusal_and_a_write_name_the_calling_process(
         await fs.WriteFile(fs_pb2.WriteFileRequest(path="who.txt", data=b"x", request_id="w"))
         (write,) = records(daemon, "file.write", request_id="w")
         assert write["caller"] == ME
+        env = await client.stub.OpenEnvironment(process_pb2.OpenEnvironmentRequest())
+        await client.stub.CloseEnvironment(
+            process_pb2.CloseEnvironmentRequest(environment_id=env.environment_id)
+        )
+        for event in ("environment.open", "environment.close"):
+            (record,) = records(daemon, event, environment_id=env.environment_id)
+            assert record["caller"] == ME, event
     finally:
         await client.close()
         await channel.close(None)

@@ -120,7 +120,9 @@ class _Pipe(asyncio.Protocol):
 class Peers:
     """The front-end's accept: its callers by the peer name gRPC reports."""
 
-    def __init__(self) -> None:
+    def __init__(self, inner: str = INNER_ADDRESS) -> None:
+        #: The gRPC server's address (a test's own abstract name).
+        self.inner = inner
         self.callers: dict[str, Caller] = {}
         self._tags = itertools.count(1)
         self._server: asyncio.AbstractServer | None = None
@@ -179,7 +181,7 @@ class Peers:
             sock.bind("\0" + tag)
             # A unix connect completes at once while the listener's backlog
             # has room; past it, it waits for gRPC's threads to accept.
-            sock.connect(INNER_ADDRESS)
+            sock.connect(self.inner)
             sock.setblocking(False)
             await asyncio.get_running_loop().create_unix_connection(lambda: inner, sock=sock)
         except OSError:

@@ -275,7 +275,8 @@ class FsChangesWatcher:
             root = self._resolve(pid)
             if root is None:
                 return
-        dir_handle, target, name = fanotify.event_info(data, at, end)
+        # The target's handle matters only for a directory (the path cache).
+        dir_handle, target, name = fanotify.event_info(data, at, end, bool(mask & FAN_ONDIR))
         changes = self._changes.get(root)
         if changes is None:
             changes = self._changes[root] = Changes(self.max_paths)

@@ -22,7 +22,17 @@ from typing import Any
 
 import prctl
 
-from bench import egress_bench, file_io, kill, memory, procfs, spawn_latency, stream, throughput
+from bench import (
+    egress_bench,
+    file_io,
+    kill,
+    memory,
+    procfs,
+    spawn_latency,
+    stream,
+    throughput,
+    tty_bench,
+)
 from bench.baselines import Baselines
 from bench.client import TenantClient
 from bench.daemon import REPO, BenchDaemon, state_parent
@@ -33,7 +43,7 @@ from bench.sandbox_floor import SandboxFloor
 RESULTS = REPO / "bench" / "results"
 #: Seconds a server is left alone after start before its idle RSS is read.
 SETTLE = 1.0
-ROWS = ("1", "2", "3", "4", "5", "6", "7")
+ROWS = ("1", "2", "3", "4", "5", "6", "7", "8")
 
 
 def _progress(message: str, started: float) -> None:
@@ -115,6 +125,11 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
         if "7" in only:
             _progress("row 7: the egress proxy (a daemon of its own)", started)
             rows.append(egress_bench.row(await egress_bench.measure(quick)))
+        if "8" in only:
+            _progress(
+                "row 8: a terminal's keystroke echo and stream (a daemon of its own)", started
+            )
+            rows.append(tty_bench.row(await tty_bench.measure(quick)))
     except BenchError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 1

@@ -101,7 +101,7 @@ def admit(
     trace.append(StepDecision("validate", "pass"))
 
     # 5. Guardrails on the effective arguments, the contract, the arms.
-    target = tool.target(args)
+    target = tool.target(args, host)
     if target is not None and target.command_fixed and not tool.policy.fixed_command:
         # Fail closed: only a tool declaring a fixed command may skip the allowlist.
         target = dataclasses.replace(target, command_fixed=False)
@@ -120,6 +120,11 @@ def admit(
             ToolDeniedByUserError("user_rejected", tool_id=tool.id, label=READ_ONLY_LABEL),
         )
     admission = Admission.CARD if offer is Offer.CARD else Admission.ORDINARY
+    if ctx.contract is not None and runs_written_code(target):
+        # A write into a shell or interpreter session runs arbitrary code: the
+        # contract decides it per call (hostcap.approval: refused unless that
+        # exact session was approved for it).
+        admission = Admission.CARD
     trace.append(
         StepDecision(
             "contract",
@@ -154,6 +159,12 @@ def admit(
         discoverable=discoverable() if tool.id == TOOL_SEARCH_ID else (),
     )
     return Admitted(tool, args, target, governed_action(tool.policy, target), admission, run_ctx)
+
+
+def runs_written_code(target: PolicyTarget | None) -> bool:
+    """A write into a session whose program runs what it is given (its
+    target names the session and is not a fixed, data-reading program)."""
+    return target is not None and target.session is not None and not target.command_fixed
 
 
 def _assemble(tool: AnyToolDef, call: ToolCall, config: ToolNodeConfig) -> dict[str, Any]:

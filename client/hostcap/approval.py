@@ -45,6 +45,17 @@ allow-session grant suppresses later cards for that tool in that session,
 and carries to no other tool or session.
 
 Protected paths always take a card.
+
+A write into a session (`write_stdin`, issue 31) whose program runs what it
+is given (a shell, an interpreter: `hostcap.session_input`) is a `process`
+of its own, the session named on the card and what is written shown:
+`ask` refuses it; `accept-edits` takes a card for each, unless an
+`allow-session` grant covers that exact session (its subject is
+`write_stdin:session ID`, never another session); `auto` approves it; under
+a contract it is refused, never carded, unless that session's start was
+approved under the contract (the `exec_command` card of an interpreter
+with its input open says that approving it approves those writes). A write
+into any other session is the input of a program already approved.
 """
 
 from __future__ import annotations
@@ -91,6 +102,15 @@ class ToolActionPreview:
     args: tuple[str, ...] = ()
     #: The tool an MCP call names on its server (`host`).
     tool: str | None = None
+    #: The session a call starts runs what is written into its input (a
+    #: shell or interpreter started with tty or stdin_open).
+    code_input: bool = False
+    #: The session a write goes into, and what is written (display copy:
+    #: control characters made visible, secret shapes redacted, clipped).
+    session: str | None = None
+    input: str | None = None
+    #: The tool call that started that session. Set only on the unredacted copy.
+    started_by: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,7 +140,23 @@ class ToolApprovalRequest:
         preview = self.unredacted_preview or self.preview
         if preview.tool is not None:
             return f"{self.tool_id}:{preview.host}/{preview.tool}"
+        if preview.session is not None:
+            return f"{self.tool_id}:session {preview.session}"
         return self.tool_id
+
+    @property
+    def writes_code(self) -> bool:
+        """A write into a session whose program runs what it is given."""
+        return (
+            self.action == "process"
+            and (self.unredacted_preview or self.preview).session is not None
+        )
+
+    @property
+    def starts_code_session(self) -> bool:
+        """A call starting a session of a shell or interpreter with its input open."""
+        preview = self.unredacted_preview or self.preview
+        return self.action == "process" and preview.code_input and preview.session is None
 
     def to_event(self) -> dict[str, Any]:
         """The serialisable approval-requested event: never the unredacted preview."""
@@ -189,10 +225,19 @@ class ApprovalCard:
     def describe(self) -> str:
         """The card as text: the call, why it is asked, and every choice with its scope."""
         target = self.preview.command or self.preview.path or self.preview.host or "(no target)"
-        lines = [
-            f"{self.tool_id} wants to {self.action.replace('_', ' ')}: {target}",
-            f"Why a card: {self.why}",
-        ]
+        if self.preview.session is not None:
+            lines = [
+                f"{self.tool_id} wants to write into session {self.preview.session} ({target}), "
+                "which runs what is written:",
+                f"  {self.preview.input or ''}",
+            ]
+        else:
+            lines = [f"{self.tool_id} wants to {self.action.replace('_', ' ')}: {target}"]
+            if self.preview.code_input:
+                lines.append(
+                    "Its input stays open, and what is written into it runs as this program."
+                )
+        lines.append(f"Why a card: {self.why}")
         lines += [f"- {choice}: {self.scopes.get(choice, choice)}" for choice in self.choices]
         return "\n".join(lines)
 
@@ -327,6 +372,9 @@ class ApprovalPolicy:
         self.protected_paths = tuple(protected_paths)
         self._session_grants: dict[str, set[str]] = {}
         self._always: set[GrantKey] = set()
+        #: (engine session, tool call): shell and interpreter sessions whose
+        #: start was approved under the contract, so writes into them are too.
+        self._input_approved: set[tuple[str, str]] = set()
         self._key_secret = secrets.token_bytes(32)
 
     def context(self) -> ToolApprovalContext:
@@ -347,6 +395,22 @@ class ApprovalPolicy:
     def end_session(self, session_id: str) -> None:
         """Forget the session's grants."""
         self._session_grants.pop(session_id, None)
+        self._input_approved = {k for k in self._input_approved if k[0] != session_id}
+
+    def _input_key(self, request: ToolApprovalRequest) -> tuple[str, str] | None:
+        """The key of a write's session start among the contract-approved ones."""
+        started_by = (request.unredacted_preview or request.preview).started_by
+        if request.session_id is None or not started_by:
+            return None
+        return (request.session_id, started_by)
+
+    def _approved(self, request: ToolApprovalRequest, label: str) -> ToolApprovalDecision:
+        """An approval; under a contract, one that starts a shell or
+        interpreter session with its input open approves writes into that
+        session (the card said so), and no other."""
+        if request.contract_card and request.starts_code_session and request.session_id:
+            self._input_approved.add((request.session_id, request.tool_call_id))
+        return ToolApprovalDecision(outcome="approve", label=label)
 
     @staticmethod
     def _target(request: ToolApprovalRequest) -> str:
@@ -382,12 +446,33 @@ class ApprovalPolicy:
             "approve": "this call only",
             "reject": "refuse this call; nothing is run",
         }
-        if "allow-session" in choices:
+        if request.writes_code:
+            scopes["approve"] = "this write only"
+            scopes["reject"] = "refuse this write; nothing is written"
+        elif request.starts_code_session:
+            scopes["approve"] = "this call only; " + (
+                "what is written into the session it starts runs as its program, and under "
+                f"the {self.contract} contract approving this approves those writes too "
+                "(that session only)"
+                if request.contract_card
+                else "each write into the session it starts is asked about separately"
+            )
+        if "allow-session" in choices and request.writes_code:
+            scopes["allow-session"] = (
+                f"every write into session {shown.session} (whatever is written: it runs as "
+                f"its program) for the rest of session {request.session_id}; no other "
+                "session, no other tool"
+            )
+        elif "allow-session" in choices:
             scopes["allow-session"] = (
                 f"every call of {_subject_text(request)}, whatever its target and arguments, "
                 f"for the rest of session {request.session_id}; no other tool, "
                 "no other session"
             )
+            if request.starts_code_session and request.contract_card:
+                scopes["allow-session"] += (
+                    "; writes into each session such a call starts are approved with it"
+                )
         if "always" in choices:
             if shown.command is not None:
                 what = f"exactly the command line {shown.command}"
@@ -442,6 +527,16 @@ class ApprovalPolicy:
         granted = request.session_id is not None and request.subject in self._session_grants.get(
             request.session_id, ()
         )
+        if request.contract_card and request.writes_code:
+            key = self._input_key(request)
+            if granted or (key is not None and key in self._input_approved):
+                return ApprovalVerdict(verdict="approve", why="this session was approved for input")
+            # Never a card: under a contract only the approval of the session's start admits it.
+            return ApprovalVerdict(
+                verdict="deny",
+                why=f"the {self.contract} contract refuses input into a shell or interpreter "
+                "session not approved for it",
+            )
         if request.contract_card:
             if granted:
                 return ApprovalVerdict(verdict="approve", why="allowed for this session")
@@ -458,13 +553,18 @@ class ApprovalPolicy:
             )
         if granted:
             return ApprovalVerdict(verdict="approve", why="allowed for this session")
+        if request.writes_code:
+            return ApprovalVerdict(
+                verdict="card",
+                why="accept-edits asks before each write into a shell or interpreter session",
+            )
         return ApprovalVerdict(verdict="card", why=f"accept-edits asks before {request.action}")
 
     async def confirm(self, request: ToolApprovalRequest) -> ToolApprovalDecision:
         """The confirm hook: decide, show a card when one is needed, record grants."""
         decided = self.verdict(request)
         if decided.verdict == "approve":
-            return ToolApprovalDecision(outcome="approve", label=decided.why)
+            return self._approved(request, decided.why)
         if decided.verdict == "deny":
             return ToolApprovalDecision(outcome="reject", label=decided.why)
         if self.prompt is None:
@@ -491,7 +591,7 @@ class ApprovalPolicy:
             self._session_grants.setdefault(request.session_id, set()).add(request.subject)
         elif answer == "always":
             self._always.add(self.grant_key(request))
-        return ToolApprovalDecision(outcome="approve", label=f"approved ({answer})")
+        return self._approved(request, f"approved ({answer})")
 
 
 def _subject_text(request: ToolApprovalRequest) -> str:

@@ -45,6 +45,9 @@ class ContractEffect(StrEnum):
     OPAQUE = "opaque"
     #: Reads; the ordinary permission path decides.
     ORDINARY = "ordinary"
+    #: Input to a session whose program was approved when it started; a
+    #: write into a shell or interpreter is decided per call (hostcap.admit).
+    SESSION_INPUT = "session_input"
 
 
 class Admission(StrEnum):
@@ -76,12 +79,18 @@ BUILTIN_CONTRACT_EFFECTS: Mapping[str, ContractEffect] = {
     # Reads what a session of this host printed; ending one controls work.
     "read_output": ContractEffect.ORDINARY,
     "kill_session": ContractEffect.ACTS_ON_STATE,
+    # Input to a program whose start was approved (a card, in a contract). A
+    # write into a shell or interpreter runs code: the contract decides each
+    # such call (hostcap.admit, hostcap.approval), refused unless that
+    # exact session's start was approved for it.
+    "write_stdin": ContractEffect.SESSION_INPUT,
 }
 
 _ADMISSION = {
     ContractEffect.ACTS_ON_STATE: Admission.DENY,
     ContractEffect.OPAQUE: Admission.CARD,
     ContractEffect.ORDINARY: Admission.ORDINARY,
+    ContractEffect.SESSION_INPUT: Admission.ORDINARY,
 }
 
 

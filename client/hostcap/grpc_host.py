@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import contextlib
 import os
 import time
 import uuid
@@ -38,6 +39,7 @@ from hostcap_proto.v1 import (
     process_pb2_grpc,
 )
 
+from hostcap import grpc_input
 from hostcap.egress import SpawnEgress
 from hostcap.errors import ClientHostReason, HostError, host_reason
 from hostcap.host import (
@@ -47,12 +49,15 @@ from hostcap.host import (
     FileStat,
     FileType,
     FileWritten,
+    InputWritten,
     Outcome,
     OutputHandler,
     ProcessLimits,
     ProcessResult,
+    SessionInfo,
     SessionOutput,
     SpawnOptions,
+    TerminalSize,
     ToolOutputStore,
 )
 from hostcap.output_store import LocalOutputStore
@@ -156,9 +161,10 @@ MAX_SESSION_READ = 4 * 1024 * 1024
 
 
 class _Session:
-    """A detached spawn this arm started: its next offset and decoders."""
+    """A detached spawn this arm started: what it runs, its next offset and decoders."""
 
-    def __init__(self) -> None:
+    def __init__(self, info: SessionInfo) -> None:
+        self.info = info
         self.offset = 0
         self.stdout = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self.stderr = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -186,6 +192,7 @@ class GrpcProcessArm:
         )
         if opts.stdin is not None:
             request.stdin = opts.stdin
+        grpc_input.interactive_fields(request, opts)
         if opts.on_output is not None:
             return await self._stream(request, opts.on_output, opts.deadline)
         try:
@@ -240,6 +247,7 @@ class GrpcProcessArm:
         )
         if opts.stdin is not None:
             request.stdin = opts.stdin
+        grpc_input.interactive_fields(request, opts)
         try:
             response: Any = await self._stub.Run(request, timeout=rpc_timeout(opts.deadline))
         except grpc.RpcError as error:
@@ -251,8 +259,27 @@ class GrpcProcessArm:
                 "DAEMON_SHUTDOWN" if ended is Outcome.DAEMON_SHUTDOWN else "SPAWN_FAILED",
                 response.exited.message or "not started",
             )
-        session_id = str(response.started.spawn_id)
-        self._sessions[session_id] = _Session()
+        started = response.started
+        session_id = str(started.spawn_id)
+        tty = grpc_input.terminal_of(started)
+        if (request.stdin_open and not started.stdin_open) or (opts.tty and tty is None):
+            # A daemon that does not know the fields ran it without them: end it, say so.
+            with contextlib.suppress(grpc.RpcError):
+                await self._stub.Signal(process_pb2.SignalRequest(spawn_id=session_id, signal=9))
+            raise HostError(
+                "UNIMPLEMENTED", "the daemon did not open the session's input or terminal"
+            )
+        self._sessions[session_id] = _Session(
+            SessionInfo(
+                session_id=session_id,
+                command=command,
+                args=tuple(args),
+                stdin_open=bool(started.stdin_open),
+                tty=tty,
+                engine_session=opts.labels.get("session", ""),
+                started_by=opts.labels.get("tool_call_id", ""),
+            )
+        )
         while len(self._sessions) > MAX_SESSIONS:
             self._sessions.pop(next(iter(self._sessions)))
         return session_id
@@ -315,6 +342,26 @@ class GrpcProcessArm:
             wire = host_error(error)
             if wire.reason != "NOT_FOUND":  # already ended: nothing to kill
                 raise wire from None
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        session = self._sessions.get(session_id)
+        return session.info if session is not None else None
+
+    async def write_stdin(
+        self, session_id: str, data: bytes, *, close: bool = False
+    ) -> InputWritten:
+        self._session(session_id)
+        try:
+            return await grpc_input.write_stdin(self._stub, session_id, data, close)
+        except grpc.RpcError as error:
+            raise host_error(error) from None
+
+    async def resize(self, session_id: str, size: TerminalSize) -> None:
+        self._session(session_id)
+        try:
+            await grpc_input.resize(self._stub, session_id, size)
+        except grpc.RpcError as error:
+            raise host_error(error) from None
 
     async def open_environment(
         self,

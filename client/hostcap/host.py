@@ -58,6 +58,34 @@ class SpawnOptions:
     #: Given: the host streams the output to it as it comes (the result still
     #: holds the whole, bounded by the host's output limit).
     on_output: OutputHandler | None = None
+    #: Keep its stdin open after `stdin` for `write_stdin` (a session only).
+    stdin_open: bool = False
+    #: Run it on a pseudo-terminal of this size (implies `stdin_open`).
+    tty: TerminalSize | None = None
+
+
+@dataclass(frozen=True)
+class TerminalSize:
+    """A terminal's size in character cells, 1..MAX_TERMINAL_CELLS each."""
+
+    rows: int
+    cols: int
+
+    def __post_init__(self) -> None:
+        for name in ("rows", "cols"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"TerminalSize.{name} must be an integer")
+            if not 1 <= value <= MAX_TERMINAL_CELLS:
+                raise ValueError(f"TerminalSize.{name} must be 1-{MAX_TERMINAL_CELLS}")
+
+
+#: The host's bound on a terminal's rows and columns (hostcapd's).
+MAX_TERMINAL_CELLS = 1000
+#: The size a terminal gets when none is asked for.
+DEFAULT_TERMINAL = TerminalSize(24, 80)
+#: The most the host takes in one write to a session's input (hostcapd's).
+MAX_INPUT_CHUNK = 64 * 1024
 
 
 #: The host's bounds on labels (hostcapd's): the correlation labels take three.
@@ -243,6 +271,37 @@ class SessionOutput:
     result: ProcessResult | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class SessionInfo:
+    """What the arm that started a session knows of it, without asking the
+    host: what approval of a write into it is decided on (issue 31)."""
+
+    session_id: str
+    #: The program it runs (argv[0]) and its arguments.
+    command: str
+    args: tuple[str, ...]
+    #: Its input stays open for `write_stdin`.
+    stdin_open: bool
+    #: Its terminal's size, when it has one.
+    tty: TerminalSize | None
+    #: The correlation labels it was started with: the engine session and
+    #: the tool call that started it.
+    engine_session: str
+    started_by: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputWritten:
+    """What a write into a session's input did."""
+
+    session_id: str
+    bytes_written: int
+    #: Everything written into it so far, and the number of writes.
+    total_bytes: int
+    writes: int
+    closed: bool
+
+
 class SessionCapability(ProcessCapability, Protocol):
     """A process arm that can leave a command running past its call and read
     it later (hostcapd's detached spawns), and open the environments such
@@ -268,6 +327,24 @@ class SessionCapability(ProcessCapability, Protocol):
 
     async def kill_session(self, session_id: str) -> None:
         """End a session this arm started (its whole tree)."""
+        ...
+
+    def session_info(self, session_id: str) -> SessionInfo | None:
+        """What this arm knows of a session it started; None for any other.
+        Synchronous and without I/O: admission reads it."""
+        ...
+
+    async def write_stdin(
+        self, session_id: str, data: bytes, *, close: bool = False
+    ) -> InputWritten:
+        """Write into the input of a session this arm started with its input
+        open (in pieces of at most MAX_INPUT_CHUNK bytes, each waiting for
+        room), then close it when asked. HostError STDIN_NOT_OPEN,
+        SPAWN_ENDED or NOT_FOUND otherwise."""
+        ...
+
+    async def resize(self, session_id: str, size: TerminalSize) -> None:
+        """Set a tty session's terminal size (HostError NOT_A_TERMINAL otherwise)."""
         ...
 
     async def open_environment(

@@ -302,7 +302,26 @@ def preview_fields(admitted: Admitted) -> ToolActionPreview:
         except ValueError:
             host = None
         host = normalise_hostname(host) if host else None
-    return ToolActionPreview(path=target.path, command=command, host=host, tool=target.mcp_tool)
+    return ToolActionPreview(
+        path=target.path, command=command, host=host, tool=target.mcp_tool,
+        code_input=target.code_input, session=target.session, input=target.input,
+    )  # fmt: skip
+
+
+#: Longest input a card shows of a write into a session (the rest is counted).
+CARD_INPUT_CHARS = 2000
+
+
+def shown_input(text: str) -> str:
+    """What a card shows of written input: control characters made visible
+    (a Ctrl-C is `\\x03`, a newline `\\n`), secret shapes redacted, clipped."""
+    visible = text.encode("unicode_escape").decode("ascii")
+    scrubbed = redact_secret_shaped_text(visible)
+    if len(scrubbed) > CARD_INPUT_CHARS:
+        return (
+            f"{scrubbed[:CARD_INPUT_CHARS]}... ({len(scrubbed) - CARD_INPUT_CHARS} more characters)"
+        )
+    return scrubbed
 
 
 def approval_request(
@@ -314,6 +333,9 @@ def approval_request(
         command=redact_secret_shaped_text(raw.command) if raw.command else None,
         host=redact_secret_shaped_text(raw.host) if raw.host else None,
         tool=redact_secret_shaped_text(raw.tool) if raw.tool else None,
+        code_input=raw.code_input,
+        session=raw.session,
+        input=shown_input(raw.input) if raw.input is not None else None,
     )
     action: ToolActionClass = admitted.action or (
         "egress" if admitted.tool.source == "mcp" else "process"
@@ -323,8 +345,10 @@ def approval_request(
     # read the one, an `always` grant is keyed on both.
     target = admitted.target or PolicyTarget()
     unredacted = ToolActionPreview(
-        path=raw.path, command=target.command, host=raw.host, args=tuple(target.args), tool=raw.tool
-    )
+        path=raw.path, command=target.command, host=raw.host, args=tuple(target.args),
+        tool=raw.tool, code_input=raw.code_input, session=raw.session, input=raw.input,
+        started_by=target.started_by,
+    )  # fmt: skip
     return ToolApprovalRequest(
         tool_id=admitted.tool.id,
         tool_call_id=call.id,

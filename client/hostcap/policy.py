@@ -72,6 +72,16 @@ class PolicyTarget:
     #: The tool an MCP call names on its server (`host`): a grant covers
     #: the server and this tool, never the server alone.
     mcp_tool: str | None = None
+    #: A session the call starts runs what is written into it: a shell or
+    #: interpreter (`hostcap.session_input`) started with `tty` or
+    #: `stdin_open` by exec_command.
+    code_input: bool = False
+    #: The session a write goes into (write_stdin): a grant covers this
+    #: session, never another; `input` is what is written, `started_by`
+    #: the tool call that started the session.
+    session: str | None = None
+    input: str | None = None
+    started_by: str | None = None
 
 
 @dataclass(frozen=True, init=False)

@@ -94,6 +94,10 @@ class ToolDef(Generic[A, R]):
     arms: frozenset[Arm] = frozenset()
     config_only_params: frozenset[str] = frozenset()
     policy_target: Callable[[A], PolicyTarget] | None = None
+    #: A target read from what the host's arms know of the call's subject,
+    #: synchronously and without I/O (write_stdin: the program its session
+    #: runs). Used instead of `policy_target` when set.
+    host_target: Callable[[A, ToolHost], PolicyTarget] | None = None
     credential_params: frozenset[str] = frozenset()
     plan_safe_actions: tuple[str, ...] = ()
 
@@ -108,7 +112,11 @@ class ToolDef(Generic[A, R]):
             raise ToolRegistrationError(
                 f"tool {self.id!r}: parameters {sorted(missing)} are not fields of {self.args_model.__name__}"
             )
-        if (self.policy.spawns_process or self.policy.egress) and self.policy_target is None:
+        if (
+            (self.policy.spawns_process or self.policy.egress)
+            and self.policy_target is None
+            and self.host_target is None
+        ):
             # The seed's fail-open warning made fail-closed: without a target the
             # command / domain allowlist would be skipped.
             raise ToolRegistrationError(
@@ -145,7 +153,11 @@ class ToolDef(Generic[A, R]):
                 )
             raise ToolArgsInvalidError("; ".join(problems), tool_id=self.id, fields=names) from None
 
-    def target(self, args: A) -> PolicyTarget | None:
+    def target(self, args: A, host: ToolHost | None = None) -> PolicyTarget | None:
+        if self.host_target is not None:
+            if host is None:
+                return None  # fail closed: a process tool without a target is never run
+            return self.host_target(args, host)
         return self.policy_target(args) if self.policy_target is not None else None
 
     @cached_property

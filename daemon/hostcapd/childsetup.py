@@ -16,7 +16,7 @@ is ready, and then whether it exec'd (spawner/init_report.py reads both):
 
 The spawner builds the plan from a tenant's registered profile and a spawn
 order; the tests and the bench build theirs directly, through the same
-`spawn`. Every field but the last four must be given: a plan that forgets
+`spawn`. Every field but the last ones (from go_fd) must be given: a plan that forgets
 one (the identity, the seccomp filter) is a TypeError, not a weaker child.
 What each field means is the C's docstring (`_childsetup.spawn.__doc__`).
 """
@@ -102,6 +102,12 @@ class ChildPlan:
     #: A warm child's roots (its namespace's view), opened as root after the
     #: mounts; a request's cwd is beneath one of them.
     roots: Sequence[bytes] = ()
+    #: >= 0: the command runs on a terminal (childsetup_c/pty.c): a devpts
+    #: instance mounted in its mount namespace, the slave its controlling
+    #: terminal and 0/1/2 in a new session, the master sent on this socket.
+    tty_fd: int = -1
+    #: (rows, cols) of that terminal.
+    tty_size: tuple[int, int] = (0, 0)
 
 
 def spawn(plan: ChildPlan) -> tuple[int, int]:
@@ -145,6 +151,8 @@ def spawn(plan: ChildPlan) -> tuple[int, int]:
         roots=plan.roots,
         ipcns_fd=plan.ipcns_fd,
         mntns_copy=plan.mntns_copy,
+        tty_fd=plan.tty_fd,
+        tty_size=plan.tty_size,
     )
     if plan.init or plan.warm_channel >= 0:
         pid, report = started

@@ -44,6 +44,9 @@ class AuditSettings(Model):
     archive_timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
     #: Compress rotated files (all but the newest) to NAME.gz.
     compress: Literal["none", "gzip"] = "none"
+    #: The most of each WriteStdin's input a process.input record keeps as
+    #: text (redacted first; its size and sha256 are always recorded). 0: none.
+    input_text_bytes: int = Field(default=4096, ge=0, le=64 * 1024)
 
     @field_validator("archive_command")
     @classmethod

@@ -202,8 +202,10 @@ class TenantRuntime:
                 raise Refusal("NOT_FOUND", "no such open environment for this tenant")
         prepared = self.prepare(request)
         rlimits = plan_rlimits(self.profile, prepared)
-        # A spawn in an environment joins its namespaces: never a warm child's.
-        warm = self.warm.take(prepared, rlimits) if env is None else None
+        # A spawn in an environment joins its namespaces: never a warm child's;
+        # nor does a tty spawn (its terminal is made before its filters).
+        fresh = env is not None or request.tty is not None
+        warm = self.warm.take(prepared, rlimits) if not fresh else None
         launch = launch_for(self.deps, warm)
         spawn = Spawn(self.deps, request, prepared, streaming, launch, rlimits)
         self.spawns[spawn.id] = spawn

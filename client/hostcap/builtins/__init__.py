@@ -8,7 +8,9 @@ host provides it: `http_request`, `web_search` (egress), `mcp_call` (mcp),
 `read_clipboard`, `notify` (os). `invoke_agent` runs through the dispatch
 context's delegate. `read_media` (the seeds' 13th; `edit_file` is a 14th) attaches media the run's output
 store holds, by handle, under the node's media scope (`media_scope_denied`
-otherwise, the recoverable scope denial).
+otherwise, the recoverable scope denial). The sessions (issues 30, 31):
+`exec_command` (on pipes or a terminal of its own), `read_output`,
+`kill_session`, `write_stdin`.
 """
 
 from __future__ import annotations
@@ -65,10 +67,12 @@ from hostcap.builtins.sessions import (
     EXEC_COMMAND,
     KILL_SESSION,
     READ_OUTPUT,
+    WRITE_STDIN,
     ExecCommandArgs,
     KillSessionArgs,
     ReadOutputArgs,
     SessionResult,
+    WriteStdinArgs,
 )
 from hostcap.tooldef import ToolDef
 
@@ -76,7 +80,7 @@ from hostcap.tooldef import ToolDef
 BUILTIN_TOOLS: tuple[ToolDef[Any, Any], ...] = (
     READ_FILE, WRITE_FILE, EDIT_FILE, LIST_DIRECTORY, RUN_COMMAND, GIT_STATUS, GIT_COMMIT,
     HTTP_REQUEST, WEB_SEARCH, MCP_CALL, READ_CLIPBOARD, NOTIFY, INVOKE_AGENT, READ_MEDIA,
-    EXEC_COMMAND, READ_OUTPUT, KILL_SESSION,
+    EXEC_COMMAND, READ_OUTPUT, KILL_SESSION, WRITE_STDIN,
 )  # fmt: skip
 
 __all__ = [
@@ -98,6 +102,7 @@ __all__ = [
     "RUN_COMMAND",
     "WEB_SEARCH",
     "WRITE_FILE",
+    "WRITE_STDIN",
     "ClipboardResult",
     "EditFileArgs",
     "EditFileResult",
@@ -128,4 +133,5 @@ __all__ = [
     "WebSearchArgs",
     "WriteFileArgs",
     "WriteFileResult",
+    "WriteStdinArgs",
 ]

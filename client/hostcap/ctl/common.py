@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 from hostcap_proto.errors import WireError, from_rpc_error
 from hostcap_proto.messages import MAX_REPLY_BYTES, MAX_REQUEST_BYTES
+from hostcap_proto.v1 import common_pb2, process_pb2
 
 #: Exit status of hostcapctl for a refusal or daemon error.
 EXIT_REFUSED = 125
@@ -58,3 +59,15 @@ def report_error(error: WireError, as_json: bool) -> None:
 
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=None, sort_keys=False))
+
+
+def exit_status(exited: process_pb2.Exited) -> int:
+    """hostcapctl's exit status for how a spawn ended."""
+    outcome = common_pb2.Outcome.Name(exited.outcome)
+    if outcome == "TIMEOUT":
+        return EXIT_TIMEOUT
+    if outcome == "SPAWN_FAILED":
+        return EXIT_REFUSED
+    if exited.signal:
+        return 128 + exited.signal
+    return exited.exit_code

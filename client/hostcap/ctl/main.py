@@ -13,6 +13,7 @@ from hostcap_proto.build import VersionAction
 #: Command groups; each module has register(subparsers) and sets func=handler(args) -> int.
 COMMAND_MODULES = (
     "hostcap.ctl.process",
+    "hostcap.ctl.terminal",
     "hostcap.ctl.fs",
     "hostcap.ctl.audit",
     "hostcap.ctl.admin",

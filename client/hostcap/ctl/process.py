@@ -12,11 +12,12 @@ import grpc
 from google.protobuf import json_format
 from hostcap_proto.v1 import common_pb2, host_pb2, host_pb2_grpc, process_pb2, process_pb2_grpc
 
+from hostcap.ctl import terminal
 from hostcap.ctl.common import (
     EXIT_NOT_FOUND,
     EXIT_REFUSED,
-    EXIT_TIMEOUT,
     channel,
+    exit_status,
     report_error,
     socket_of,
     wire_error,
@@ -48,6 +49,7 @@ def register(sub: Any) -> None:
         action="store_true",
         help="start it detached: print its spawn id and return at once (read it with `output`)",
     )
+    terminal.add_run_options(run)
     run.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS...]")
     run.set_defaults(func=cmd_run)
 
@@ -126,18 +128,9 @@ def build_request(args: argparse.Namespace) -> process_pb2.SpawnRequest:
     )
     if args.stdin_file is not None:
         request.stdin = args.stdin_file.read_bytes()
+    if terminal.interactive(args):
+        terminal.apply_interactive(request, args)
     return request
-
-
-def exit_status(exited: process_pb2.Exited) -> int:
-    outcome = common_pb2.Outcome.Name(exited.outcome)
-    if outcome == "TIMEOUT":
-        return EXIT_TIMEOUT
-    if outcome == "SPAWN_FAILED":
-        return EXIT_REFUSED
-    if exited.signal:
-        return 128 + exited.signal
-    return exited.exit_code
 
 
 def _refusal_status(reason: str) -> int:
@@ -183,6 +176,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         stub = process_pb2_grpc.ProcessServiceStub(ch)  # type: ignore[no-untyped-call]
         if request.detached and not args.dry_run:
             return _detach(stub, request, args.json)
+        if request.stdin_open and not args.dry_run:
+            return terminal.run_interactive(args, request)
         if args.json or args.dry_run:
             try:
                 result = stub.Run(request)

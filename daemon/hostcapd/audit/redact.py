@@ -36,6 +36,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from hostcap_proto.audit import REDACTED
 
@@ -394,3 +395,26 @@ def bound_argv(
         kept.append(arg)
         total += len(arg)
     return kept, cut
+
+
+_LINE_BREAK = re.compile(r"(\r\n|\r|\n)")
+
+
+def redact_text(text: str) -> str:
+    """Input typed or piped to a command (a process.input's text): each line
+    redacted as a value that may hold a whole command line, with argv's rules.
+    A secret split across two writes (typed a key at a time) is not seen."""
+    parts = _LINE_BREAK.split(text)
+    return "".join(part if i % 2 else redact_value(part) for i, part in enumerate(parts))
+
+
+def seal_input(body: dict[str, Any], max_bytes: int) -> None:
+    """A process.input record's text as stored: redacted, then cut to
+    `max_bytes` of UTF-8; the writer alone says whether either happened."""
+    given: str = body.get("text", "")
+    redacted = redact_text(given)
+    encoded = redacted.encode("utf-8", "backslashreplace")
+    cut = len(encoded) > max_bytes
+    body["text"] = encoded[:max_bytes].decode("utf-8", "ignore") if cut else redacted
+    body["text_redacted"] = redacted != given
+    body["text_truncated"] = cut

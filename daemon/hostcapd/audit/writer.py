@@ -57,7 +57,7 @@ from hostcapd.audit.files import (
 from hostcapd.audit.fsync import GroupCommit, sync_files
 from hostcapd.audit.journal import JOURNAL_SOCKET, JournalMirror
 from hostcapd.audit.ledger import file_ledger, orphan_exit, resolve_summaries, summary
-from hostcapd.audit.redact import MAX_ARGV_CHARS, bound_argv, redact_argv
+from hostcapd.audit.redact import MAX_ARGV_CHARS, bound_argv, redact_argv, seal_input
 from hostcapd.audit.retention import Retention
 from hostcapd.audit.subscriptions import AuditSubscription
 from hostcapd.config import AuditSettings
@@ -349,6 +349,8 @@ class AuditLog(DeferredQueue, GroupCommit):
         body = validate_event_fields(event, fields)
         if "argv" in body:
             _seal_argv(body)
+        if event == "process.input":
+            seal_input(body, self._settings.input_text_bytes)
         self._write_header_if_pending()
         record, line = self._line(event, body)
         if self._file_has_records and self._size + len(line) > self._settings.max_bytes:

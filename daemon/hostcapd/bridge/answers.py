@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
-from hostcapd.bridge.values import I32, U32, U64, Limits, Protection, Value
+from hostcapd.bridge.values import I32, U32, U64, Limits, Protection, TerminalSize, Value
 
 
 class Answer(
@@ -44,6 +44,8 @@ class Started(Value, frozen=True):
     dry_run: bool = False
     attached: bool = False
     request_id: str = ""
+    stdin_open: bool = False
+    tty: TerminalSize | None = None
 
 
 class Output(Value, frozen=True):
@@ -83,6 +85,9 @@ class Exited(Value, frozen=True):
     stdout: StreamStats | None = None
     stderr: StreamStats | None = None
     oom_kills: U32 = 0
+    tty: TerminalSize | None = None
+    input_writes: U32 = 0
+    input_bytes: U64 = 0
 
 
 class SpawnEvent(Answer, frozen=True, tag="hostcap.v1.SpawnEvent"):
@@ -115,6 +120,8 @@ class SpawnInfo(Value, frozen=True):
     request_id: str = ""
     detached: bool = False
     environment_id: str = ""
+    stdin_open: bool = False
+    tty: TerminalSize | None = None
 
 
 class ListResponse(Answer, frozen=True, tag="hostcap.v1.ListResponse"):
@@ -161,6 +168,17 @@ class ReadOutputResponse(Answer, frozen=True, tag="hostcap.v1.ReadOutputResponse
     dropped_bytes: U64 = 0
     running: bool = False
     exited: Exited | None = None
+
+
+class WriteStdinResponse(Answer, frozen=True, tag="hostcap.v1.WriteStdinResponse"):
+    spawn_id: str = ""
+    bytes_written: U64 = 0
+    total_bytes: U64 = 0
+    writes: U32 = 0
+
+
+class ResizeResponse(Answer, frozen=True, tag="hostcap.v1.ResizeResponse"):
+    spawn_id: str = ""
 
 
 class Root(Value, frozen=True):
@@ -288,6 +306,8 @@ Replied = (
     | EnvironmentInfo
     | CloseEnvironmentResponse
     | ListEnvironmentsResponse
+    | WriteStdinResponse
+    | ResizeResponse
     | CapabilitiesResponse
     | ReadFileResponse
     | WriteFileResponse

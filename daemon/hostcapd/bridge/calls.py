@@ -16,7 +16,7 @@ from typing import Annotated, ClassVar
 
 import msgspec
 
-from hostcapd.bridge.values import I32, U32, U64, Limits, Timestamp
+from hostcapd.bridge.values import I32, U32, U64, Limits, TerminalSize, Timestamp
 
 # --- the requests: the wire messages' fields, typed --------------------------
 
@@ -52,6 +52,8 @@ class SpawnCall(Request, frozen=True, tag="ProcessService.Spawn"):
     labels: dict[str, str] = {}
     detached: bool = False
     environment_id: str = ""
+    stdin_open: bool = False
+    tty: TerminalSize | None = None
 
 
 class RunCall(SpawnCall, frozen=True, tag="ProcessService.Run"):
@@ -100,6 +102,26 @@ class ReadOutputCall(Request, frozen=True, tag="ProcessService.ReadOutput"):
     spawn_id: str = ""
     offset: U64 = 0
     wait_ms: Annotated[int, msgspec.Meta(ge=0, le=MAX_WAIT_MS)] = 0
+
+
+#: The most a WriteStdin carries (TOO_LARGE above it).
+MAX_WRITE_STDIN = 64 * 1024
+
+
+class WriteStdinCall(Request, frozen=True, tag="ProcessService.WriteStdin"):
+    proto = "hostcap.v1.WriteStdinRequest"
+    payload_field = "data"
+    spawn_id: str = ""
+    #: data is the payload (its size is the service's to check).
+    payload: bool = False
+    close: bool = False
+
+
+class ResizeCall(Request, frozen=True, tag="ProcessService.Resize"):
+    proto = "hostcap.v1.ResizeRequest"
+    spawn_id: str = ""
+    rows: U32 = 0
+    cols: U32 = 0
 
 
 class CapabilitiesCall(Request, frozen=True, tag="HostService.Capabilities"):
@@ -183,6 +205,8 @@ TenantRequest = (
     | OpenEnvironmentCall
     | CloseEnvironmentCall
     | ListEnvironmentsCall
+    | WriteStdinCall
+    | ResizeCall
     | CapabilitiesCall
     | ReadFileCall
     | WriteFileCall
@@ -208,6 +232,8 @@ REQUESTS: Mapping[str, Mapping[str, type[Request]]] = {
         OpenEnvironmentCall,
         CloseEnvironmentCall,
         ListEnvironmentsCall,
+        WriteStdinCall,
+        ResizeCall,
         CapabilitiesCall,
         ReadFileCall,
         WriteFileCall,

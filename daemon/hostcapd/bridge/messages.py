@@ -68,6 +68,7 @@ from hostcapd.bridge.answers import (
     ReadOutputResponse,
     ReloadResponse,
     Replied,
+    ResizeResponse,
     Root,
     RunResult,
     Rusage,
@@ -79,6 +80,7 @@ from hostcapd.bridge.answers import (
     Streamed,
     StreamStats,
     WriteFileResponse,
+    WriteStdinResponse,
 )
 from hostcapd.bridge.calls import (
     MAX_WAIT_MS,
@@ -97,6 +99,7 @@ from hostcapd.bridge.calls import (
     ReadOutputCall,
     ReloadCall,
     Request,
+    ResizeCall,
     RunCall,
     SignalCall,
     SpawnCall,
@@ -104,6 +107,7 @@ from hostcapd.bridge.calls import (
     TailAuditCall,
     TenantRequest,
     WriteFileCall,
+    WriteStdinCall,
 )
 from hostcapd.bridge.values import (
     I32,
@@ -114,6 +118,7 @@ from hostcapd.bridge.values import (
     CallId,
     Limits,
     Protection,
+    TerminalSize,
     Text,
     Timestamp,
     Value,
@@ -180,6 +185,8 @@ __all__ = [
     "Replied",
     "Reply",
     "Request",
+    "ResizeCall",
+    "ResizeResponse",
     "Root",
     "RunCall",
     "RunResult",
@@ -197,11 +204,14 @@ __all__ = [
     "Streamed",
     "TailAuditCall",
     "TenantRequest",
+    "TerminalSize",
     "Text",
     "Timestamp",
     "Value",
     "WriteFileCall",
     "WriteFileResponse",
+    "WriteStdinCall",
+    "WriteStdinResponse",
 ]
 
 

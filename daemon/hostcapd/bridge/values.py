@@ -83,3 +83,11 @@ class Caller(Value, frozen=True):
     def record(self) -> dict[str, int]:
         """The audit record's `caller` field."""
         return {"uid": self.uid, "gid": self.gid, "pid": self.pid}
+
+
+class TerminalSize(Value, frozen=True):
+    """A terminal's size in character cells (hostcap.v1.TerminalSize); the
+    service checks the range (LIMIT_INVALID)."""
+
+    rows: U32 = 0
+    cols: U32 = 0

@@ -95,7 +95,7 @@
 #define MOVE_MOUNT_F_EMPTY_PATH_ 0x4
 #define LANDLOCK_RULE_PATH_BENEATH_ 1
 #define MAX_TREES 32
-#define MAX_LANDLOCK_RULES 8
+#define MAX_LANDLOCK_RULES 12
 
 #define CHILD_STACK_SIZE (256 * 1024)
 #define MAX_MOUNTS 64
@@ -145,7 +145,8 @@
     X(STEP_MNTNS, "mntns")                  \
     X(STEP_INIT, "init")                    \
     X(STEP_WARM, "warm")                    \
-    X(STEP_IPCNS, "ipcns")
+    X(STEP_IPCNS, "ipcns")                  \
+    X(STEP_TTY, "tty")
 
 #define STEP_ENUM(id, name) id,
 enum step { SETUP_STEPS(STEP_ENUM) N_STEPS };
@@ -257,6 +258,11 @@ struct plan {
     /* the caller's CPU affinity, which the init takes back (see clone_init_small) */
     int restore_affinity;
     cpu_set_t affinity;
+    /* A terminal (pty.c): the socket its master is sent on (>= 0: a tty
+     * spawn), its size, and the slave, held from pty_open to pty_take. */
+    int tty_fd;
+    int tty_rows, tty_cols;
+    int tty_slave;
     /* result, written by the child (shared memory) */
     volatile int fail_step;
     volatile int fail_errno;
@@ -278,6 +284,13 @@ int apply_cwd(struct plan *p);
 int last_steps(struct plan *p);
 /* The spawner's command-line area, which an init overwrites (see setup.c). */
 void read_arg_area(void);
+
+/* ---- pty.c: a tty spawn's terminal ---- */
+
+/* As root after the mounts: devpts, master and slave, the master sent. */
+int pty_open(struct plan *p);
+/* In the command's process: its session's controlling terminal and 0-2. */
+int pty_take(struct plan *p);
 
 /* ---- init.c: pid 1 of a spawn's pid namespace ---- */
 

@@ -41,7 +41,8 @@ PyDoc_STRVAR(spawn_doc,
 "      hostname, loopback_up, cgroup_fds, rlimits, oom_score_adj, loginuid,\n"
 "      drop_caps, ids, no_new_privs, landlock_fd, landlock_rules,\n"
 "      seccomp_filter, pdeathsig, cancel_fd, life_fd[, go_fd, go_timeout_ms, netns_fd,\n"
-"      mntns_fd, init, warm_channel, roots, ipcns_fd, mntns_copy]) -> pid, or (pid, report_fd)\n"
+"      mntns_fd, init, warm_channel, roots, ipcns_fd, mntns_copy, tty_fd, tty_size])\n"
+"      -> pid, or (pid, report_fd)\n"
 "      with init\n\n"
 "Clone a child that applies the prepared set-up in order and execs.\n"
 "exe_fd >= 0 execs that fd (execveat AT_EMPTY_PATH), else exe_path.\n"
@@ -68,6 +69,9 @@ PyDoc_STRVAR(spawn_doc,
 "init (needs CLONE_NEWPID): the child stays as pid 1, a minimal init, and\n"
 "  the command runs as its pid 2; report_fd (O_CLOEXEC, the caller's) gives\n"
 "  the init's exit record once it ended (see init_main).\n"
+"tty_fd >= 0 (a socket), tty_size (rows, cols): the command runs on a terminal of a\n"
+"  devpts instance mounted in its mount namespace, in a session of its own;\n"
+"  the master is sent on tty_fd (SCM_RIGHTS) before the exec (see pty.c).\n"
 "Raises SetupError(step, errno) if a step fails (the child is reaped).");
 
 static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -78,7 +82,8 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         "mounts", "hostname", "loopback_up", "cgroup_fds", "rlimits", "oom_score_adj",
         "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
         "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", "netns_fd",
-        "mntns_fd", "init", "warm_channel", "roots", "ipcns_fd", "mntns_copy", NULL,
+        "mntns_fd", "init", "warm_channel", "roots", "ipcns_fd", "mntns_copy", "tty_fd", "tty_size",
+        NULL,
     };
     /* Every argument but go_fd and go_timeout_ms is required: the sentinels
      * below say which one a call left out (the format makes all optional). */
@@ -87,19 +92,21 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     int drop_caps = unset, no_new_privs = unset, landlock_fd = unset, pdeathsig = unset;
     int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000, netns_fd = -1;
     int mntns_fd = -1, init = 0, warm_channel = -1, ipcns_fd = -1, mntns_copy = 0;
+    int tty_fd = -1;
+    PyObject *tty_size = NULL;
     PyObject *warm_roots = NULL;
     PyObject *exe_path = NULL, *argv = NULL, *envp = NULL, *stdio = NULL, *cwd_root = NULL;
     PyObject *cwd = NULL, *mounts = NULL, *hostname = NULL, *cgroup_fds = NULL, *rlimits = NULL;
     PyObject *oom = NULL, *loginuid = NULL, *ids = NULL, *landlock_rules = NULL;
     Py_buffer filter = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiipiOip:spawn", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiipiOipiO:spawn", kwlist,
                                      &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
                                      &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
                                      &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
                                      &no_new_privs, &landlock_fd, &landlock_rules, &filter,
                                      &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms, &netns_fd,
                                      &mntns_fd, &init, &warm_channel, &warm_roots, &ipcns_fd,
-                                     &mntns_copy))
+                                     &mntns_copy, &tty_fd, &tty_size))
         return NULL;
     if (exe_fd == unset || umask_value == unset || clone_flags == unset || loopback == unset ||
         drop_caps == unset || no_new_privs == unset || landlock_fd == unset ||
@@ -144,6 +151,17 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->report_fd = p->report_read = -1;
     p->warm = warm_channel >= 0;
     p->channel_fd = warm_channel;
+    p->tty_fd = tty_fd;
+    p->tty_rows = p->tty_cols = 0;
+    p->tty_slave = -1;
+    if (tty_size && tty_size != Py_None &&
+        !PyArg_ParseTuple(tty_size, "ii;tty_size must be (rows, cols)", &p->tty_rows, &p->tty_cols))
+        goto done;
+    if (tty_fd >= 0 && (p->warm || !(p->tty_rows > 0 && p->tty_rows <= 0xffff && p->tty_cols > 0 &&
+                                     p->tty_cols <= 0xffff))) {
+        PyErr_SetString(PyExc_ValueError, "a terminal needs its size, and no warm child");
+        goto done;
+    }
 
     if (opt_cstring(exe_path, keep, &p->exe_path) < 0 || opt_cstring(cwd, keep, &p->cwd) < 0 ||
         opt_cstring(cwd_root, keep, &p->cwd_root) < 0 ||
@@ -185,6 +203,11 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     }
     if (p->loopback_up && !(p->clone_flags & CLONE_NEWNET)) {
         PyErr_SetString(PyExc_ValueError, "loopback_up needs CLONE_NEWNET");
+        goto done;
+    }
+    if (p->tty_fd >= 0 && !(p->clone_flags & CLONE_NEWNS) && p->mntns_fd < 0) {
+        PyErr_SetString(PyExc_ValueError,
+                        "a terminal needs CLONE_NEWNS or mntns_fd (its devpts is the spawn's own)");
         goto done;
     }
     if (p->init && !(p->clone_flags & CLONE_NEWPID)) {

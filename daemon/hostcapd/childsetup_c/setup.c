@@ -228,6 +228,9 @@ int child_main(void *arg)
         if (p->trees[i] >= 0)
             close(p->trees[i]);
     }
+    /* A tty spawn's terminal, in its own mount namespace (pty.c). */
+    if (p->tty_fd >= 0 && pty_open(p) != 0)
+        FAIL(STEP_TTY);
     if (p->hostname && sethostname(p->hostname, strlen(p->hostname)) != 0)
         FAIL(STEP_HOSTNAME);
     if (p->netns_fd >= 0 && syscall(SYS_setns, p->netns_fd, CLONE_NEWNET) != 0)
@@ -373,6 +376,9 @@ int apply_cwd(struct plan *p)
 int last_steps(struct plan *p)
 {
     int i;
+    /* The command's process: its terminal (pty.c) before its fds close. */
+    if (p->tty_slave >= 0 && pty_take(p) != 0)
+        return STEP_TTY;
     /* Every fd but 0-2 closes at exec (the exec fd itself included). */
     if (syscall(SYS_close_range, 3, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
         return STEP_CLOSE_FDS;

@@ -68,10 +68,6 @@ def request_of(
             values[name] = list(value)
         else:
             values[name] = value
-    # A field of the wire contract this daemon does not serve yet is refused
-    # when set (the struct has no such field), and dropped at its default.
-    for name in [n for n in values if n not in model.__struct_fields__ and not values[n]]:
-        del values[name]
     return msgspec.convert(values, model), payload
 
 

@@ -227,8 +227,6 @@ def _handlers(
                 relay, models[f"{service}.{m.name}"], f"{service}.{m.name}", m, caller_of
             )
             for m in descriptor.methods
-            # A method of the wire contract not relayed yet answers UNIMPLEMENTED.
-            if f"{service}.{m.name}" in models
         }
         generic.append(grpc.method_handlers_generic_handler(descriptor.full_name, table))
     return generic

@@ -4,6 +4,7 @@ the same correlation fields; their schemas are in hostcap_proto.audit."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from typing import Any
@@ -101,8 +102,12 @@ def exit_record(
     report: Report,
     stdout: StreamBuffer | StreamCount,
     stderr: StreamBuffer | StreamCount,
+    *,
+    tty: tuple[int, int] | None = None,
+    input_counts: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
-    """How it ended: the fields of `process.exit`."""
+    """How it ended: the fields of `process.exit` (with its terminal's last
+    size and the count and bytes of its input writes, when it had them)."""
     record: dict[str, Any] = {
         **_correlation(tenant, spawn_id, request),
         "pid": pid,
@@ -117,6 +122,10 @@ def exit_record(
         "stdout": _stream(stdout),
         "stderr": _stream(stderr),
     }
+    if tty is not None:
+        record["tty"] = {"rows": tty[0], "cols": tty[1]}
+    if input_counts is not None:
+        record["input_writes"], record["input_bytes"] = input_counts
     if report.exit_code is not None:  # absent when a signal ended it
         record["exit_code"] = report.exit_code
     if report.failed_step:
@@ -165,3 +174,19 @@ def write_exit(audit: AuditLog, spawn_id: str, record: dict[str, Any]) -> None:
             error,
             extra=fields(spawn_id=spawn_id),
         )
+
+
+def input_record(
+    tenant: str, spawn_id: str, request: SpawnRequest, index: int, data: bytes, close: bool
+) -> dict[str, Any]:
+    """One WriteStdin, written before its bytes are: `process.input`. The
+    writer redacts and cuts `text` (the audit's secret rules, its cap)."""
+    return {
+        **_correlation(tenant, spawn_id, request),
+        "index": index,
+        "bytes": len(data),
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "text": data.decode("utf-8", "backslashreplace"),
+        "close": close,
+        "tty": request.tty is not None,
+    }

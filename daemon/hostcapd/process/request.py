@@ -13,7 +13,7 @@ from hostcapd.config import Limits, Tenant
 from hostcapd.errors import Refusal
 from hostcapd.labels import validate_correlation
 from hostcapd.linux import RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, openat2
-from hostcapd.process import environment, executable
+from hostcapd.process import environment, executable, terminal
 from hostcapd.process import limits as limits_mod
 from hostcapd.sandbox.profile import ProtectionStatus
 
@@ -39,6 +39,14 @@ class SpawnRequest:
     detached: bool = False
     #: Runs in this open environment of the tenant (its namespaces).
     environment_id: str = ""
+    #: Its stdin stays open for WriteStdin (issue 31); a tty implies it.
+    stdin_open: bool = False
+    #: (rows, cols): it runs on a terminal of its own of this size.
+    tty: tuple[int, int] | None = None
+
+    @property
+    def input_open(self) -> bool:
+        return self.stdin_open or self.tty is not None
 
 
 @dataclass
@@ -154,6 +162,17 @@ def prepare(
         raise Refusal("INVALID_ARGUMENT", f"cwd is longer than {PATH_MAX} bytes")
     applied = limits_mod.apply(dict(request.limits), tenant.limits)
     env = environment.build(tenant, request.env)
+    if request.tty is not None:
+        terminal.check_size(*request.tty)
+        if not any(s.name == "mount_namespace" and s.applied for s in protections):
+            # Its devpts instance is mounted in its own mount namespace.
+            raise Refusal(
+                "PROTECTION_UNAVAILABLE",
+                "a terminal needs the mount_namespace protection (a devpts instance of the "
+                "spawn's own), which this tenant's profile does not apply",
+            )
+        if "TERM" not in request.env:
+            env["TERM"] = terminal.DEFAULT_TERM
     cwd = resolve_cwd(request.cwd, tenant)
     exe = executable.resolve(
         request.argv[0], tenant.path, tenant.allowed_executable_dirs, hash_cache

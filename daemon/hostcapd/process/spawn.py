@@ -15,6 +15,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import time
 from typing import Any
 
@@ -24,8 +25,9 @@ from hostcapd.callers import caller_field
 from hostcapd.childsetup import RLimit
 from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
-from hostcapd.process import environment, killing, records
+from hostcapd.process import environment, killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
+from hostcapd.process.input import SpawnInput
 from hostcapd.process.launch import Launch, launch_for
 from hostcapd.process.output import OutputLog, StreamBuffer, StreamCount
 from hostcapd.process.report import Outcome, Report, classify
@@ -102,6 +104,13 @@ class Spawn:
         self._read_ends: list[int] = []
         self._stdin_w = -1
         self._child_stdio = (-1, -1, -1)
+        #: Its open input (stdin_open or a tty), once it runs (issue 31).
+        self.input: SpawnInput | None = None
+        #: Its terminal's size, when it has one (Resize changes it).
+        self.tty_size = request.tty
+        self._tty_channel: socket.socket | None = None
+        #: The child's end of it: the launch's, like the child's stdio.
+        self._tty_child = -1
 
     # --- control from outside -------------------------------------------
 
@@ -144,6 +153,8 @@ class Spawn:
             await self._send_order()
             await self._release_on_durable(synced)
             self.pid = await self.launch.started()
+            if self._tty_channel is not None:
+                self._take_terminal(self._tty_channel)
             self._watch_changes()
             self._exec_time = time.monotonic()
             self.started.set_result(self.pid)
@@ -232,6 +243,15 @@ class Spawn:
     def _make_pipes(self) -> None:
         """Pipes and eventfds. The child's ends are the launch's, which sends
         them and closes them once the spawner has them."""
+        if self.request.tty is not None:
+            # Its 0, 1 and 2 are its terminal's (pty.c); until then /dev/null.
+            self._tty_channel, self._tty_child = terminal.channel()
+            null = [os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC) for _ in range(3)]
+            self._child_stdio = (null[0], null[1], null[2])
+            self.launch.child_fds += [*self._child_stdio, self._tty_child]
+            self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+            return
         out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         with contextlib.suppress(OSError):
@@ -240,7 +260,7 @@ class Spawn:
         self._read_ends += [out_r, err_r]
         os.set_blocking(out_w, True)
         os.set_blocking(err_w, True)
-        if self.request.stdin is not None:
+        if self.request.stdin is not None or self.request.stdin_open:
             in_r, self._stdin_w = os.pipe2(os.O_CLOEXEC)
             os.set_blocking(self._stdin_w, False)
         else:
@@ -270,6 +290,7 @@ class Spawn:
             go=True,
             warm=warm,
             env=self.request.environment_id,
+            tty=self.request.tty,
         )
 
     # Step 3: the spawner clones; the C set-up runs and waits for the go.
@@ -277,6 +298,8 @@ class Spawn:
     async def _send_order(self) -> None:
         in_r, out_w, err_w = self._child_stdio
         fds = [self.prepared.exe.fd, in_r, out_w, err_w, self._cancel_fd, self._go_fd]
+        if self.request.tty is not None:
+            fds.append(self._tty_child)  # the terminal's channel (see SpawnOrder)
         self.launch.labels = dict(self.request.labels)
         await self.launch.send(self._order, fds)
 
@@ -297,13 +320,19 @@ class Spawn:
 
     def _stream(self) -> asyncio.Future[None] | None:
         loop = asyncio.get_running_loop()
-        out_r, err_r = self._read_ends
-        for fd, buf in ((out_r, self.stdout), (err_r, self.stderr)):
+        # A terminal's one end (its output is stdout), or the two pipes.
+        for fd, buf in zip(self._read_ends, (self.stdout, self.stderr), strict=False):
             self._readers[fd] = (buf, 1 if buf is self.stdout else 2)
             loop.add_reader(fd, self._on_readable, fd)
         self._read_ends.clear()
         stdin_task = None
-        if self._stdin_w >= 0:
+        if self._stdin_w >= 0 and self.request.stdin_open:
+            self.input = SpawnInput(self._stdin_w, tty=False)
+            self._stdin_w = -1  # the input's now
+        if self.input is not None:
+            if self.request.stdin:
+                stdin_task = self.input.feed(self.request.stdin)
+        elif self._stdin_w >= 0:
             stdin_task = asyncio.ensure_future(
                 self._feed_stdin(self._stdin_w, self.request.stdin or b"")
             )
@@ -337,8 +366,23 @@ class Spawn:
                 await asyncio.wait_for(self._eof.wait(), EOF_GRACE)
         return status
 
+    def _take_terminal(self, channel: socket.socket) -> None:
+        """The master the child sent: read as its output, written as its input."""
+        self._tty_channel = None
+        try:
+            master = terminal.receive_master(channel)
+        finally:
+            channel.close()
+        self._read_ends.append(master)
+        self.input = SpawnInput(os.dup(master), tty=True)
+
     def _release(self) -> None:
         """Every way out: close what is open, stop the timers, remove the cgroup."""
+        if self.input is not None:
+            self.input.end()
+        if self._tty_channel is not None:
+            self._tty_channel.close()
+            self._tty_channel = None
         for fd in [*self._read_ends, self._stdin_w]:
             if fd >= 0:
                 with contextlib.suppress(OSError):
@@ -408,6 +452,8 @@ class Spawn:
             return
         except OSError:
             data = b""
+        if data and self.request.tty is not None:
+            data = terminal.drain(fd, data, READ_CHUNK)
         if not data:
             asyncio.get_running_loop().remove_reader(fd)
             self._paused.discard(fd)
@@ -532,6 +578,8 @@ class Spawn:
                 report,
                 self.out_counts,
                 self.err_counts,
+                tty=self.tty_size,
+                input_counts=(self.input.writes, self.input.bytes) if self.input else None,
             )
             records.write_exit(self.deps.audit, self.id, record)
             metrics.spawn_ended(

@@ -224,7 +224,17 @@ class TenantProfile:
             no_new_privs=self.no_new_privs,
             oom_score_adj=str(self.oom_score_adj).encode() if os.geteuid() == 0 else None,
             pdeathsig=int(signal.SIGKILL),
+            tty_landlock_rules=self.tty_landlock_rules,
         )
+
+    @property
+    def tty_landlock_rules(self) -> tuple[tuple[bytes, int], ...]:
+        """A tty spawn's own terminals (decision 0031): /dev/tty is its
+        controlling terminal, /dev/ptmx and /dev/pts its devpts instance."""
+        if self.landlock is None:
+            return ()
+        rights = landlock.dev_file_rights(self.landlock_abi)
+        return tuple((path, rights) for path in (b"/dev/tty", b"/dev/ptmx", b"/dev/pts"))
 
     def new_ruleset(self) -> int:
         """A landlock ruleset fd for one spawn (-1 without landlock)."""

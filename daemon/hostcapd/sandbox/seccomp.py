@@ -14,7 +14,8 @@ numbers of sandbox/x86_64.py), in this order:
 2. an x32 syscall (number with bit 30 set) fails with EPERM;
 3. each denied syscall fails with its group's errno; clone is denied only
    with a CLONE_NEW* flag, personality only when it changes the persona, and
-   ioctl only for TIOCSTI / TIOCLINUX (which type into a terminal);
+   ioctl only for TIOCSTI / TIOCLINUX (which type into a terminal) and
+   TIOCSETD (a line discipline: kernel code, a module loaded on demand);
 4. socket and socketpair only for the address families of the tenant's
    `sockets.SocketPolicy` (an allowlist): another family fails EAFNOSUPPORT,
    an AF_NETLINK protocol not on it EPROTONOSUPPORT;
@@ -61,6 +62,7 @@ from hostcapd.sandbox.x86_64 import (
     SOCK_STREAM,
     SOCK_TYPE_MASK,
     TIOCLINUX,
+    TIOCSETD,
     TIOCSTI,
     X32_SYSCALL_BIT,
     X86_64_SYSCALLS,
@@ -301,6 +303,7 @@ def _assemble(
         prog.label("ioctl")
         prog.load(_arg_low(1))
         prog.jeq(TIOCSTI, jt="eperm")
+        prog.jeq(TIOCSETD, jt="eperm")
         prog.jeq(TIOCLINUX, jt="eperm", jf="allow")
 
     # pid_t, int `which` and `who`: the kernel truncates them to 32 bits.

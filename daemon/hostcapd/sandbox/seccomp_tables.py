@@ -21,6 +21,7 @@ from hostcapd.sandbox.x86_64 import (
     PRIO_PROCESS,
     TIOCGWINSZ,
     TIOCLINUX,
+    TIOCSETD,
     TIOCSTI,
 )
 
@@ -196,9 +197,14 @@ DENIED_SYSCALLS: tuple[DeniedGroup, ...] = (
     ),
     DeniedGroup(
         "terminal_injection",
-        "TIOCSTI / TIOCLINUX push input into a terminal outside the sandbox",
+        "TIOCSTI / TIOCLINUX push input into a terminal outside the sandbox; "
+        "TIOCSETD swaps a terminal's line discipline (kernel code a module may bring)",
         ("ioctl",),
-        denied=(Call("ioctl", (-1, TIOCSTI, 0)), Call("ioctl", (-1, TIOCLINUX, 0))),
+        denied=(
+            Call("ioctl", (-1, TIOCSTI, 0)),
+            Call("ioctl", (-1, TIOCLINUX, 0)),
+            Call("ioctl", (-1, TIOCSETD, 0)),
+        ),
         allowed=(Call("ioctl", (-1, TIOCGWINSZ, 0)),),
     ),
     DeniedGroup(

@@ -162,6 +162,8 @@ PERSONALITY_QUERY = 0xFFFFFFFF
 
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
+#: Set a terminal's line discipline (which may load its kernel module).
+TIOCSETD = 0x5423
 TIOCGWINSZ = 0x5413
 
 

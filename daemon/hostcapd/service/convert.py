@@ -42,7 +42,13 @@ def spawn_request(call: messages.SpawnCall, stdin: bytes | None) -> SpawnRequest
         labels=dict(call.labels),
         detached=call.detached,
         environment_id=call.environment_id,
+        stdin_open=call.stdin_open,
+        tty=(call.tty.rows, call.tty.cols) if call.tty is not None else None,
     )
+
+
+def terminal_size(size: tuple[int, int] | None) -> messages.TerminalSize | None:
+    return messages.TerminalSize(rows=size[0], cols=size[1]) if size is not None else None
 
 
 def protections_message(
@@ -75,6 +81,8 @@ def started_message(
         dry_run=dry_run,
         attached=attached,
         request_id=request.request_id,
+        stdin_open=request.input_open,
+        tty=terminal_size(request.tty),
     )
 
 
@@ -110,6 +118,9 @@ def exited_message(spawn: Spawn, report: Report) -> messages.Exited:
             dropped_bytes=spawn.err_counts.dropped,
         ),
         oom_kills=report.oom_kills,
+        tty=terminal_size(spawn.tty_size),
+        input_writes=spawn.input.writes if spawn.input is not None else 0,
+        input_bytes=spawn.input.bytes if spawn.input is not None else 0,
     )
 
 
@@ -125,6 +136,8 @@ def spawn_info(spawn: Spawn, argv: list[str] | None = None) -> messages.SpawnInf
         request_id=spawn.request.request_id,
         detached=spawn.request.detached,
         environment_id=spawn.request.environment_id,
+        stdin_open=spawn.input is not None and spawn.input.open,
+        tty=terminal_size(spawn.tty_size),
     )
 
 

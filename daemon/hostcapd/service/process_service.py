@@ -14,7 +14,7 @@ from hostcapd.process import killing, records
 from hostcapd.process.environments import CLOSED_BY_CLIENT
 from hostcapd.process.request import SpawnRequest
 from hostcapd.process.spawn import Spawn
-from hostcapd.service import convert
+from hostcapd.service import convert, interactive
 from hostcapd.service.refusals import refuse
 from hostcapd.tenant import TenantRuntime
 
@@ -128,6 +128,19 @@ class ProcessService:
             self.runtime.active_calls -= 1
 
     async def _run(self, req: SpawnRequest) -> messages.RunResult:
+        if req.input_open and not req.detached:
+            refuse(
+                self.runtime.audit,
+                self.runtime.name,
+                "Run",
+                Refusal(
+                    "INVALID_ARGUMENT",
+                    "a Run that is not detached cannot be written to while it waits: "
+                    "stdin_open and tty are for Spawn or a detached Run",
+                ),
+                req.labels,
+                req.request_id,
+            )
         spawn, started, attached = await self._begin(req, "Run", streaming=False)
         if spawn is None:
             return messages.RunResult(started=started)
@@ -247,3 +260,35 @@ class ProcessService:
         return messages.ListResponse(
             spawns=[convert.spawn_info(s) for s in self.runtime.spawns.values() if s.pid]
         )
+
+    async def WriteStdin(
+        self, request: messages.WriteStdinCall, call: RelayedCall
+    ) -> messages.WriteStdinResponse:
+        try:
+            return await interactive.write_stdin(self.runtime, request, call.payload or b"")
+        except Refusal as refusal:
+            refuse(
+                self.runtime.audit,
+                self.runtime.name,
+                "WriteStdin",
+                refusal,
+                {},
+                "",
+                spawn_id=request.spawn_id[:64],
+            )
+
+    async def Resize(
+        self, request: messages.ResizeCall, call: RelayedCall
+    ) -> messages.ResizeResponse:
+        try:
+            return await interactive.resize(self.runtime, request)
+        except Refusal as refusal:
+            refuse(
+                self.runtime.audit,
+                self.runtime.name,
+                "Resize",
+                refusal,
+                {},
+                "",
+                spawn_id=request.spawn_id[:64],
+            )

@@ -75,6 +75,10 @@ class FreshStart:
             return
         exe_fd, stdin, stdout, stderr, cancel_fd, *rest = fds
         go_fd = rest.pop(0) if m.go else -1
+        tty_fd = rest.pop(0) if m.tty is not None and rest else -1
+        if m.tty is not None and tty_fd < 0:
+            spawner.report(messages.Failed(spawn_id, "tty", 0))
+            return
         landlock_fd = rest.pop(0) if m.landlock else -1
         # A copy: the order's fds are closed after it, and this one is held
         # until the child is reaped (as a pooled namespace's is).
@@ -100,6 +104,8 @@ class FreshStart:
                 cancel_fd=cancel_fd,
                 go_fd=go_fd,
                 go_timeout_ms=GO_TIMEOUT_MS,
+                tty_fd=tty_fd,
+                tty_size=m.tty or (0, 0),
             )
         except childsetup.SetupError as error:  # its environment is not there
             step, err, *detail = error.args

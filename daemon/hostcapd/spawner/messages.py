@@ -85,6 +85,9 @@ class RegisterProfile(_Message, frozen=True, tag="profile"):
     no_new_privs: bool
     oom_score_adj: bytes | None
     pdeathsig: int
+    #: Rules a tty spawn's child adds too (its /dev/tty, /dev/ptmx and the
+    #: devpts instance it mounted: each reaches only its own terminals).
+    tty_landlock_rules: tuple[LandlockRule, ...] = ()
 
     @property
     def pooled_mounts(self) -> tuple[Mount, ...]:
@@ -99,7 +102,8 @@ class DropProfile(_Message, frozen=True, tag="drop_profile"):
 class SpawnOrder(_Message, frozen=True, tag="spawn"):
     """Clone one child of profile `profile`. Its fds travel beside the message,
     in this order: the executable, stdin, stdout, stderr, the cancel eventfd,
-    then the go eventfd (when `go`), the landlock ruleset (when `landlock`),
+    then the go eventfd (when `go`), the terminal's socket (when `tty`),
+    the landlock ruleset (when `landlock`),
     the network namespace (when `netns`) and the cgroup.procs fds (the rest). With `warm`, the warm child made by
     the WarmOrder of the same id runs it: its fds are the executable, stdin,
     stdout, stderr, cancel and go only (it has its ruleset and cgroups), and
@@ -130,6 +134,10 @@ class SpawnOrder(_Message, frozen=True, tag="spawn"):
     #: In the environment of this id (OpenEnv): its network, IPC and mount
     #: namespaces, not a fresh one's. Empty: fresh ones.
     env: str = ""
+    #: (rows, cols): the command runs on a terminal of a devpts instance of
+    #: its own, whose master the child sends on the socket that follows the
+    #: go eventfd among the fds (a fresh child only: never a warm one).
+    tty: tuple[int, int] | None = None
 
 
 class WarmOrder(_Message, frozen=True, tag="warm"):

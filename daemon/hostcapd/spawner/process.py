@@ -299,7 +299,12 @@ class Spawner:
             ids=ids,
             no_new_privs=profile.no_new_privs,
             landlock_fd=landlock_fd,
-            landlock_rules=profile.landlock_rules if landlock_fd >= 0 else [],
+            landlock_rules=[
+                *profile.landlock_rules,
+                *(profile.tty_landlock_rules if request.get("tty_fd", -1) >= 0 else ()),
+            ]
+            if landlock_fd >= 0
+            else [],
             seccomp_filter=profile.seccomp,
             pdeathsig=profile.pdeathsig,
             life_fd=self.life_read,

@@ -131,6 +131,11 @@ class ProcessExec(_Correlated):
     pid: int | None = None
 
 
+class TerminalSize(_Fields):
+    rows: int
+    cols: int
+
+
 class ProcessExit(_Correlated):
     """process.exit: how a spawn ended."""
 
@@ -149,6 +154,33 @@ class ProcessExit(_Correlated):
     duration_s: float | None = None
     stdout: StreamBytes | None = None
     stderr: StreamBytes | None = None
+    #: A tty spawn's terminal size at the end.
+    tty: TerminalSize | None = None
+    #: A spawn with its input open: the WriteStdin calls that wrote to it, and their bytes.
+    input_writes: int | None = None
+    input_bytes: int | None = None
+
+
+class ProcessInput(_Correlated):
+    """process.input: one WriteStdin to a spawn, written before its bytes
+    reach the command (issue 31). `text` is the input as UTF-8 (other bytes
+    backslash-escaped), redacted by the secret rules of argv and cut to the
+    config's `[audit] input_text_bytes`; `bytes` and `sha256` are of the
+    data as written."""
+
+    spawn_id: str
+    #: 1 for the spawn's first write, then 2, 3, ...
+    index: int
+    bytes: int
+    sha256: str
+    text: str = ""
+    #: Set by the writer: something secret-shaped was redacted; the text was cut.
+    text_redacted: bool | None = None
+    text_truncated: bool | None = None
+    #: The write closed its input (EOF) after the data.
+    close: bool = False
+    #: Its spawn runs on a terminal: the text is what was typed.
+    tty: bool = False
 
 
 class FileWrite(_Correlated):
@@ -368,6 +400,7 @@ EVENT_FIELDS: Mapping[str, type[_Fields]] = {
     "network.connect": NetworkConnect,
     "environment.open": EnvironmentEvent,
     "environment.close": EnvironmentEvent,
+    "process.input": ProcessInput,
     "admin.call": AdminCall,
 }
 assert set(EVENT_FIELDS) == set(EVENTS)

@@ -45,6 +45,7 @@ EventName = Literal[
     "network.connect",
     "environment.open",
     "environment.close",
+    "process.input",
     "admin.call",
 ]
 EVENTS: tuple[str, ...] = get_args(EventName)
@@ -73,7 +74,8 @@ JOURNAL_MESSAGE_IDS: Mapping[str, str] = {
     "network.connect": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0c",
     "environment.open": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0d",
     "environment.close": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0e",
-    "admin.call": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0f",
+    "process.input": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0f",
+    "admin.call": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a10",
 }
 
 _HASH = re.compile(r"[0-9a-f]{64}")

@@ -388,3 +388,59 @@ async def test_session_tools_over_mcp(mcp_daemon: Daemon, tmp_path: Path, marker
         denied = await client.call_tool("exec_command", {"command": "rm", "args": ["-rf", "."]})
         assert denied.is_error and "command_not_allowed" in text_of(denied)
     assert wait_gone(marker, 10) == []
+
+
+async def test_write_stdin_over_mcp(mcp_daemon: Daemon, tmp_path: Path, marker: str) -> None:
+    """exec_command on a terminal and write_stdin (issue 31) through hostcap mcp:
+    a write into a shell takes a card (an elicitation) each time until the
+    session is granted; a declined card writes nothing."""
+    policy = write_policy(
+        tmp_path / "p.toml",
+        mode="accept-edits",
+        granted_tools=["exec_command", "write_stdin", "kill_session"],
+    )
+    decisions = iter(["approve", None, "allow-session"])
+    asked: list[str] = []
+
+    async def elicit(
+        context: ClientRequestContext, params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        asked.append(params.message)
+        decision = next(decisions)
+        if decision is None:
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content={"decision": decision})
+
+    async with Client(
+        server(mcp_daemon, policy), mode="legacy", elicitation_callback=elicit
+    ) as client:
+        listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+        assert {"tty", "stdin_open"} <= set(listed["exec_command"].input_schema["properties"])
+        hints = listed["write_stdin"].annotations
+        assert hints is not None and hints.read_only_hint is False
+        started = await client.call_tool(
+            "exec_command", {"command": "sh", "tty": True, "yield_time_ms": 200}
+        )
+        text = text_of(started)
+        assert not started.is_error, text
+        session = text.split("still running: session ", 1)[1].split("]", 1)[0]
+        declined = await client.call_tool(
+            "write_stdin", {"session_id": session, "chars": f"echo no-{marker}\n"}
+        )
+        assert declined.is_error and "write_stdin" in asked[-1]
+        typed = await client.call_tool(
+            "write_stdin",
+            {
+                "session_id": session,
+                "chars": f"echo yes-$((6*7))-{marker}\n",
+                "yield_time_ms": 2000,
+            },
+        )
+        out = text_of(typed)
+        assert not typed.is_error and f"yes-42-{marker}" in out and "untrusted data" in out
+        assert f"no-{marker}" not in out
+        again = await client.call_tool(
+            "write_stdin", {"session_id": session, "chars": "echo again\n", "yield_time_ms": 1000}
+        )
+        assert not again.is_error and len(asked) == 3  # the grant covered it
+        await client.call_tool("kill_session", {"session_id": session})

@@ -250,6 +250,16 @@ BASE_FIELDS: dict[str, dict[str, Any]] = {
         "tenant": "t",
         "asked": {"spawn_id": "s"},
     },
+    "process.input": {
+        "tenant": "t",
+        "spawn_id": "s",
+        "index": 1,
+        "bytes": 3,
+        "sha256": "a" * 64,
+        "text": "ls\r",
+        "close": False,
+        "tty": True,
+    },
 }
 
 

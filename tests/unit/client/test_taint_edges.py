@@ -67,8 +67,9 @@ def test_ask_mode_offers_only_tools_that_can_run(registry: ToolRegistry, make_ct
     assert offered == {
         "read_file", "list_directory", "git_status", "git_commit", "invoke_agent", "read_media",
         # Reading or ending a session this host started takes no approval
-        # (exec_command, which starts one, does).
-        "read_output", "kill_session",
+        # (exec_command, which starts one, does); nor does writing into one
+        # whose program reads data (into a shell or interpreter it is refused).
+        "read_output", "kill_session", "write_stdin",
     } & ALL_BUILTINS  # fmt: skip
     # accept-edits offers them all.
     edits = make_ctx(approval=ApprovalPolicy("accept-edits").context())

@@ -185,9 +185,11 @@ async def _stored_png(registry: Any, host: MemoryToolHost, make_ctx: MakeCtx) ->
 
 def test_read_media_is_the_thirteenth_builtin() -> None:
     # The seeds' thirteen, with edit_file (issue 34) beside write_file.
-    assert len(BUILTIN_TOOLS) == 17 and BUILTIN_TOOLS[13].id == "read_media"
-    # Then the session tools of issue 30.
-    assert [t.id for t in BUILTIN_TOOLS[14:]] == ["exec_command", "read_output", "kill_session"]
+    assert len(BUILTIN_TOOLS) == 18 and BUILTIN_TOOLS[13].id == "read_media"
+    # Then the session tools of issues 30 and 31.
+    assert [t.id for t in BUILTIN_TOOLS[14:]] == [
+        "exec_command", "read_output", "kill_session", "write_stdin",
+    ]  # fmt: skip
     assert [t.id for t in BUILTIN_TOOLS[:14] if t.id != "edit_file"][-1] == "read_media"
 
 

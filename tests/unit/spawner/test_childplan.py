@@ -56,6 +56,16 @@ def test_a_namespace_step_without_its_namespace_is_refused_before_the_clone() ->
         childsetup.spawn(_plan(loopback_up=True))
 
 
+def test_a_terminal_without_a_mount_namespace_or_a_size_is_refused_before_the_clone() -> None:
+    # Its devpts instance would be mounted in the host's namespace.
+    before = psutil.Process().children()
+    with pytest.raises(ValueError, match="CLONE_NEWNS or mntns_fd"):
+        childsetup.spawn(_plan(tty_fd=0, tty_size=(24, 80)))
+    with pytest.raises(ValueError, match="needs its size"):
+        childsetup.spawn(_plan(tty_fd=0, tty_size=(0, 80), clone_flags=0x00020000))
+    assert psutil.Process().children() == before
+
+
 MOUNT = (6, None, b"/tmp", None, 0, None, 0)
 
 
@@ -65,7 +75,7 @@ MOUNT = (6, None, b"/tmp", None, 0, None, 0)
         ({"mounts": [MOUNT] * 65, "clone_flags": 0x00020000}, ValueError, "too many mounts"),
         ({"rlimits": [(4, 0, 0)] * 17}, ValueError, "too many rlimits"),
         ({"cgroup_fds": [0] * 9}, ValueError, "too many cgroup fds"),
-        ({"landlock_rules": [(b"/", 1)] * 9}, ValueError, "too many landlock rules"),
+        ({"landlock_rules": [(b"/", 1)] * 13}, ValueError, "too many landlock rules"),
         ({"roots": [b"/tmp"] * 9}, ValueError, "too many roots"),
         ({"rlimits": [(4, 0)]}, TypeError, "rlimit must be"),
         ({"mounts": [(99, None, None, None, 0, None, 0)]}, ValueError, "unknown mount kind"),

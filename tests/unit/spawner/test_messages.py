@@ -119,7 +119,7 @@ def test_a_message_travels_as_its_op_and_its_fields() -> None:
 
 
 def test_an_order_without_go_does_not_wait() -> None:
-    wire = _raw(_fields(ORDER)[:-4])  # without go, warm, netns and env
+    wire = _raw(_fields(ORDER)[:-5])  # without go, warm, netns, env and tty
     assert messages.SpawnOrder.from_wire(wire).go is False
 
 

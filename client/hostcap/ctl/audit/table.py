@@ -95,6 +95,14 @@ def _what(
         return " ".join(parts)
     if event == "file.write":
         return f"{record.get('path')} ({record.get('size')} bytes)"
+    if event == "process.input":
+        # repr() shows the typed control characters (\x03, \r) as escapes.
+        text = f"#{record.get('index')} {record.get('bytes')} bytes {record.get('text', '')!r}"
+        if record.get("text_truncated"):
+            text += " (cut)"
+        if record.get("text_redacted"):
+            text += " (redacted)"
+        return text + (" +EOF" if record.get("close") else "")
     if event == "policy.deny":
         return f"{record.get('method')} {record.get('reason')}: {record.get('message')}"
     if event == "fs.changes":

@@ -366,8 +366,8 @@ class EnvironmentEvent(_Fields):
 
 class AdminCall(_Fields):
     """admin.call: a call on the admin socket (Kill, TailAudit, QueryAudit;
-    a Reload's is its daemon.reload), written when it arrives, naming its
-    caller."""
+    a Reload's is its daemon.reload), naming its caller: a Kill's written
+    when it arrives, a read's once it has read."""
 
     #: The AdminService method.
     method: str

@@ -62,6 +62,17 @@ async def test_a_spawn_a_refusal_and_a_write_name_the_calling_process(
         for event in ("environment.open", "environment.close"):
             (record,) = records(daemon, event, environment_id=env.environment_id)
             assert record["caller"] == ME, event
+        # What a caller types into a spawn's input names it too.
+        cat = client.stub.Spawn(request(["cat"], stdin_open=True))
+        async for event in cat:
+            spawn_id = event.started.spawn_id
+            break
+        await client.stub.WriteStdin(
+            process_pb2.WriteStdinRequest(spawn_id=spawn_id, data=b"typed\n", close=True)
+        )
+        [e async for e in cat]
+        (typed,) = records(daemon, "process.input", spawn_id=spawn_id)
+        assert typed["caller"] == ME
     finally:
         await client.close()
         await channel.close(None)

@@ -16,10 +16,18 @@ round:
 - ``egress.setup``: a Python loop in a spawn opens N connections through
   the proxy (CONNECT, up to its `200`), against the same loop here opening N
   direct TCP connections to the server; the median per connection.
+- ``egress.netns``: what a proxy-mode spawn's namespace costs the daemon
+  (`hostcapd.egress.netns.make_namespace`: loopback, listeners, the tun with
+  its address and routes), against a bare one (unshare, loopback up, one
+  listener), made here on threads, N of each interleaved; the medians. And
+  `close_us`, the full one's removal (the tun device's unregistering waits
+  for RCU grace periods): the daemon and the proxy do it on a thread, off
+  the request path and their event loops.
 
 Keys: ``egress.download.{proxy,direct}_s``, ``egress.download.ratio``,
 ``egress.download.proxy_mib_s``, ``egress.setup.{proxy,direct}_us``,
-``egress.setup.ratio``, ``egress.rounds``.
+``egress.setup.ratio``, ``egress.netns.{full,bare,close}_us``, ``egress.netns.ratio``,
+``egress.rounds``.
 """
 
 from __future__ import annotations
@@ -28,12 +36,15 @@ import argparse
 import asyncio
 import http.server
 import json
+import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +118,54 @@ def _curl_time(stdout: bytes) -> float:
     return float(stdout.decode().split()[0])
 
 
+def _bare_namespace() -> None:
+    """The baseline of egress.netns: a namespace with loopback up and one listener."""
+    from hostcapd import linux
+    from hostcapd.egress import netns
+
+    def work() -> None:
+        linux.unshare(netns.CLONE_NEWNET)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            netns._up(s, b"lo")
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 3128))
+        listener.listen(128)
+        box.append((os.open("/proc/thread-self/ns/net", os.O_RDONLY), listener))
+
+    box: list[tuple[int, socket.socket]] = []
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    fd, listener = box[0]
+    os.close(fd)
+    listener.close()
+
+
+def measure_namespaces(count: int) -> dict[str, float]:
+    from hostcapd.egress.netns import make_namespace
+
+    full: list[float] = []
+    bare: list[float] = []
+    closes: list[float] = []
+    for _ in range(count):
+        started = time.perf_counter()
+        way = make_namespace()
+        full.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        way.close()
+        closes.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        _bare_namespace()
+        bare.append(time.perf_counter() - started)
+    f, b = statistics.median(full), statistics.median(bare)
+    return {
+        "egress.netns.full_us": f * 1e6,
+        "egress.netns.bare_us": b * 1e6,
+        "egress.netns.ratio": f / b,
+        "egress.netns.close_us": statistics.median(closes) * 1e6,
+    }
+
+
 async def measure(quick: bool) -> dict[str, Any]:
     curl = shutil.which("curl")
     if curl is None:
@@ -174,6 +233,7 @@ async def measure(quick: bool) -> dict[str, Any]:
         "egress.setup.proxy_us": sproxy * 1e6,
         "egress.setup.direct_us": sdirect * 1e6,
         "egress.setup.ratio": sproxy / sdirect,
+        **measure_namespaces(50 if quick else 200),
     }
 
 
@@ -217,7 +277,10 @@ def main() -> int:
         f"{results['egress.download.direct_mib_s']:.0f} MiB/s, ratio "
         f"{results['egress.download.ratio']:.2f}x the time; connection set-up: proxy "
         f"{results['egress.setup.proxy_us']:.0f} us, direct {results['egress.setup.direct_us']:.0f} us, "
-        f"ratio {results['egress.setup.ratio']:.1f}x"
+        f"ratio {results['egress.setup.ratio']:.1f}x; a spawn's namespace: "
+        f"{results['egress.netns.full_us']:.0f} us with its tun, "
+        f"{results['egress.netns.bare_us']:.0f} us bare, ratio {results['egress.netns.ratio']:.1f}x "
+        f"(its removal {results['egress.netns.close_us']:.0f} us, on a thread)"
     )
     return 0
 

@@ -159,15 +159,19 @@ class ToolRegistry:
         given) and not denied by its approval regime: its contract, or a
         read-only (`ask`) mode for a tool that could only be denied. The
         predicate is `hostcap.admission.tool_admission`, the one the
-        dispatch guard uses."""
+        dispatch guard uses. A tool needing egress is not offered by a host
+        without it (hostcapd: a tenant not in network mode "proxy"): it
+        could only fail."""
         approval = ctx.approval if ctx is not None else None
         deferred = {tool.id for tool in self.deferred(ctx)}
+        no_egress = getattr(self._host, "egress", None) is None
         offered = [
             tool
             for tool_id, tool in self._tools.items()
             if (ctx is None or tool_id in ctx.granted_tool_ids)
             and tool_id not in deferred
             and not tool_admission(tool, approval).denied
+            and not (no_egress and "egress" in tool.arms)
         ]
         if deferred and self._search is not None:
             offered.append(self._search)

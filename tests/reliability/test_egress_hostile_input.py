@@ -1,6 +1,6 @@
 """Hostile input against the egress proxy's own parsing (hostcapd.egress.
-protocols and rules: the bytes a sandboxed command sends the proxy, and the
-rules an operator writes), fuzzed with hypothesis: each answer is a result
+protocols, packets and rules: the bytes a sandboxed command sends the proxy
+or past it onto its tun, and the rules an operator writes), fuzzed with hypothesis: each answer is a result
 or the parser's typed error, never another exception. Then the bytes for
 real: a sandboxed command sends fuzzed requests to its proxy, which answers
 or hangs up on each, refuses what it must, and keeps serving."""
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hostcapd.egress import protocols
+from hostcapd.egress import direct, packets, protocols
 from hostcapd.egress.protocols import ProtocolError
 from hostcapd.egress.rules import Policy, Rule, RuleError
 from hypothesis import HealthCheck, given, settings
@@ -105,6 +105,79 @@ def test_the_policy_never_allows_an_ip_literal_or_an_unnamed_host(host: str, por
     assert name == "allowed.test" or name.endswith(".mirror.test")
     with pytest.raises(ValueError):
         ipaddress.ip_address(host)
+
+
+def _v4(ihl: int, total: int | None, frag: int, proto: int, body: bytes) -> bytes:
+    size = 20 + len(body) if total is None else total
+    head = bytes([0x40 | ihl, 0]) + size.to_bytes(2, "big") + bytes(2) + frag.to_bytes(2, "big")
+    return head + bytes([64, proto, 0, 0]) + bytes([10, 0, 0, 1, 192, 0, 2, 1]) + body
+
+
+def _v6(length: int | None, next_header: int, body: bytes) -> bytes:
+    size = len(body) if length is None else length
+    head = bytes([0x60, 0, 0, 0]) + size.to_bytes(2, "big") + bytes([next_header, 64])
+    return head + bytes(15) + b"\x01" + bytes([0x20, 1, 0x0D, 0xB8]) + bytes(11) + b"\x01" + body
+
+
+PROTOCOLS = st.one_of(st.sampled_from([0, 1, 2, 6, 17, 43, 44, 58, 60]), st.integers(0, 255))
+ip_packets = st.one_of(
+    st.binary(max_size=120),
+    st.builds(_v4, st.integers(0, 15), st.one_of(st.none(), st.integers(0, 200)),
+              st.integers(0, 0xFFFF), PROTOCOLS, st.binary(max_size=80)),
+    st.builds(_v6, st.one_of(st.none(), st.integers(0, 200)), PROTOCOLS, st.binary(max_size=80)),
+)  # fmt: skip
+
+
+def _sums_to_zero(data: bytes) -> bool:
+    return packets._checksum(data) == 0
+
+
+@FUZZ
+@given(packet=ip_packets)
+def test_packets_past_the_proxy_are_named_or_ignored_and_answered_well_formed(
+    packet: bytes,
+) -> None:
+    attempt = packets.attempt_of(packet)
+    answer = packets.refusal_of(packet)
+    assert (attempt is None) == (answer is None)
+    if attempt is None or answer is None:
+        return
+    assert attempt.protocol in ("tcp", "udp", "icmp", "ip")
+    assert 0 <= attempt.port < 65536 and attempt.address
+    ipaddress.ip_address(attempt.address)
+    # The answer: an ICMP error, its checksums right, quoting the packet.
+    if answer[0] >> 4 == 4:
+        assert len(answer) == int.from_bytes(answer[2:4], "big") <= 20 + 8 + 60 + 8
+        assert _sums_to_zero(answer[:20]) and _sums_to_zero(answer[20:])
+        assert answer[20:22] == bytes([3, 13]) and packet.startswith(answer[28:])
+    else:
+        assert len(answer) <= 1280 and int.from_bytes(answer[4:6], "big") == len(answer) - 40
+        pseudo = answer[8:40] + (len(answer) - 40).to_bytes(4, "big") + bytes([0, 0, 0, 58])
+        assert _sums_to_zero(pseudo + answer[40:])
+        assert answer[40:42] == bytes([1, 1]) and packet.startswith(answer[48:])
+    # An answer is never itself an attempt (no loop between the two ends).
+    assert packets.attempt_of(answer) is None
+
+
+@FUZZ
+@given(
+    steps=st.lists(
+        st.tuples(st.floats(0, 5, allow_nan=False), st.integers(0, 40), st.integers(1, 65535)),
+        max_size=400,
+    )
+)
+def test_the_record_rate_of_packets_past_the_proxy_is_bounded(
+    steps: list[tuple[float, int, int]],
+) -> None:
+    clock = [0.0]
+    limiter = direct.Limiter(now=lambda: clock[0])
+    recorded = 0
+    for pause, host, port in steps:
+        clock[0] += pause
+        if limiter.admit(packets.Attempt("udp", "198.18.0.1", f"192.0.2.{host}", port)):
+            recorded += 1
+    assert recorded <= direct.BURST + direct.RATE * clock[0] + 1
+    assert len(limiter.flows) <= direct.MAX_FLOWS
 
 
 # ---- the bytes for real --------------------------------------------------------

@@ -1,6 +1,6 @@
 """The channel between the daemon and a tenant's egress proxy: one msgspec
-MessagePack message per SOCK_SEQPACKET datagram, a listener's fd beside a
-`Listen` (SCM_RIGHTS). The daemon trusts nothing the proxy says: a report
+MessagePack message per SOCK_SEQPACKET datagram, a spawn's fds beside its
+`Listen` (SCM_RIGHTS): its listeners and its tun device. The daemon trusts nothing the proxy says: a report
 naming a spawn the daemon did not hand this proxy is refused."""
 
 from __future__ import annotations
@@ -31,9 +31,12 @@ class Hello(msgspec.Struct, tag="hello", forbid_unknown_fields=True):
 
 
 class Listen(msgspec.Struct, tag="listen", forbid_unknown_fields=True):
-    """Accept for spawn `spawn_id` on the listener beside this message."""
+    """Serve spawn `spawn_id` (or environment) on the fds beside this
+    message, one per `ends` entry, in order: "tcp" a listener to accept on,
+    "tun" the tun device its namespace routes everything else into."""
 
     spawn_id: str
+    ends: list[Literal["tcp", "tun"]]
 
 
 class Forget(msgspec.Struct, tag="forget", forbid_unknown_fields=True):
@@ -55,10 +58,11 @@ class Listening(msgspec.Struct, tag="listening", forbid_unknown_fields=True):
 
 class Connection(msgspec.Struct, tag="connection", forbid_unknown_fields=True):
     """One connection attempt of a spawn, reported when it ends (a refused
-    one at once)."""
+    one at once). "tcp", "udp", "icmp" and "ip" are packets past the proxy
+    (read on its tun device), always refused."""
 
     spawn_id: str
-    protocol: Literal["connect", "http", "socks5"]
+    protocol: Literal["connect", "http", "socks5", "tcp", "udp", "icmp", "ip"]
     host: str
     port: int
     address: str
@@ -90,14 +94,18 @@ def decode_from_proxy(data: bytes) -> FromProxy:
     return _from_proxy.decode(data)
 
 
-def send_with_fd(sock: socket.socket, data: bytes, fd: int) -> None:
-    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))])
+#: The most fds one message carries (a Listen: two listeners and a tun).
+MAX_FDS = 4
+
+
+def send_with_fds(sock: socket.socket, data: bytes, fds: list[int]) -> None:
+    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
 
 
 def receive(sock: socket.socket) -> tuple[bytes, list[int]]:
     """One datagram and the fds it carried (b"" at EOF)."""
     data, ancdata, _flags, _addr = sock.recvmsg(
-        MAX_DATAGRAM, socket.CMSG_SPACE(4 * _FD_SIZE), socket.MSG_CMSG_CLOEXEC
+        MAX_DATAGRAM, socket.CMSG_SPACE(MAX_FDS * _FD_SIZE), socket.MSG_CMSG_CLOEXEC
     )
     fds: list[int] = []
     for level, kind, payload in ancdata:

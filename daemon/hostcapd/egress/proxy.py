@@ -8,9 +8,12 @@ SOCK_SEQPACKET pair as FD. It reads the `Hello` (the tenant's rules),
 confines itself as a front-end does (`hostcapd.frontend.confine`: its
 identity, no capabilities, no_new_privs, not dumpable, landlock, seccomp),
 except that it may connect, over TCP only to its rules' ports; then it
-serves. Each `Listen` brings a listening socket made inside a spawn's
+serves. Each `Listen` brings the listening sockets made inside a spawn's
 network namespace (a socket keeps the namespace it was made in): the proxy
-accepts on it from here, in the host's network.
+accepts on them from here, in the host's network. With them comes the
+namespace's tun device, where everything the spawn sends past the proxy
+lands: each such packet is answered with an ICMP error and reported as a
+denied attempt (`hostcapd.egress.direct`), never forwarded.
 
 A client speaks HTTP CONNECT, plain HTTP proxying (an absolute http://
 target) or SOCKS5 (with remote name resolution). The proxy resolves the
@@ -31,11 +34,12 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import msgspec
 
-from hostcapd.egress import messages, protocols
+from hostcapd.egress import direct, messages, packets, protocols
 from hostcapd.egress.protocols import ProtocolError
 from hostcapd.egress.rules import IPAddress, Policy, Verdict, host_literal
 
@@ -71,7 +75,8 @@ class SpawnState:
     """One spawn's listener and what its connections have used."""
 
     spawn_id: str
-    server: asyncio.Server | None = None
+    servers: list[asyncio.Server] = field(default_factory=list)
+    tun: direct.Tun | None = None
     connections: int = 0
     bytes_used: int = 0
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -131,8 +136,8 @@ class Proxy:
                 message = messages.decode_to_proxy(data)
             except (msgspec.DecodeError, msgspec.ValidationError):
                 message = None
-            if isinstance(message, messages.Listen) and len(fds) == 1:
-                self._listen(message.spawn_id, fds[0])
+            if isinstance(message, messages.Listen) and fds and len(fds) == len(message.ends):
+                self._listen(message.spawn_id, message.ends, fds)
                 return
             for fd in fds:
                 os.close(fd)
@@ -162,18 +167,37 @@ class Proxy:
         with contextlib.suppress(OSError):
             self.channel.send(messages.encode(report))
 
-    def _listen(self, spawn_id: str, fd: int) -> None:
-        listener = socket.socket(fileno=fd)
-        if spawn_id in self.spawns:
-            listener.close()
+    def _direct(self, spawn_id: str, attempt: packets.Attempt, reason: str) -> None:
+        """A packet past the proxy (read on the spawn's tun): refused."""
+        report = Attempt(spawn_id, attempt.protocol, attempt.address, attempt.port)
+        report.address, report.reason = attempt.address, reason
+        self._report(report)
+
+    def _listen(self, spawn_id: str, ends: Sequence[str], fds: list[int]) -> None:
+        if spawn_id in self.spawns:  # handed again: served already
+            for fd in fds:
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                self.channel.send(messages.encode(messages.Listening(spawn_id)))
             return
         state = self.spawns[spawn_id] = SpawnState(spawn_id)
+        listeners = [
+            socket.socket(fileno=fd) for kind, fd in zip(ends, fds, strict=True) if kind == "tcp"
+        ]
+        for kind, fd in zip(ends, fds, strict=True):
+            if kind == "tun" and state.tun is None:
+                state.tun = direct.Tun(fd, lambda a, r: self._direct(spawn_id, a, r))
+            elif kind == "tun":
+                os.close(fd)
 
         async def start() -> None:
-            listener.setblocking(False)
-            state.server = await asyncio.start_server(
-                lambda r, w: self._accepted(state, r, w), sock=listener
-            )
+            for listener in listeners:
+                listener.setblocking(False)
+                state.servers.append(
+                    await asyncio.start_server(
+                        lambda r, w: self._accepted(state, r, w), sock=listener
+                    )
+                )
             with contextlib.suppress(OSError):
                 self.channel.send(messages.encode(messages.Listening(spawn_id)))
 
@@ -185,8 +209,10 @@ class Proxy:
         state = self.spawns.pop(spawn_id, None)
         if state is None:
             return
-        if state.server is not None:
-            state.server.close()
+        for server in state.servers:
+            server.close()
+        if state.tun is not None:
+            state.tun.close()
         for task in list(state.tasks):
             task.cancel()
 

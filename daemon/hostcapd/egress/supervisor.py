@@ -2,55 +2,64 @@
 
     egress = EgressProxy(tenant, audit, place=profile.place_daemon_side)
     await egress.start()                 # confined, serving; EgressUnavailable
-    netns_fd = await egress.open(spawn_id)   # a network namespace, its listener handed over
+    netns_fd = await egress.open(spawn_id)   # a network namespace, its ends handed over
     ...                                  # the spawn's child joins netns_fd
     egress.close(spawn_id)               # the spawn ended
     await egress.stop()
 
-The way in: `open` makes a network namespace with its loopback up and a
-TCP listener on 127.0.0.1:PROXY_PORT inside it, in a thread of its own
-(setns and unshare are per thread), before the spawn's command exists. The
-listener goes to the proxy (a socket keeps the namespace it was made in);
-the namespace's fd goes to the spawner, whose child joins it. The spawn has
-no other interface, no route and no DNS server: no UDP leaves it.
+The way in: `open` makes a network namespace (egress/netns.py) before the
+spawn's command exists: its loopback with the proxy's listeners on
+127.0.0.1 and [::1]:PROXY_PORT, and a tun device that every other route
+leads into. The listeners and the tun's fd go to the proxy (a socket keeps
+the namespace it was made in); the namespace's fd goes to the spawner,
+whose child joins it. No packet leaves it but through the proxy: what the
+program sends past it lands on the tun, where the proxy answers it with an
+ICMP error and reports it (egress/direct.py). An environment (decision
+0028) gets one namespace for all its spawns, `open`ed under its id.
 
-The daemon trusts nothing the proxy says: the listeners are keyed by spawn
-id here, and a report naming a spawn this proxy was not given is refused
-and logged. The `network.connect` record is the daemon's, written from the
+The daemon trusts nothing the proxy says: the spawns are keyed by id here,
+and a report naming a spawn this proxy was not given is refused and
+logged. The `network.connect` record is the daemon's, written from the
 report for a spawn it checked belongs to this proxy's tenant.
 
-If the proxy dies, its listeners die with it (a spawn's connect then fails:
-never an open network), and the next `open` starts a new one; while it
-cannot, `open` raises EgressUnavailable and the spawn does not run.
+The daemon keeps its own copy of each spawn's ends. If the proxy dies, the
+daemon starts a new one at once (again with a growing pause while it
+cannot) and hands it every running spawn's ends: a connect meanwhile waits
+in the listener's backlog, a packet in the tun's queue, and the new proxy
+serves them; never an open network. While no proxy can be started, `open`
+raises EgressUnavailable and a new spawn does not run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import socket
-import struct
 import subprocess
 import sys
-import threading
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import msgspec
 from hostcap_proto.names import HelperProtectionName
 
-from hostcapd import linux, metrics
+from hostcapd import metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.config import Tenant
 from hostcapd.egress import messages
+from hostcapd.egress.netns import make_namespace, tun_problem
 from hostcapd.egress.rules import PROXY_PORT
 
 log = logging.getLogger("hostcapd.egress")
 
-CLONE_NEWNET = 0x40000000
 START_TIMEOUT_S = 30.0
+#: Pauses between the attempts to start a dead proxy again for its running spawns.
+REVIVE_PAUSES_S = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0)
+#: Ended spawns whose late reports (a connection closed as it ended) are still taken.
+ENDED_KEPT = 1024
 #: The variables a proxy-mode spawn's command gets, upper and lower case.
 PROXY_URL = f"http://127.0.0.1:{PROXY_PORT}"
 NO_PROXY = "localhost,127.0.0.1,::1"
@@ -70,42 +79,29 @@ class EgressUnavailable(Exception):
     """The tenant's egress proxy is not running and cannot be started now."""
 
 
-def _loopback_up() -> None:
-    siocgifflags, siocsifflags, up_running = 0x8913, 0x8914, 0x1 | 0x40
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        ifreq = struct.pack("16sH14x", b"lo", 0)
-        flags = struct.unpack("16sH14x", fcntl.ioctl(s, siocgifflags, ifreq))[1]
-        fcntl.ioctl(s, siocsifflags, struct.pack("16sH14x", b"lo", flags | up_running))
+@dataclass
+class Handed:
+    """A spawn's (or environment's) part of the proxy: its audit labels and
+    the daemon's copies of the ends the proxy serves it on."""
 
+    labels: dict[str, str]
+    ends: list[tuple[str, int]] = field(default_factory=list)
 
-def netns_with_listener() -> tuple[int, socket.socket]:
-    """(the fd of a new network namespace, a listener on its loopback),
-    made on a thread of its own that ends in that namespace."""
-    box: list[tuple[int, socket.socket] | OSError] = []
-
-    def work() -> None:
+    def close(self) -> None:
+        """Close the ends, on a thread when a loop runs: the last close of a
+        tun fd unregisters its device, which waits for RCU grace periods
+        (some 30 ms; bench.egress_bench's egress.netns.close_us)."""
+        fds, self.ends = [fd for _kind, fd in self.ends], []
         try:
-            linux.unshare(CLONE_NEWNET)
-            _loopback_up()
-            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-            try:
-                listener.bind(("127.0.0.1", PROXY_PORT))
-                listener.listen(128)
-                fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-            except BaseException:
-                listener.close()
-                raise
-            box.append((fd, listener))
-        except OSError as error:
-            box.append(error)
+            asyncio.get_running_loop().run_in_executor(None, _close_fds, fds)
+        except RuntimeError:
+            _close_fds(fds)
 
-    thread = threading.Thread(target=work, name="egress-netns")
-    thread.start()
-    thread.join()
-    result = box[0]
-    if isinstance(result, OSError):
-        raise result
-    return result
+
+def _close_fds(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 class EgressProxy:
@@ -126,8 +122,11 @@ class EgressProxy:
         self.place = place
         self.proc: subprocess.Popen[bytes] | None = None
         self.channel: socket.socket | None = None
-        #: spawn id -> labels of the spawn (its audit correlation).
-        self.listeners: dict[str, dict[str, str]] = {}
+        #: spawn id -> its labels (its audit correlation) and ends.
+        self.handed: dict[str, Handed] = {}
+        #: Ended spawns' labels, for their connections' late reports.
+        self.ended: OrderedDict[str, dict[str, str]] = OrderedDict()
+        self._revive: asyncio.Task[None] | None = None
         self.protections: list[tuple[HelperProtectionName, bool, str]] = []
         self.starts = 0
         #: spawn id -> the proxy's word that it accepts on the spawn's listener.
@@ -142,6 +141,9 @@ class EgressProxy:
     async def start(self) -> None:
         """Start the proxy and wait until it is confined; EgressUnavailable
         saying why not."""
+        problem = tun_problem()
+        if problem:  # fail closed: no spawn of this tenant without it
+            raise EgressUnavailable(problem)
         ours, theirs = socket.socketpair(
             socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC
         )
@@ -204,7 +206,6 @@ class EgressProxy:
             raise
         self.proc, self.channel = proc, ours
         self.protections = list(ready.protections)
-        self.listeners.clear()
         loop.add_reader(ours.fileno(), self._readable)
         log.info(
             "tenant %s: egress proxy (pid %d) serving, confined: %s",
@@ -212,52 +213,99 @@ class EgressProxy:
             proc.pid,
             ", ".join(name for name, applied, _ in self.protections if applied),
         )
+        # The running spawns' ends, kept here, to the new proxy.
+        await self._hand_all()
+
+    async def _hand_all(self) -> None:
+        """Every running spawn's ends to a new proxy."""
+        for spawn_id in list(self.handed):
+            try:
+                await self._hand(spawn_id)
+            except (OSError, EgressUnavailable):
+                return  # the channel is broken: _readable finds the proxy gone
+
+    async def _hand(self, spawn_id: str) -> None:
+        """Spawn `spawn_id`'s ends to the proxy, waiting while its channel is
+        full (a proxy restarted under many spawns); OSError if it is broken."""
+        for _ in range(int(START_TIMEOUT_S * 100)):
+            handed = self.handed.get(spawn_id)
+            if handed is None:
+                return  # it ended meanwhile
+            if self.channel is None:
+                raise EgressUnavailable("the egress proxy went away")
+            listen = messages.Listen(spawn_id, [kind for kind, _fd in handed.ends])  # type: ignore[misc]
+            try:
+                messages.send_with_fds(
+                    self.channel, messages.encode(listen), [fd for _kind, fd in handed.ends]
+                )
+                return
+            except BlockingIOError:
+                await asyncio.sleep(0.01)
+        raise TimeoutError("the egress proxy's channel stayed full")
+
+    async def _running(self) -> None:
+        async with self._lock:
+            if self._stopping:
+                raise EgressUnavailable("the daemon is stopping the egress proxy")
+            if not self.running:
+                self._lost()
+                log.warning("tenant %s: egress proxy not running; starting it", self.tenant.name)
+                await self.start()
 
     async def open(self, spawn_id: str, labels: dict[str, str] | None = None) -> int:
-        """A new network namespace for spawn `spawn_id`, its listener handed
-        to the proxy (started again first if it died); the namespace's fd,
-        the caller's to close. EgressUnavailable when there is no proxy."""
-        for attempt in (1, 2):
-            async with self._lock:
-                if self._stopping:
-                    raise EgressUnavailable("the daemon is stopping the egress proxy")
-                if not self.running:
+        """A new network namespace for spawn `spawn_id`, its ends handed to
+        the proxy (started again first if it died); the namespace's fd, the
+        caller's to close. EgressUnavailable when there is no proxy."""
+        await self._running()
+        self.close(spawn_id)  # one opened before under this id (a warm child's) goes
+        way = await asyncio.to_thread(make_namespace)
+        handed = self.handed[spawn_id] = Handed(dict(labels or {}), way.ends)
+        way.ends = []
+        try:
+            for attempt in (1, 2):
+                listening = asyncio.get_running_loop().create_future()
+                self._listening[spawn_id] = listening
+                try:
+                    if attempt == 2:
+                        await self._running()  # a new proxy is handed every spawn's ends
+                    await self._hand(spawn_id)  # (again: a proxy served already says so)
+                    # Only once the proxy says it serves them: a proxy dying
+                    # meanwhile is found here, not by the command's first connect.
+                    await asyncio.wait_for(listening, START_TIMEOUT_S)
+                    return way.netns
+                except (OSError, TimeoutError, EgressUnavailable) as error:
+                    if attempt == 2:
+                        raise EgressUnavailable(
+                            f"the egress proxy did not take the spawn's listeners: {error}"
+                        ) from None
                     self._lost()
-                    log.warning(
-                        "tenant %s: egress proxy not running; starting it", self.tenant.name
-                    )
-                    await self.start()
-            netns_fd, listener = await asyncio.to_thread(netns_with_listener)
-            listening = asyncio.get_running_loop().create_future()
-            self._listening[spawn_id] = listening
-            self.listeners[spawn_id] = dict(labels or {})
-            try:
-                assert self.channel is not None
-                messages.send_with_fd(
-                    self.channel, messages.encode(messages.Listen(spawn_id)), listener.fileno()
-                )
-                # Only once the proxy says it accepts: a proxy dying meanwhile
-                # is found here, not by the command's first connect.
-                await asyncio.wait_for(listening, START_TIMEOUT_S)
-                return netns_fd
-            except (OSError, TimeoutError, EgressUnavailable) as error:
-                os.close(netns_fd)
-                self.listeners.pop(spawn_id, None)
-                if attempt == 2:
-                    raise EgressUnavailable(
-                        f"the egress proxy did not take the listener: {error}"
-                    ) from None
-                self._lost()
-            finally:
-                listener.close()  # the proxy holds it now, or nobody does
-                self._listening.pop(spawn_id, None)
+                finally:
+                    self._listening.pop(spawn_id, None)
+        except BaseException:
+            way.close()
+            if self.handed.pop(spawn_id, None) is handed:
+                handed.close()
+            raise
         raise AssertionError("unreachable")
 
+    def relabel(self, spawn_id: str, labels: dict[str, str]) -> None:
+        """The labels of the spawn that took `spawn_id`'s namespace (a warm
+        child's, opened before its request)."""
+        handed = self.handed.get(spawn_id)
+        if handed is not None:
+            handed.labels = dict(labels)
+
     def close(self, spawn_id: str) -> None:
-        if self.listeners.pop(spawn_id, None) is None or self.channel is None:
+        handed = self.handed.pop(spawn_id, None)
+        if handed is None:
             return
-        with contextlib.suppress(OSError):
-            self.channel.send(messages.encode(messages.Forget(spawn_id)))
+        handed.close()
+        self.ended[spawn_id] = handed.labels
+        while len(self.ended) > ENDED_KEPT:
+            self.ended.popitem(last=False)
+        if self.channel is not None:
+            with contextlib.suppress(OSError):
+                self.channel.send(messages.encode(messages.Forget(spawn_id)))
 
     def _readable(self) -> None:
         channel = self.channel
@@ -288,7 +336,8 @@ class EgressProxy:
             return
         if not isinstance(report, messages.Connection):
             return
-        labels = self.listeners.get(report.spawn_id)
+        handed = self.handed.get(report.spawn_id)
+        labels = handed.labels if handed is not None else self.ended.get(report.spawn_id)
         if labels is None:
             log.error(
                 "tenant %s: egress proxy reported a connection of spawn %r, which it was not "
@@ -302,11 +351,17 @@ class EgressProxy:
     def _record(self, report: messages.Connection, labels: dict[str, str]) -> None:
         decision = "allowed" if report.allowed else "denied"
         metrics.count_egress(self.tenant.name, decision, report.bytes_up, report.bytes_down)
+        # An environment's namespace is shared by its spawns: its id, not one spawn's.
+        env = report.spawn_id.startswith("env-")
+        whose = (
+            {"spawn_id": "", "environment_id": report.spawn_id}
+            if env
+            else {"spawn_id": report.spawn_id}
+        )
         try:
             self.audit.write(
                 "network.connect",
                 tenant=self.tenant.name,
-                spawn_id=report.spawn_id,
                 labels=labels,
                 protocol=report.protocol,
                 host=report.host,
@@ -318,12 +373,14 @@ class EgressProxy:
                 bytes_up=max(0, report.bytes_up),
                 bytes_down=max(0, report.bytes_down),
                 duration_ms=max(0, report.duration_ms),
+                **whose,
             )
         except AuditUnavailable as error:
             log.error("tenant %s: network.connect not recorded: %s", self.tenant.name, error)
 
     def _lost(self) -> None:
-        """The proxy is gone: its listeners with it."""
+        """The proxy is gone (its running spawns' ends are kept here): a new
+        one is started for them."""
         if self.channel is not None:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_reader(self.channel.fileno())
@@ -332,20 +389,40 @@ class EgressProxy:
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
-        if self.listeners and not self._stopping:
-            log.warning(
-                "tenant %s: egress proxy lost; %d running spawn(s) lose their way out",
-                self.tenant.name,
-                len(self.listeners),
-            )
-        self.listeners.clear()
         for waiting in self._listening.values():
             if not waiting.done():
                 waiting.set_exception(EgressUnavailable("the egress proxy went away"))
+        if self.handed and not self._stopping and self._revive is None:
+            log.warning(
+                "tenant %s: egress proxy lost; starting a new one for %d running spawn(s)",
+                self.tenant.name,
+                len(self.handed),
+            )
+            self._revive = asyncio.get_running_loop().create_task(self._revived())
+
+    async def _revived(self) -> None:
+        """Start a new proxy for the running spawns, pausing longer after each failure."""
+        try:
+            for attempt in range(1_000_000):
+                await asyncio.sleep(REVIVE_PAUSES_S[min(attempt, len(REVIVE_PAUSES_S) - 1)])
+                if self._stopping or not self.handed or self.running:
+                    return
+                try:
+                    await self._running()
+                    return
+                except EgressUnavailable as error:
+                    log.error("tenant %s: %s", self.tenant.name, error)
+        finally:
+            self._revive = None
 
     async def stop(self) -> None:
         self._stopping = True
         proc = self.proc
+        if self._revive is not None:
+            self._revive.cancel()
         self._lost()
+        for handed in self.handed.values():
+            handed.close()
+        self.handed.clear()
         if proc is not None:
             await asyncio.to_thread(proc.wait)

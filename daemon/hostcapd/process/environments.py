@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -118,16 +119,27 @@ class EnvironmentTable:
             ) from None
         # Counted while it is made, so concurrent opens keep to the quota.
         self.envs[env.id] = env
+        from hostcapd.egress.supervisor import EgressUnavailable
+
+        egress, netns_fd = runtime.deps.egress, -1
         try:
-            await runtime.spawner.open_env(env.id, runtime.profile_key)
-        except (SpawnerLost, SetupFailed) as error:
+            if egress is not None:
+                # Its network namespace, the egress proxy's listeners in it.
+                netns_fd = await egress.open(env.id, env.labels)
+            await runtime.spawner.open_env(env.id, runtime.profile_key, netns_fd)
+        except (SpawnerLost, SetupFailed, EgressUnavailable, OSError) as error:
             # Fail closed: nothing can run in it, so it is not opened.
             del self.envs[env.id]
+            if egress is not None:
+                egress.close(env.id)
             why = error.detail if isinstance(error, SetupFailed) else str(error)
             self._record_close(runtime, env, f"its namespaces could not be made: {why}", [])
             raise Refusal(
                 "PROTECTION_UNAVAILABLE", f"the environment's namespaces could not be made: {why}"
             ) from None
+        finally:
+            if netns_fd >= 0:
+                os.close(netns_fd)  # the spawner holds its copy
         env.watch = asyncio.ensure_future(self._watch(runtime, env))
         return env
 
@@ -174,6 +186,8 @@ class EnvironmentTable:
             with contextlib.suppress(Exception):
                 await killing.wait_ended(spawn.done, wait)
         runtime.spawner.close_env(env.id)
+        if runtime.deps.egress is not None:
+            runtime.deps.egress.close(env.id)
         self.envs.pop(env.id, None)
         self._record_close(runtime, env, reason, ended)
         return ended

@@ -121,9 +121,11 @@ class FreshLaunch(Launch):
         ruleset = deps.profile.new_ruleset()
         extra = [ruleset] if ruleset >= 0 else []
         self.child_fds += extra
+        order = order_for(landlock=ruleset >= 0, warm=False)
         netns = False
-        if deps.egress is not None:
-            # The spawn's network namespace, the proxy's listener in it.
+        if deps.egress is not None and not order.env:
+            # The spawn's network namespace, the proxy's listeners in it (an
+            # environment's spawns join the environment's: process/environments.py).
             try:
                 netns_fd = await deps.egress.open(self.id, self.labels)
             except (EgressUnavailable, OSError) as error:
@@ -136,7 +138,6 @@ class FreshLaunch(Launch):
             cgroup_fds = self.cgroup.procs_fds() + deps.profile.cpu_procs_fds()
             self.child_fds += cgroup_fds
             extra += cgroup_fds
-        order = order_for(landlock=ruleset >= 0, warm=False)
         if netns:
             order = msgspec.structs.replace(order, netns=True)
         await self._send(order, fds + extra)
@@ -170,6 +171,8 @@ class WarmLaunch(Launch):
     async def send(self, order_for: OrderFor, fds: list[int]) -> None:
         # The child's fds are kept until it has started: a fresh child may need them.
         self._resend = (order_for, fds)
+        if self.deps.egress is not None:  # its namespace's records: this spawn's labels now
+            self.deps.egress.relabel(self.id, self.labels)
         await self._send(order_for(landlock=False, warm=True), fds)
 
     async def started(self) -> int:
@@ -200,6 +203,8 @@ class WarmLaunch(Launch):
         super().release(ran)
         if self._fresh is not None:
             return self._fresh.release(ran)
+        if self.deps.egress is not None:
+            self.deps.egress.close(self.id)
         if ran:
             return None
         # Taken but never given its request (refused, cancelled, failed): it

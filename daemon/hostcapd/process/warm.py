@@ -14,6 +14,10 @@ runtime and pool; the old pool's children are killed when it closes).
     entry = pool.take(prepared, rlimits)  # None: spawn fresh
     pool.close()                       # kills what waits
 
+A proxy-mode tenant's warm child waits in a network namespace made for it
+by the egress proxy (`EgressProxy.open` under its id, which its spawn
+adopts: the proxy's records name that spawn, with its labels once taken).
+
 A request the warm child could not apply as a fresh child would (a hard
 rlimit above what the unprivileged child may set, RLIMIT_NPROC, whose check
 depends on the order of setuid and setrlimit, or a request too large for its
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hostcapd.childsetup import WARM_BUFFER, RLimit
+from hostcapd.egress.supervisor import EgressUnavailable
 from hostcapd.logsetup import fields
 from hostcapd.sandbox import identity
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
@@ -72,8 +77,6 @@ class WarmEntry:
 class WarmPool:
     def __init__(self, deps: SpawnDeps, size: int | None) -> None:
         self.deps = deps
-        if deps.egress is not None:
-            size = 0  # each spawn's namespace is made with its listener (egress proxy)
         if size is None:
             size = DEFAULT_SIZE if deps.profile.has("pid_namespace") else 0
         #: Entries kept waiting.
@@ -81,6 +84,9 @@ class WarmPool:
         self._entries: dict[str, WarmEntry] = {}
         self._closed = False
         self._fill_pending = False
+        #: Entries whose egress namespace is being made (a proxy-mode tenant's).
+        self._opening = 0
+        self._tasks: set[asyncio.Future[None]] = set()
         #: The tenant's roots as the child sees them (a cwd is beneath one).
         self.roots = tuple(str(r.path).encode() for r in deps.tenant.roots)
         #: RLIMIT_NPROC, set before the identity (its check is the uid
@@ -166,6 +172,13 @@ class WarmPool:
         """Order the entries missing; a failure leaves the pool short until
         the next take (logged, never raised: the fresh path still works)."""
         self._fill_pending = False
+        if self.deps.egress is not None:
+            while not self._closed and len(self._entries) + self._opening < self.size:
+                self._opening += 1
+                task = asyncio.ensure_future(self._order_with_egress())
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+            return
         while not self._closed and len(self._entries) < self.size:
             try:
                 self._order_one()
@@ -178,9 +191,42 @@ class WarmPool:
                 )
                 return
 
-    def _order_one(self) -> None:
-        deps = self.deps
+    async def _order_with_egress(self) -> None:
+        """A warm child in a namespace the egress proxy serves, made first."""
+        egress = self.deps.egress
+        assert egress is not None
         warm_id = uuid.uuid4().hex
+        try:
+            netns_fd = await egress.open(warm_id)
+        except (EgressUnavailable, OSError) as error:
+            self._opening -= 1
+            log.warning(
+                "tenant %s: no warm child made: %s",
+                self.deps.tenant.name,
+                error,
+                extra=fields(tenant=self.deps.tenant.name),
+            )
+            return
+        self._opening -= 1
+        try:
+            if self._closed:
+                raise OSError("the pool is closed")
+            self._order_one(warm_id, netns_fd)
+        except (CgroupError, SpawnerLost, OSError) as error:
+            egress.close(warm_id)
+            if not self._closed:
+                log.warning(
+                    "tenant %s: no warm child made: %s",
+                    self.deps.tenant.name,
+                    error,
+                    extra=fields(tenant=self.deps.tenant.name),
+                )
+        finally:
+            os.close(netns_fd)
+
+    def _order_one(self, warm_id: str | None = None, netns_fd: int = -1) -> None:
+        deps = self.deps
+        warm_id = warm_id or uuid.uuid4().hex
         # Unlimited while it waits (it is ours); the spawn sets its limits.
         has_cgroup = deps.profile.has("cgroup")
         cgroup = deps.cgroups.create(warm_id, None, None, warm=True) if has_cgroup else None
@@ -192,6 +238,8 @@ class WarmPool:
             if cgroup is not None:
                 fds += cgroup.procs_fds()
                 fds += deps.profile.cpu_procs_fds()
+            if netns_fd >= 0:
+                fds.append(os.dup(netns_fd))  # the last (WarmOrder.netns)
             ident = identity.plan(deps.tenant.uid, deps.tenant.gid, set(deps.profile.applied))
             order = WarmOrder(
                 id=warm_id,
@@ -201,6 +249,7 @@ class WarmPool:
                 landlock=ruleset >= 0,
                 roots=self.roots,
                 rlimits=self.early,
+                netns=netns_fd >= 0,
             )
             ready = deps.spawner.warm(order, fds, self._lost)
         except BaseException:
@@ -247,6 +296,8 @@ class WarmPool:
     def discard(self, entry: WarmEntry) -> None:
         """An entry no spawn will run: its child is killed, its cgroup removed."""
         self.deps.spawner.drop_warm(entry.id)
+        if self.deps.egress is not None:
+            self.deps.egress.close(entry.id)
         if entry.cgroup is not None:
             _remove(entry.cgroup)
 

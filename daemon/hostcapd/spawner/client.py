@@ -181,12 +181,13 @@ class SpawnerClient:
             with contextlib.suppress(OSError):
                 channel.send(self._sock, messages.DropWarm(warm_id).to_wire())
 
-    async def open_env(self, env_id: str, profile_key: str) -> None:
+    async def open_env(self, env_id: str, profile_key: str, netns_fd: int = -1) -> None:
         """Have the spawner make environment `env_id`'s namespaces; returns
         once they are made. Raises SetupFailed("environment", ...) if they
         could not be, SpawnerLost if the spawner is gone."""
         opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._order(messages.OpenEnv(env_id, profile_key).to_wire(), [])
+        given = [netns_fd] if netns_fd >= 0 else []
+        self._order(messages.OpenEnv(env_id, profile_key, bool(given)).to_wire(), given)
         self._env_opens[env_id] = opened
         try:
             await opened

@@ -53,12 +53,15 @@ def _own(flag: int, entry: str, setup: bool = False) -> int:
         os.close(home)
 
 
-def make(profile: RegisterProfile) -> Environment:
+def make(profile: RegisterProfile, given_netns: int = -1) -> Environment:
     """The namespaces of a new environment of `profile` (the ones its profile
-    has); an Environment with `failed` set when one could not be made."""
+    has; `given_netns`, a copy of it, for its network namespace: the egress
+    proxy's); an Environment with `failed` set when one could not be made."""
     env = Environment()
     try:
-        if profile.clone_flags & CLONE_NEWNET:
+        if given_netns >= 0:
+            env.netns = os.dup(given_netns)
+        elif profile.clone_flags & CLONE_NEWNET:
             env.netns = _own(CLONE_NEWNET, "net", setup=True)
         if profile.clone_flags & CLONE_NEWIPC:
             env.ipcns = _own(CLONE_NEWIPC, "ipc")

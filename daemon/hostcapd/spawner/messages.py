@@ -145,7 +145,9 @@ class WarmOrder(_Message, frozen=True, tag="warm"):
     filters (namespaces, mounts, cgroups, identity, landlock, seccomp), it
     waits for the SpawnOrder of the same id (`warm`), which it runs once.
     Its fds: the landlock ruleset (when `landlock`), then the cgroup.procs
-    fds. `roots` are the paths (in its namespace) a cwd may be beneath."""
+    fds, then (when `netns`) the network namespace to join (a proxy-mode
+    tenant's, the egress proxy's ends in it). `roots` are the paths (in its
+    namespace) a cwd may be beneath."""
 
     id: str
     profile: str
@@ -156,6 +158,7 @@ class WarmOrder(_Message, frozen=True, tag="warm"):
     #: Set before the identity, as a fresh child sets them (RLIMIT_NPROC:
     #: the uid switch checks it); a spawn's rlimits come with its request.
     rlimits: tuple[RLimit, ...] = ()
+    netns: bool = False
 
 
 class DropWarm(_Message, frozen=True, tag="drop_warm"):
@@ -180,10 +183,13 @@ class OpenEnv(_Message, frozen=True, tag="open_env"):
     """Make the namespaces of environment `id` (network, IPC, and mount with
     profile `profile`'s new root) and hold them until CloseEnv; answered
     EnvOpened, or Failed of the id at step "environment". A spawn that names
-    it joins them."""
+    it joins them. With `netns`, the network namespace is the one whose fd
+    comes beside the order (a proxy-mode tenant's: the egress proxy's
+    listeners are in it), not a new one."""
 
     id: str
     profile: str
+    netns: bool = False
 
 
 class CloseEnv(_Message, frozen=True, tag="close_env"):

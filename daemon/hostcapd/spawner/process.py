@@ -111,7 +111,7 @@ class Spawner:
             elif isinstance(message, messages.DropWarm):
                 self.warm.drop(warm_id=message.id)
             elif isinstance(message, messages.OpenEnv):
-                self.open_env(message)
+                self.open_env(message, fds)
             elif isinstance(message, messages.CloseEnv):
                 env = self.envs.pop(message.id, None)
                 if env is not None:
@@ -172,13 +172,13 @@ class Spawner:
         wait = self.fill_deferred() or (0.0 if self.warm.wanted else IDLE_RECHECK)
         return min(wait, self.warm.overdue())
 
-    def open_env(self, message: messages.OpenEnv) -> None:
+    def open_env(self, message: messages.OpenEnv, fds: Sequence[int] = ()) -> None:
         profile = self.profiles.get(message.profile)
         if message.id in self.envs:
             self.report(messages.OrderRefused(f"environment {message.id} is open already"))
             return
         env = (
-            environments.make(profile)
+            environments.make(profile, fds[0] if message.netns and fds else -1)
             if profile is not None
             else environments.Environment(failed="no such profile")
         )

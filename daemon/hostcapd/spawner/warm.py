@@ -111,30 +111,43 @@ class WarmChildren:
                 return
             landlock_fd = fds[0] if m.landlock and fds else -1
             cgroup_fds = fds[1:] if m.landlock else fds
+            if m.netns and cgroup_fds:  # the last: its network namespace
+                *cgroup_fds, given = cgroup_fds
+                given_netns = os.dup(given)  # held as a pooled one is
+            else:
+                given_netns = -1
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             # The whole request fits in its buffer: go() never waits on it.
             with contextlib.suppress(OSError):
                 ours.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, childsetup.WARM_BUFFER + 65536)
             # The request's part comes with its spawn order (start).
-            plan, netns_fd, mntns_fd = spawner.plan(
-                profile,
-                m.profile,
-                landlock_fd=landlock_fd,
-                cgroup_fds=cgroup_fds,
-                ids=m.ids,
-                loginuid=m.loginuid,
-                rlimits=m.rlimits,
-                exe_fd=-1,
-                exe_path=None,
-                argv=[],
-                envp=[],
-                stdio=(0, 1, 2),
-                cwd_root=None,
-                cwd=None,
-                cancel_fd=-1,
-                warm_channel=theirs.fileno(),
-                roots=m.roots,
-            )
+            try:
+                planned = spawner.plan(
+                    profile,
+                    m.profile,
+                    landlock_fd=landlock_fd,
+                    given_netns=given_netns,
+                    cgroup_fds=cgroup_fds,
+                    ids=m.ids,
+                    loginuid=m.loginuid,
+                    rlimits=m.rlimits,
+                    exe_fd=-1,
+                    exe_path=None,
+                    argv=[],
+                    envp=[],
+                    stdio=(0, 1, 2),
+                    cwd_root=None,
+                    cwd=None,
+                    cancel_fd=-1,
+                    warm_channel=theirs.fileno(),
+                    roots=m.roots,
+                )
+            except BaseException:
+                close_fds(given_netns)
+                theirs.close()
+                ours.close()
+                raise
+            plan, netns_fd, mntns_fd = planned
             try:
                 pid, report_fd = childsetup.spawn(plan)
             except (OSError, ValueError, TypeError, childsetup.SetupError) as error:

@@ -273,8 +273,12 @@ class NetworkConnect(_Correlated):
     proxy for, written by the daemon when it ended (a refused one at once),
     from the proxy's report for a spawn the daemon gave that proxy."""
 
+    #: "" for a connection from an environment's namespace (shared by its
+    #: spawns: which one asked cannot be told), named by `environment_id`.
     spawn_id: str
-    #: "connect" (HTTP CONNECT), "http" (plain HTTP proxying) or "socks5".
+    #: "connect" (HTTP CONNECT), "http" (plain HTTP proxying), "socks5"; or a
+    #: packet sent past the proxy, always refused: "tcp" (a direct connect),
+    #: "udp", "icmp" (a ping), "ip" (another protocol).
     protocol: str
     #: The host and port the spawn asked for, as it asked.
     host: str
@@ -289,6 +293,7 @@ class NetworkConnect(_Correlated):
     bytes_up: int
     bytes_down: int
     duration_ms: int
+    environment_id: str = ""
 
 
 class DaemonEvent(_Fields):

@@ -8,82 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
-import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.daemon import Daemon, audit_records, children_of, cmdline
-from support.origin import BODY, Origin, self_signed
-from support.process import Client, outcome
+from egress_support import CURL, connects, sh
+from support.daemon import Daemon
+from support.origin import BODY, Origin
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the proxy mode needs root")
-CURL = shutil.which("curl")
-
-
-@pytest.fixture
-def origins(tmp_path: Path) -> Iterator[tuple[Origin, Origin, Path]]:
-    certs = tmp_path / "certs"
-    certs.mkdir()
-    tls = self_signed(certs, ["allowed.test", "denied.test"])
-    plain, secure = Origin(), Origin(tls)
-    yield plain, secure, tls[0]
-    plain.close()
-    secure.close()
-
-
-@pytest.fixture
-def proxy_daemon(
-    start_daemon: Callable[..., Daemon], origins: tuple[Origin, Origin, Path]
-) -> tuple[Daemon, Origin, Origin, Path]:
-    plain, secure, cert = origins
-    ports = (plain.port, secure.port)
-    network = {
-        "mode": "proxy",
-        "allow": [f"allowed.test:{p}" for p in ports]
-        + [f"*.test:{p}" for p in ports]
-        + [f"localhost:{p}" for p in ports],
-        "deny": ["denied.test"],
-        "resolve": {"allowed.test": "127.0.0.1", "denied.test": "127.0.0.1"},
-        "max_connections": 64,
-    }
-    daemon = start_daemon(
-        tenants={"dev": {"network": network, "sandbox": {"system_dirs": ["/usr", "/bin", "/lib",
-                                                                         "/lib64", "/etc"]}}},
-        daemon={"allow_resolve_overrides": True},
-    )  # fmt: skip
-    # The certificate where the tenant can read it: its read-only root.
-    reference = daemon.root(index=1)
-    shutil.copy(cert, reference / "cert.pem")
-    os.chmod(reference / "cert.pem", 0o644)
-    return daemon, plain, secure, reference / "cert.pem"
-
-
-def connects(daemon: Daemon, at_least: int = 0) -> list[dict[str, Any]]:
-    """The network.connect records; waits (up to a generous deadline) for
-    `at_least` of them: a connection's record is written when it ends, which
-    the proxy may report after the spawn's exit."""
-    deadline = time.monotonic() + 20
-    while True:
-        found = [r for r in audit_records(daemon.audit_path) if r["event"] == "network.connect"]
-        if len(found) >= at_least or time.monotonic() > deadline:
-            return found
-
-
-def proxies(daemon: Daemon) -> list[int]:
-    return [p for p in children_of(daemon.pid) if b"hostcapd.egress" in cmdline(p)]
-
-
-async def sh(daemon: Daemon, script: str) -> tuple[str, bytes, bytes]:
-    client = Client(daemon.socket)
-    try:
-        result = await client.run("sh", "-c", script, labels={"session": "egress-test"})
-    finally:
-        await client.close()
-    return outcome(result), result.stdout, result.stderr
 
 
 @pytest.mark.skipif(CURL is None, reason="curl is not installed")
@@ -150,40 +84,10 @@ async def test_each_way_around_the_rules_is_refused_with_its_reason_and_audited(
     by_host = {r["host"]: r for r in denied}
     assert by_host["denied.test"]["rule"] == "denied.test"
     assert by_host["localhost"]["rule"] == f"localhost:{p}"
-
-
-async def test_no_way_out_but_the_proxy(proxy_daemon: tuple[Daemon, Origin, Origin, Path]) -> None:
-    daemon, plain, _secure, _cert = proxy_daemon
-    probe = f"""
-import socket
-def attempt(what, make):
-    try:
-        make()
-        print(what, "went out")
-    except OSError as error:
-        print(what, "refused:", error)
-attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.1", 53)))
-attempt("direct", lambda: socket.create_connection(("127.0.0.1", {plain.port}), timeout=5))
-attempt("outside", lambda: socket.create_connection(("192.0.2.1", 80), timeout=5))
-attempt("resolve", lambda: socket.getaddrinfo("allowed.test", 80))
-"""
-    how, out, err = await sh(daemon, f"python3 -c '{probe}'")
-    assert how == "EXITED", err
-    lines = out.decode().splitlines()
-    assert len(lines) == 4 and all("refused:" in line for line in lines), lines
-
-
-async def test_the_proxys_death_is_survived_never_as_an_open_network(
-    proxy_daemon: tuple[Daemon, Origin, Origin, Path],
-) -> None:
-    daemon, plain, _secure, _cert = proxy_daemon
-    url = f"http://allowed.test:{plain.port}/"
-    [first] = proxies(daemon)
-    os.kill(first, signal.SIGKILL)
-    how, out, err = await sh(daemon, f"curl -sS -m 20 {url}")
-    assert (how, out) == ("EXITED", BODY), err
-    [second] = proxies(daemon)
-    assert second != first
+    # SOCKS5's reply is a code only: the reason is the audit record's.
+    [socks] = [r for r in denied if r["protocol"] == "socks5"]
+    assert socks["host"] == "denied.test" and socks["rule"] == "denied.test"
+    assert "denied by rule 'denied.test'" in socks["reason"]
 
 
 @pytest.mark.skipif(CURL is None, reason="curl is not installed")

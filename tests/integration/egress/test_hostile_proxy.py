@@ -27,9 +27,10 @@ async def test_a_hostile_proxys_forged_reports_are_not_recorded(
     state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(EgressProxy, "command", [sys.executable, "-I", str(HOSTILE)])
+    # No warm children: each would be handed to the proxy (a report of theirs is legitimate).
+    network = {"mode": "proxy", "allow": ["x.test"]}
     config = daemon_config(
-        state_dir,
-        {"dev": tenant_config(state_dir, "dev", network={"mode": "proxy", "allow": ["x.test"]})},
+        state_dir, {"dev": tenant_config(state_dir, "dev", network=network, warm_spawns=0)}
     )
     prepare_roots(config)
     path = state_dir / "hostcapd.toml"
@@ -92,3 +93,25 @@ async def test_while_no_proxy_can_start_a_spawn_fails_typed_never_open(
             await client.close()
     finally:
         await daemon.stop()
+
+
+async def test_without_a_tun_device_the_proxy_tenant_is_refused_at_start_up(
+    state_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hostcapd.egress import netns
+    from hostcapd.service.sockets import StartupError
+
+    # Fail closed: without the tun, what a spawn sends past the proxy could
+    # not be audited.
+    monkeypatch.setattr(netns, "TUN_DEVICE", str(state_dir / "no-such-tun"))
+    config = daemon_config(
+        state_dir,
+        {"dev": tenant_config(state_dir, "dev", network={"mode": "proxy", "allow": ["x.test"]})},
+    )
+    prepare_roots(config)
+    path = state_dir / "hostcapd.toml"
+    path.write_text(toml.dumps(config))
+    daemon = Daemon(load_config(path), path)
+    with pytest.raises(StartupError, match=r"proxy mode needs .*no-such-tun"):
+        await daemon.start()
+    await daemon.stop()

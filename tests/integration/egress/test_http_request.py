@@ -113,6 +113,16 @@ async def test_without_egress_the_arm_is_absent_and_mcp_says_why(
     async with hostcap.connect(daemon.socket) as host:
         assert host.egress is None
         assert 'network mode is "none"' in host.egress_unavailable
+        # Not offered to a model either, even granted (the registry's catalogue).
+        registry = hostcap.create_tool_registry(tools=hostcap.BUILTIN_TOOLS, host=host)
+        granted = hostcap.DispatchContext(
+            granted_tool_ids={"read_file", "http_request"},
+            approval=hostcap.ApprovalPolicy("auto").context(),
+            tool_policy=hostcap.ToolPolicy(allowed_domains=["pypi.org"]),
+            session_id="egress",
+        )
+        offered = {t["function"]["name"] for t in registry.openai_tools(granted)}
+        assert "read_file" in offered and "http_request" not in offered
     config = tmp_path / "mcp.toml"
     config.write_text(
         'granted_tools = ["read_file", "http_request"]\nallowed_domains = ["pypi.org"]\n'

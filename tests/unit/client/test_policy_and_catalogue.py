@@ -165,7 +165,21 @@ def test_the_catalogue_withholds_what_the_contract_denies(
         "web_search",
         "kill_session",
     }
-    assert {tool.id for tool in registry.catalogue(make_ctx())} == ALL_BUILTINS
+    # All of them, but the egress tools: the memory host has no egress arm.
+    egress = {"http_request", "web_search"}
+    assert {tool.id for tool in registry.catalogue(make_ctx())} == ALL_BUILTINS - egress
+
+
+def test_a_host_without_egress_does_not_offer_the_egress_tools(make_ctx: MakeCtx) -> None:
+    from hostcap import create_tool_registry as create
+    from hostcap.testing import MemoryEgress, MemoryToolHost
+
+    egress = {"http_request", "web_search"}
+    without = create(tools=BUILTIN_TOOLS, host=MemoryToolHost())
+    assert not egress & {tool.id for tool in without.catalogue(make_ctx())}
+    assert not egress & {t["function"]["name"] for t in without.openai_tools(make_ctx())}
+    with_egress = create(tools=BUILTIN_TOOLS, host=MemoryToolHost(egress=MemoryEgress()))
+    assert egress <= {tool.id for tool in with_egress.catalogue(make_ctx())}
 
 
 def test_explain_reports_every_step_without_running(
@@ -196,9 +210,9 @@ def test_explain_reports_every_step_without_running(
 def test_run_commands_description_names_the_allowed_programs(make_ctx: MakeCtx) -> None:
     from hostcap import create_tool_registry as create
     from hostcap.builtins import RUN_COMMAND
-    from hostcap.testing import MemoryToolHost
+    from hostcap.testing import MemoryEgress, MemoryToolHost
 
-    registry = create(tools=BUILTIN_TOOLS, host=MemoryToolHost())
+    registry = create(tools=BUILTIN_TOOLS, host=MemoryToolHost(egress=MemoryEgress()))
     few = make_ctx(tool_policy=ToolPolicy(allowed_commands={"pytest", "make", "ls"}))
     text = registry.description(RUN_COMMAND, few)
     assert "Allowed programs: ls, make, pytest." in text

@@ -17,7 +17,7 @@ from hostcap import (
 )
 from hostcap.builtins import ReadFileArgs, ReadFileResult
 from hostcap.ids import utf16_sorted
-from hostcap.testing import MemoryToolHost
+from hostcap.testing import MemoryEgress, MemoryToolHost
 
 
 def _tool(tool_id: str) -> ToolDef[ReadFileArgs, ReadFileResult]:
@@ -64,7 +64,7 @@ def test_utf16_order_differs_from_code_point_order_above_the_bmp() -> None:
 
 def test_the_registry_and_the_unknown_tool_list_are_in_utf16_order(make_ctx: MakeCtx) -> None:
     tools = [*BUILTIN_TOOLS, _tool("Zeta"), _tool("alpha"), _tool("_under")]
-    registry = create_tool_registry(tools=tools, host=MemoryToolHost())
+    registry = create_tool_registry(tools=tools, host=MemoryToolHost(egress=MemoryEgress()))
     ids = list(registry.tool_ids)
     assert ids == utf16_sorted(ids)
     assert ids.index("Zeta") < ids.index("_under") < ids.index("alpha")

@@ -114,6 +114,7 @@ from hostcapd.bridge.values import (
     I64,
     U32,
     U64,
+    Caller,
     CallId,
     Limits,
     Protection,
@@ -141,6 +142,7 @@ __all__ = [
     "AuditLine",
     "Call",
     "CallId",
+    "Caller",
     "Cancel",
     "CapabilitiesCall",
     "CapabilitiesResponse",
@@ -240,6 +242,10 @@ class Call(Message, frozen=True, tag="call"):
 
     call: CallId
     request: TenantRequest
+    #: Who made it (SO_PEERCRED of its connection, the front-end's word);
+    #: None when the front-end does not take over the accept
+    #: (`daemon.record_callers = false`, or served in the root process).
+    caller: Caller | None = None
 
 
 class AdminCall(Message, frozen=True, tag="call"):
@@ -247,6 +253,8 @@ class AdminCall(Message, frozen=True, tag="call"):
 
     call: CallId
     request: AdminRequest
+    #: As Call's.
+    caller: Caller | None = None
 
 
 class Cancel(Message, frozen=True, tag="cancel"):
@@ -298,6 +306,10 @@ class Hello(Message, frozen=True, tag="hello"):
     #: The identity it takes before it serves (the front-end user).
     uid: int
     gid: int
+    #: Take over the accept (in a network namespace of its own) and relay
+    #: each call's caller (`hostcapd.frontend.peers`); else grpc binds the
+    #: socket itself and no caller is known.
+    record_callers: bool = False
 
 
 class Reply(Message, frozen=True, tag="reply"):

@@ -21,6 +21,7 @@ from typing import Any
 
 from hostcapd import metrics
 from hostcapd.audit import AuditUnavailable
+from hostcapd.callers import caller_field
 from hostcapd.childsetup import RLimit
 from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
@@ -218,6 +219,7 @@ class Spawn:
             _, synced = deps.audit.write_pending(
                 "process.exec",
                 **records.exec_record(deps.tenant, self.id, self.request, self.prepared),
+                **caller_field(),
             )
         except AuditUnavailable as error:
             raise _Refused(_audit_refusal(error)) from None

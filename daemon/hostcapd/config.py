@@ -542,6 +542,10 @@ def dev_config(state_dir: Path, network: Mapping[str, Any] | None = None) -> Con
                 "cgroup_parent": "hostcapd-dev-"
                 + hashlib.sha256(str(state).encode()).hexdigest()[:12],
                 "allow_resolve_overrides": True,
+                # Recording who asked needs a network namespace per front-end,
+                # which only root makes: a dev daemon of an ordinary user
+                # records no callers rather than refusing to start.
+                "record_callers": os.geteuid() == 0,
             },
             "audit": {"path": str(state / "log" / "audit.jsonl"), "group": None},
             "admin": {"socket": str(state / "run" / "admin.sock"), "mode": 0o600},

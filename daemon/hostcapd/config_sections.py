@@ -137,6 +137,13 @@ class DaemonSettings(Model):
     #: same front-end code in the root process instead, unconfined (the
     #: benchmark's comparison: what the separate processes cost).
     frontend_processes: bool = True
+    #: Record who made each call (the caller's uid, gid and pid, SO_PEERCRED)
+    #: in its audit records: each front-end accepts its socket itself and relays
+    #: the connection to its gRPC server, in a network namespace of its own
+    #: (docs/decisions/0033-who-asked.md). false: grpc serves the socket
+    #: directly and no record names a caller (the benchmark's comparison). A
+    #: front-end in the root process (frontend_processes = false) records none.
+    record_callers: bool = True
     #: Let tenants' `network.resolve` map names to addresses (tests, offline
     #: mirrors): an address so named is connected to as given.
     allow_resolve_overrides: bool = False

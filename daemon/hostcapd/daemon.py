@@ -282,7 +282,8 @@ class Daemon:
             self.host.cgroups,
             self.config.daemon.kill_grace_seconds,
         )
-        return await serve_tenant(runtime, self.config.daemon.frontend_processes)
+        daemon = self.config.daemon
+        return await serve_tenant(runtime, daemon.frontend_processes, daemon.record_callers)
 
     def _commit(self, service: TenantService) -> None:
         """Make a prepared tenant the one serving: its profile goes to the
@@ -324,8 +325,9 @@ class Daemon:
             return None
         assert self.audit is not None
         self._admin_service = AdminService(self)
+        daemon = self.config.daemon
         service = await serve_admin(
-            admin, self._admin_service, self.audit, self.config.daemon.frontend_processes
+            admin, self._admin_service, self.audit, daemon.frontend_processes, daemon.record_callers
         )
         if service.frontend is not None:
             service.frontend.on_restarted = functools.partial(self._admin_restarted, service)

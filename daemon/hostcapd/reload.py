@@ -25,6 +25,7 @@ from hostcap_proto.names import ReasonName
 
 from hostcapd import __version__, sdnotify
 from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.callers import caller_field
 from hostcapd.checks import INVALID, check_config, summary
 from hostcapd.config import Config, ConfigError, Tenant, load_config
 from hostcapd.fs.client import FsWorkerUnavailable
@@ -166,6 +167,7 @@ class Reloads:
                 config_path=str(self.daemon.config_path) if self.daemon.config_path else None,
                 pid=os.getpid(),
                 **fields,
+                **caller_field(),  # none for a SIGHUP
             )
         except AuditUnavailable as error:
             log.error("could not audit the reload: %s", error)

@@ -167,6 +167,37 @@ def kernel(link: Channel, targets: Result) -> Result:
     return out
 
 
+def inner(link: Channel, targets: Result) -> Result:
+    """Another front-end's inner gRPC socket (decision 0033): by its abstract
+    name (here, in this front-end's own network namespace), through the
+    other's namespace, and a pathname padded to the one address length the
+    filter allows connect() with. The control: an abstract socket of its own
+    under that name, which it may reach."""
+    out: Result = {}
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    out["abstract"] = _errno_of(lambda: s.connect("\0h"))
+    s.close()
+    victim = targets["victim_frontend"]
+    out["open_netns"] = _errno_of(lambda: os.close(os.open(f"/proc/{victim}/ns/net", os.O_RDONLY)))
+    out["setns"] = _libc(lambda: libc.setns(-1, 0x40000000))
+    # sockaddr_un of the victim's socket path, with the allowed length (4):
+    # the kernel reads two characters of it.
+    path = targets["victim_socket"].encode()
+    address = (1).to_bytes(2, "little") + path + bytes(108 - len(path))
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    out["padded_path"] = _libc(lambda: libc.connect(s.fileno(), address, 4))
+    out["long_path"] = _errno_of(lambda: s.connect(targets["victim_socket"]))
+    s.close()
+    own = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    own.bind("\0h")
+    own.listen()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    out["own_abstract"] = _errno_of(lambda: s.connect("\0h"))
+    s.close()
+    own.close()
+    return out
+
+
 def _run_call(call: int) -> bytes:
     request = msgspec.msgpack.encode(
         {"op": "call", "call": call, "request": {"method": "ProcessService.Run", "argv": ["true"]}}
@@ -233,6 +264,7 @@ ATTACKS: dict[str, Callable[[Channel, Result], Result]] = {
     "forged_fields": forged_fields,
     "spawn": spawn,
     "kernel": kernel,
+    "inner": inner,
 }
 
 

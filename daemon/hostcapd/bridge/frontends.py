@@ -174,9 +174,13 @@ class FrontendProcess:
         on_lost: Callable[[], None],
         *,
         in_process: bool = False,
+        record_callers: bool = True,
     ) -> None:
         self.endpoint = endpoint
         self.in_process = in_process
+        #: Take over the accept and relay callers (decision 0033): a front-end
+        #: process only (it needs a network namespace of its own).
+        self.record_callers = record_callers and not in_process
         self.identity = (os.getuid(), os.getgid()) if in_process else frontend_identity()
         limit = endpoint.max_receive + HEADER_ROOM
         self.bridge = Bridge(
@@ -249,6 +253,7 @@ class FrontendProcess:
                 parent_pid=os.getpid(),
                 uid=uid,
                 gid=gid,
+                record_callers=self.record_callers,
             )
             if self.in_process:
                 self._start_here(theirs, hello, bind_dir)

@@ -114,6 +114,7 @@ from hostcapd.bridge.values import (
     I64,
     U32,
     U64,
+    Caller,
     CallId,
     Limits,
     Protection,
@@ -141,6 +142,7 @@ __all__ = [
     "AuditLine",
     "Call",
     "CallId",
+    "Caller",
     "Cancel",
     "CapabilitiesCall",
     "CapabilitiesResponse",
@@ -241,6 +243,10 @@ class Call(Message, frozen=True, tag="call"):
 
     call: CallId
     request: TenantRequest
+    #: Who made it (SO_PEERCRED of its connection, the front-end's word);
+    #: None when the front-end does not take over the accept
+    #: (`daemon.record_callers = false`, or served in the root process).
+    caller: Caller | None = None
 
 
 class AdminCall(Message, frozen=True, tag="call"):
@@ -248,6 +254,8 @@ class AdminCall(Message, frozen=True, tag="call"):
 
     call: CallId
     request: AdminRequest
+    #: As Call's.
+    caller: Caller | None = None
 
 
 class Cancel(Message, frozen=True, tag="cancel"):
@@ -302,6 +310,10 @@ class Hello(Message, frozen=True, tag="hello"):
     #: Bytes of its calls' output it may keep at once (Chunk): a call
     #: past it is refused QUOTA_EXCEEDED (0: unbounded).
     output_budget: int = 0
+    #: Take over the accept (in a network namespace of its own) and relay
+    #: each call's caller (`hostcapd.frontend.peers`); else grpc binds the
+    #: socket itself and no caller is known.
+    record_callers: bool = False
 
 
 class Reply(Message, frozen=True, tag="reply"):

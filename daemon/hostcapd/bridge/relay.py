@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hostcapd import metrics
+from hostcapd import callers, metrics
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.bridge import channel, messages
 from hostcapd.errors import INTERNAL, TRANSPORT_REASONS, Refusal, shorten
@@ -52,6 +52,8 @@ class RelayedCall:
     id: int
     #: The request's bytes field (stdin, a file's content); None when unset.
     payload: bytes | None = None
+    #: Who made it, as its front-end says (`hostcapd.callers`); None: unknown.
+    caller: messages.Caller | None = None
     #: Pass a read of a spawn's output to the front-end: (stream, bytes,
     #: the stream's budget); returns once the front-end has taken it.
     pass_output: Callable[[int, bytes, int], Awaitable[None]] | None = None
@@ -211,13 +213,14 @@ class Bridge:
                 return
             relayed = self.methods[request.method]
             if payload is None:  # not read: past the tenant's budget
-                self._refuse_unread(message.call, relayed, request)
+                self._refuse_unread(message.call, relayed, request, message.caller)
                 return
             present = bool(getattr(request, "payload", False))
             state = _CallState(held=held)
             call = RelayedCall(
                 message.call,
                 payload if present else None,
+                message.caller,
                 functools.partial(self._pass_output, message.call, state),
             )
             del payload  # the call holds it now, and gives its bytes back when it ends
@@ -228,7 +231,13 @@ class Bridge:
             if not started:
                 self.in_flight.release(held)
 
-    def _refuse_unread(self, call: int, relayed: Relayed, request: messages.Request) -> None:
+    def _refuse_unread(
+        self,
+        call: int,
+        relayed: Relayed,
+        request: messages.Request,
+        caller: messages.Caller | None,
+    ) -> None:
         """Refuse a call whose payload would pass the tenant's in-flight
         budget (its payload was never read): QUOTA_EXCEEDED, audited."""
         budget = self.in_flight
@@ -247,6 +256,7 @@ class Bridge:
                 message=refusal.message,
                 labels=bounded_labels(labels),
                 request_id=shorten(str(getattr(request, "request_id", "")), MAX_REQUEST_ID),
+                **callers.caller_field(caller),
             )
         except AuditUnavailable as error:
             log.error("could not audit a refusal: %s", error)
@@ -314,6 +324,8 @@ class Bridge:
         self, call: RelayedCall, relayed: Relayed, request: messages.Request, state: _CallState
     ) -> None:
         error: BaseException | None = None
+        # This task's context (a copy made for it): what the call's records name.
+        callers.CURRENT.set(call.caller)
         try:
             if relayed.streaming:
                 # Closed on every way out: a cancel while it waits for an

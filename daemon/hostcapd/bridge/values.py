@@ -63,6 +63,28 @@ class Protection(Value, frozen=True):
     required: bool
 
 
+#: A pid or an id as SO_PEERCRED gives it (a pid_t, a uid_t or gid_t).
+PeerId = Annotated[int, msgspec.Meta(ge=0, le=(1 << 32) - 1)]
+
+
+class Caller(Value, frozen=True):
+    """Who made a call: the process at the other end of the client's
+    connection, as the front-end read it with SO_PEERCRED when it accepted
+    that connection (`hostcapd.frontend.peers`). The front-end's word: as
+    trustworthy as the front-end, and the pid names the process that
+    connected, which may since have exited, or handed the connection to
+    another (docs/decisions/0033-who-asked.md). The root side records it and
+    decides nothing by it: the tenant is the channel's."""
+
+    uid: PeerId
+    gid: PeerId
+    pid: PeerId
+
+    def record(self) -> dict[str, int]:
+        """The audit record's `caller` field."""
+        return {"uid": self.uid, "gid": self.gid, "pid": self.pid}
+
+
 class TerminalSize(Value, frozen=True):
     """A terminal's size in character cells (hostcap.v1.TerminalSize); the
     service checks the range (LIMIT_INVALID)."""

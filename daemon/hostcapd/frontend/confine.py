@@ -29,9 +29,14 @@ applied raises Unavailable:
    create and remove a socket file; no other file, no TCP, and no abstract
    unix socket or signal outside its own domain. The kernel also refuses a
    landlocked process ptrace of any process outside its domain;
-7. seccomp (`seccomp.build_frontend_filter`): no connect, exec, identity
-   change, namespace, mount, tracing, or hold on another process's limits
-   and scheduling; AF_UNIX stream and seqpacket sockets only.
+7. seccomp (`seccomp.build_frontend_filter`): no connect but of its own
+   inner gRPC socket's address length, no chdir, exec, identity change,
+   namespace, mount, tracing, or hold on another process's limits and
+   scheduling; AF_UNIX stream and seqpacket sockets only.
+
+With `own_netns` (a front-end that records its callers, decision 0033) it
+first unshares a network namespace of its own, while still root: its gRPC
+server's abstract socket is then out of every other process's reach.
 
 The front-ends of all tenants share a uid: so confined, one tenant's can
 neither read, signal, ptrace nor impersonate another's, nor reach the audit
@@ -59,6 +64,7 @@ import prctl
 from hostcapd import linux
 from hostcapd.applied import Applied, Unavailable
 from hostcapd.sandbox import landlock, seccomp
+from hostcapd.sandbox.x86_64 import CLONE_NEWNET
 
 #: Landlock's scopes (signals, abstract unix sockets) came with ABI 6.
 MIN_LANDLOCK_ABI = 6
@@ -100,6 +106,10 @@ class Confinement:
     #: the resolver's files readable, and its own seccomp filter, which
     #: allows connect and IP sockets.
     egress_ports: tuple[int, ...] | None = None
+    #: A network namespace of its own, made while it is still root (a front-end
+    #: that takes over the accept: its gRPC server's abstract socket is then
+    #: out of every other process's reach, decision 0033).
+    own_netns: bool = False
 
 
 def interpreter_paths() -> tuple[str, ...]:
@@ -132,6 +142,8 @@ def confine(c: Confinement) -> list[Applied]:
     # with (root's, when the interpreter lives where its user cannot read).
     ruleset = _landlock_ruleset(c)
     try:
+        if c.own_netns:
+            _own_netns()
         applied = [_identity(c)]
         _parent_death(c.parent_pid)
         applied.append(_not_dumpable())
@@ -193,6 +205,23 @@ def _take_identity(uid: int, gid: int) -> None:
     except PermissionError:
         return
     raise Unavailable("root could be regained after the identity change")
+
+
+def _own_netns() -> None:
+    """A network namespace of its own: abstract unix sockets are scoped by
+    it, and a front-end needs no network (it serves unix sockets and talks to
+    the root side over an inherited socketpair)."""
+    if os.geteuid() != 0:
+        raise Unavailable(
+            "a front-end that records its callers needs a network namespace of its own, "
+            "which only a daemon run as root can make (or set daemon.record_callers = false)"
+        )
+    try:
+        linux.unshare(CLONE_NEWNET)
+    except OSError as error:
+        raise Unavailable(
+            f"a network namespace of its own cannot be made: {error.strerror}"
+        ) from None
 
 
 def _identity(c: Confinement) -> Applied:

@@ -62,6 +62,7 @@ from hostcapd.bridge import channel, messages
 from hostcapd.frontend import convert
 from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
 from hostcapd.frontend.options import HealthReporter, new_health, server_options
+from hostcapd.frontend.peers import INNER_URI, Peers
 from hostcapd.process.output import OUTPUT_CHUNK, StreamBuffer
 
 #: Modules imported on first use that a front-end uses.
@@ -162,10 +163,12 @@ class Relay:
         call.held = 0
         call.kept.clear()
 
-    def open(self, request: messages.Request, payload: bytes) -> tuple[int, _Call]:
+    def open(
+        self, request: messages.Request, payload: bytes, caller: messages.Caller | None = None
+    ) -> tuple[int, _Call]:
         call_id = next(self._ids)
         call = self.calls[call_id] = _Call()
-        self.link.send(self._call(call=call_id, request=request), payload)
+        self.link.send(self._call(call=call_id, request=request, caller=caller), payload)
         return call_id, call
 
     def done(self, call_id: int) -> None:
@@ -201,7 +204,17 @@ class Relay:
         self.stopped.set()
 
 
-def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any) -> Any:
+#: A call's caller, from its context (`Peers.caller_of`).
+CallerOf = Callable[[Any], "messages.Caller | None"]
+
+
+def _no_caller(context: Any) -> messages.Caller | None:
+    return None
+
+
+def _handler(
+    relay: Relay, model: type[messages.Request], name: str, method: Any, caller_of: CallerOf
+) -> Any:
     request_type, streaming = GetMessageClass(method.input_type), method.server_streaming
 
     async def parse(raw: bytes, context: Any) -> tuple[messages.Request, bytes]:
@@ -219,7 +232,7 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
         large = len(raw) >= TRIM_AFTER_BYTES
         request, payload = await parse(raw, context)
         del raw
-        call_id, call = relay.open(request, payload)
+        call_id, call = relay.open(request, payload, caller_of(context))
         del request, payload
         past: WireError | None = None
         try:
@@ -260,7 +273,7 @@ def _handler(relay: Relay, model: type[messages.Request], name: str, method: Any
         large = len(raw) >= TRIM_AFTER_BYTES
         request, payload = await parse(raw, context)
         del raw
-        call_id, call = relay.open(request, payload)
+        call_id, call = relay.open(request, payload, caller_of(context))
         del request, payload
         if large:
             _trim()  # the request is sent on: what it took is given back now
@@ -311,7 +324,9 @@ def _tails(call: _Call) -> Iterator[bytes]:
             yield convert.output_event(stream, tail[start : start + OUTPUT_CHUNK])
 
 
-def _handlers(relay: Relay, kind: str) -> list[grpc.GenericRpcHandler[Any, Any]]:
+def _handlers(
+    relay: Relay, kind: str, caller_of: CallerOf = _no_caller
+) -> list[grpc.GenericRpcHandler[Any, Any]]:
     generic = []
     models = messages.REQUESTS[kind]
     for module, service in SERVICES[kind]:
@@ -319,7 +334,9 @@ def _handlers(relay: Relay, kind: str) -> list[grpc.GenericRpcHandler[Any, Any]]
         # A method of the wire the daemon has no model of yet is not served
         # (UNIMPLEMENTED), rather than keeping the whole front-end down.
         table = {
-            m.name: _handler(relay, models[f"{service}.{m.name}"], f"{service}.{m.name}", m)
+            m.name: _handler(
+                relay, models[f"{service}.{m.name}"], f"{service}.{m.name}", m, caller_of
+            )
             for m in descriptor.methods
             if f"{service}.{m.name}" in models
         }
@@ -334,23 +351,38 @@ async def serve(
     relay = Relay(sock, stopped, hello.kind)
     relay.output_budget = hello.output_budget
     server = grpc.aio.server(options=server_options(hello.max_receive, hello.max_send))
+    # Who asked (decision 0033): the front-end accepts the socket itself and
+    # relays each connection to the server's socket in its own netns.
+    peers = Peers() if hello.record_callers else None
     try:
-        server.add_generic_rpc_handlers(_handlers(relay, hello.kind))
+        caller_of = peers.caller_of if peers is not None else _no_caller
+        server.add_generic_rpc_handlers(_handlers(relay, hello.kind, caller_of))
         health_servicer: HealthReporter = new_health()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         names = [m.DESCRIPTOR.services_by_name[s].full_name for m, s in SERVICES[hello.kind]]
         health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
         reflection.enable_server_reflection([*names, health_name, reflection.SERVICE_NAME], server)
-        # The socket's mode comes from the umask: chmod is denied to a front-end.
-        previous = os.umask(0o777 & ~hello.socket_mode)
-        try:
-            bound = server.add_insecure_port(f"unix:{hello.bind_path}")
-        finally:
-            os.umask(previous)
+        if peers is not None:
+            bound = server.add_insecure_port(INNER_URI)
+        else:
+            # The socket's mode comes from the umask: chmod is denied to a front-end.
+            previous = os.umask(0o777 & ~hello.socket_mode)
+            try:
+                bound = server.add_insecure_port(f"unix:{hello.bind_path}")
+            finally:
+                os.umask(previous)
         if bound == 0:
             print(f"hostcapd front-end: cannot bind {hello.bind_path}", file=sys.stderr)
             return 1
         await server.start()
+        if peers is not None:
+            try:
+                await peers.listen(hello.bind_path, hello.socket_mode)
+            except OSError as error:
+                print(
+                    f"hostcapd front-end: cannot bind {hello.bind_path}: {error}", file=sys.stderr
+                )
+                return 1
         for name in [*names, ""]:
             await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
         stops: list[asyncio.Task[None]] = []
@@ -359,6 +391,8 @@ async def serve(
             async def go() -> None:
                 await health_servicer.enter_graceful_shutdown()
                 if not message.health_only:
+                    if peers is not None:
+                        await peers.close()  # no new connection; those open drain
                     await server.stop(message.grace)
                     stopped.set()
 
@@ -383,6 +417,8 @@ async def serve(
         return 0
     finally:
         # Also when cancelled (a front-end run in the daemon's process).
+        if peers is not None:
+            await peers.close()
         await server.stop(0)
         relay.link.close()
 
@@ -426,7 +462,14 @@ def confined(sock: socket.socket) -> tuple[messages.Hello, list[messages.Protect
     hello = _hello(sock)
     _preload()
     applied = confine(
-        Confinement(".", interpreter_paths(), hello.parent_pid, uid=hello.uid, gid=hello.gid)
+        Confinement(
+            ".",
+            interpreter_paths(),
+            hello.parent_pid,
+            uid=hello.uid,
+            gid=hello.gid,
+            own_netns=hello.record_callers,
+        )
     )
     protections = [
         messages.Protection(name=a.name, applied=a.applied, reason=a.reason, required=a.required)

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from hostcapd.audit import AuditUnavailable
+from hostcapd.callers import caller_field
 from hostcapd.errors import Refusal
 from hostcapd.process import killing
 from hostcapd.process.report import Outcome
@@ -38,6 +39,8 @@ log = logging.getLogger("hostcapd.environments")
 
 #: An environment's idle timeout when the client gives none (or its lifetime if shorter).
 DEFAULT_IDLE_S = 600.0
+#: The reason of a close the client asked for (CloseEnvironment).
+CLOSED_BY_CLIENT = "closed by the client"
 
 
 class Environment:
@@ -109,7 +112,7 @@ class EnvironmentTable:
         idle_timeout = min(idle_timeout or DEFAULT_IDLE_S, lifetime)
         env = Environment(tenant.name, idle_timeout, lifetime, labels)
         try:
-            runtime.audit.write("environment.open", **env.record())
+            runtime.audit.write("environment.open", **env.record(), **caller_field())
         except AuditUnavailable as error:
             raise Refusal(
                 "AUDIT_UNAVAILABLE", f"the audit log cannot be written, nothing was opened: {error}"
@@ -193,8 +196,11 @@ class EnvironmentTable:
         self, runtime: TenantRuntime, env: Environment, reason: str, ended: list[str]
     ) -> None:
         try:
+            # Its timers run in the opening call's context: only a client's
+            # close is a call of its own.
+            by_call = caller_field() if reason == CLOSED_BY_CLIENT else {}
             runtime.audit.write_or_defer(
-                "environment.close", **env.record(), reason=reason, spawns_ended=ended
+                "environment.close", **env.record(), reason=reason, spawns_ended=ended, **by_call
             )
         except AuditUnavailable:
             log.error(

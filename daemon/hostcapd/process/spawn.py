@@ -21,6 +21,7 @@ from typing import Any
 
 from hostcapd import metrics
 from hostcapd.audit import AuditUnavailable
+from hostcapd.callers import caller_field
 from hostcapd.childsetup import RLimit
 from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
@@ -75,13 +76,11 @@ class Spawn:
         self.started_at = time.monotonic()
         #: Each stream's output budget: the front-end keeps its head and tail.
         self.keep = prepared.limits.output_bytes or 0
-        self.stdout = StreamTally(self.keep)
-        self.stderr = StreamTally(self.keep)
+        self.stdout, self.stderr = StreamTally(self.keep), StreamTally(self.keep)
         #: A detached spawn's output, read by offset (its streams' tallies
         #: above stay empty): both streams' budget, as a Run's.
         self.log: OutputLog | None = OutputLog(2 * self.keep) if request.detached else None
-        #: Events for the owning caller: ("output", (stream, bytes)) as read,
-        #: ("exited", report) last.
+        #: For the caller: ("output", (stream, bytes)) as read, ("exited", report).
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.pending_bytes = 0
         self.report: Report | None = None
@@ -91,8 +90,7 @@ class Spawn:
         self._kill_message = ""
         self._kill_task: asyncio.Task[None] | None = None
         self._cancel_fd = -1
-        #: Each open read end's stream (1 or 2).
-        self._readers: dict[int, int] = {}
+        self._readers: dict[int, int] = {}  # each open read end's stream (1, 2)
         self._eof = asyncio.Event()
         #: Read ends waiting for their output to be taken (back-pressure).
         self._paused: set[int] = set()
@@ -236,6 +234,7 @@ class Spawn:
             _, synced = deps.audit.write_pending(
                 "process.exec",
                 **records.exec_record(deps.tenant, self.id, self.request, self.prepared),
+                **caller_field(),
             )
         except AuditUnavailable as error:
             raise _Refused(_audit_refusal(error)) from None

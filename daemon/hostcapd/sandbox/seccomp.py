@@ -26,8 +26,8 @@ argument-checked, so the kernel's seccomp cache allows those without running
 the program at all.
 
 `build_frontend_filter()` is the tenant front-end's (`hostcapd.frontend.confine`
-loads it on itself): the same deny list, plus `FRONTEND_DENIED` (no connect,
-no exec, no identity change, no changing another process's limits or
+loads it on itself): the same deny list, plus `FRONTEND_DENIED` (no connect
+but with its inner socket's address length, no chdir, no exec, no identity change, no changing another process's limits or
 scheduling), and sockets only AF_UNIX, SOCK_STREAM or SOCK_SEQPACKET.
 """
 
@@ -44,6 +44,7 @@ from hostcapd.sandbox.seccomp_tables import (
     _ARG_CHECKED,
     _SOCKET_CALLS,
     DENIED_SYSCALLS,
+    FRONTEND_CONNECT_ADDRLEN,
     FRONTEND_DENIED,
     Call,
     DeniedGroup,
@@ -306,6 +307,13 @@ def _assemble(
         prog.jeq(TIOCLINUX, jt="eperm", jf="allow")
 
     # pid_t, int `which` and `who`: the kernel truncates them to 32 bits.
+    # connect(fd, addr, addrlen): addrlen is an int; the filter cannot read
+    # the address, only its length.
+    if "connect_len" in checks:
+        prog.label("connect_len")
+        prog.load(_arg_low(2))
+        prog.jeq(FRONTEND_CONNECT_ADDRLEN, jt="allow", jf="eperm")
+
     if "self_arg0" in checks:
         prog.label("self_arg0")
         prog.load(_arg_low(0))

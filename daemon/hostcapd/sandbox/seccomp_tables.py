@@ -259,14 +259,32 @@ DENIED_SYSCALLS: tuple[DeniedGroup, ...] = (
 #: what the process that parses a tenant's clients' bytes never needs. The
 #: front-ends of every tenant share one uid, so what the kernel lets a
 #: process do to another of its uid is denied when it names another process.
+#: The one address length a front-end may connect() with: its gRPC server's
+#: abstract name in its own network namespace, sa_family_t + "\0h"
+#: (`hostcapd.frontend.peers.INNER_ADDRLEN`). A pathname that short is two
+#: characters: a name in its bind directory (chdir is denied), or "/" and one
+#: character (decision 0033).
+FRONTEND_CONNECT_ADDRLEN = 4
+
 FRONTEND_DENIED: tuple[DeniedGroup, ...] = (
     DeniedGroup(
         "outbound",
-        "a front-end never connects: it accepts on its listening socket and talks "
-        "over the socketpair it inherited",
+        "a front-end connects only to its own gRPC server (an abstract socket in its "
+        "own network namespace, of one address length); it accepts on its listening "
+        "socket and talks to the root side over the socketpair it inherited",
         ("connect",),
-        denied=(Call("connect", (-1, 0, 0)),),
-        allowed=(Call("accept4", (-1, 0, 0, 0)),),
+        denied=(Call("connect", (-1, 0, 0)), Call("connect", (-1, 0, 110))),
+        allowed=(
+            Call("accept4", (-1, 0, 0, 0)),
+            Call("connect", (-1, 0, FRONTEND_CONNECT_ADDRLEN)),
+        ),
+    ),
+    DeniedGroup(
+        "cwd",
+        "a front-end stays in its bind directory, where a relative socket name resolves",
+        ("chdir", "fchdir"),
+        denied=(Call("chdir", (_NOWHERE,)), Call("fchdir", (-1,))),
+        allowed=(Call("getcwd", (0, 0)),),
     ),
     DeniedGroup(
         "exec",
@@ -385,6 +403,8 @@ _ARG_CHECKED = {
     "sched_setattr": "self_arg0",
     "setpriority": "setpriority",
     "ioprio_set": "ioprio_set",
+    # build_frontend_filter's: the address length of its own gRPC server only.
+    "connect": "connect_len",
 }
 #: Checked by the tenant's socket policy (not in DENIED_SYSCALLS).
 _SOCKET_CALLS = ("socket", "socketpair")

@@ -37,11 +37,12 @@ from hostcap_proto.audit import (
 )
 from hostcap_proto.names import ReasonName
 
-from hostcapd.audit import AuditLog, AuditSubscription, AuditSubscriptionLagged
+from hostcapd.audit import AuditLog, AuditSubscription, AuditSubscriptionLagged, AuditUnavailable
 from hostcapd.audit.files import rotated_files
 from hostcapd.audit.redact import redact_argv
 from hostcapd.bridge import messages
 from hostcapd.bridge.frontends import RelayedCall
+from hostcapd.callers import caller_field
 from hostcapd.errors import DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED, UNAVAILABLE, Refusal
 from hostcapd.logsetup import fields
 from hostcapd.process.environments import Environment
@@ -245,8 +246,25 @@ class AdminService:
         envs = [e for t in tables.values() for e in t.envs.values() if not e.closing]
         return sorted(envs, key=lambda e: e.opened_at)
 
+    def _record(self, method: str, **details: Any) -> None:
+        """The admin call's own record (`admin.call`), naming its caller; one
+        that cannot be written is logged, and the call goes on (an operator's
+        kill is not held back by a full disk)."""
+        audit = self.daemon.audit
+        if audit is None:
+            return
+        chosen = {name: value for name, value in details.items() if value not in (None, "", {})}
+        try:
+            audit.write("admin.call", method=method, **chosen, **caller_field())
+        except AuditUnavailable as error:
+            log.error("could not audit the admin call %s: %s", method, error)
+
     async def Kill(self, request: messages.KillCall, call: RelayedCall) -> messages.KillResponse:
         spawn = next((s for s in self._live_spawns() if s.id == request.spawn_id), None)
+        if spawn is not None:
+            self._record("Kill", spawn_id=spawn.id, tenant=spawn.deps.tenant.name)
+        else:
+            self._record("Kill", asked={"spawn_id": request.spawn_id})
         if not request.spawn_id or spawn is None:
             raise Refusal("NOT_FOUND", f"no live spawn has the id {request.spawn_id!r}")
         log.warning(
@@ -289,6 +307,9 @@ class AdminService:
                 recent = await asyncio.to_thread(recent_records, audit.path, request.lines)
             except AuditFileError as error:
                 raise Refusal(UNAVAILABLE, str(error)) from None
+            finally:
+                # After what it read (a follower gets it as the first new record).
+                self._record("TailAudit", lines=request.lines, follow=request.follow or None)
             last_seq = 0
             for record in recent:
                 yield _line(record)
@@ -318,6 +339,22 @@ class AdminService:
         audit = self.daemon.audit
         if audit is None:
             raise Refusal(UNAVAILABLE, "the audit log is closed")
+        try:
+            async for line in self._query(request):
+                yield line
+        finally:
+            # When it ends, however it ends: after the records it read.
+            asked = {
+                "tenant": request.tenant,
+                "spawn_id": request.spawn_id,
+                "event": request.event,
+                "outcome": request.outcome,
+            }
+            self._record("QueryAudit", asked={k: v for k, v in asked.items() if v})
+
+    async def _query(self, request: messages.QueryAuditCall) -> AsyncIterator[messages.AuditLine]:
+        audit = self.daemon.audit
+        assert audit is not None
         try:
             selected = AuditFilter.of_call(request)
         except ValueError as error:

@@ -30,6 +30,7 @@ from typing import Any, NoReturn, TypeVar
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.bridge import messages
 from hostcapd.bridge.frontends import RelayedCall
+from hostcapd.callers import caller_field
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.fs import content
@@ -233,6 +234,7 @@ class FsService:
                     sha256_after=prepared["sha256"],
                     labels=labels,
                     request_id=request_id or None,
+                    **caller_field(),
                 )
             except AuditUnavailable:
                 await session.exchange({"op": "write_abort"})

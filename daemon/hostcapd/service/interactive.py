@@ -17,6 +17,7 @@ import asyncio
 from hostcapd.audit import AuditUnavailable
 from hostcapd.bridge import messages
 from hostcapd.bridge.calls import MAX_WRITE_STDIN
+from hostcapd.callers import caller_field
 from hostcapd.errors import Refusal
 from hostcapd.process import records, terminal
 from hostcapd.process.input import SpawnInput
@@ -72,6 +73,7 @@ async def write_stdin(
             **records.input_record(
                 runtime.name, spawn.id, spawn.request, spawn_input.audited, data, request.close
             ),
+            **caller_field(),  # who typed it (decision 0033)
         )
     except AuditUnavailable as error:
         raise Refusal(

@@ -12,6 +12,7 @@ from hostcapd.bridge import messages
 from hostcapd.bridge.frontends import RelayedCall
 from hostcapd.errors import Refusal
 from hostcapd.process import killing, records
+from hostcapd.process.environments import CLOSED_BY_CLIENT
 from hostcapd.process.report import Report
 from hostcapd.process.request import SpawnRequest
 from hostcapd.process.spawn import Spawn
@@ -234,7 +235,7 @@ class ProcessService:
     ) -> messages.CloseEnvironmentResponse:
         try:
             ended = await self.runtime.environments.close(
-                self.runtime, request.environment_id, "closed by the client"
+                self.runtime, request.environment_id, CLOSED_BY_CLIENT
             )
         except Refusal as refusal:
             refuse(self.runtime.audit, self.runtime.name, "CloseEnvironment", refusal, {}, "")

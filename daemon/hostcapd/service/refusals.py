@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.callers import caller_field
 from hostcapd.errors import Refusal, shorten
 from hostcapd.labels import MAX_REQUEST_ID, bounded_labels
 from hostcapd.logsetup import RateLimited, fields
@@ -74,6 +75,7 @@ def refuse(
             # The request may be refused for these very fields: record them bounded.
             "labels": bounded_labels(labels),
             "request_id": shorten(request_id, MAX_REQUEST_ID),
+            **caller_field(),
         }
         if path is not None:
             fields["path"] = path

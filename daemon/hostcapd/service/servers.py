@@ -135,7 +135,9 @@ def _services(runtime: TenantRuntime, fs_runtime: FsRuntime) -> dict[str, Any]:
     }
 
 
-async def serve_tenant(runtime: TenantRuntime, frontend_process: bool = True) -> TenantService:
+async def serve_tenant(
+    runtime: TenantRuntime, frontend_process: bool = True, record_callers: bool = True
+) -> TenantService:
     """Start a tenant's fs worker here and its front-end (a process of its
     own, or with `frontend_process` False the same code in this process),
     which binds under a temporary name; the services run here, on what the
@@ -153,6 +155,7 @@ async def serve_tenant(runtime: TenantRuntime, frontend_process: bool = True) ->
             relayed_methods("tenant", _services(runtime, fs_runtime)),
             runtime.frontend_lost,
             in_process=not frontend_process,
+            record_callers=record_callers,
         )
         runtime.frontend = frontend
         frontend.place = profile.place_daemon_side
@@ -202,6 +205,7 @@ async def serve_admin(
     service: AdminService,
     audit: AuditLog,
     frontend_process: bool = True,
+    record_callers: bool = True,
 ) -> AdminSocket:
     """Start the admin socket's front-end, listening under a temporary name
     (`place` puts it in place): a process of the admin socket's own (or with
@@ -217,6 +221,7 @@ async def serve_admin(
         relayed_methods("admin", {"AdminService": service}),
         service.end_follows,
         in_process=not frontend_process,
+        record_callers=record_callers,
     )
     temp = await frontend.start()
     return AdminSocket(frontend, frontend, temp, admin.socket, frontend)

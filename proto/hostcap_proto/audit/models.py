@@ -81,11 +81,28 @@ class OpenSpawn(_Fields):
     exec_seq: int
 
 
+class Caller(_Fields):
+    """Who made the call that caused a record: the process at the other end
+    of the client's connection, as the tenant's (or the admin socket's)
+    front-end read it with SO_PEERCRED when it accepted the connection. The
+    front-end's word, as trustworthy as the front-end (an unprivileged,
+    confined process that parses clients' bytes); the pid is the process that
+    connected, which may have exited since, or passed the connection on
+    (docs/audit.md, "Who asked")."""
+
+    uid: int
+    gid: int
+    pid: int
+
+
 class _Correlated(_Fields):
     tenant: str
     spawn_id: str | None = None
     request_id: str | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    #: Who asked (absent when not known: a record no call caused, or a
+    #: daemon with record_callers = false).
+    caller: Caller | None = None
 
 
 class ProcessExec(_Correlated):
@@ -292,6 +309,8 @@ class DaemonEvent(_Fields):
     added: list[str] | None = None
     removed: list[str] | None = None
     changed: list[str] | None = None
+    #: daemon.reload asked for over the admin socket: who asked (a SIGHUP has none).
+    caller: Caller | None = None
 
 
 class AuditRotate(_Fields):
@@ -346,6 +365,28 @@ class EnvironmentEvent(_Fields):
     reason: str | None = None
     #: close only: the spawns still running in it, which the close ended.
     spawns_ended: list[str] | None = None
+    #: Who opened it, or closed it (a client's close only).
+    caller: Caller | None = None
+
+
+class AdminCall(_Fields):
+    """admin.call: a call on the admin socket (Kill, TailAudit, QueryAudit;
+    a Reload's is its daemon.reload), naming its caller: a Kill's written
+    when it arrives, a read's once it has read."""
+
+    #: The AdminService method.
+    method: str
+    caller: Caller | None = None
+    #: Kill: the live spawn it killed, and its tenant.
+    spawn_id: str | None = None
+    tenant: str | None = None
+    #: What it asked for, as asked (never read as a spawn id or a tenant):
+    #: QueryAudit's filters the daemon applies (tenant, spawn_id, event,
+    #: outcome), a Kill's id that named no live spawn.
+    asked: dict[str, str] | None = None
+    #: TailAudit's.
+    lines: int | None = None
+    follow: bool | None = None
 
 
 #: The model of each event's own fields (everything but HEADER_FIELDS).
@@ -365,6 +406,7 @@ EVENT_FIELDS: Mapping[str, type[_Fields]] = {
     "environment.open": EnvironmentEvent,
     "environment.close": EnvironmentEvent,
     "process.input": ProcessInput,
+    "admin.call": AdminCall,
 }
 assert set(EVENT_FIELDS) == set(EVENTS)
 _FIELD_NAMES = {event: frozenset(model.model_fields) for event, model in EVENT_FIELDS.items()}

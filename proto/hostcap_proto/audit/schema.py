@@ -46,6 +46,7 @@ EventName = Literal[
     "environment.open",
     "environment.close",
     "process.input",
+    "admin.call",
 ]
 EVENTS: tuple[str, ...] = get_args(EventName)
 
@@ -74,6 +75,7 @@ JOURNAL_MESSAGE_IDS: Mapping[str, str] = {
     "environment.open": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0d",
     "environment.close": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0e",
     "process.input": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a0f",
+    "admin.call": "6b3c1f0e8d2a4e0fa2b7c9d41e5f6a10",
 }
 
 _HASH = re.compile(r"[0-9a-f]{64}")

@@ -265,6 +265,33 @@ async def test_the_kernel_refuses_it_the_audit_log_other_sockets_processes_and_p
     assert frontend_identity()[0] != 0
 
 
+async def test_it_cannot_reach_another_front_ends_inner_socket(
+    split: Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0033: each front-end's gRPC server listens on an abstract
+    socket in the front-end's own network namespace; the relay's connect()
+    is the only one its filter allows, by address length."""
+    daemon = split.daemon
+    targets = {
+        "victim_frontend": split.frontend("victim").pid,
+        "victim_socket": str(daemon.tenants["victim"].tenant.socket),
+    }
+    result = await split.hostile(monkeypatch, "inner", targets)
+    # Not in its namespace: the victim's is another.
+    assert result["abstract"] == "ECONNREFUSED"
+    assert result["open_netns"] in {"EACCES", "EPERM"}
+    assert result["setns"] == "EPERM"
+    # The allowed length cuts a path to two characters; any other is refused.
+    assert result["padded_path"] == "ENOENT"
+    assert result["long_path"] == "EPERM"
+    # The control: an abstract socket of its own namespace and domain is reachable.
+    assert result["own_abstract"] == "OK"
+    attacker = split.frontend("attacker").pid
+    assert os.readlink(f"/proc/{attacker}/ns/net") != os.readlink(
+        f"/proc/{split.frontend('victim').pid}/ns/net"
+    )
+
+
 # --- what the channel reads before it knows what it is ------------------------------
 
 

@@ -267,6 +267,13 @@ async def test_audit_tail_follow_shows_a_new_record_as_it_is_written(
         # The daemon subscribes before it reads the tail: once the last stored
         # record has arrived, everything written from now on will follow.
         assert (await _readline(follower, DEADLINE_S)).rstrip("\n") == last_stored
+        # Then the tail's own record (written after what it read), naming the follower.
+        own = parse_line((await _readline(follower, DEADLINE_S)).rstrip("\n").encode())
+        assert (own["event"], own["method"], own["caller"]["pid"]) == (
+            "admin.call",
+            "TailAudit",
+            follower.pid,
+        )
         result = await client.run("echo", marker)
         assert result.exited.exit_code == 0
         seen: list[dict[str, Any]] = []
@@ -411,6 +418,8 @@ async def test_audit_tail_and_query_reach_into_rotated_files(
     )
     execs = [json.loads(line) for line in query.stdout.splitlines()]
     assert [r["argv"][1] for r in execs] == [f"round-{i}" for i in range(12)]
+    # The reads wrote their admin.call records (which may have rotated the log).
+    files = [*sorted(daemon.audit_path.parent.glob("audit.jsonl.*")), daemon.audit_path]
     assert verify_files(files).ok
 
 

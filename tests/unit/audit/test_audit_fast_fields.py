@@ -241,6 +241,14 @@ BASE_FIELDS: dict[str, dict[str, Any]] = {
         "lifetime_s": 3600.0,
         "reason": "closed by the client",
         "spawns_ended": ["s"],
+        "caller": {"uid": 1000, "gid": 1000, "pid": 4242},
+    },
+    "admin.call": {
+        "method": "Kill",
+        "caller": {"uid": 0, "gid": 0, "pid": 4242},
+        "spawn_id": "s",
+        "tenant": "t",
+        "asked": {"spawn_id": "s"},
     },
     "process.input": {
         "tenant": "t",

@@ -47,7 +47,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "or from the daemon (--admin-socket: every kept file, in chain order). Times are UTC. "
         "Exit rows show the command they ended. Files a spawn changed are in its fs.changes "
         "record where the tenant has a disk budget (fs_changes applied). What the log cannot "
-        "show: files changed by spawns of a tenant without one, and which engine user of a tenant made a call (grpcio exposes no peer credentials).",
+        "show: files changed by spawns of a tenant without one. A record a call caused names "
+        "its caller (uid, gid, pid as the socket's front-end read them: its word, see "
+        "docs/audit.md); --caller-uid and --caller-pid select by it.",
     )
     query.add_argument(
         "--file",
@@ -93,6 +95,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--exit-code", type=int, metavar="N", help="programs that exited with this code"
     )
     query.add_argument("--uid", type=int, metavar="UID", help="spawns run as this uid")
+    query.add_argument(
+        "--caller-uid",
+        type=int,
+        metavar="UID",
+        help="records of calls made by a process of this uid (the caller its "
+        "front-end read with SO_PEERCRED: docs/audit.md, 'Who asked')",
+    )
+    query.add_argument(
+        "--caller-pid",
+        type=int,
+        metavar="PID",
+        help="records of calls made by this process (as --caller-uid)",
+    )
     query.add_argument(
         "--path",
         metavar="PATH",

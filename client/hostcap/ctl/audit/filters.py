@@ -122,6 +122,10 @@ class QueryFilter:
     changed_by: str | None = None
     #: network.connect records of this host (a name, or a glob: *.github.com).
     host: str | None = None
+    #: Records of calls made by this uid / pid (their `caller`, the front-end's
+    #: word; an exit by its exec's).
+    caller_uid: int | None = None
+    caller_pid: int | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> QueryFilter:
@@ -139,6 +143,8 @@ class QueryFilter:
             path=getattr(args, "path", None),
             changed_by=getattr(args, "changed_by", None),
             host=getattr(args, "host", None),
+            caller_uid=getattr(args, "caller_uid", None),
+            caller_pid=getattr(args, "caller_pid", None),
         )
 
     def select(self, records: Iterable[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
@@ -216,6 +222,16 @@ class QueryFilter:
             )
         ):
             return False
+        if self.caller_uid is not None or self.caller_pid is not None:
+            caller = record.get("caller")
+            if caller is None and event == "process.exit" and exec_record is not None:
+                caller = exec_record.get("caller")
+            if not isinstance(caller, Mapping):
+                return False
+            if self.caller_uid is not None and caller.get("uid") != self.caller_uid:
+                return False
+            if self.caller_pid is not None and caller.get("pid") != self.caller_pid:
+                return False
         if self.exe is not None or self.uid is not None:
             if event not in ("process.exec", "process.exit") or exec_record is None:
                 return False

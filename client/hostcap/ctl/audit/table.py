@@ -50,7 +50,26 @@ def _changes_detail(record: Mapping[str, Any], path: str | None) -> str:
     return text or "nothing changed"
 
 
+def caller_of(record: Mapping[str, Any]) -> str:
+    """`by uid 1000 pid 4242` of a record that names its caller (the
+    front-end's word: docs/audit.md, "Who asked"), else ""."""
+    caller = record.get("caller")
+    if not isinstance(caller, Mapping):
+        return ""
+    return f"by uid {caller.get('uid')} pid {caller.get('pid')}"
+
+
 def _detail(
+    record: Mapping[str, Any],
+    exec_record: Mapping[str, Any] | None = None,
+    path: str | None = None,
+) -> str:
+    text = _what(record, exec_record, path)
+    who = caller_of(record)
+    return f"{text}  [{who}]" if who else text
+
+
+def _what(
     record: Mapping[str, Any],
     exec_record: Mapping[str, Any] | None = None,
     path: str | None = None,
@@ -112,6 +131,15 @@ def _detail(
         return f"removed {len(files)} rotated file(s): {names}"
     if event == "audit.recover":
         return f"removed a torn final line of {record.get('torn_bytes')} bytes"
+    if event == "admin.call":
+        asked = " ".join(
+            f"{name}={record[name]}"
+            for name in ("spawn_id", "tenant", "lines", "follow")
+            if record.get(name) is not None
+        )
+        if isinstance(record.get("asked"), Mapping):
+            asked += " " + " ".join(f"{k}={v}" for k, v in record["asked"].items())
+        return f"{record.get('method')} {asked}".rstrip()
     return ""
 
 

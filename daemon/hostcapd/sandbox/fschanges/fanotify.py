@@ -46,6 +46,8 @@ META = struct.Struct("=IBBHQii")
 INFO_HDR = struct.Struct("=BBH")
 HANDLE_HDR = struct.Struct("=Ii")
 READ_SIZE = 256 * 1024
+_INFO_HDR_FROM = INFO_HDR.unpack_from
+_HANDLE_HDR_FROM = HANDLE_HDR.unpack_from
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fanotify_init.argtypes = [ctypes.c_uint, ctypes.c_uint]
@@ -113,27 +115,33 @@ def open_group(mount: Path) -> int:
     return fd
 
 
-def event_info(data: bytes, at: int, end: int) -> tuple[bytes, bytes, str]:
+def event_info(data: bytes, at: int, end: int, target: bool = True) -> tuple[bytes, bytes, str]:
     """An event's info records (data[at:end]): the parent directory's handle,
-    the target's handle and the entry's name, each empty when not reported."""
-    dir_handle = target = b""
+    the target's handle and the entry's name, each empty when not reported.
+    With `target` False the target's handle is not read: the kernel puts the
+    directory's record first (then a rename's second one, then the
+    target's), so the parse stops after it."""
+    dir_handle = child = b""
     name = ""
+    unpack_info, unpack_handle = _INFO_HDR_FROM, _HANDLE_HDR_FROM
     while at < end:
-        info_type, _pad, length = INFO_HDR.unpack_from(data, at)
-        if length < INFO_HDR.size:
+        info_type, _pad, length = unpack_info(data, at)
+        if length < 4:  # INFO_HDR.size
             break
         handle_at = at + 12  # past the header and the fsid
-        handle_end = handle_at + 8 + HANDLE_HDR.unpack_from(data, handle_at)[0]
+        handle_end = handle_at + 8 + unpack_handle(data, handle_at)[0]
         if info_type == INFO_FID:
-            target = data[handle_at:handle_end]
+            child = data[handle_at:handle_end]
         else:
             dir_handle = data[handle_at:handle_end]
             if info_type == INFO_DFID_NAME:
                 zero = data.find(b"\0", handle_end, at + length)
                 raw = data[handle_end : zero if zero >= 0 else at + length]
                 name = raw.decode("utf-8", "surrogateescape")
+            if not target:
+                break
         at += length
-    return dir_handle, target, name
+    return dir_handle, child, name
 
 
 def open_by_handle(mount_fd: int, handle: bytes) -> int:

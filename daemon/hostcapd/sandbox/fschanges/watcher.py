@@ -53,8 +53,10 @@ DIR_CACHE_MAX = 65536
 PID_TABLE_MAX = 262144
 UNCLAIMED_MAX = 256
 #: How long the reader lets events gather after a wake-up (none is lost: the
-#: kernel queues 16,384; a spawn asking for its changes cuts it short).
-BATCH_SECONDS = 0.005
+#: kernel queues 16,384, and a spawn churning 25,000 files a second queues
+#: about 1,000 in this time; a spawn asking for its changes cuts it short).
+#: 20 ms, not 5: the reader's CPU per 10,000-file unpack 41 -> 30 ms here.
+BATCH_SECONDS = 0.02
 #: How long a spawn waits for its changes before recording them as incomplete.
 FINISH_TIMEOUT = 60.0
 
@@ -275,7 +277,8 @@ class FsChangesWatcher:
             root = self._resolve(pid)
             if root is None:
                 return
-        dir_handle, target, name = fanotify.event_info(data, at, end)
+        # The target's handle matters only for a directory (the path cache).
+        dir_handle, target, name = fanotify.event_info(data, at, end, bool(mask & FAN_ONDIR))
         changes = self._changes.get(root)
         if changes is None:
             changes = self._changes[root] = Changes(self.max_paths)

@@ -35,7 +35,15 @@ from hostcap_proto.v1 import process_pb2_grpc
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.tenant_ceilings import FRONTEND_PIDS, HostTotals
 from support import toml
-from support.daemon import REPO, Daemon, children_of, cmdline, daemon_config, tenant_config
+from support.daemon import (
+    REPO,
+    Daemon,
+    audit_records,
+    children_of,
+    cmdline,
+    daemon_config,
+    tenant_config,
+)
 from support.process import Client, outcome, request
 
 CGROUPS = CgroupHost.probe()
@@ -282,3 +290,12 @@ async def test_eight_ceiling_runs_are_held_by_their_tenant_not_the_root(
             assert len(end.stdout) == end.exited.stdout.kept_bytes == CEILING
     assert refused < SPAWNS, ends
     assert daemon.proc is not None and daemon.proc.poll() is None
+    # A refused Run's spawn has its exit record, which says why it ended.
+    ended = [
+        r
+        for r in audit_records(daemon.audit_path)
+        if r["event"] == "process.exit" and r.get("tenant") == "heavy"
+    ]
+    budget = [r for r in ended if "budget of output the front-end keeps" in r.get("message", "")]
+    assert len(ended) == SPAWNS and len(budget) == refused, [r.get("message") for r in ended]
+    assert all(r["outcome"] == "CANCELLED" for r in budget)

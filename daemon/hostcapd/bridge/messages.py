@@ -259,9 +259,12 @@ class AdminCall(Message, frozen=True, tag="call"):
 
 
 class Cancel(Message, frozen=True, tag="cancel"):
-    """The client went away (cancelled, deadline, disconnected)."""
+    """The client went away (cancelled, deadline, disconnected), or the
+    front-end ended the call itself and says why (`reason`, e.g. its output
+    budget): the front-end's word, which the root bounds and only quotes."""
 
     call: CallId
+    reason: str = ""
 
 
 class Ack(Message, frozen=True, tag="ack"):

@@ -57,6 +57,9 @@ class RelayedCall:
     #: Pass a read of a spawn's output to the front-end: (stream, bytes,
     #: the stream's budget); returns once the front-end has taken it.
     pass_output: Callable[[int, bytes, int], Awaitable[None]] | None = None
+    #: Why its front-end ended it, once it has ("": the client went away, or
+    #: not ended): the front-end's word, bounded (`_quoted`).
+    ended_because: Callable[[], str] = lambda: ""
 
 
 #: A service method: (request, call) to an answer, or to an async iterator
@@ -114,6 +117,17 @@ class _CallState:
     acked: asyncio.Future[None] | None = None
     #: The payload bytes it holds of the tenant's in-flight budget.
     held: int = 0
+    #: What its front-end's Cancel said, bounded.
+    cancel_reason: str = ""
+
+
+#: The most of a front-end's Cancel reason the root quotes.
+MAX_CANCEL_REASON = 200
+
+
+def _quoted(reason: str) -> str:
+    """A front-end's reason as the root may repeat it: printable ASCII, cut."""
+    return "".join(c if " " <= c <= "~" else "?" for c in reason[:MAX_CANCEL_REASON])
 
 
 # --- the channel's root end ------------------------------------------------------
@@ -183,6 +197,7 @@ class Bridge:
         elif isinstance(message, messages.Cancel):
             state = self.calls.get(message.call)
             if state is not None and state.task is not None:
+                state.cancel_reason = _quoted(message.reason)
                 state.task.cancel()
         elif isinstance(message, messages.Ready):
             if self.ready is not None and not self.ready.done():
@@ -222,6 +237,7 @@ class Bridge:
                 payload if present else None,
                 message.caller,
                 functools.partial(self._pass_output, message.call, state),
+                lambda: state.cancel_reason,
             )
             del payload  # the call holds it now, and gives its bytes back when it ends
             self.calls[message.call] = state

@@ -144,6 +144,9 @@ class Relay:
             return None
         return head
 
+    #: What the spawn's exit record says of a call ended past the budget.
+    PAST_BUDGET = "its output passed the budget of output the front-end keeps at once"
+
     def past_budget(self) -> WireError:
         """The refusal of a call whose output would pass the budget."""
         return WireError(
@@ -171,11 +174,12 @@ class Relay:
         self.link.send(self._call(call=call_id, request=request, caller=caller), payload)
         return call_id, call
 
-    def done(self, call_id: int) -> None:
-        """The call is over here: a client gone before its end is a Cancel."""
+    def done(self, call_id: int, reason: str = "") -> None:
+        """The call is over here: a client gone before its end is a Cancel;
+        `reason` says why when it is this front-end that ends it."""
         call = self.calls.pop(call_id, None)
         if call is not None and not call.finished:
-            self.link.send(messages.Cancel(call=call_id))
+            self.link.send(messages.Cancel(call=call_id, reason=reason))
 
     def _on_message(self, message: Any, payload: bytes | None) -> None:
         if isinstance(message, messages.Drain):
@@ -246,7 +250,7 @@ def _handler(
                 relay.link.send(messages.Ack(call=call_id))
                 del data
         finally:
-            relay.done(call_id)
+            relay.done(call_id, relay.PAST_BUDGET if past is not None else "")
         large = large or call.held >= TRIM_AFTER_BYTES
         if past is not None or isinstance(message, messages.Abort):
             relay.let_go(call)
@@ -288,7 +292,7 @@ def _handler(
                     if head is None:
                         past = relay.past_budget()
                         relay.let_go(call)
-                        relay.done(call_id)  # its spawn is ended
+                        relay.done(call_id, relay.PAST_BUDGET)  # its spawn is ended
                         await context.abort_with_status(past.to_status())
                     if head:
                         yield convert.output_event(message.stream, head)

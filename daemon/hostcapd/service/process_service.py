@@ -112,7 +112,7 @@ class ProcessService:
             # The client went away (cancel, deadline, disconnect): kill the tree.
             spawn.stop_streaming()
             if not spawn.done.done():
-                spawn.cancel()
+                _cancel(spawn, call)
 
     async def Run(self, request: messages.RunCall, call: RelayedCall) -> messages.RunResult:
         self.runtime.active_calls += 1
@@ -153,7 +153,7 @@ class ProcessService:
             if not attached:
                 spawn.stop_streaming()
             if not spawn.done.done():
-                spawn.cancel()
+                _cancel(spawn, call)
         return messages.RunResult(
             started=convert.started_of(spawn, attached=attached),
             exited=convert.exited_message(spawn, report),
@@ -303,3 +303,11 @@ async def _pass_output(spawn: Spawn, call: RelayedCall) -> Report:
         stream, data = payload
         await call.pass_output(stream, data, spawn.keep)
         spawn.consumed(len(data))
+
+
+def _cancel(spawn: Spawn, call: RelayedCall) -> None:
+    """End a spawn whose call is over before it: the client went away, or
+    its front-end ended the call and said why, which the exit record quotes
+    as the front-end's word."""
+    because = call.ended_because()
+    spawn.cancel(message=f"ended by the tenant's front-end: {because}" if because else "")

@@ -72,6 +72,10 @@ class _Pipe(asyncio.Protocol):
         self.other: _Pipe | None = None
         self.eof = False
         self.closed = False
+        #: What it read before the other side was connected: pausing its
+        #: reads in connection_made does not hold on every Python (3.11
+        #: adds the reader after connection_made), so the bytes wait here.
+        self.early: list[bytes] = []
         self._on_made = on_made
         self._on_closed = on_closed
 
@@ -85,10 +89,26 @@ class _Pipe(asyncio.Protocol):
         other = self.other
         if other is not None and other.transport is not None:
             other.transport.write(data)
+        else:
+            self.early.append(data)
+            if self.transport is not None:
+                self.transport.pause_reading()
+
+    def joined(self) -> None:
+        """The other side is connected: what waited goes to it."""
+        other = self.other
+        assert other is not None and other.transport is not None
+        for data in self.early:
+            other.transport.write(data)
+        self.early.clear()
+        if self.eof and other.transport.can_write_eof():
+            other.transport.write_eof()
 
     def eof_received(self) -> bool:
         self.eof = True
         other = self.other
+        if other is not None and other.transport is None and not other.closed:
+            return True  # written on once the other side is connected
         if other is None or other.transport is None or other.eof:
             self.close_both()
             return False
@@ -192,7 +212,9 @@ class Peers:
         if outer.closed or transport.is_closing():
             inner.close_both()
             return
-        transport.resume_reading()
+        outer.joined()
+        if not outer.eof:
+            transport.resume_reading()
 
     async def close(self) -> None:
         if self._server is not None:

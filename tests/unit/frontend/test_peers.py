@@ -135,3 +135,49 @@ async def test_a_client_that_goes_away_cancels_its_call_and_is_forgotten(tmp_pat
             await client.wait()
         await served.peers.close()
         await served.server.stop(0)
+
+
+async def test_bytes_sent_before_the_inner_side_is_connected_are_relayed(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A client writes its first bytes (gRPC's preface) at once and closes
+    its side; the inner connection is slow to come up. Nothing is lost: on
+    Python 3.11 the accepted side reads before it can be paused, and the
+    unit's daemon lost every connection's preface that way."""
+    name = f"hostcap-test-peers-{secrets.token_hex(8)}"
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.read())  # to its EOF
+        await writer.drain()
+        writer.close()
+
+    inner = await asyncio.start_unix_server(echo, "\0" + name)
+    loop = asyncio.get_running_loop()
+    connect = loop.create_unix_connection
+
+    async def slow(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.2)
+        return await connect(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "create_unix_connection", slow)
+    # Debian 12's Python (3.11.2) adds a new transport's reader after
+    # connection_made whether or not it paused: that behaviour here too.
+    from asyncio import selector_events
+
+    def add_reader_as_in_3_11_2(self: Any, fd: int, callback: Any, *args: Any) -> None:
+        if not self._closing:
+            self._loop._add_reader(fd, callback, *args)
+
+    monkeypatch.setattr(selector_events._SelectorTransport, "_add_reader", add_reader_as_in_3_11_2)
+    peers = Peers("\0" + name)
+    await peers.listen(str(tmp_path / "s"), 0o600)
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(tmp_path / "s"))
+        writer.write(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"x" * 100_000)
+        writer.write_eof()
+        got = await asyncio.wait_for(reader.read(), 10)
+        writer.close()
+        assert got == b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"x" * 100_000
+    finally:
+        await peers.close()
+        inner.close()

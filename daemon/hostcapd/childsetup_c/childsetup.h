@@ -329,6 +329,8 @@ pid_t clone_init_small(char *stack, struct plan *p);
 struct span {
     unsigned long start, end;
 };
+/* Whether [start, end) overlaps any of the n spans. */
+int spans_overlap(unsigned long start, unsigned long end, const struct span *spans, int n);
 /* Clone fn like fork, copying of the caller's anonymous memory only `own`,
  * the TLS and the loaded objects' writable segments (n_own < 0: all). */
 pid_t clone_small(int (*fn)(void *), char *stack_top, int flags, void *arg,

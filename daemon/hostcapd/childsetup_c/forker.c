@@ -100,15 +100,6 @@ static int add_kept_object(struct dl_phdr_info *info, size_t size, void *arg)
     return 0;
 }
 
-static int overlaps_any(unsigned long start, unsigned long end, const struct span *spans, int n)
-{
-    for (int i = 0; i < n; i++) {
-        if (start < spans[i].end && spans[i].start < end)
-            return 1;
-    }
-    return 0;
-}
-
 #define MAX_UNMAP 4096
 
 /* What the forker unmaps first (see forker_plan_shrink). */
@@ -179,12 +170,12 @@ static void forker_plan_shrink(void)
                 break;
             }
         }
-        if (parsed && perms[3] == 'p' && !overlaps_any(start, end, keep.spans, keep.n)) {
+        if (parsed && perms[3] == 'p' && !spans_overlap(start, end, keep.spans, keep.n)) {
             /* A file mapping of another object, or the anonymous rest of
              * another object's writable segment (its .bss), away from the
              * thread's TLS. */
             int other_bss = anon && !keep.other_full &&
-                            overlaps_any(start, end, keep.other, keep.n_other) &&
+                            spans_overlap(start, end, keep.other, keep.n_other) &&
                             !(start < tls_to && tls_from < end);
             if (inode != 0 || other_bss) {
                 drop[n_drop].start = start;

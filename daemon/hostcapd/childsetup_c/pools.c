@@ -273,10 +273,10 @@ static int add_writable_segments(struct dl_phdr_info *info, size_t size, void *a
     return 0;
 }
 
-static int overlaps(unsigned long start, unsigned long end, const struct span *keep, int n)
+int spans_overlap(unsigned long start, unsigned long end, const struct span *spans, int n)
 {
     for (int i = 0; i < n; i++) {
-        if (start < keep[i].end && keep[i].start < end)
+        if (start < spans[i].end && spans[i].start < end)
             return 1;
     }
     return 0;
@@ -322,7 +322,7 @@ static int mark_dontfork(const struct span *keep, int n_keep, struct span *marke
             int file = inode != 0 || path[0] == '/';
             int anon = !file && (path[0] == '\0' || strcmp(path, "[heap]") == 0);
             if (anon && perms[1] == 'w' && perms[3] == 'p' &&
-                !overlaps(start, end, keep, n_keep)) {
+                !spans_overlap(start, end, keep, n_keep)) {
                 if (n == MAX_DONTFORK ||
                     madvise((void *)start, end - start, MADV_DONTFORK) != 0) {
                     /* unexpected: undo what was marked and fall back */

@@ -183,13 +183,12 @@ class WarmPool:
             try:
                 self._order_one()
             except (CgroupError, SpawnerLost, OSError) as error:
-                log.warning(
-                    "tenant %s: no warm child made: %s",
-                    self.deps.tenant.name,
-                    error,
-                    extra=fields(tenant=self.deps.tenant.name),
-                )
+                self._not_made(error)
                 return
+
+    def _not_made(self, error: BaseException) -> None:
+        name = self.deps.tenant.name
+        log.warning("tenant %s: no warm child made: %s", name, error, extra=fields(tenant=name))
 
     async def _order_with_egress(self) -> None:
         """A warm child in a namespace the egress proxy serves, made first."""
@@ -200,12 +199,7 @@ class WarmPool:
             netns_fd = await egress.open(warm_id)
         except (EgressUnavailable, OSError) as error:
             self._opening -= 1
-            log.warning(
-                "tenant %s: no warm child made: %s",
-                self.deps.tenant.name,
-                error,
-                extra=fields(tenant=self.deps.tenant.name),
-            )
+            self._not_made(error)
             return
         self._opening -= 1
         try:
@@ -215,12 +209,7 @@ class WarmPool:
         except (CgroupError, SpawnerLost, OSError) as error:
             egress.close(warm_id)
             if not self._closed:
-                log.warning(
-                    "tenant %s: no warm child made: %s",
-                    self.deps.tenant.name,
-                    error,
-                    extra=fields(tenant=self.deps.tenant.name),
-                )
+                self._not_made(error)
         finally:
             os.close(netns_fd)
 

@@ -301,6 +301,11 @@ class FrontendProcess:
             # It binds a name relative to this directory.
             cwd=bind_dir,
             env={"LC_ALL": "C.UTF-8"},
+            # A session of its own, as the fs worker's: a terminal's Ctrl-C
+            # or a signal to the daemon's process group reaches the daemon,
+            # which stops its front-ends in order (they die with it anyway:
+            # PDEATHSIG), instead of each dying first and being restarted.
+            start_new_session=True,
         )
         theirs.close()
         if self.place is not None:

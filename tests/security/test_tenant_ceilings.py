@@ -25,13 +25,14 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from hostcap_proto.errors import from_rpc_error
 from hostcap_proto.limits import DEV_CEILING
 from hostcap_proto.messages import MAX_REPLY_BYTES
-from hostcap_proto.v1 import process_pb2_grpc
+from hostcap_proto.v1 import common_pb2, process_pb2_grpc
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.tenant_ceilings import FRONTEND_PIDS, HostTotals
 from support import toml
@@ -299,3 +300,68 @@ async def test_eight_ceiling_runs_are_held_by_their_tenant_not_the_root(
     budget = [r for r in ended if "budget of output the front-end keeps" in r.get("message", "")]
     assert len(ended) == SPAWNS and len(budget) == refused, [r.get("message") for r in ended]
     assert all(r["outcome"] == "CANCELLED" for r in budget)
+
+
+async def _drain(stub: Any, spawn: Any) -> tuple[str, int, str]:
+    """A streamed Spawn read to its end: (how it ended, bytes of output
+    received, its spawn id); a refusal ends it with its reason."""
+    got, spawn_id = 0, ""
+    try:
+        async for event in stub.Spawn(spawn):
+            kind = event.WhichOneof("event")
+            if kind == "started":
+                spawn_id = event.started.spawn_id
+            elif kind == "output":
+                got += len(event.output.data)
+            elif kind == "exited":
+                return common_pb2.Outcome.Name(event.exited.outcome), got, spawn_id
+    except grpc.aio.AioRpcError as end:
+        wire = from_rpc_error(end)
+        return (wire.reason if wire is not None else end.code().name), got, spawn_id
+    return "NO_EXITED", got, spawn_id
+
+
+async def test_eight_ceiling_spawn_streams_past_the_front_ends_budget_end_typed_and_audited(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    """The Spawn side of the front-end's output budget: it streams each
+    head as it comes and keeps each tail, so eight streams at the ceiling
+    keep more than it may at once. The ones past it end QUOTA_EXCEEDED,
+    their spawns ended with the reason in their exit records; the rest end
+    EXITED with their whole kept output; the front-end lives on."""
+    daemon = start_daemon(
+        tenants={
+            "heavy": {
+                "limits": {"ceiling": {"output_bytes": CEILING, "total_output_bytes": 4 * CEILING}}
+            }
+        }
+    )
+    options = [("grpc.max_receive_message_length", MAX_REPLY_BYTES)]
+    heavy = grpc.aio.insecure_channel(f"unix:{daemon.socket_of('heavy')}", options=options)
+    stub = process_pb2_grpc.ProcessServiceStub(heavy)  # type: ignore[no-untyped-call]
+    spawn = request(
+        ["head", "-c", str(2 * CEILING), "/dev/zero"],
+        limits={"output_bytes": CEILING, "wall_seconds": 300},
+    )
+    try:
+        ends = await asyncio.gather(*(_drain(stub, spawn) for _ in range(SPAWNS)))
+    finally:
+        await heavy.close(None)
+    assert daemon.proc is not None and daemon.proc.poll() is None
+    kinds = sorted({kind for kind, _, _ in ends})
+    assert set(kinds) <= {"EXITED", "QUOTA_EXCEEDED"}, ends
+    assert "QUOTA_EXCEEDED" in kinds, f"eight streams stayed within the budget: {ends}"
+    # Each that ended EXITED got its kept output whole: head and tail, and
+    # the marker line where the middle was dropped.
+    assert all(CEILING <= got <= CEILING + 256 for kind, got, _ in ends if kind == "EXITED"), ends
+    refused = {spawn_id for kind, _, spawn_id in ends if kind == "QUOTA_EXCEEDED"}
+    exits = {
+        r["spawn_id"]: r
+        for r in audit_records(daemon.audit_path)
+        if r["event"] == "process.exit" and r.get("tenant") == "heavy"
+    }
+    assert len(exits) == SPAWNS, sorted(exits)
+    for spawn_id in refused:
+        record = exits[spawn_id]
+        assert record["outcome"] == "CANCELLED", record
+        assert "budget of output the front-end keeps" in record.get("message", ""), record

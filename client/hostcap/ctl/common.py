@@ -57,6 +57,14 @@ def report_error(error: WireError, as_json: bool) -> None:
         print(f"hostcapctl: {error.reason}: {error.message}", file=sys.stderr)
 
 
+def refused(error: grpc.RpcError, as_json: bool) -> int:
+    """Report a refused call on a spawn; its exit status: EXIT_NOT_FOUND
+    for an id the daemon does not know (for this caller), else EXIT_REFUSED."""
+    wire = wire_error(error)
+    report_error(wire, as_json)
+    return EXIT_NOT_FOUND if wire.reason == "NOT_FOUND" else EXIT_REFUSED
+
+
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=None, sort_keys=False))
 

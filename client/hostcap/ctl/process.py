@@ -18,6 +18,7 @@ from hostcap.ctl.common import (
     EXIT_REFUSED,
     channel,
     exit_status,
+    refused,
     report_error,
     socket_of,
     wire_error,
@@ -246,9 +247,7 @@ def cmd_output(args: argparse.Namespace) -> int:
         try:
             answer = stub.ReadOutput(request)
         except grpc.RpcError as error:
-            wire = wire_error(error)
-            report_error(wire, as_json=args.json)
-            return EXIT_NOT_FOUND if wire.reason == "NOT_FOUND" else EXIT_REFUSED
+            return refused(error, as_json=args.json)
     if args.json:
         print(json.dumps(output_json(answer)))
         return 0
@@ -282,9 +281,7 @@ def _process_call(args: argparse.Namespace, method: str, request: Any) -> Any:
         try:
             return getattr(stub, method)(request)
         except grpc.RpcError as error:
-            wire = wire_error(error)
-            report_error(wire, as_json=args.json)
-            return EXIT_NOT_FOUND if wire.reason == "NOT_FOUND" else EXIT_REFUSED
+            return refused(error, as_json=args.json)
 
 
 def cmd_env_open(args: argparse.Namespace) -> int:
@@ -338,9 +335,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
         try:
             stub.Signal(request)
         except grpc.RpcError as error:
-            wire = wire_error(error)
-            report_error(wire, as_json=args.json)
-            return EXIT_NOT_FOUND if wire.reason == "NOT_FOUND" else EXIT_REFUSED
+            return refused(error, as_json=args.json)
     if args.json:
         print(json.dumps({"spawn_id": args.spawn_id, "stopped": True}))
     return 0

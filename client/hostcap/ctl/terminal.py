@@ -47,10 +47,10 @@ from hostcap_proto.messages import MAX_REPLY_BYTES, MAX_REQUEST_BYTES
 from hostcap_proto.v1 import common_pb2, process_pb2, process_pb2_grpc
 
 from hostcap.ctl.common import (
-    EXIT_NOT_FOUND,
     EXIT_REFUSED,
     channel,
     exit_status,
+    refused,
     report_error,
     socket_of,
     wire_error,
@@ -399,9 +399,7 @@ async def _attach(args: argparse.Namespace) -> int:
             )
             listed: Any = await stub.List(process_pb2.ListRequest())
         except grpc.RpcError as error:
-            wire = wire_error(error)
-            report_error(wire, as_json=False)
-            return EXIT_NOT_FOUND if wire.reason == "NOT_FOUND" else EXIT_REFUSED
+            return refused(error, as_json=False)
         info = next((i for i in listed.spawns if i.spawn_id == args.spawn_id), None)
         on_tty = info is not None and info.HasField("tty") and info.tty.rows > 0
         # A terminal spawn takes keys as typed (raw); a pipe takes this
@@ -471,9 +469,7 @@ async def _write(args: argparse.Namespace) -> int:
                     process_pb2.WriteStdinRequest(spawn_id=args.spawn_id, close=args.close)
                 )
         except grpc.RpcError as error:
-            wire = wire_error(error)
-            report_error(wire, as_json=args.json)
-            return EXIT_NOT_FOUND if wire.reason == "NOT_FOUND" else EXIT_REFUSED
+            return refused(error, as_json=args.json)
     if args.json:
         print(json.dumps({
             "spawn_id": args.spawn_id, "bytes_written": written, "closed": args.close,
@@ -490,9 +486,7 @@ def cmd_resize(args: argparse.Namespace) -> int:
         try:
             stub.Resize(request)
         except grpc.RpcError as error:
-            wire = wire_error(error)
-            report_error(wire, as_json=args.json)
-            return EXIT_NOT_FOUND if wire.reason == "NOT_FOUND" else EXIT_REFUSED
+            return refused(error, as_json=args.json)
     if args.json:
         print(json.dumps({"spawn_id": args.spawn_id, "rows": args.rows, "cols": args.cols}))
     return 0

@@ -36,6 +36,7 @@ from bench import (
 from bench.baselines import Baselines
 from bench.client import TenantClient
 from bench.daemon import REPO, BenchDaemon, state_parent
+from bench.design_floor import DesignFloor
 from bench.native import BenchError
 from bench.report import Row, document, table, write
 from bench.sandbox_floor import SandboxFloor
@@ -83,6 +84,7 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
     base: Baselines | None = None
     clients: dict[str, TenantClient] = {}
     rows: list[Row] = []
+    design: DesignFloor | None = None
     try:
         _progress("starting daemons, floor servers, compiling the C baselines", started)
         main.start()
@@ -93,6 +95,12 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
         idle_rss = procfs.rss_bytes(mem.pid)  # started before the floor server: settled as long
         frontend_idle_rss = max(map(procfs.rss_bytes, mem.frontend_pids()), default=0)
         clients = {name: TenantClient(main.socket(name)) for name in main.tenants}
+        if only & {"1", "2"}:
+            try:
+                design = DesignFloor(main)
+            except (BenchError, OSError) as error:
+                print(f"bench: no floors of the design: {error}", file=sys.stderr)
+                design = None
         if "1" in only:
             _progress("row 1: spawn latency (and the RPC floor)", started)
             try:
@@ -101,13 +109,13 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
                 print(f"bench: no design floor lines: {error}", file=sys.stderr)
                 sandbox = None
             try:
-                rows += await spawn_latency.measure(base, clients, quick, sandbox)
+                rows += await spawn_latency.measure(base, clients, quick, sandbox, design)
             finally:
                 if sandbox is not None:
                     sandbox.close()
         if "2" in only:
             _progress("row 2: throughput with 8 clients", started)
-            rows.append(await throughput.measure(base, main, quick))
+            rows.append(await throughput.measure(base, main, quick, design))
         if "3" in only:
             _progress("row 3: stdout stream", started)
             rows.append(await stream.measure(base, main, quick))
@@ -116,7 +124,9 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
             rows.append(await kill.measure(base, clients["full"], quick))
         if "5" in only:
             _progress("row 5: ReadFile / WriteFile", started)
-            rows.append(await file_io.measure(main.socket("full"), quick, base.grpc_rtt))
+            rows.append(
+                await file_io.measure(main.socket("full"), quick, base.grpc_rtt, base.relay_read_4k)
+            )
         if "6" in only:
             _progress("row 6: memory", started)
             rows.append(
@@ -134,6 +144,8 @@ async def run(quick: bool, only: set[str], keep_state: bool) -> int:
         print(f"bench: {error}", file=sys.stderr)
         return 1
     finally:
+        if design is not None:
+            design.close()
         for client in clients.values():
             await client.close()
         if base is not None:

@@ -12,6 +12,10 @@
     base.pipe(n)               # head -c n /dev/zero | cat
     base.kill_tree(tree, 50)   # a direct killpg + reap of a 50-process tree
     base.grpc_idle_rss         # a bare grpc.aio server's RSS, idle after start
+    await base.relay_rtt()     # grpc.aio through the front-end's relay (the caller's creds)
+    await base.relay_hop_rtt() # the same, on to a hop process and back (the root side)
+    await base.relay_read_4k() # the same, the hop process reading a 4 KiB file (a worker)
+    await base.relay_stream(n) # a stream through the relay, fed by the hop process
 
 Each returns seconds (or runs per second); the rows interleave the calls with
 their own so both see the same machine.
@@ -89,6 +93,10 @@ class Baselines:
         self.tree_exe = tree
         self.grpc_proc: subprocess.Popen[bytes] | None = None
         self.echo_proc: subprocess.Popen[bytes] | None = None
+        self.relay_proc: subprocess.Popen[bytes] | None = None
+        self._relay: grpc.aio.Channel | None = None
+        #: A 4 KiB file the relay's hop process reads (relay_read_4k).
+        self.read_path = workdir / "floor-4k.bin"
         self.grpc_idle_rss = 0
         self._channel: grpc.aio.Channel | None = None
         self._echo: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
@@ -108,14 +116,19 @@ class Baselines:
         echo_sock = workdir / "echo.sock"
         base.echo_proc = start_server("echo", echo_sock)
         base._echo = await asyncio.open_unix_connection(str(echo_sock))
+        base.read_path.write_bytes(os.urandom(4096))
+        relay_sock = workdir / "relay-floor.sock"
+        base.relay_proc = start_server("relay", relay_sock)
+        base._relay = grpc.aio.insecure_channel(f"unix:{relay_sock}", options=floor_servers.OPTIONS)
         return base
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close(None)
+        for channel in (self._channel, self._relay):
+            if channel is not None:
+                await channel.close(None)
         if self._echo is not None:
             self._echo[1].close()
-        for proc in (self.grpc_proc, self.echo_proc):
+        for proc in (self.grpc_proc, self.echo_proc, self.relay_proc):
             if proc is not None:
                 stop(proc)
         self.floor.close()
@@ -167,6 +180,43 @@ class Baselines:
         if received != nbytes:
             raise BenchError(f"grpc floor streamed {received} bytes, not {nbytes}")
         return StreamRun(seconds, nbytes, procfs.cpu_seconds(self.grpc_proc.pid) - cpu)
+
+    # --- the relay: the front-end's least (floor_servers.py `relay`) --------
+
+    def relay_pids(self) -> list[int]:
+        """The relay server's process and its hop process."""
+        assert self.relay_proc is not None
+        return [self.relay_proc.pid, *procfs.children_of(self.relay_proc.pid)]
+
+    async def _relay_unary(self, method: str, request: bytes) -> float:
+        assert self._relay is not None
+        call = self._relay.unary_unary(method, None, None)
+        start = time.perf_counter()
+        await call(request)
+        return time.perf_counter() - start
+
+    async def relay_rtt(self) -> float:
+        return await self._relay_unary(floor_servers.ECHO, b"x" * 64)
+
+    async def relay_hop_rtt(self) -> float:
+        return await self._relay_unary(floor_servers.HOP, b"x" * 64)
+
+    async def relay_read_4k(self) -> float:
+        return await self._relay_unary(floor_servers.READ, bytes(self.read_path))
+
+    async def relay_stream(self, nbytes: int) -> StreamRun:
+        assert self._relay is not None
+        call = self._relay.unary_stream(floor_servers.STREAM, None, None)
+        pids = self.relay_pids()
+        cpu = procfs.cpu_seconds_of(pids)
+        received = 0
+        start = time.perf_counter()
+        async for message in call(str(nbytes).encode()):
+            received += len(message)
+        seconds = time.perf_counter() - start
+        if received != nbytes:
+            raise BenchError(f"the relay floor streamed {received} bytes, not {nbytes}")
+        return StreamRun(seconds, nbytes, procfs.cpu_seconds_of(pids) - cpu)
 
     def pipe(self, nbytes: int) -> float:
         start = time.perf_counter()

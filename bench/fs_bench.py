@@ -16,7 +16,10 @@ Keys of the returned dict: `fs.{read,write}_{4k,1m}.{daemon_us,local_us,ratio}`
 and `fs.write_{4k,1m}.{atomic_us,ratio_vs_atomic}`. Given `grpc_rtt` (a bare
 grpc.aio unary round trip, from the harness's floor server), reads are also
 timed in turns with it: `fs.read_{4k,1m}.{grpc_rtt_us,ratio_vs_grpc_rtt}`,
-what a ReadFile costs over the transport it cannot avoid.
+what a ReadFile costs over the transport it cannot avoid. Given `read_floor`
+too (the design's least for a 4 KiB ReadFile: bench/README.md, "The floors
+of the design"), the 4 KiB reads are timed in turns with it as well:
+`fs.read_4k.floor_us`.
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ async def run(
     socket_path: str | os.PathLike[str],
     quick: bool,
     grpc_rtt: Callable[[], Awaitable[Any]] | None = None,
+    read_floor: Callable[[], Awaitable[Any]] | None = None,
 ) -> dict[str, float]:
     """Measure and return the results (see the module docstring for the keys)."""
     results: dict[str, float] = {}
@@ -149,10 +153,15 @@ async def run(
 
                 if grpc_rtt is None:
                     daemon_us, local_us = await _interleaved(n, read_remote, _local_read(local))
-                else:
+                elif read_floor is None or label != "4k":
                     daemon_us, local_us, rtt_us = await _interleaved(
                         n, read_remote, _local_read(local), grpc_rtt
                     )
+                else:  # the floor of a 4 KiB ReadFile, in the same turns
+                    daemon_us, local_us, rtt_us, floor_us = await _interleaved(
+                        n, read_remote, _local_read(local), grpc_rtt, read_floor
+                    )
+                    results[f"fs.read_{label}.floor_us"] = floor_us
                     results[f"fs.read_{label}.grpc_rtt_us"] = rtt_us
                     results[f"fs.read_{label}.ratio_vs_grpc_rtt"] = daemon_us / rtt_us
                 results[f"fs.read_{label}.daemon_us"] = daemon_us

@@ -161,7 +161,7 @@ async def main(rounds: int, stream_mib: int) -> int:
         print(f"the servicer saw the caller (pid, uid, gid) through the nonce: {relayed[0]}")
     finally:
         for ch in channels.values():
-            await ch.close()
+            await ch.close(None)
         relay_server.close()
         await server.stop(0)
         Path(public).unlink(missing_ok=True)

@@ -43,10 +43,22 @@ class Line:
     #: How the ratio column shows the figure: "x" for a ratio; the few
     #: figures the issue defines as absolute ("MiB", "%") say so.
     unit: str = "x"
+    #: A floor line: the key of the target line it bounds. Its ratio is the
+    #: floor of the design over that line's baseline, and `target` is that
+    #: line's target, so the table says whether the target lies below it.
+    floor_of: str = ""
 
     @property
     def holds(self) -> bool | None:
         return None if self.target is None else self.target.holds(self.ratio)
+
+    @property
+    def mark(self) -> str:
+        if self.floor_of:
+            # A floor that meets the target leaves room; one that does not
+            # puts the target below what the design can reach.
+            return "room" if self.holds else "FLOOR"
+        return {True: "ok", False: "MISS", None: ""}[self.holds]
 
 
 @dataclass
@@ -63,7 +75,7 @@ def table(rows: list[Row]) -> str:
     body: list[tuple[str, ...]] = []
     for row in rows:
         for line in row.lines:
-            mark = {True: "ok", False: "MISS", None: ""}[line.holds]
+            mark = line.mark
             body.append(
                 (
                     line.row,
@@ -100,8 +112,16 @@ def document(rows: list[Row], meta: dict[str, Any]) -> dict[str, Any]:
         line.key: {"target": str(line.target), "holds": line.holds}
         for row in rows
         for line in row.lines
-        if line.key and line.target is not None
+        if line.key and line.target is not None and not line.floor_of
     }
+    # Each floor beside the target it bounds: its ratio over the target
+    # line's baseline, and whether the target lies below it.
+    for row in rows:
+        for line in row.lines:
+            if line.floor_of and line.floor_of in doc["targets"]:
+                doc["targets"][line.floor_of]["floor"] = round(line.ratio, 4)
+                doc["targets"][line.floor_of]["floor_key"] = line.key
+                doc["targets"][line.floor_of]["below_floor"] = not line.holds
     doc["meta"] = meta
     doc["rows"] = {
         row.name: {

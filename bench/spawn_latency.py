@@ -18,6 +18,16 @@ rotation), the least a spawn through any grpc.aio front-end driving this C
 set-up could cost; the sum of the two medians, over bwrap's. The daemon's
 time over that floor is the front-end's own (Python, the audit record, the
 spawner hop); `minimal` is set against the RPC plus the posix_spawn floor.
+
+The floors of the design (issue 35; bench/design_floor.py, bench/README.md
+"The floors of the design"): a grpc.aio call through the front-end's relay
+on to a hop process (`relay_hop`), plus the sandbox part the line needs: a
+warm child given its request, the durable exec record, the go and the reap
+(`floor_warm`, also in the spaced rounds), the fresh set-up overlapped with
+the record (`floor_fresh`), the same joining an open environment's
+namespaces (`floor_env`), the `minimal` profile's (`floor_minimal`). Each is
+in the rotation of the line it bounds; a floor line's ratio is the sum of
+the medians over that line's baseline, beside the line's target.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from hostcap_proto.v1 import process_pb2
 
 from bench.baselines import Baselines
 from bench.client import TenantClient
+from bench.design_floor import DesignFloor
 from bench.report import Line, Row, Target, ms
 from bench.sandbox_floor import SandboxFloor
 from bench.stats import Summary, rotation
@@ -45,6 +56,7 @@ async def measure(
     clients: dict[str, TenantClient],
     quick: bool,
     sandbox: SandboxFloor | None = None,
+    design: DesignFloor | None = None,
 ) -> tuple[Row, Row]:
     rounds = 60 if quick else 400
     spaced_rounds = 12 if quick else 60
@@ -67,9 +79,16 @@ async def measure(
         contenders["csetup"] = lambda: _sync(sandbox.true)
         # The same without the init as pid 1 (the command is pid 1): its cost.
         contenders["csetup_noinit"] = lambda: _sync(lambda: sandbox.true(init=False))
+    if design is not None:
+        contenders["relay_hop"] = base.relay_hop_rtt
+        contenders["floor_warm"] = lambda: _sync(design.warm)
+        contenders["floor_fresh"] = lambda: _sync(design.fresh)
+        contenders["floor_env"] = lambda: _sync(design.environment)
+        contenders["floor_minimal"] = lambda: _sync(design.minimal)
     for fn in contenders.values():  # warm-up: connections, caches, the hash cache
         for _ in range(3):
             await fn()
+    record_bytes = design.calibrate() if design is not None else 0
     samples: dict[str, list[float]] = {name: [] for name in contenders}
     names = list(contenders)
     for index in range(rounds):
@@ -81,6 +100,8 @@ async def measure(
     )
 
     spaced_names = ["full", "bwrap", "nocg", "full_fresh"]
+    if design is not None:
+        spaced_names += ["relay_hop", "floor_warm"]
     spaced: dict[str, list[float]] = {name: [] for name in spaced_names}
     for index in range(spaced_rounds):
         for name in rotation(spaced_names, index):
@@ -93,6 +114,9 @@ async def measure(
         "grpc": base.grpc_rtt,
         "daemon": clients["full"].health_rtt,
     }
+    if design is not None:
+        rpc_names.append("relay_hop")
+        rpc_fns["relay_hop"] = base.relay_hop_rtt
     rpc: dict[str, list[float]] = {name: [] for name in rpc_names}
     for index in range(rounds * 2):
         for name in rotation(rpc_names, index):
@@ -239,6 +263,9 @@ async def measure(
 
     if sandbox is not None:
         _design_floor(row, s, r["grpc"])
+    if design is not None:
+        row.figures["floor.exec_record_bytes"] = record_bytes
+        _floors(row, s, sp, r)
 
     rpc_row = Row("0 rpc overhead")
     for name, summary in r.items():
@@ -332,3 +359,118 @@ def _design_floor(row: Row, s: dict[str, Summary], grpc: Summary) -> None:
     )
     for what, ratio, value, baseline, key, target in lines:
         row.lines.append(Line("1", f"{what} p50", ratio, value, baseline, key, target))
+
+
+def _floors(row: Row, s: dict[str, Summary], sp: dict[str, Summary], r: dict[str, Summary]) -> None:
+    """Issue 35's floors: each the sum of its parts' medians, measured in the
+    rotation of the line it bounds, over that line's baseline."""
+    grpc = r["grpc"]
+    hop, hop_spaced = s["relay_hop"].p50_us, sp["relay_hop"].p50_us
+    warm = hop + s["floor_warm"].p50_us
+    warm_spaced = hop_spaced + sp["floor_warm"].p50_us
+    fresh = hop + s["floor_fresh"].p50_us
+    env = hop + s["floor_env"].p50_us
+    # Against row 0's bare grpc.aio RTT plus posix_spawn: the relay and hop
+    # from the same rotation as that RTT (row 0's), like with like.
+    minimal = r["relay_hop"].p50_us + s["floor_minimal"].p50_us
+    old_minimal = grpc.p50_us + s["floor"].p50_us
+    bw, bws = s["bwrap"].p50_us, sp["bwrap"].p50_us
+    parts = "relay + hop RTT"
+    for name, value in (("warm", warm), ("warm_spaced", warm_spaced), ("fresh", fresh)):
+        row.figures[f"floor.{name}.p50_us"] = value
+    row.figures["floor.environment.p50_us"] = env
+    row.figures["floor.minimal.p50_us"] = minimal
+    lines: tuple[tuple[str, float, float, str, str, str, Target | None], ...] = (
+        (
+            f"floor, default ({parts} + warm child's go ‖ durable append) / bwrap",
+            warm,
+            bw,
+            "bwrap",
+            "default_over_bwrap_floor",
+            "default_over_bwrap",
+            Target("<=", 0.9),
+        ),
+        (
+            "floor, default + cgroup (the same: cgroup made ahead) / bwrap",
+            warm,
+            bw,
+            "bwrap",
+            "default_cgroup_over_bwrap_floor",
+            "default_cgroup_over_bwrap",
+            Target("<=", 1.0),
+        ),
+        (
+            f"floor, spaced 50 ms ({parts} + warm, each spaced) / bwrap spaced",
+            warm_spaced,
+            bws,
+            "bwrap spaced",
+            "default_cgroup_spaced_over_bwrap_floor",
+            "default_cgroup_spaced_over_bwrap",
+            Target("<=", 1.0),
+        ),
+        (
+            "floor, warm spaced 50 ms (the same) / bwrap spaced",
+            warm_spaced,
+            bws,
+            "bwrap spaced",
+            "warm_spaced_over_bwrap_spaced_floor",
+            "warm_spaced_over_bwrap_spaced",
+            Target("<=", 0.6),
+        ),
+        (
+            f"floor, in an environment ({parts} + set-up joining its namespaces ‖ append) / bwrap",
+            env,
+            bw,
+            "bwrap",
+            "environment_spawn_over_bwrap_floor",
+            "environment_spawn_over_bwrap",
+            Target("<=", 0.6),
+        ),
+        (
+            f"floor, minimal ({parts} + its set-up ‖ append) / grpc.aio RTT + posix_spawn",
+            minimal,
+            old_minimal,
+            "grpc + posix_spawn",
+            "minimal_over_minimal_design_floor_floor",
+            "minimal_over_minimal_design_floor",
+            Target("<=", 2.0),
+        ),
+    )
+    for what, value, base, base_name, key, floor_of, target in lines:
+        row.lines.append(
+            Line(
+                "1",
+                f"{what} p50",
+                value / base,
+                ms(value),
+                f"{base_name} {ms(base)}",
+                key,
+                target,
+                floor_of=floor_of,
+            )
+        )
+    info = (
+        (f"floor, fresh set-up ({parts} + C set-up ‖ append) / bwrap", fresh, bw, "bwrap"),
+        ("default, no cgroup / its floor (warm)", s["nocg"].p50_us, warm, "floor"),
+        ("default + cgroup, warm, spaced / its floor", sp["full"].p50_us, warm_spaced, "floor"),
+        ("default + cgroup, in an environment / its floor", s["environment"].p50_us, env, "floor"),
+        ("minimal / its floor", s["minimal"].p50_us, minimal, "floor"),
+        (
+            "relay + hop RTT / bare grpc.aio RTT (row 0's rotation)",
+            r["relay_hop"].p50_us,
+            grpc.p50_us,
+            "grpc",
+        ),
+    )
+    keys = (
+        "design_floor_fresh_over_bwrap",
+        "default_over_its_floor",
+        "warm_spaced_over_its_floor",
+        "environment_over_its_floor",
+        "minimal_over_its_floor",
+        "relay_hop_over_grpc_rtt",
+    )
+    for (what, value, base, base_name), key in zip(info, keys, strict=True):
+        row.lines.append(
+            Line("1", f"{what} p50", value / base, ms(value), f"{base_name} {ms(base)}", key)
+        )

@@ -71,14 +71,18 @@ async def measure(base: Baselines, daemon: BenchDaemon, quick: bool) -> Row:
     client = TenantClient(daemon.socket("stream"))
     runs: list[dict[str, float]] = []
     floors: list[tuple[float, float]] = []
+    relays: list[tuple[float, float]] = []
     pipes: list[float] = []
     try:
         await daemon_stream(client, daemon, 16 * MiB)  # warm-up
         await base.grpc_stream(16 * MiB)
+        await base.relay_stream(16 * MiB)
         for _ in range(repeats):
             floor = await base.grpc_stream(nbytes)
             floors.append((floor.seconds, floor.server_cpu_seconds))
             runs.append(await daemon_stream(client, daemon, nbytes))
+            relayed = await base.relay_stream(nbytes)
+            relays.append((relayed.seconds, relayed.server_cpu_seconds))
             pipes.append(base.pipe(nbytes))
     finally:
         await client.close()
@@ -86,6 +90,8 @@ async def measure(base: Baselines, daemon: BenchDaemon, quick: bool) -> Row:
     d_s = statistics.median(r["seconds"] for r in runs)
     f_s = statistics.median(s for s, _ in floors)
     p_s = statistics.median(pipes)
+    r_s = statistics.median(s for s, _ in relays)
+    r_mbps = nbytes / MiB / r_s
     d_mbps, f_mbps, p_mbps = nbytes / MiB / d_s, nbytes / MiB / f_s, nbytes / MiB / p_s
     d_cpu = statistics.median(r["daemon_cpu_s"] for r in runs) / gib
     f_cpu = statistics.median(c for _, c in floors) / gib
@@ -97,6 +103,8 @@ async def measure(base: Baselines, daemon: BenchDaemon, quick: bool) -> Row:
             "daemon_mb_s": d_mbps,
             "grpc_floor_mb_s": f_mbps,
             "pipe_mb_s": p_mbps,
+            "relay_floor_mb_s": r_mbps,
+            "relay_floor_cpu_s_per_gib": statistics.median(c for _, c in relays) / gib,
             "daemon_cpu_s_per_gib": d_cpu,
             "grpc_floor_cpu_s_per_gib": f_cpu,
             "spawner_cpu_s_per_gib": statistics.median(r["spawner_cpu_s"] for r in runs) / gib,
@@ -114,6 +122,29 @@ async def measure(base: Baselines, daemon: BenchDaemon, quick: bool) -> Row:
             f"grpc {f_mbps:.0f} MB/s",
             "stream_over_grpc_floor",
             Target(">=", 0.9),
+        )
+    )
+    row.lines.append(
+        Line(
+            "3",
+            "floor: a stream through the relay fed by a hop process (1 MiB messages)"
+            " / bare grpc.aio stream",
+            r_mbps / f_mbps,
+            f"{r_mbps:.0f} MB/s",
+            f"grpc {f_mbps:.0f} MB/s",
+            "stream_over_grpc_floor_floor",
+            Target(">=", 0.9),
+            floor_of="stream_over_grpc_floor",
+        )
+    )
+    row.lines.append(
+        Line(
+            "3",
+            "stdout stream / its floor",
+            d_mbps / r_mbps,
+            f"{d_mbps:.0f} MB/s",
+            f"floor {r_mbps:.0f} MB/s",
+            "stream_over_its_floor",
         )
     )
     row.lines.append(

@@ -114,8 +114,9 @@ async def measure(
         "grpc": base.grpc_rtt,
         "daemon": clients["full"].health_rtt,
     }
-    if design is not None:
-        rpc_names.append("relay_hop")
+    if design is not None:  # the relay alone, and on to the hop
+        rpc_names += ["relay", "relay_hop"]
+        rpc_fns["relay"] = base.relay_rtt
         rpc_fns["relay_hop"] = base.relay_hop_rtt
     rpc: dict[str, list[float]] = {name: [] for name in rpc_names}
     for index in range(rounds * 2):
@@ -418,8 +419,9 @@ def _floors(row: Row, s: dict[str, Summary], sp: dict[str, Summary], r: dict[str
             Target("<=", 0.6),
         ),
         (
-            f"floor, in an environment ({parts} + set-up joining its namespaces ‖ append) / bwrap",
-            env,
+            "floor, in an environment (the default's: a warm child per environment,"
+            " not built) / bwrap",
+            warm,
             bw,
             "bwrap",
             "environment_spawn_over_bwrap_floor",
@@ -451,10 +453,23 @@ def _floors(row: Row, s: dict[str, Summary], sp: dict[str, Summary], r: dict[str
         )
     info = (
         (f"floor, fresh set-up ({parts} + C set-up ‖ append) / bwrap", fresh, bw, "bwrap"),
+        (
+            f"floor, in an environment, fresh ({parts} + set-up joining its namespaces"
+            " ‖ append) / bwrap",
+            env,
+            bw,
+            "bwrap",
+        ),
         ("default, no cgroup / its floor (warm)", s["nocg"].p50_us, warm, "floor"),
         ("default + cgroup, warm, spaced / its floor", sp["full"].p50_us, warm_spaced, "floor"),
-        ("default + cgroup, in an environment / its floor", s["environment"].p50_us, env, "floor"),
+        ("default + cgroup, in an environment / its floor", s["environment"].p50_us, warm, "floor"),
         ("minimal / its floor", s["minimal"].p50_us, minimal, "floor"),
+        (
+            "relay RTT / bare grpc.aio RTT (row 0's rotation)",
+            r["relay"].p50_us,
+            grpc.p50_us,
+            "grpc",
+        ),
         (
             "relay + hop RTT / bare grpc.aio RTT (row 0's rotation)",
             r["relay_hop"].p50_us,
@@ -464,10 +479,12 @@ def _floors(row: Row, s: dict[str, Summary], sp: dict[str, Summary], r: dict[str
     )
     keys = (
         "design_floor_fresh_over_bwrap",
+        "environment_fresh_floor_over_bwrap",
         "default_over_its_floor",
         "warm_spaced_over_its_floor",
         "environment_over_its_floor",
         "minimal_over_its_floor",
+        "relay_over_grpc_rtt",
         "relay_hop_over_grpc_rtt",
     )
     for (what, value, base, base_name), key in zip(info, keys, strict=True):

@@ -72,20 +72,35 @@ def _loops(root: int, frontends: list[int]) -> list[float]:
     return [procfs.cpu_seconds(pid, pid) for pid in (root, *frontends)]
 
 
-async def floor_cpu_ms(base: Baselines, design: DesignFloor, quick: bool) -> dict[str, float]:
-    """CPU ms per spawn of each part of the design's floor (see the module's doc)."""
-    calls = 200 if quick else 400
-    for _ in range(5):
-        await base.relay_hop_rtt()
-    pids = base.relay_pids()
-    cpu = procfs.cpu_seconds_of(pids)
-    for _ in range(calls):
-        await base.relay_hop_rtt()
-    relay = (procfs.cpu_seconds_of(pids) - cpu) * 1e3 / calls
-    for _ in range(20 if quick else 60):
-        design.fresh()
-        design.append()
-    return {"relay_hop": relay, "spawn": design.cpu_ms("fresh"), "append": design.cpu_ms("append")}
+class FloorCpu:
+    """The CPU per spawn of each part of the design's floor (see the
+    module's doc), measured a batch after each window and summed over them:
+    /proc's CPU times tick every 10 ms, so one call alone does not show."""
+
+    def __init__(self, base: Baselines, design: DesignFloor, quick: bool) -> None:
+        self.base, self.design = base, design
+        self.calls = 100 if quick else 80
+        self.spawns = 10
+        self.relay_s = 0.0
+        self.relay_calls = 0
+
+    async def batch(self) -> None:
+        pids = self.base.relay_pids()
+        cpu = procfs.cpu_seconds_of(pids)
+        for _ in range(self.calls):
+            await self.base.relay_hop_rtt()
+        self.relay_s += procfs.cpu_seconds_of(pids) - cpu
+        self.relay_calls += self.calls
+        for _ in range(self.spawns):
+            self.design.fresh()
+            self.design.append()
+
+    def ms(self) -> dict[str, float]:
+        return {
+            "relay_hop": self.relay_s * 1e3 / max(self.relay_calls, 1),
+            "spawn": self.design.cpu_ms("fresh"),
+            "append": self.design.cpu_ms("append"),
+        }
 
 
 async def measure(
@@ -107,7 +122,12 @@ async def measure(
     frontends = daemon.frontend_pids()
     front_pids = [daemon.pid, *frontends]
     machine_ms: dict[str, list[float]] = {"bwrap": [], "full": [], "nocg": []}
+    floor = FloorCpu(base, design, quick) if design is not None else None
+    if floor is not None:
+        await base.relay_hop_rtt()  # its channel connected outside the batches
     for _ in range(windows):
+        if floor is not None:
+            await floor.batch()
         busy = procfs.machine_busy_seconds()
         start = time.perf_counter()
         rate = base.bwrap_flood(CLIENTS, seconds)
@@ -196,8 +216,8 @@ async def measure(
             "throughput_zero_cost_daemon_over_bwrap",
         )
     )
-    if design is not None:
-        parts = await floor_cpu_ms(base, design, quick)
+    if floor is not None:
+        parts = floor.ms()
         for name, value in parts.items():
             row.figures[f"floor.{name}.cpu_ms_per_spawn"] = value
         floor_ms = sum(parts.values())

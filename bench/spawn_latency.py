@@ -454,6 +454,12 @@ def _floors(row: Row, s: dict[str, Summary], sp: dict[str, Summary], r: dict[str
     info = (
         (f"floor, fresh set-up ({parts} + C set-up ‖ append) / bwrap", fresh, bw, "bwrap"),
         (
+            "floor, default, with row 0's relay + hop RTT (calls 2 ms apart) / bwrap",
+            r["relay_hop"].p50_us + s["floor_warm"].p50_us,
+            bw,
+            "bwrap",
+        ),
+        (
             f"floor, in an environment, fresh ({parts} + set-up joining its namespaces"
             " ‖ append) / bwrap",
             env,
@@ -479,6 +485,7 @@ def _floors(row: Row, s: dict[str, Summary], sp: dict[str, Summary], r: dict[str
     )
     keys = (
         "design_floor_fresh_over_bwrap",
+        "default_floor_row0_rtt_over_bwrap",
         "environment_fresh_floor_over_bwrap",
         "default_over_its_floor",
         "warm_spaced_over_its_floor",

@@ -20,14 +20,15 @@ time over that floor is the front-end's own (Python, the audit record, the
 spawner hop); `minimal` is set against the RPC plus the posix_spawn floor.
 
 The floors of the design (issue 35; bench/design_floor.py, bench/README.md
-"The floors of the design"): a grpc.aio call through the front-end's relay
-on to a hop process (`relay_hop`), plus the sandbox part the line needs: a
-warm child given its request, the durable exec record, the go and the reap
-(`floor_warm`, also in the spaced rounds), the fresh set-up overlapped with
-the record (`floor_fresh`), the same joining an open environment's
+"The floors of the design"): one sample is a grpc.aio call through the
+front-end's relay on to a hop process, then at once the sandbox part the
+line needs: a warm child given its request, the durable exec record, the go
+and the reap (`floor_warm`, also in the spaced rounds, where the 50 ms idle
+comes once before the call, as before a spawn), the fresh set-up overlapped
+with the record (`floor_fresh`), the same joining an open environment's
 namespaces (`floor_env`), the `minimal` profile's (`floor_minimal`). Each is
-in the rotation of the line it bounds; a floor line's ratio is the sum of
-the medians over that line's baseline, beside the line's target.
+in the rotation of the line it bounds; a floor line's ratio is its median
+over that line's baseline, beside the line's target.
 """
 
 from __future__ import annotations
@@ -59,6 +60,8 @@ async def measure(
     design: DesignFloor | None = None,
 ) -> tuple[Row, Row]:
     rounds = 60 if quick else 400
+    #: Each floor sample's two parts (relay + hop RTT, sandbox part), seconds.
+    parts: dict[str, tuple[list[float], list[float]]] = {}
     spaced_rounds = 12 if quick else 60
     contenders: dict[str, Callable[[], Awaitable[float]]] = {
         "floor": lambda: _sync(base.floor_true),
@@ -80,11 +83,13 @@ async def measure(
         # The same without the init as pid 1 (the command is pid 1): its cost.
         contenders["csetup_noinit"] = lambda: _sync(lambda: sandbox.true(init=False))
     if design is not None:
-        contenders["relay_hop"] = base.relay_hop_rtt
-        contenders["floor_warm"] = lambda: _sync(design.warm)
-        contenders["floor_fresh"] = lambda: _sync(design.fresh)
-        contenders["floor_env"] = lambda: _sync(design.environment)
-        contenders["floor_minimal"] = lambda: _sync(design.minimal)
+        for name, part in (
+            ("floor_warm", design.warm),
+            ("floor_fresh", design.fresh),
+            ("floor_env", design.environment),
+            ("floor_minimal", design.minimal),
+        ):
+            contenders[name] = _chain(base, part, parts.setdefault(name, ([], [])))
     for fn in contenders.values():  # warm-up: connections, caches, the hash cache
         for _ in range(3):
             await fn()
@@ -101,7 +106,7 @@ async def measure(
 
     spaced_names = ["full", "bwrap", "nocg", "full_fresh"]
     if design is not None:
-        spaced_names += ["relay_hop", "floor_warm"]
+        spaced_names.append("floor_warm")
     spaced: dict[str, list[float]] = {name: [] for name in spaced_names}
     for index in range(spaced_rounds):
         for name in rotation(spaced_names, index):
@@ -266,7 +271,16 @@ async def measure(
         _design_floor(row, s, r["grpc"])
     if design is not None:
         row.figures["floor.exec_record_bytes"] = record_bytes
-        _floors(row, s, sp, r)
+        part_p50: dict[str, float] = {}
+        for name, (rtts, sandbox_parts) in parts.items():
+            # The spaced rounds' samples are in the same lists: the back-to-back
+            # ones come first (`rounds` of them after the warm-up's 3).
+            kept = slice(3, 3 + rounds)
+            rtt_s, part_s = Summary.of(rtts[kept]), Summary.of(sandbox_parts[kept])
+            row.figures[f"{name}.relay_hop.p50_us"] = rtt_s.p50_us
+            row.figures[f"{name}.part.p50_us"] = part_s.p50_us
+            part_p50[name] = part_s.p50_us
+        _floors(row, s, sp, r, part_p50)
 
     rpc_row = Row("0 rpc overhead")
     for name, summary in r.items():
@@ -362,28 +376,48 @@ def _design_floor(row: Row, s: dict[str, Summary], grpc: Summary) -> None:
         row.lines.append(Line("1", f"{what} p50", ratio, value, baseline, key, target))
 
 
-def _floors(row: Row, s: dict[str, Summary], sp: dict[str, Summary], r: dict[str, Summary]) -> None:
-    """Issue 35's floors: each the sum of its parts' medians, measured in the
-    rotation of the line it bounds, over that line's baseline."""
+def _chain(
+    base: Baselines, part: Callable[[], float], kept: tuple[list[float], list[float]]
+) -> Callable[[], Awaitable[float]]:
+    """One floor sample: the relay + hop call, then at once the sandbox part."""
+
+    async def sample() -> float:
+        rtt = await base.relay_hop_rtt()
+        seconds = part()
+        kept[0].append(rtt)
+        kept[1].append(seconds)
+        return rtt + seconds
+
+    return sample
+
+
+def _floors(
+    row: Row,
+    s: dict[str, Summary],
+    sp: dict[str, Summary],
+    r: dict[str, Summary],
+    part: dict[str, float],
+) -> None:
+    """Issue 35's floors: each measured in the rotation of the line it
+    bounds, over that line's baseline."""
     grpc = r["grpc"]
-    hop, hop_spaced = s["relay_hop"].p50_us, sp["relay_hop"].p50_us
-    warm = hop + s["floor_warm"].p50_us
-    warm_spaced = hop_spaced + sp["floor_warm"].p50_us
-    fresh = hop + s["floor_fresh"].p50_us
-    env = hop + s["floor_env"].p50_us
+    warm = s["floor_warm"].p50_us
+    warm_spaced = sp["floor_warm"].p50_us
+    fresh = s["floor_fresh"].p50_us
+    env = s["floor_env"].p50_us
     # Against row 0's bare grpc.aio RTT plus posix_spawn: the relay and hop
     # from the same rotation as that RTT (row 0's), like with like.
-    minimal = r["relay_hop"].p50_us + s["floor_minimal"].p50_us
+    minimal = r["relay_hop"].p50_us + part["floor_minimal"]
     old_minimal = grpc.p50_us + s["floor"].p50_us
     bw, bws = s["bwrap"].p50_us, sp["bwrap"].p50_us
-    parts = "relay + hop RTT"
+    via = "relay + hop RTT"
     for name, value in (("warm", warm), ("warm_spaced", warm_spaced), ("fresh", fresh)):
         row.figures[f"floor.{name}.p50_us"] = value
     row.figures["floor.environment.p50_us"] = env
     row.figures["floor.minimal.p50_us"] = minimal
     lines: tuple[tuple[str, float, float, str, str, str, Target | None], ...] = (
         (
-            f"floor, default ({parts} + warm child's go ‖ durable append) / bwrap",
+            f"floor, default ({via} + warm child's go ‖ durable append) / bwrap",
             warm,
             bw,
             "bwrap",
@@ -401,7 +435,7 @@ def _floors(row: Row, s: dict[str, Summary], sp: dict[str, Summary], r: dict[str
             Target("<=", 1.0),
         ),
         (
-            f"floor, spaced 50 ms ({parts} + warm, each spaced) / bwrap spaced",
+            f"floor, spaced 50 ms (50 ms idle, then {via} + warm) / bwrap spaced",
             warm_spaced,
             bws,
             "bwrap spaced",
@@ -429,7 +463,7 @@ def _floors(row: Row, s: dict[str, Summary], sp: dict[str, Summary], r: dict[str
             Target("<=", 0.6),
         ),
         (
-            f"floor, minimal ({parts} + its set-up ‖ append) / grpc.aio RTT + posix_spawn",
+            f"floor, minimal ({via} + its set-up ‖ append) / grpc.aio RTT + posix_spawn",
             minimal,
             old_minimal,
             "grpc + posix_spawn",
@@ -452,15 +486,15 @@ def _floors(row: Row, s: dict[str, Summary], sp: dict[str, Summary], r: dict[str
             )
         )
     info = (
-        (f"floor, fresh set-up ({parts} + C set-up ‖ append) / bwrap", fresh, bw, "bwrap"),
+        (f"floor, fresh set-up ({via} + C set-up ‖ append) / bwrap", fresh, bw, "bwrap"),
         (
             "floor, default, with row 0's relay + hop RTT (calls 2 ms apart) / bwrap",
-            r["relay_hop"].p50_us + s["floor_warm"].p50_us,
+            r["relay_hop"].p50_us + part["floor_warm"],
             bw,
             "bwrap",
         ),
         (
-            f"floor, in an environment, fresh ({parts} + set-up joining its namespaces"
+            f"floor, in an environment, fresh ({via} + set-up joining its namespaces"
             " ‖ append) / bwrap",
             env,
             bw,

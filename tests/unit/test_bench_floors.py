@@ -64,3 +64,42 @@ def test_the_record_size_is_the_daemons_exec_records(tmp_path: Path) -> None:
     log.write_bytes(b"".join(lines))
     assert exec_record_bytes(log) == len(lines[2])
     assert exec_record_bytes(tmp_path / "missing.jsonl") == RECORD_BYTES
+
+
+def test_the_relay_floor_server_records_callers_reads_and_streams(tmp_path: Path) -> None:
+    """The relay floor's parts do their work: a call through the relay is
+    answered with its caller found, a call that bypasses the relay (straight
+    to the inner server) finds none and fails, Read returns the file's bytes
+    from the hop process, Stream returns every byte asked for."""
+    import asyncio
+    import os
+
+    import grpc
+    import pytest
+
+    from bench import floor_servers
+    from bench.baselines import start_server, stop
+
+    data = os.urandom(4096)
+    (tmp_path / "f").write_bytes(data)
+    proc = start_server("relay", tmp_path / "relay.sock")
+
+    async def calls() -> None:
+        async with grpc.aio.insecure_channel(f"unix:{tmp_path / 'relay.sock'}") as channel:
+            assert await channel.unary_unary(floor_servers.HOP)(b"ping") == b"ping"
+            assert await channel.unary_unary(floor_servers.ECHO)(b"ping") == b"ping"
+            read = channel.unary_unary(floor_servers.READ)
+            assert await read(bytes(tmp_path / "f")) == data
+            got = b"".join(
+                [m async for m in channel.unary_stream(floor_servers.STREAM)(b"3000000")]
+            )
+            assert len(got) == 3000000
+        inner = f"unix-abstract:hostcap-bench-floor-{proc.pid}"
+        async with grpc.aio.insecure_channel(inner) as bypass:
+            with pytest.raises(grpc.aio.AioRpcError):
+                await bypass.unary_unary(floor_servers.HOP)(b"ping")
+
+    try:
+        asyncio.run(calls())
+    finally:
+        stop(proc)

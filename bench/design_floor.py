@@ -15,10 +15,12 @@ required; row 1 adds the relay's round trip (bench/floor_servers.py `relay`).
 Each returns seconds. The write-ahead exec record must be durable before the
 command runs, not before its set-up: every spawn here gives the child a go
 fd, as the daemon does, and writes the go once its fdatasync returned, so
-the append and the set-up overlap as far as the design lets them (the child
-runs on its own while the caller appends). `cpu_ms()` is the calling
-thread's CPU per spawn (the spawner's and the root's share of a floor; the
-child's own set-up is the sandbox's, as in row 2's split).
+the append and the set-up overlap as far as the design lets them (a thread
+appends and writes the go while the caller waits in the C set-up, which
+releases the GIL; a warm child is given its request first, then the append
+and the go). `cpu_ms(kind)` is the calling thread's CPU per spawn (the
+spawner's share of a floor; the child's own set-up and the forker are the
+sandbox's, as in row 2's split) or, for "append", per durable append.
 
 The sandbox preparation (profile, pools, identity) is bench/sandbox_floor.py's
 `SandboxFloor`, used through its attributes; nothing of a daemon runs here.

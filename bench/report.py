@@ -146,3 +146,31 @@ def write(doc: dict[str, Any], directory: Path, stamp: str) -> Path:
 def ms(seconds_or_us: float, unit: str = "us") -> str:
     us = seconds_or_us if unit == "us" else seconds_or_us * 1e6
     return f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} µs"
+
+
+def targets_table(doc: dict[str, Any]) -> str:
+    """Each target of a results document with its ratio and, where the run
+    measured one, its floor (issue 35): `python -m bench.report FILE...`."""
+    lines = [f"{'key':42} {'ratio':>7} {'target':>7} {'holds':>5} {'floor':>7}  floor says"]
+    for key, t in doc["targets"].items():
+        floor = t.get("floor")
+        says = "" if floor is None else ("below the floor" if t["below_floor"] else "room")
+        lines.append(
+            f"{key:42} {doc.get(key, float('nan')):7.2f} {t['target']:>7} "
+            f"{'yes' if t['holds'] else 'no':>5} {'' if floor is None else f'{floor:.2f}':>7}  {says}"
+        )
+    meta = doc.get("meta", {})
+    lines.append(
+        f"load {meta.get('loadavg_start', 0):.1f} -> {meta.get('loadavg_end', 0):.1f},"
+        f" {'quick' if meta.get('quick') else 'full'} run at {meta.get('commit', '?')},"
+        f" {meta.get('date', '?')}"
+    )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    import sys
+
+    for name in sys.argv[1:]:
+        print(f"{name}:")
+        print(targets_table(json.loads(Path(name).read_text())))

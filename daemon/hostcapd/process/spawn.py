@@ -230,9 +230,13 @@ class Spawn:
 
     def _write_exec_record(self) -> asyncio.Future[Any]:
         deps = self.deps
+        # The go: the fsync thread writes it the moment the record is
+        # durable, before the event loop hears of it (audit/fsync.py).
+        self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         try:
             _, synced = deps.audit.write_pending(
                 "process.exec",
+                release_fd=self._go_fd,
                 **records.exec_record(deps.tenant, self.id, self.request, self.prepared),
                 **caller_field(),
             )
@@ -265,7 +269,6 @@ class Spawn:
             self._child_stdio = (null[0], null[1], null[2])
             self.launch.child_fds += [*self._child_stdio, self._tty_child]
             self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-            self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             return
         out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -283,7 +286,6 @@ class Spawn:
         self._child_stdio = (in_r, out_w, err_w)
         self.launch.child_fds += self._child_stdio
         self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-        self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
 
     def _order(self, *, landlock: bool, warm: bool) -> SpawnOrder:
         """The order; `landlock` and `warm` are the launch's to say."""
@@ -329,6 +331,8 @@ class Spawn:
             with contextlib.suppress(OSError):
                 os.eventfd_write(self._cancel_fd, 1)
         else:
+            # Written already by the fsync thread; again, harmlessly, in case
+            # the record was made durable by another way (the log's close).
             os.eventfd_write(self._go_fd, 1)
 
     # Step 4: stream output, feed stdin, run the wall clock.

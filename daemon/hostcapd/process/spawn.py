@@ -27,7 +27,7 @@ from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
 from hostcapd.process import environment, killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
-from hostcapd.process.input import SpawnInput
+from hostcapd.process.input import SpawnInput, feed_stdin
 from hostcapd.process.launch import Launch, launch_for
 from hostcapd.process.output import OutputLog, StreamCount, StreamTally
 from hostcapd.process.report import Outcome, Report, classify
@@ -221,7 +221,17 @@ class Spawn:
                 Outcome.SPAWN_FAILED, "daemon", 0, f"internal error: {type(error).__name__}"
             )
         finally:
-            self._release()
+            if self.report is not None:
+                # Answered: its report woke the caller, whose task sends the
+                # answer in the loop's next turn. The cgroup's removal and
+                # the rest wait for that turn, off the answer's path.
+                self._stop_timers()
+                try:
+                    await asyncio.sleep(0)
+                finally:
+                    self._release()
+            else:
+                self._release()
 
     # Step 2: the write-ahead exec record, appended first and fsynced while
     # the cgroup, the pipes and the child's set-up are made (the fsync is the
@@ -352,10 +362,8 @@ class Spawn:
             if self.request.stdin:
                 stdin_task = self.input.feed(self.request.stdin)
         elif self._stdin_w >= 0:
-            stdin_task = asyncio.ensure_future(
-                self._feed_stdin(self._stdin_w, self.request.stdin or b"")
-            )
-            self._stdin_w = -1  # _feed_stdin closes it
+            stdin_task = asyncio.ensure_future(feed_stdin(self._stdin_w, self.request.stdin or b""))
+            self._stdin_w = -1  # feed_stdin closes it
         wall = self.prepared.limits.wall_seconds
         message = f"wall-clock limit of {wall:g} s exceeded" if wall is not None else ""
         background = self.deps.tenant.max_background_seconds
@@ -379,10 +387,11 @@ class Spawn:
         # namespace the kernel has done that already: init was reaped.
         if not self.deps.profile.has("pid_namespace"):
             self._kill_tree(signal.SIGKILL)
-        if not self._eof.is_set():  # (wait_for costs a task and a timer)
+        if not self._eof.is_set():  # (a timeout scope costs one timer, no task)
             with contextlib.suppress(TimeoutError):
                 # After the grace an escaped holder of the pipe is ignored.
-                await asyncio.wait_for(self._eof.wait(), EOF_GRACE)
+                async with asyncio.timeout(EOF_GRACE):
+                    await self._eof.wait()
         return status
 
     def _take_terminal(self, channel: socket.socket) -> None:
@@ -415,10 +424,7 @@ class Spawn:
         if self._go_fd >= 0:
             os.close(self._go_fd)
             self._go_fd = -1
-        if self._timer:
-            self._timer.cancel()
-        if self._kill_task and not self._kill_task.done():
-            self._kill_task.cancel()
+        self._stop_timers()
         self.prepared.close()
         # A cgroup it made but the spawn never took (a warm child's) goes too.
         self._cgroup = self.launch.release(ran=bool(self.pid)) or self._cgroup
@@ -430,6 +436,13 @@ class Spawn:
                 self._cgroup.remove()
         if not self.started.done():
             self.started.set_result(0)
+
+    def _stop_timers(self) -> None:
+        """Its wall clock and kill sequence: nothing fires once it has ended."""
+        if self._timer:
+            self._timer.cancel()
+        if self._kill_task and not self._kill_task.done():
+            self._kill_task.cancel()
 
     # Its file changes (decision 0030): from its start, and once its tree is
     # dead, an fs.changes record before its exit record.
@@ -516,26 +529,6 @@ class Spawn:
         self._readers.clear()
         self._paused.clear()
         self.deps.turns.forget(self)
-
-    async def _feed_stdin(self, fd: int, data: bytes) -> None:
-        loop = asyncio.get_running_loop()
-        view = memoryview(data)
-        try:
-            while view:
-                try:
-                    n = os.write(fd, view[:READ_CHUNK])
-                    view = view[n:]
-                except BlockingIOError:
-                    writable = loop.create_future()
-                    loop.add_writer(fd, writable.set_result, None)
-                    try:
-                        await writable
-                    finally:
-                        loop.remove_writer(fd)
-        except (BrokenPipeError, OSError):
-            pass
-        finally:
-            os.close(fd)
 
     # --- killing ----------------------------------------------------------
 

@@ -347,12 +347,16 @@ def test_sweep_stale_reaches_into_tenants_and_front_ends(
     tenant = host.for_tenant("delta", pids=64, memory_bytes=256 * MiB)
     left = [tenant.create(name, memory_bytes=None, pids=None) for name in ("a", "b")]
     children = [start_in_cgroup(cg.procs_fds(), "tree") for cg in left]
+    # Made ahead for a fresh spawn (the pool's), one taken and running, one not.
+    ready = [tenant.create(name, memory_bytes=None, pids=None, ahead=True) for name in "cd"]
+    assert all(d.name.startswith(cgroups.READY_PREFIX) for cg in ready for d in cg.directories)
+    children.append(start_in_cgroup(ready[0].procs_fds(), "tree"))
     side = host.frontend("delta", pids=16, memory_bytes=64 * MiB)
     front = start_in_cgroup(side.procs_fds(), "tree")
     assert all(c.stdout is not None and c.stdout.readline() == "tree\n" for c in [*children, front])
     restarted = _host(host.hierarchies[0].subtree.name, kill_mode)
     restarted.prepare()
-    assert restarted.sweep_stale() == 2  # spawns; the front-end's cgroup is swept too
-    assert [c.wait(timeout=10) for c in [*children, front]] == [-signal.SIGKILL] * 3
+    assert restarted.sweep_stale() == 4  # spawns; the front-end's cgroup is swept too
+    assert [c.wait(timeout=10) for c in [*children, front]] == [-signal.SIGKILL] * 4
     for h in host.hierarchies:
         assert [p.name for p in h.subtree.iterdir() if p.is_dir()] == []

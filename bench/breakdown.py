@@ -153,9 +153,11 @@ class CgroupSteps:
         # A fresh spawn's cgroup taken from the pool (process/cgroup_pool.py):
         # made ahead, unlimited; only its limits are on the spawn's path.
         pooled = self.host.create(uuid.uuid4().hex, None, None, ahead=True)
+        pooled.open_stats()
         out["cgroup limits on one made ahead (pool)"] = _timed(
             lambda: self.host.set_limits(pooled, 4 << 30, 1024)
         )
+        out["cgroup stats, its files opened ahead (pool)"] = _timed(pooled.stats)
         pooled.remove()
         return out
 

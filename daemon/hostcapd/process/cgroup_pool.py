@@ -88,9 +88,7 @@ class CgroupPool:
             self._fill = None
         while not self._closed and len(self._ready) < self.size:
             try:
-                self._ready.append(
-                    self.deps.cgroups.create(uuid.uuid4().hex, None, None, ahead=True)
-                )
+                cgroup = self.deps.cgroups.create(uuid.uuid4().hex, None, None, ahead=True)
             except CgroupError as error:
                 name = self.deps.tenant.name
                 log.warning(
@@ -100,6 +98,8 @@ class CgroupPool:
                     extra=fields(tenant=name),
                 )
                 return
+            cgroup.open_stats()  # its stats at the spawn's end: a pread each
+            self._ready.append(cgroup)
 
     def close(self) -> None:
         """Remove the untaken cgroups; no more are made."""

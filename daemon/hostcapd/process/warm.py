@@ -222,6 +222,8 @@ class WarmPool:
         # Unlimited while it waits (it is ours); the spawn sets its limits.
         has_cgroup = deps.profile.has("cgroup")
         cgroup = deps.cgroups.create(warm_id, None, None, warm=True) if has_cgroup else None
+        if cgroup is not None:
+            cgroup.open_stats()  # its spawn's stats at the end: a pread each
         fds: list[int] = []
         try:
             ruleset = deps.profile.new_ruleset()

@@ -117,6 +117,30 @@ def test_a_process_allocating_past_the_memory_limit_is_oom_killed(
     cg.remove()
 
 
+def test_a_cgroup_made_ahead_takes_its_limits_when_taken_and_its_stats_are_read_fresh(
+    host: cgroups.CgroupHost,
+) -> None:
+    """The pool's way (hostcapd.process.cgroup_pool): made unlimited with its
+    stat files opened, limited when a spawn takes it; the stats read through
+    the files opened before anything ran are the ones the OOM left."""
+    limit = 64 * MiB
+    cg = host.create("ahead", memory_bytes=None, pids=None, ahead=True)
+    cg.open_stats()
+    before = cg.stats()
+    assert before.oom_kills == 0 and before.pids_refused == 0
+    host.set_limits(cg, limit, 64)
+    child = start_in_cgroup(cg.procs_fds(), "allocate", str(512 * MiB))
+    assert child.wait(timeout=60) == -signal.SIGKILL
+    stats = cg.stats()
+    assert stats.oom_kills >= 1
+    assert stats.peak_memory_bytes is not None
+    assert limit * 3 // 4 <= stats.peak_memory_bytes <= limit
+    # The same as a fresh open of each file reads.
+    assert cgroups.SpawnCgroup(cg.name, cg._members).stats() == stats
+    cg.remove()
+    assert not any(d.exists() for d in cg.directories)
+
+
 def test_a_fork_bomb_is_contained_by_the_pids_limit(host: cgroups.CgroupHost) -> None:
     cg = host.create("forkbomb", memory_bytes=1024 * MiB, pids=32)
     bomb = start_in_cgroup(cg.procs_fds(), "forkbomb")

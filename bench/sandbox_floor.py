@@ -119,3 +119,74 @@ class SandboxFloor:
         self.mntns.close()
         self.netns.close()
         self.profile.close()
+
+
+#: A/B variants of the C set-up for `python -m bench.sandbox_floor`: a name,
+#: whether the command runs under the init, and the `_childsetup` switches
+#: (`_use_forker` and the like) set for it.
+VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
+    "no init": (False, {}),
+    "init": (True, {}),
+    "init (caller clones)": (True, {"_use_forker": False}),
+    "init (two waits)": (True, {"_one_wait": False}),
+    "init (affinity before exec)": (True, {"_pin_exec": False}),
+    "init (both before)": (True, {"_one_wait": False, "_pin_exec": False}),
+}
+
+
+def _switch(switches: dict[str, bool], defaults: dict[str, bool]) -> None:
+    from hostcapd import _childsetup  # type: ignore[attr-defined]
+
+    for name in defaults:
+        getattr(_childsetup, name)(switches.get(name, defaults[name]))
+
+
+def main() -> None:
+    """python -m bench.sandbox_floor [--rounds N] [--variants a,b,...]:
+    the C set-up's variants interleaved in this process, rotating order,
+    their p50 and p95 and each one's p50 over the first's."""
+    import argparse
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    from hostcapd import _childsetup  # type: ignore[attr-defined]
+
+    parser = argparse.ArgumentParser(prog="python -m bench.sandbox_floor")
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    args = parser.parse_args()
+    names = [n.strip() for n in args.variants.split(",")]
+    # Every switch is on by default; a variant turns some off.
+    defaults = {n: True for _, sw in VARIANTS.values() for n in sw if hasattr(_childsetup, n)}
+    times: dict[str, list[float]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory(prefix="hostcap-floor-") as tmp:
+        os.chmod(tmp, 0o711)
+        daemon = BenchDaemon(Path(tmp) / "bd", ("nocg",))
+        daemon.write_config()
+        floor = SandboxFloor(daemon)
+        try:
+            for name in names:  # warm-up (the forker starts, the pools fill)
+                init, switches = VARIANTS[name]
+                _switch(switches, defaults)
+                for _ in range(5):
+                    floor.true(init)
+            for r in range(args.rounds):
+                for i in range(len(names)):
+                    name = names[(r + i) % len(names)]
+                    init, switches = VARIANTS[name]
+                    _switch(switches, defaults)
+                    times[name].append(floor.true(init))
+        finally:
+            _switch({}, defaults)
+            floor.close()
+    first = statistics.median(times[names[0]])
+    print(f"{args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
+    for name in names:
+        t = sorted(times[name])
+        p50, p95 = statistics.median(t), t[int(len(t) * 0.95) - 1]
+        print(f"{name:45s} p50 {p50 * 1e3:6.3f} ms  p95 {p95 * 1e3:6.3f} ms  {p50 / first:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()

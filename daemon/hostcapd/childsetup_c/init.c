@@ -27,6 +27,8 @@
  * Every field is an int64 in the machine's byte order. */
 #define COMMAND_STACK_SIZE (32 * 1024)
 
+int pin_exec_enabled = 1;
+
 void write_record(int fd, const int64_t *rec, size_t n)
 {
     ssize_t r;
@@ -48,7 +50,9 @@ static int command_main(void *arg)
 {
     struct plan *p = arg;
     int step = STEP_SETSID;
-    if (p->restore_affinity)
+    /* Pinned through its exec (pin_exec), the exec does not move it to
+     * another, busier CPU (sched_exec): the init restores it after. */
+    if (p->restore_affinity && !p->pin_exec)
         sched_setaffinity(0, sizeof p->affinity, &p->affinity);
     if (setsid() >= 0) {
         sigset_t none;
@@ -138,9 +142,15 @@ int init_main(struct plan *p)
     p->fail_step = STEP_NONE;
     pid_t command = clone(command_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, p);
     /* Born on this CPU too (the init waits for its exec); both take back
-     * the spawner's affinity (see clone_init_small). */
-    if (p->restore_affinity)
+     * the spawner's affinity (see clone_init_small): the command's process
+     * here once it exec'd (pin_exec: the same uid, and no_new_privs, so its
+     * exec changed no credential and this cannot fail for want of them),
+     * else as it starts. */
+    if (p->restore_affinity) {
+        if (p->pin_exec && command > 0)
+            sched_setaffinity(command, sizeof p->affinity, &p->affinity);
         sched_setaffinity(0, sizeof p->affinity, &p->affinity);
+    }
     if (command < 0)
         FAIL(STEP_CLONE);
     if (p->fail_step != STEP_NONE) {
@@ -175,6 +185,8 @@ pid_t start_init_child(char *stack, struct plan *p)
     p->report_fd = fds[1];
     pid_t pid = clone_init_small(stack, p);
     int clone_errno = errno;
+    if (pid == 0)
+        return 0; /* with the forker, which closes fds[1] (see forker_clone) */
     close(fds[1]);
     if (pid < 0) {
         close(fds[0]);
@@ -185,7 +197,26 @@ pid_t start_init_child(char *stack, struct plan *p)
     return pid;
 }
 
-/* The set-up record of the init started by start_init_child; see there. */
+/* Wait until the report pipe is readable or hung up. An init still with the
+ * forker (pid 0: its write end is closed by the forker once it cloned) is
+ * watched, so a forker gone before it answered does not leave the caller
+ * waiting on a write end of its own table. */
+static void wait_readable(int fd, pid_t pid, struct plan *p)
+{
+    int timeout = pid == 0 ? 200 : -1;
+    for (;;) {
+        struct pollfd pfd = {fd, POLLIN, 0};
+        int n = poll(&pfd, 1, timeout);
+        if (n > 0 || (n < 0 && errno != EINTR))
+            return;
+        if (n == 0 && forker_check(p) != 0)
+            timeout = -1; /* answered (or gone, its write end closed) */
+    }
+}
+
+/* The set-up record of the init started by start_init_child; see there.
+ * pid 0: cloned by the forker, whose answer (the pid) is taken after the
+ * record, so the caller sleeps once. */
 pid_t wait_init_child(pid_t pid, struct plan *p, int *report)
 {
     int fds[2] = {p->report_read, -1};
@@ -193,12 +224,31 @@ pid_t wait_init_child(pid_t pid, struct plan *p, int *report)
     int64_t rec[3] = {0, STEP_INIT, 0};
     size_t got = 0;
     while (got < sizeof rec) {
+        if (got == 0)
+            wait_readable(fds[0], pid, p);
         ssize_t n = read(fds[0], (char *)rec + got, sizeof rec - got);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
             break;
         got += (size_t)n;
+    }
+    if (pid == 0) {
+        int err = 0;
+        if (forker_answer(p, &pid, &err) != 0) {
+            /* Gone with the request: it may have cloned the init, so this
+             * spawn fails rather than run twice (forker_clone's rule). */
+            close(fds[0]);
+            p->fail_step = STEP_CLONE;
+            p->fail_errno = ECHILD;
+            return -1;
+        }
+        if (pid < 0) {
+            close(fds[0]);
+            p->fail_step = STEP_CLONE;
+            p->fail_errno = err;
+            return -1;
+        }
     }
     if (got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] == STEP_NONE) {
         *report = fds[0];

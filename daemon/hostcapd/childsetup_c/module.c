@@ -148,6 +148,9 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->mntns_copy = mntns_copy;
     p->ipcns_fd = ipcns_fd;
     p->init = init;
+    /* Only where its exec cannot change its credentials: the init (its
+     * uid, no capability) gives it the caller's affinity after the exec. */
+    p->pin_exec = pin_exec_enabled && no_new_privs;
     p->report_fd = p->report_read = -1;
     p->warm = warm_channel >= 0;
     p->channel_fd = warm_channel;
@@ -397,8 +400,46 @@ static PyObject *childsetup_use_forker(PyObject *self, PyObject *arg)
     return PyBool_FromLong(was);
 }
 
+PyDoc_STRVAR(one_wait_doc,
+"_one_wait(enabled) -> bool\n\n"
+"Whether the caller of an init cloned by the forker sleeps once, for the\n"
+"init's set-up record (the forker closes the record pipe's write end and\n"
+"leaves the pid in a slot), as by default, or twice, for the forker's\n"
+"answer and then the record (the A/B of the bench); the previous setting.");
+
+static PyObject *childsetup_one_wait(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    int was = forker_one_wait;
+    forker_one_wait = enabled;
+    return PyBool_FromLong(was);
+}
+
+PyDoc_STRVAR(pin_exec_doc,
+"_pin_exec(enabled) -> bool\n\n"
+"Whether the command's process of an init keeps the CPU it was born on\n"
+"through its exec, the init giving it the caller's affinity after it (with\n"
+"no_new_privs), as by default, or takes the caller's affinity back before\n"
+"its last steps (the A/B of the bench); the previous setting.");
+
+static PyObject *childsetup_pin_exec(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    int was = pin_exec_enabled;
+    pin_exec_enabled = enabled;
+    return PyBool_FromLong(was);
+}
+
 static PyMethodDef methods[] = {
     {"_use_forker", childsetup_use_forker, METH_O, use_forker_doc},
+    {"_one_wait", childsetup_one_wait, METH_O, one_wait_doc},
+    {"_pin_exec", childsetup_pin_exec, METH_O, pin_exec_doc},
     {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
     {"go", (PyCFunction)(void (*)(void))childsetup_go, METH_VARARGS | METH_KEYWORDS, go_doc},
     {"mount_namespace", (PyCFunction)(void (*)(void))childsetup_mount_namespace,

@@ -126,6 +126,7 @@ class SandboxFloor:
 #: (`_use_forker` and the like) set for it.
 VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
     "no init": (False, {}),
+    "no init (unpinned)": (False, {"_pin_exec": False}),
     "init": (True, {}),
     "init (caller clones)": (True, {"_use_forker": False}),
     "init (two waits)": (True, {"_one_wait": False}),
@@ -155,6 +156,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.sandbox_floor")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--tenant", default="nocg", help="a bench tenant without a cgroup")
     args = parser.parse_args()
     names = [n.strip() for n in args.variants.split(",")]
     # Every switch is on by default; a variant turns some off.
@@ -162,9 +164,9 @@ def main() -> None:
     times: dict[str, list[float]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory(prefix="hostcap-floor-") as tmp:
         os.chmod(tmp, 0o711)
-        daemon = BenchDaemon(Path(tmp) / "bd", ("nocg",))
+        daemon = BenchDaemon(Path(tmp) / "bd", (args.tenant,))
         daemon.write_config()
-        floor = SandboxFloor(daemon)
+        floor = SandboxFloor(daemon, args.tenant)
         try:
             for name in names:  # warm-up (the forker starts, the pools fill)
                 init, switches = VARIANTS[name]
@@ -181,7 +183,7 @@ def main() -> None:
             _switch({}, defaults)
             floor.close()
     first = statistics.median(times[names[0]])
-    print(f"{args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
+    print(f"{args.tenant}, {args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
     for name in names:
         t = sorted(times[name])
         p50, p95 = statistics.median(t), t[int(len(t) * 0.95) - 1]

@@ -264,6 +264,9 @@ struct plan {
      * and the init gives it the caller's affinity once it exec'd (see
      * init_main); set only where the exec cannot change its credentials. */
     int pin_exec;
+    /* A child without an init pins itself to the CPU it runs on, and the
+     * caller gives it its affinity back after the exec (run_child_pinned). */
+    int pin_self;
     /* The caller waits once (see forker_clone): the forker closes report_fd
      * in the shared fd table after the clone and leaves the pid in a slot;
      * the caller's side: the request and the forker that has it. */
@@ -335,6 +338,9 @@ void plan_give(struct plan *p);
 char *stack_take(void);
 void stack_give(char *stack);
 pid_t run_child(int (*fn)(void *), char *stack, int flags, struct plan *p, int reap);
+/* The same for child_main without an init, kept on the caller's CPU through
+ * its exec (see there). */
+pid_t run_child_pinned(char *stack, struct plan *p);
 /* Clone an init: through the forker, else like fork from the caller. */
 pid_t clone_init_small(char *stack, struct plan *p);
 struct span {

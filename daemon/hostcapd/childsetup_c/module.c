@@ -269,7 +269,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         }
     } else {
         Py_BEGIN_ALLOW_THREADS
-        pid = run_child(child_main, stack, p->clone_flags, p, 0);
+        pid = run_child_pinned(stack, p);
         Py_END_ALLOW_THREADS
     }
     if (p->fail_step != STEP_NONE) {

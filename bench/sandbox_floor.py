@@ -45,6 +45,8 @@ class SandboxFloor:
         self.join = list(self.profile.ns.join_mounts)
         self.mntns = MountNamespacePool(size=1)
         self.netns = NetnsPool(size=1)
+        #: Of the latest `true()`: seconds from clone until spawn returned (exec'd).
+        self.until_exec = 0.0
         self.ident = identity.plan(self.tenant.uid, self.tenant.gid, set(self.profile.applied))
         self.envp = environment.encode(dict(self.tenant.env))
         self.rlimits = (
@@ -105,6 +107,7 @@ class SandboxFloor:
                 init=init,
             )
             pid, report = childsetup.spawn(plan)
+            self.until_exec = time.perf_counter() - start
             _, status = os.waitpid(pid, 0)
             seconds = time.perf_counter() - start
         finally:
@@ -123,15 +126,18 @@ class SandboxFloor:
 
 #: A/B variants of the C set-up for `python -m bench.sandbox_floor`: a name,
 #: whether the command runs under the init, and the `_childsetup` switches
-#: (`_use_forker` and the like) set for it.
+#: (`_use_forker` and the like) set for it; a switch not named is at its
+#: default (read once, before the first round).
 VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
     "no init": (False, {}),
-    "no init (unpinned)": (False, {"_pin_exec": False}),
+    "no init (pinned)": (False, {"_pin_exec": True}),
     "init": (True, {}),
     "init (caller clones)": (True, {"_use_forker": False}),
-    "init (two waits)": (True, {"_one_wait": False}),
-    "init (affinity before exec)": (True, {"_pin_exec": False}),
-    "init (both before)": (True, {"_one_wait": False, "_pin_exec": False}),
+    "init (record after the exec)": (True, {"_exec_pipe": False}),
+    "init (one wait)": (True, {"_one_wait": True}),
+    "init (pinned)": (True, {"_pin_exec": True}),
+    "init (one wait + pinned)": (True, {"_one_wait": True, "_pin_exec": True}),
+    "init (as before)": (True, {"_exec_pipe": False, "_one_wait": False, "_pin_exec": False}),
 }
 
 
@@ -159,9 +165,13 @@ def main() -> None:
     parser.add_argument("--tenant", default="nocg", help="a bench tenant without a cgroup")
     args = parser.parse_args()
     names = [n.strip() for n in args.variants.split(",")]
-    # Every switch is on by default; a variant turns some off.
-    defaults = {n: True for _, sw in VARIANTS.values() for n in sw if hasattr(_childsetup, n)}
+    # Each switch's default (a switch returns the previous setting).
+    defaults = {}
+    for n in {n for _, sw in VARIANTS.values() for n in sw if hasattr(_childsetup, n)}:
+        defaults[n] = getattr(_childsetup, n)(True)
+        getattr(_childsetup, n)(defaults[n])
     times: dict[str, list[float]] = {n: [] for n in names}
+    execs: dict[str, list[float]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory(prefix="hostcap-floor-") as tmp:
         os.chmod(tmp, 0o711)
         daemon = BenchDaemon(Path(tmp) / "bd", (args.tenant,))
@@ -179,15 +189,22 @@ def main() -> None:
                     init, switches = VARIANTS[name]
                     _switch(switches, defaults)
                     times[name].append(floor.true(init))
+                    execs[name].append(floor.until_exec)
         finally:
             _switch({}, defaults)
             floor.close()
     first = statistics.median(times[names[0]])
-    print(f"{args.tenant}, {args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
+    first_exec = statistics.median(execs[names[0]])
+    print(f"{args.tenant}, {args.rounds} rounds, load {os.getloadavg()[0]:.1f}; until reaped,")
+    print("and until spawn returned (the command exec'd); ratios over the first line's")
     for name in names:
         t = sorted(times[name])
         p50, p95 = statistics.median(t), t[int(len(t) * 0.95) - 1]
-        print(f"{name:45s} p50 {p50 * 1e3:6.3f} ms  p95 {p95 * 1e3:6.3f} ms  {p50 / first:5.2f}x")
+        e50 = statistics.median(execs[name])
+        print(
+            f"{name:32s} reaped p50 {p50 * 1e3:6.3f} ms p95 {p95 * 1e3:6.3f} ms {p50 / first:5.2f}x"
+            f" | exec p50 {e50 * 1e3:6.3f} ms {e50 / first_exec:5.2f}x"
+        )
 
 
 if __name__ == "__main__":

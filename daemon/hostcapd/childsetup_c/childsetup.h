@@ -248,6 +248,11 @@ struct plan {
      * writes its records to report_fd and closes report_read at once */
     int init;
     int report_fd, report_read;
+    /* A fresh init's exec pipe (exec_pipe_enabled; else -1): its write end
+     * is held by the command's process alone once it is cloned, so the
+     * caller, waiting on the read end, is woken by the exec itself (the
+     * write end is O_CLOEXEC), not by the init after it: see init_main. */
+    int exec_fd, exec_read;
     /* A warm child (see warm_wait): its set-up stops after the filters and
      * waits on channel_fd for the request's part; the roots' fds are opened
      * (as root, after the mounts) for the cwd the request names. */
@@ -369,6 +374,8 @@ extern int forker_enabled;
 extern int forker_one_wait;
 /* Whether the command keeps the init's CPU through its exec (the same). */
 extern int pin_exec_enabled;
+/* Whether a fresh init's caller is woken by the exec (the same). */
+extern int exec_pipe_enabled;
 void forker_hide(int hide);
 /* A one_wait request, seen from the caller without the GIL while it waits
  * for the set-up record: 1 the forker answered, 0 not yet, -1 it is gone

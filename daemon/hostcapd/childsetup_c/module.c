@@ -152,6 +152,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
      * uid, no capability) gives it the caller's affinity after the exec. */
     p->pin_exec = pin_exec_enabled && no_new_privs;
     p->report_fd = p->report_read = -1;
+    p->exec_fd = p->exec_read = -1;
     p->warm = warm_channel >= 0;
     p->channel_fd = warm_channel;
     p->tty_fd = tty_fd;
@@ -403,9 +404,10 @@ static PyObject *childsetup_use_forker(PyObject *self, PyObject *arg)
 PyDoc_STRVAR(one_wait_doc,
 "_one_wait(enabled) -> bool\n\n"
 "Whether the caller of an init cloned by the forker sleeps once, for the\n"
-"init's set-up record (the forker closes the record pipe's write end and\n"
-"leaves the pid in a slot), as by default, or twice, for the forker's\n"
-"answer and then the record (the A/B of the bench); the previous setting.");
+"set-up's outcome (the forker closes the pipes' write ends and leaves the\n"
+"pid in a slot), or twice, for the forker's answer and then the outcome, as\n"
+"by default (measured faster to the exec: decision 0023); the previous\n"
+"setting.");
 
 static PyObject *childsetup_one_wait(PyObject *self, PyObject *arg)
 {
@@ -436,7 +438,26 @@ static PyObject *childsetup_pin_exec(PyObject *self, PyObject *arg)
     return PyBool_FromLong(was);
 }
 
+PyDoc_STRVAR(exec_pipe_doc,
+"_exec_pipe(enabled) -> bool\n\n"
+"Whether the caller of a fresh init is woken by its command's exec (an exec\n"
+"pipe whose only write end the command's process holds), as by default, or\n"
+"by the init's set-up record after the exec (the A/B of the bench); the\n"
+"previous setting.");
+
+static PyObject *childsetup_exec_pipe(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    int was = exec_pipe_enabled;
+    exec_pipe_enabled = enabled;
+    return PyBool_FromLong(was);
+}
+
 static PyMethodDef methods[] = {
+    {"_exec_pipe", childsetup_exec_pipe, METH_O, exec_pipe_doc},
     {"_use_forker", childsetup_use_forker, METH_O, use_forker_doc},
     {"_one_wait", childsetup_one_wait, METH_O, one_wait_doc},
     {"_pin_exec", childsetup_pin_exec, METH_O, pin_exec_doc},

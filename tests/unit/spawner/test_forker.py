@@ -33,13 +33,25 @@ BASE = bare_plan(
 )
 
 
-@pytest.fixture(params=[True, False], ids=["one wait", "two waits"])
+#: The paths an init's caller can take (the bench's A/B switches, each set
+#: from its default): the default first.
+MODES = {
+    "two waits, exec pipe": {},
+    "two waits, record": {"_exec_pipe": False},
+    "one wait, exec pipe": {"_one_wait": True},
+    "one wait, record": {"_one_wait": True, "_exec_pipe": False},
+}
+
+
+@pytest.fixture(params=list(MODES))
 def one_wait(request: pytest.FixtureRequest) -> Iterator[bool]:
-    was = _childsetup._one_wait(request.param)
+    switches = MODES[request.param]
+    was = {name: getattr(_childsetup, name)(value) for name, value in switches.items()}
     try:
-        yield request.param
+        yield switches.get("_one_wait", False)
     finally:
-        _childsetup._one_wait(was)
+        for name, value in was.items():
+            getattr(_childsetup, name)(value)
 
 
 def forkers() -> list[int]:
@@ -98,11 +110,29 @@ def test_a_clone_that_fails_is_the_clones_error(one_wait: bool) -> None:
     assert os.waitstatus_to_exitcode(status) == 3
 
 
-def test_a_step_that_fails_after_the_clone_is_told(one_wait: bool) -> None:
-    missing = dataclasses.replace(BASE, exe_path=b"/nonexistent-hostcap", argv=[b"x"])
-    with pytest.raises(childsetup.SetupError) as raised:
-        childsetup.spawn(missing)
-    assert raised.value.args == ("exec", errno.ENOENT)
+CLONE_NEWNS = 0x00020000
+
+
+@pytest.mark.parametrize("forker", [True, False], ids=["the forker", "the caller clones"])
+def test_a_step_that_fails_is_told_whoever_fails_it(one_wait: bool, forker: bool) -> None:
+    was = _childsetup._use_forker(forker)
+    try:
+        # In the command's process (the exec) and in the init (a mount).
+        missing = dataclasses.replace(BASE, exe_path=b"/nonexistent-hostcap", argv=[b"x"])
+        with pytest.raises(childsetup.SetupError) as raised:
+            childsetup.spawn(missing)
+        assert raised.value.args == ("exec", errno.ENOENT)
+        mount = (0, b"none", b"/nonexistent-hostcap/x", b"tmpfs", 0, None, 0)
+        bad_mount = dataclasses.replace(
+            BASE, clone_flags=CLONE_NEWPID | CLONE_NEWNS, mounts=[mount]
+        )
+        with pytest.raises(childsetup.SetupError) as raised:
+            childsetup.spawn(bad_mount)
+        assert raised.value.args == ("mount", errno.ENOENT)
+        status, command = run(BASE)
+        assert os.waitstatus_to_exitcode(status) == 3 and command is not None
+    finally:
+        _childsetup._use_forker(was)
 
 
 @pytest.mark.parametrize("pin", [True, False], ids=["pinned through the exec", "not pinned"])

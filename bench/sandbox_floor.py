@@ -130,14 +130,9 @@ class SandboxFloor:
 #: default (read once, before the first round).
 VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
     "no init": (False, {}),
-    "no init (pinned)": (False, {"_pin_exec": True}),
     "init": (True, {}),
     "init (caller clones)": (True, {"_use_forker": False}),
     "init (record after the exec)": (True, {"_exec_pipe": False}),
-    "init (one wait)": (True, {"_one_wait": True}),
-    "init (pinned)": (True, {"_pin_exec": True}),
-    "init (one wait + pinned)": (True, {"_one_wait": True, "_pin_exec": True}),
-    "init (as before)": (True, {"_exec_pipe": False, "_one_wait": False, "_pin_exec": False}),
 }
 
 

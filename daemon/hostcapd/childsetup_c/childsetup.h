@@ -265,20 +265,6 @@ struct plan {
     /* the caller's CPU affinity, which the init takes back (see clone_init_small) */
     int restore_affinity;
     cpu_set_t affinity;
-    /* The command's process keeps the CPU it was born on through its exec,
-     * and the init gives it the caller's affinity once it exec'd (see
-     * init_main); set only where the exec cannot change its credentials. */
-    int pin_exec;
-    /* A child without an init pins itself to the CPU it runs on, and the
-     * caller gives it its affinity back after the exec (run_child_pinned). */
-    int pin_self;
-    /* The caller waits once (see forker_clone): the forker closes report_fd
-     * in the shared fd table after the clone and leaves the pid in a slot;
-     * the caller's side: the request and the forker that has it. */
-    int one_wait;
-    uint32_t forker_req;
-    pid_t forker_pid;
-    int forker_waited_ms;
     /* A terminal (pty.c): the socket its master is sent on (>= 0: a tty
      * spawn), its size, and the slave, held from pty_open to pty_take. */
     int tty_fd;
@@ -343,9 +329,6 @@ void plan_give(struct plan *p);
 char *stack_take(void);
 void stack_give(char *stack);
 pid_t run_child(int (*fn)(void *), char *stack, int flags, struct plan *p, int reap);
-/* The same for child_main without an init, kept on the caller's CPU through
- * its exec (see there). */
-pid_t run_child_pinned(char *stack, struct plan *p);
 /* Clone an init: through the forker, else like fork from the caller. */
 pid_t clone_init_small(char *stack, struct plan *p);
 struct span {
@@ -370,20 +353,9 @@ int init_placement(struct plan *p);
 int forker_clone(struct plan *p, pid_t *pid);
 /* Whether inits are cloned through the forker (a switch for the A/B). */
 extern int forker_enabled;
-/* Whether the caller waits once per init (a switch for the A/B). */
-extern int forker_one_wait;
-/* Whether the command keeps the init's CPU through its exec (the same). */
-extern int pin_exec_enabled;
-/* Whether a fresh init's caller is woken by the exec (the same). */
+/* Whether a fresh init's caller is woken by the exec (a switch for the A/B). */
 extern int exec_pipe_enabled;
 void forker_hide(int hide);
-/* A one_wait request, seen from the caller without the GIL while it waits
- * for the set-up record: 1 the forker answered, 0 not yet, -1 it is gone
- * without an answer (report_fd is closed then). */
-int forker_check(struct plan *p);
-/* Its answer (waited for): 0 with *pid (-1 with *err: the clone failed), or
- * -1: the forker is gone without one. */
-int forker_answer(struct plan *p, pid_t *pid, int *err);
 
 /* ---- mntns.c: mount namespaces made ahead of need ---- */
 

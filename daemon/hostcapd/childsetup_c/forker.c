@@ -28,30 +28,19 @@
 #define FORKER_STACK (64 * 1024)
 #define FORKER_WAIT_MS 200
 #define FORKER_GIVE_UP_MS 10000
-#define FORKER_SLOTS 64
-
-/* The answer to request `seq`, in slot seq % FORKER_SLOTS: a caller that
- * waits once takes it after the init's set-up record (see forker_clone). */
-struct forker_slot {
-    uint32_t seq;
-    pid_t pid;
-    int err;
-};
 
 struct forker_shared {
     uint32_t request, done, ready;
     pid_t parent;
     int cpu;               /* the CPU to clone the init on, or -1 */
+    pid_t pid;             /* the init's, or -1 */
+    int err;
     size_t used;           /* of the arena */
     char *own_arena;       /* where the forker's copy of the arena is */
-    struct forker_slot slots[FORKER_SLOTS];
     struct plan plan;
 };
 
 int forker_enabled = 1;
-int forker_one_wait = 0; /* measured slower to the exec: see decision 0023 */
-/* The slots whose answer a caller has yet to take (the caller's side). */
-static uint8_t slot_busy[FORKER_SLOTS];
 static struct forker_shared *shared; /* and the arena after it */
 static size_t shared_size;
 static pid_t forker_pid = -1;
@@ -225,9 +214,9 @@ static int forker_main(void *arg)
     for (int i = 0; i < n_drop; i++)
         munmap((void *)drop[i].start, drop[i].end - drop[i].start);
     sh->own_arena = arena;
-    uint32_t seen = sh->request;
     __atomic_store_n(&sh->ready, 1, __ATOMIC_RELEASE);
     futex(&sh->ready, FUTEX_WAKE, 1, NULL);
+    uint32_t seen = 0;
     for (;;) {
         uint32_t req = __atomic_load_n(&sh->request, __ATOMIC_ACQUIRE);
         if (req == seen) {
@@ -243,23 +232,11 @@ static int forker_main(void *arg)
         prctl(PR_SET_NAME, caller_name, 0, 0, 0);
         pid_t pid = clone(child_main, stack + CHILD_STACK_SIZE,
                           CLONE_PARENT | (plan->clone_flags & ~0xff), plan);
-        int err = errno;
-        struct forker_slot *slot = &sh->slots[seen % FORKER_SLOTS];
-        slot->pid = pid;
-        slot->err = err;
-        __atomic_store_n(&slot->seq, seen, __ATOMIC_RELEASE);
-        /* The caller waits once, on the report pipe: its write end, which
-         * the init has its own copy of now, is closed here, so a clone that
-         * failed or an init that died hangs the pipe up. */
-        if (plan->one_wait) {
-            close(plan->report_fd);
-            if (plan->exec_fd >= 0)
-                close(plan->exec_fd);
-        }
+        sh->err = errno;
+        sh->pid = pid;
         prctl(PR_SET_NAME, "hostcap-forker", 0, 0, 0);
         __atomic_store_n(&sh->done, seen, __ATOMIC_RELEASE);
-        futex(&slot->seq, FUTEX_WAKE, INT_MAX, NULL);
-        futex(&sh->done, FUTEX_WAKE, INT_MAX, NULL);
+        futex(&sh->done, FUTEX_WAKE, 1, NULL);
     }
     return 0;
 }
@@ -314,9 +291,7 @@ static int forker_start(void)
     }
     memset(shared, 0, sizeof *shared);
     shared->parent = getpid();
-    /* The numbers go on from the last forker's, so no answer of the new one
-     * is taken for a request the last one had. */
-    shared->request = shared->done = forker_seq;
+    forker_seq = 0;
     char *stack = mmap(NULL, FORKER_STACK, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED)
@@ -347,7 +322,6 @@ int forker_clone(struct plan *p, pid_t *pid)
          * nor is the memory it reads. */
         forker_pid = -1;
         shared = NULL;
-        memset(slot_busy, 0, sizeof slot_busy);
     }
     if (forker_pid > 0 && !forker_alive())
         forker_gone(); /* it died: a new one */
@@ -355,18 +329,6 @@ int forker_clone(struct plan *p, pid_t *pid)
         forker_failed = 1;
         return -1;
     }
-    /* A caller that waited once left the forker its last request: it takes
-     * the next when done with that one (at once, as a rule). */
-    if (__atomic_load_n(&shared->done, __ATOMIC_ACQUIRE) != forker_seq &&
-        forker_wait(&shared->done, forker_seq) != 0) {
-        if (forker_alive())
-            kill(forker_pid, SIGKILL); /* stuck: not to be used again */
-        forker_gone();
-        return -1; /* the caller clones this one; a new forker the next */
-    }
-    uint32_t req = forker_seq + 1;
-    if (__atomic_load_n(&slot_busy[req % FORKER_SLOTS], __ATOMIC_ACQUIRE))
-        return -1; /* its slot's answer not yet taken: the caller clones */
     struct plan saved = *p;
     size_t used;
     if (plan_pack_at(p, shared_arena(), shared->own_arena, FORKER_ARENA, &used) != 0)
@@ -397,25 +359,10 @@ int forker_clone(struct plan *p, pid_t *pid)
     }
     if (shared->cpu < 0 && forker_cpu != -1)
         return -1; /* it could not be unpinned: the caller clones this one */
-    /* One wait: the init's set-up, in the forker's clone, has an fd to
-     * hang up (see forker_main), and a caller on its own thread. */
-    shared->plan.one_wait = p->one_wait = forker_one_wait && p->init && !p->warm;
-    forker_seq = req;
-    __atomic_store_n(&slot_busy[req % FORKER_SLOTS], 1, __ATOMIC_RELEASE);
+    uint32_t req = ++forker_seq;
     __atomic_store_n(&shared->request, req, __ATOMIC_RELEASE);
     futex(&shared->request, FUTEX_WAKE, 1, NULL);
-    if (p->one_wait) {
-        /* The caller's next sleep is for the set-up record, without the
-         * GIL; the pid is taken after it (forker_answer). */
-        p->forker_req = req;
-        p->forker_pid = forker_pid;
-        p->forker_waited_ms = 0;
-        *pid = 0;
-        return 0;
-    }
-    int answered = forker_wait(&shared->done, req) == 0;
-    __atomic_store_n(&slot_busy[req % FORKER_SLOTS], 0, __ATOMIC_RELEASE);
-    if (!answered) {
+    if (forker_wait(&shared->done, req) != 0) {
         /* Gone with the request: it may have cloned the init, so this
          * spawn fails rather than run twice (an init left behind is the
          * caller's child, and without its go it never execs). */
@@ -426,75 +373,9 @@ int forker_clone(struct plan *p, pid_t *pid)
         errno = ECHILD;
         return 0;
     }
-    *pid = shared->slots[req % FORKER_SLOTS].pid;
-    errno = shared->slots[req % FORKER_SLOTS].err;
+    *pid = shared->pid;
+    errno = shared->err;
     return 0;
-}
-
-/* The write end of the report pipe closed here if it is still the pipe's
- * (the forker, gone, may or may not have closed it: a number it closed may
- * be another file's by now, which is then left alone). */
-static void close_if_ours(int write_end, int read_end)
-{
-    struct stat w, r;
-    int flags = fcntl(write_end, F_GETFL);
-    if (flags >= 0 && (flags & O_ACCMODE) == O_WRONLY && fstat(write_end, &w) == 0 &&
-        fstat(read_end, &r) == 0 && w.st_ino == r.st_ino && w.st_dev == r.st_dev)
-        close(write_end);
-}
-
-static int pid_alive(pid_t pid)
-{
-    siginfo_t info;
-    info.si_pid = 0;
-    return waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT | __WALL) == 0 &&
-           info.si_pid == 0;
-}
-
-/* Called every FORKER_WAIT_MS of the caller's wait for the set-up record;
- * see childsetup.h. Without the GIL: only the request's own slot and the
- * forker's pid as it was for the request are read. */
-int forker_check(struct plan *p)
-{
-    int32_t ahead = (int32_t)(__atomic_load_n(&shared->done, __ATOMIC_ACQUIRE) - p->forker_req);
-    if (ahead >= 0)
-        return 1; /* answered, and the write end closed */
-    p->forker_waited_ms += FORKER_WAIT_MS;
-    if (pid_alive(p->forker_pid)) {
-        if (p->forker_waited_ms < FORKER_GIVE_UP_MS)
-            return 0;
-        /* Stuck: ended, and waited for, before its fds are looked at. */
-        kill(p->forker_pid, SIGKILL);
-        siginfo_t info;
-        while (waitid(P_PID, (id_t)p->forker_pid, &info, WEXITED | WNOWAIT | __WALL) < 0 &&
-               errno == EINTR)
-            ;
-    }
-    close_if_ours(p->report_fd, p->report_read);
-    if (p->exec_fd >= 0)
-        close_if_ours(p->exec_fd, p->exec_read);
-    return -1;
-}
-
-int forker_answer(struct plan *p, pid_t *pid, int *err)
-{
-    struct forker_slot *slot = &shared->slots[p->forker_req % FORKER_SLOTS];
-    uint8_t *busy = &slot_busy[p->forker_req % FORKER_SLOTS];
-    for (;;) {
-        uint32_t seq = __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE);
-        if (seq == p->forker_req) {
-            *pid = slot->pid;
-            *err = slot->err;
-            __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
-            return 0;
-        }
-        struct timespec t = {0, FORKER_WAIT_MS * 1000000L};
-        if (futex(&slot->seq, FUTEX_WAIT, seq, &t) != 0 && errno == ETIMEDOUT &&
-            forker_check(p) < 0 && __atomic_load_n(&slot->seq, __ATOMIC_ACQUIRE) != p->forker_req) {
-            __atomic_store_n(busy, 0, __ATOMIC_RELEASE);
-            return -1;
-        }
-    }
 }
 
 /* The memory shared with the forker, kept out of an init the caller clones

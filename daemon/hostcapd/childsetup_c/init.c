@@ -27,7 +27,6 @@
  * Every field is an int64 in the machine's byte order. */
 #define COMMAND_STACK_SIZE (32 * 1024)
 
-int pin_exec_enabled = 0;
 int exec_pipe_enabled = 1;
 
 void write_record(int fd, const int64_t *rec, size_t n)
@@ -51,9 +50,7 @@ static int command_main(void *arg)
 {
     struct plan *p = arg;
     int step = STEP_SETSID;
-    /* Pinned through its exec (pin_exec), the exec does not move it to
-     * another, busier CPU (sched_exec): the init restores it after. */
-    if (p->restore_affinity && !p->pin_exec)
+    if (p->restore_affinity)
         sched_setaffinity(0, sizeof p->affinity, &p->affinity);
     if (setsid() >= 0) {
         sigset_t none;
@@ -163,8 +160,6 @@ static int init_exec_pipe(struct plan *p, char *stack, size_t size)
         ; /* EINTR only (a stop and continue: every signal is blocked) */
     if (p->fail_step != STEP_NONE)
         _exit(127); /* the command's process sent the step that failed */
-    if (p->restore_affinity && p->pin_exec)
-        sched_setaffinity(command, sizeof p->affinity, &p->affinity);
     int fd = p->report_fd;
     if (fd > 0)
         syscall(SYS_close_range, 0, fd - 1, 0);
@@ -187,15 +182,9 @@ int init_main(struct plan *p)
         return init_exec_pipe(p, stack, sizeof stack);
     pid_t command = clone(command_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, p);
     /* Born on this CPU too (the init waits for its exec); both take back
-     * the spawner's affinity (see clone_init_small): the command's process
-     * here once it exec'd (pin_exec: the same uid, and no_new_privs, so its
-     * exec changed no credential and this cannot fail for want of them),
-     * else as it starts. */
-    if (p->restore_affinity) {
-        if (p->pin_exec && command > 0)
-            sched_setaffinity(command, sizeof p->affinity, &p->affinity);
+     * the spawner's affinity (see clone_init_small). */
+    if (p->restore_affinity)
         sched_setaffinity(0, sizeof p->affinity, &p->affinity);
-    }
     if (command < 0)
         FAIL(STEP_CLONE);
     if (p->fail_step != STEP_NONE) {
@@ -217,9 +206,9 @@ int init_main(struct plan *p)
  * clone_init_small); then, without the GIL, wait (wait_init_child) for the
  * set-up's outcome, which comes once the command exec'd or a step failed:
  * on the exec pipe for a fresh init (exec_pipe_enabled), else on its report
- * pipe. The pid (0: the forker's answer is still to be taken), with the
- * report pipe's read end in *report (the exit record comes there), or -1
- * with the failure in the plan (the init reaped). */
+ * pipe. The pid, with the report pipe's read end in *report (the exit
+ * record comes there), or -1 with the failure in the plan (the init
+ * reaped). */
 pid_t start_init_child(char *stack, struct plan *p)
 {
     int fds[2], exec[2] = {-1, -1};
@@ -241,8 +230,6 @@ pid_t start_init_child(char *stack, struct plan *p)
     p->exec_fd = exec[1];
     pid_t pid = clone_init_small(stack, p);
     int clone_errno = errno;
-    if (pid == 0)
-        return 0; /* with the forker, which closes the write ends (see forker_clone) */
     close(fds[1]);
     if (exec[1] >= 0)
         close(exec[1]);
@@ -257,30 +244,12 @@ pid_t start_init_child(char *stack, struct plan *p)
     return pid;
 }
 
-/* Wait until fd is readable or hung up. An init still with the forker (pid
- * 0: the write ends are closed by the forker once it cloned) is watched, so
- * a forker gone before it answered does not leave the caller waiting on a
- * write end of its own table. */
-static void wait_readable(int fd, pid_t pid, struct plan *p)
-{
-    int timeout = pid == 0 ? 200 : -1;
-    for (;;) {
-        struct pollfd pfd = {fd, POLLIN, 0};
-        int n = poll(&pfd, 1, timeout);
-        if (n > 0 || (n < 0 && errno != EINTR))
-            return;
-        if (n == 0 && forker_check(p) != 0)
-            timeout = -1; /* answered (or gone, its write ends closed) */
-    }
-}
-
-/* One {magic, step, errno} record from fd, waiting for it; its size read. */
-static size_t read_record(int fd, pid_t pid, struct plan *p, int64_t rec[3])
+/* One {magic, step, errno} record from fd, waiting for it; its size read
+ * (less if the pipe hung up first). */
+static size_t read_record(int fd, int64_t rec[3])
 {
     size_t got = 0;
     while (got < 3 * sizeof *rec) {
-        if (got == 0)
-            wait_readable(fd, pid, p);
         ssize_t n = read(fd, (char *)rec + got, 3 * sizeof *rec - got);
         if (n < 0 && errno == EINTR)
             continue;
@@ -291,9 +260,7 @@ static size_t read_record(int fd, pid_t pid, struct plan *p, int64_t rec[3])
     return got;
 }
 
-/* The set-up's outcome for the init started by start_init_child; see there.
- * pid 0: cloned by the forker, whose answer (the pid) is taken after the
- * outcome, so the caller sleeps once. */
+/* The set-up's outcome for the init started by start_init_child; see there. */
 pid_t wait_init_child(pid_t pid, struct plan *p, int *report)
 {
     int fds[2] = {p->report_read, -1};
@@ -304,7 +271,7 @@ pid_t wait_init_child(pid_t pid, struct plan *p, int *report)
         /* The exec pipe: a record is the step that failed; none (it hung
          * up at the exec) is the exec, if the init said on its report pipe
          * that it cloned the command's process (else it died before). */
-        got = read_record(p->exec_read, pid, p, rec);
+        got = read_record(p->exec_read, rec);
         close(p->exec_read);
         p->exec_read = -1;
         if (got == 0) {
@@ -323,24 +290,7 @@ pid_t wait_init_child(pid_t pid, struct plan *p, int *report)
             }
         }
     } else {
-        got = read_record(fds[0], pid, p, rec);
-    }
-    if (pid == 0) {
-        int err = 0;
-        if (forker_answer(p, &pid, &err) != 0) {
-            /* Gone with the request: it may have cloned the init, so this
-             * spawn fails rather than run twice (forker_clone's rule). */
-            close(fds[0]);
-            p->fail_step = STEP_CLONE;
-            p->fail_errno = ECHILD;
-            return -1;
-        }
-        if (pid < 0) {
-            close(fds[0]);
-            p->fail_step = STEP_CLONE;
-            p->fail_errno = err;
-            return -1;
-        }
+        got = read_record(fds[0], rec);
     }
     if (got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] == STEP_NONE) {
         *report = fds[0];

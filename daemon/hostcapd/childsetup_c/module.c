@@ -148,9 +148,6 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->mntns_copy = mntns_copy;
     p->ipcns_fd = ipcns_fd;
     p->init = init;
-    /* Only where its exec cannot change its credentials: the init (its
-     * uid, no capability) gives it the caller's affinity after the exec. */
-    p->pin_exec = pin_exec_enabled && no_new_privs;
     p->report_fd = p->report_read = -1;
     p->exec_fd = p->exec_read = -1;
     p->warm = warm_channel >= 0;
@@ -270,7 +267,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         }
     } else {
         Py_BEGIN_ALLOW_THREADS
-        pid = run_child_pinned(stack, p);
+        pid = run_child(child_main, stack, p->clone_flags, p, 0);
         Py_END_ALLOW_THREADS
     }
     if (p->fail_step != STEP_NONE) {
@@ -401,43 +398,6 @@ static PyObject *childsetup_use_forker(PyObject *self, PyObject *arg)
     return PyBool_FromLong(was);
 }
 
-PyDoc_STRVAR(one_wait_doc,
-"_one_wait(enabled) -> bool\n\n"
-"Whether the caller of an init cloned by the forker sleeps once, for the\n"
-"set-up's outcome (the forker closes the pipes' write ends and leaves the\n"
-"pid in a slot), or twice, for the forker's answer and then the outcome, as\n"
-"by default (measured faster to the exec: decision 0023); the previous\n"
-"setting.");
-
-static PyObject *childsetup_one_wait(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    int enabled = PyObject_IsTrue(arg);
-    if (enabled < 0)
-        return NULL;
-    int was = forker_one_wait;
-    forker_one_wait = enabled;
-    return PyBool_FromLong(was);
-}
-
-PyDoc_STRVAR(pin_exec_doc,
-"_pin_exec(enabled) -> bool\n\n"
-"Whether the command's process of an init keeps the CPU it was born on\n"
-"through its exec, the init giving it the caller's affinity after it (with\n"
-"no_new_privs), as by default, or takes the caller's affinity back before\n"
-"its last steps (the A/B of the bench); the previous setting.");
-
-static PyObject *childsetup_pin_exec(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    int enabled = PyObject_IsTrue(arg);
-    if (enabled < 0)
-        return NULL;
-    int was = pin_exec_enabled;
-    pin_exec_enabled = enabled;
-    return PyBool_FromLong(was);
-}
-
 PyDoc_STRVAR(exec_pipe_doc,
 "_exec_pipe(enabled) -> bool\n\n"
 "Whether the caller of a fresh init is woken by its command's exec (an exec\n"
@@ -459,8 +419,6 @@ static PyObject *childsetup_exec_pipe(PyObject *self, PyObject *arg)
 static PyMethodDef methods[] = {
     {"_exec_pipe", childsetup_exec_pipe, METH_O, exec_pipe_doc},
     {"_use_forker", childsetup_use_forker, METH_O, use_forker_doc},
-    {"_one_wait", childsetup_one_wait, METH_O, one_wait_doc},
-    {"_pin_exec", childsetup_pin_exec, METH_O, pin_exec_doc},
     {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
     {"go", (PyCFunction)(void (*)(void))childsetup_go, METH_VARARGS | METH_KEYWORDS, go_doc},
     {"mount_namespace", (PyCFunction)(void (*)(void))childsetup_mount_namespace,

@@ -89,29 +89,6 @@ pid_t run_child(int (*fn)(void *), char *stack, int flags, struct plan *p, int r
     return pid;
 }
 
-/* run_child for a child without an init (the set-up, then the exec), which
- * keeps the CPU it runs its set-up on through its exec (pin_exec_enabled:
- * it pins itself, see child_main), and is given the caller's affinity back
- * once it exec'd, when the caller resumes (the caller is root: a setuid exec
- * does not stop it). Unpinned, the exec moves it (sched_exec) to the CPU
- * that looked idlest, where on a loaded machine it waits for a slice while
- * the caller waits for it (the init's command keeps its CPU the same way:
- * see init_main). The caller itself is not pinned: its own wake-up at the
- * exec may go to another CPU. Called without the GIL. */
-pid_t run_child_pinned(char *stack, struct plan *p)
-{
-    cpu_set_t mine;
-    p->pin_self = pin_exec_enabled && sched_getaffinity(0, sizeof mine, &mine) == 0 &&
-                  CPU_COUNT(&mine) > 1;
-    pid_t pid = run_child(child_main, stack, p->clone_flags, p, 0);
-    if (p->pin_self && pid > 0) {
-        int saved = errno;
-        sched_setaffinity(pid, sizeof mine, &mine);
-        errno = saved;
-    }
-    return pid;
-}
-
 /* ---- the init's copy of the spawner, kept small ----
  *
  * Used to start the forker (forker.c), which clones the inits from its own

@@ -193,16 +193,6 @@ int child_main(void *arg)
     /* (An init keeps exec_read until its command exec'd: see init_main.) */
     if (p->init)
         init_hide_cmdline();
-    /* Kept on this CPU through the exec (see run_child_pinned); best effort. */
-    if (p->pin_self) {
-        int cpu = sched_getcpu();
-        cpu_set_t here;
-        CPU_ZERO(&here);
-        if (cpu >= 0) {
-            CPU_SET(cpu, &here);
-            sched_setaffinity(0, sizeof here, &here);
-        }
-    }
     sigset_t none;
     sigemptyset(&none);
     if (!p->init && sigprocmask(SIG_SETMASK, &none, NULL) != 0)

@@ -1,7 +1,9 @@
-"""The forker (childsetup_c/forker.c), which clones the inits: the caller
-waits once per init (the forker hangs the record pipe up and leaves the pid
-in a slot), a forker gone is replaced, a failed clone is the clone's error,
-and the command keeps the caller's CPU affinity although it exec'd pinned."""
+"""The forker (childsetup_c/forker.c), which clones the inits, and how the
+caller hears of the command's exec (an exec pipe, or the init's record after
+it): every init reports, a forker gone is replaced, a failed clone is the
+clone's error, a step that fails is told wherever it fails, and the command
+runs with the caller's CPU affinity (the init is born pinned to the caller's
+CPU)."""
 
 from __future__ import annotations
 
@@ -33,25 +35,18 @@ BASE = bare_plan(
 )
 
 
-#: The paths an init's caller can take (the bench's A/B switches, each set
-#: from its default): the default first.
-MODES = {
-    "two waits, exec pipe": {},
-    "two waits, record": {"_exec_pipe": False},
-    "one wait, exec pipe": {"_one_wait": True},
-    "one wait, record": {"_one_wait": True, "_exec_pipe": False},
-}
+#: The two ways an init's caller hears of the exec (`_exec_pipe`, the
+#: bench's A/B switch): the default first.
+MODES = {"exec pipe": True, "record after the exec": False}
 
 
 @pytest.fixture(params=list(MODES))
-def one_wait(request: pytest.FixtureRequest) -> Iterator[bool]:
-    switches = MODES[request.param]
-    was = {name: getattr(_childsetup, name)(value) for name, value in switches.items()}
+def exec_pipe(request: pytest.FixtureRequest) -> Iterator[bool]:
+    was = _childsetup._exec_pipe(MODES[request.param])
     try:
-        yield switches.get("_one_wait", False)
+        yield MODES[request.param]
     finally:
-        for name, value in was.items():
-            getattr(_childsetup, name)(value)
+        _childsetup._exec_pipe(was)
 
 
 def forkers() -> list[int]:
@@ -75,7 +70,7 @@ def run(plan: childsetup.ChildPlan) -> tuple[int, init_report.CommandExit | None
     return status, init_report.read_and_close(report)
 
 
-def test_every_init_is_cloned_by_one_forker_and_reports(one_wait: bool) -> None:
+def test_every_init_is_cloned_by_one_forker_and_reports(exec_pipe: bool) -> None:
     for _ in range(20):
         status, command = run(BASE)
         assert os.waitstatus_to_exitcode(status) == 3
@@ -83,7 +78,7 @@ def test_every_init_is_cloned_by_one_forker_and_reports(one_wait: bool) -> None:
     assert len(forkers()) == 1
 
 
-def test_a_forker_killed_between_spawns_is_replaced(one_wait: bool) -> None:
+def test_a_forker_killed_between_spawns_is_replaced(exec_pipe: bool) -> None:
     run(BASE)
     (old,) = forkers()
     os.kill(old, signal.SIGKILL)
@@ -99,7 +94,7 @@ def test_a_forker_killed_between_spawns_is_replaced(one_wait: bool) -> None:
     assert new != old
 
 
-def test_a_clone_that_fails_is_the_clones_error(one_wait: bool) -> None:
+def test_a_clone_that_fails_is_the_clones_error(exec_pipe: bool) -> None:
     # CLONE_SIGHAND without CLONE_VM: clone(2) refuses it (EINVAL).
     bad = dataclasses.replace(BASE, clone_flags=CLONE_NEWPID | CLONE_SIGHAND)
     with pytest.raises(childsetup.SetupError) as raised:
@@ -114,7 +109,7 @@ CLONE_NEWNS = 0x00020000
 
 
 @pytest.mark.parametrize("forker", [True, False], ids=["the forker", "the caller clones"])
-def test_a_step_that_fails_is_told_whoever_fails_it(one_wait: bool, forker: bool) -> None:
+def test_a_step_that_fails_is_told_whoever_fails_it(exec_pipe: bool, forker: bool) -> None:
     was = _childsetup._use_forker(forker)
     try:
         # In the command's process (the exec) and in the init (a mount).
@@ -135,23 +130,27 @@ def test_a_step_that_fails_is_told_whoever_fails_it(one_wait: bool, forker: bool
         _childsetup._use_forker(was)
 
 
-@pytest.mark.parametrize("pin", [True, False], ids=["pinned through the exec", "not pinned"])
-def test_the_command_runs_with_the_callers_affinity(pin: bool) -> None:
+@pytest.mark.parametrize("init", [True, False], ids=["under the init", "without one"])
+def test_the_command_runs_with_the_callers_affinity(exec_pipe: bool, init: bool) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: nothing to pin")
-    was = _childsetup._pin_exec(pin)
     r, w = os.pipe2(os.O_CLOEXEC)
     try:
         # A child of the command's process (born with its affinity) reads
         # its allowed CPUs (/proc is the host's here: no mount namespace).
         plan = dataclasses.replace(
-            BASE, argv=[b"sh", b"-c", b"grep Cpus_allowed_list /proc/self/status"], stdio=(0, w, 2)
+            BASE,
+            argv=[b"sh", b"-c", b"grep Cpus_allowed_list /proc/self/status"],
+            stdio=(0, w, 2),
+            **({} if init else {"clone_flags": 0, "init": False}),
         )
-        status, _ = run(plan)
+        if init:
+            status, _ = run(plan)
+        else:
+            _, status = os.waitpid(childsetup.spawn(plan)[0], 0)
         os.close(w)
         out = os.read(r, 4096).decode()
     finally:
-        _childsetup._pin_exec(was)
         os.close(r)
     assert os.waitstatus_to_exitcode(status) == 0
     cpus = sorted(os.sched_getaffinity(0))

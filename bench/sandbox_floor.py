@@ -132,7 +132,6 @@ VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
     "no init": (False, {}),
     "init": (True, {}),
     "init (caller clones)": (True, {"_use_forker": False}),
-    "init (record after the exec)": (True, {"_exec_pipe": False}),
 }
 
 

@@ -248,11 +248,6 @@ struct plan {
      * writes its records to report_fd and closes report_read at once */
     int init;
     int report_fd, report_read;
-    /* A fresh init's exec pipe (exec_pipe_enabled; else -1): its write end
-     * is held by the command's process alone once it is cloned, so the
-     * caller, waiting on the read end, is woken by the exec itself (the
-     * write end is O_CLOEXEC), not by the init after it: see init_main. */
-    int exec_fd, exec_read;
     /* A warm child (see warm_wait): its set-up stops after the filters and
      * waits on channel_fd for the request's part; the roots' fds are opened
      * (as root, after the mounts) for the cwd the request names. */
@@ -353,8 +348,6 @@ int init_placement(struct plan *p);
 int forker_clone(struct plan *p, pid_t *pid);
 /* Whether inits are cloned through the forker (a switch for the A/B). */
 extern int forker_enabled;
-/* Whether a fresh init's caller is woken by the exec (a switch for the A/B). */
-extern int exec_pipe_enabled;
 void forker_hide(int hide);
 
 /* ---- mntns.c: mount namespaces made ahead of need ---- */

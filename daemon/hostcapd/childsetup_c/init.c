@@ -27,8 +27,6 @@
  * Every field is an int64 in the machine's byte order. */
 #define COMMAND_STACK_SIZE (32 * 1024)
 
-int exec_pipe_enabled = 1;
-
 void write_record(int fd, const int64_t *rec, size_t n)
 {
     ssize_t r;
@@ -61,9 +59,6 @@ static int command_main(void *arg)
     }
     p->fail_step = step;
     p->fail_errno = errno;
-    /* With an exec pipe, the caller hears it from here (see init_main). */
-    if (p->exec_fd >= 0)
-        init_report_setup(p->exec_fd, step, p->fail_errno);
     _exit(127);
 }
 
@@ -131,43 +126,6 @@ static void init_loop(pid_t command, int report_fd)
     }
 }
 
-/* init_main with an exec pipe: the caller is woken by the command's exec.
- *
- * Cloned vfork-style, the command's process would hold the init asleep
- * until its exec, and the init's copy of any fd would keep that fd open
- * through it: the caller could hear of the exec only from the init, woken
- * by it first (two wake-ups in a row, each a wait for a CPU under load). So
- * the command's process is cloned with CLONE_VM but not CLONE_VFORK: the
- * init says on its report pipe that it was cloned, closes its own copy of
- * the exec pipe's write end (the command holds the only one, O_CLOEXEC),
- * and waits for the pipe to hang up, as the caller does: at the exec, or
- * at the command's _exit after it wrote the step that failed. Meanwhile it
- * touches nothing the command reads (the plan is read-only to it; its own
- * calls use the stack below this frame, the command's is the array in it)
- * and no call of it fails (errno, in the TLS they share, is the command's
- * until its exec). */
-static int init_exec_pipe(struct plan *p, char *stack, size_t size)
-{
-    pid_t command = clone(command_main, stack + size, CLONE_VM | SIGCHLD, p);
-    if (command < 0)
-        FAIL(STEP_CLONE); /* on the exec pipe, still open here */
-    init_report_setup(p->report_fd, STEP_NONE, 0);
-    close(p->exec_fd);
-    if (p->restore_affinity)
-        sched_setaffinity(0, sizeof p->affinity, &p->affinity);
-    struct pollfd hup = {p->exec_read, 0, 0};
-    while (poll(&hup, 1, -1) < 0)
-        ; /* EINTR only (a stop and continue: every signal is blocked) */
-    if (p->fail_step != STEP_NONE)
-        _exit(127); /* the command's process sent the step that failed */
-    int fd = p->report_fd;
-    if (fd > 0)
-        syscall(SYS_close_range, 0, fd - 1, 0);
-    syscall(SYS_close_range, fd + 1, ~0U, 0);
-    init_loop(command, fd);
-    return 127;
-}
-
 /* The end of the set-up as pid 1: start the command's process, report, and
  * become the init. */
 int init_main(struct plan *p)
@@ -178,8 +136,6 @@ int init_main(struct plan *p)
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     prctl(PR_SET_NAME, "hostcap-init", 0, 0, 0);
     p->fail_step = STEP_NONE;
-    if (p->exec_fd >= 0)
-        return init_exec_pipe(p, stack, sizeof stack);
     pid_t command = clone(command_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, p);
     /* Born on this CPU too (the init waits for its exec); both take back
      * the spawner's affinity (see clone_init_small). */
@@ -203,40 +159,25 @@ int init_main(struct plan *p)
 
 /* Clone the init (see init_main): like fork (it needs memory of its own), in
  * the new namespaces, every signal blocked, with the GIL held (see
- * clone_init_small); then, without the GIL, wait (wait_init_child) for the
- * set-up's outcome, which comes once the command exec'd or a step failed:
- * on the exec pipe for a fresh init (exec_pipe_enabled), else on its report
- * pipe. The pid, with the report pipe's read end in *report (the exit
- * record comes there), or -1 with the failure in the plan (the init
- * reaped). */
+ * clone_init_small); then, without the GIL, wait on its report pipe for the
+ * set-up record, which comes once the command exec'd or a step failed.
+ * The pid, with the pipe's read end in *report (the exit record comes there),
+ * or -1 with the failure in the plan (the init reaped). */
 pid_t start_init_child(char *stack, struct plan *p)
 {
-    int fds[2], exec[2] = {-1, -1};
+    int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) {
         p->fail_step = STEP_INIT;
         p->fail_errno = errno;
         return -1;
     }
-    if (exec_pipe_enabled && p->init && !p->warm && pipe2(exec, O_CLOEXEC) != 0) {
-        p->fail_step = STEP_INIT;
-        p->fail_errno = errno;
-        close(fds[0]);
-        close(fds[1]);
-        return -1;
-    }
     p->report_read = fds[0];
     p->report_fd = fds[1];
-    p->exec_read = exec[0];
-    p->exec_fd = exec[1];
     pid_t pid = clone_init_small(stack, p);
     int clone_errno = errno;
     close(fds[1]);
-    if (exec[1] >= 0)
-        close(exec[1]);
     if (pid < 0) {
         close(fds[0]);
-        if (exec[0] >= 0)
-            close(exec[0]);
         p->fail_step = STEP_CLONE;
         p->fail_errno = clone_errno;
         return -1;
@@ -244,53 +185,20 @@ pid_t start_init_child(char *stack, struct plan *p)
     return pid;
 }
 
-/* One {magic, step, errno} record from fd, waiting for it; its size read
- * (less if the pipe hung up first). */
-static size_t read_record(int fd, int64_t rec[3])
-{
-    size_t got = 0;
-    while (got < 3 * sizeof *rec) {
-        ssize_t n = read(fd, (char *)rec + got, 3 * sizeof *rec - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    return got;
-}
-
-/* The set-up's outcome for the init started by start_init_child; see there. */
+/* The set-up record of the init started by start_init_child; see there. */
 pid_t wait_init_child(pid_t pid, struct plan *p, int *report)
 {
     int fds[2] = {p->report_read, -1};
     *report = -1;
     int64_t rec[3] = {0, STEP_INIT, 0};
-    size_t got;
-    if (p->exec_read >= 0) {
-        /* The exec pipe: a record is the step that failed; none (it hung
-         * up at the exec) is the exec, if the init said on its report pipe
-         * that it cloned the command's process (else it died before). */
-        got = read_record(p->exec_read, rec);
-        close(p->exec_read);
-        p->exec_read = -1;
-        if (got == 0) {
-            /* Written before the init closed its write end of the exec
-             * pipe, so there by now if at all; only this record is read
-             * (the exit record may follow it already). */
-            int64_t cloned[3] = {0, 0, 0};
-            struct pollfd pfd = {fds[0], POLLIN, 0};
-            ssize_t n = poll(&pfd, 1, 0) == 1 && (pfd.revents & POLLIN)
-                            ? read(fds[0], cloned, sizeof cloned)
-                            : 0;
-            if (n == (ssize_t)sizeof cloned && cloned[0] == INIT_SETUP_MAGIC &&
-                cloned[1] == STEP_NONE) {
-                memcpy(rec, cloned, sizeof cloned);
-                got = sizeof cloned;
-            }
-        }
-    } else {
-        got = read_record(fds[0], rec);
+    size_t got = 0;
+    while (got < sizeof rec) {
+        ssize_t n = read(fds[0], (char *)rec + got, sizeof rec - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
     }
     if (got == sizeof rec && rec[0] == INIT_SETUP_MAGIC && rec[1] == STEP_NONE) {
         *report = fds[0];

@@ -149,7 +149,6 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->ipcns_fd = ipcns_fd;
     p->init = init;
     p->report_fd = p->report_read = -1;
-    p->exec_fd = p->exec_read = -1;
     p->warm = warm_channel >= 0;
     p->channel_fd = warm_channel;
     p->tty_fd = tty_fd;
@@ -398,26 +397,7 @@ static PyObject *childsetup_use_forker(PyObject *self, PyObject *arg)
     return PyBool_FromLong(was);
 }
 
-PyDoc_STRVAR(exec_pipe_doc,
-"_exec_pipe(enabled) -> bool\n\n"
-"Whether the caller of a fresh init is woken by its command's exec (an exec\n"
-"pipe whose only write end the command's process holds), as by default, or\n"
-"by the init's set-up record after the exec (the A/B of the bench); the\n"
-"previous setting.");
-
-static PyObject *childsetup_exec_pipe(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    int enabled = PyObject_IsTrue(arg);
-    if (enabled < 0)
-        return NULL;
-    int was = exec_pipe_enabled;
-    exec_pipe_enabled = enabled;
-    return PyBool_FromLong(was);
-}
-
 static PyMethodDef methods[] = {
-    {"_exec_pipe", childsetup_exec_pipe, METH_O, exec_pipe_doc},
     {"_use_forker", childsetup_use_forker, METH_O, use_forker_doc},
     {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
     {"go", (PyCFunction)(void (*)(void))childsetup_go, METH_VARARGS | METH_KEYWORDS, go_doc},

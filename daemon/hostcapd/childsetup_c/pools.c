@@ -24,7 +24,6 @@ struct plan *plan_take(void)
             return NULL;
     }
     memset(p, 0, sizeof *p);
-    p->report_fd = p->report_read = p->exec_fd = p->exec_read = -1;
     return p;
 }
 

@@ -148,7 +148,7 @@ void fail_now(struct plan *p, int step)
     p->fail_step = step;
     p->fail_errno = errno;
     if (p->init || p->warm)
-        init_report_setup(p->exec_fd >= 0 ? p->exec_fd : p->report_fd, step, p->fail_errno);
+        init_report_setup(p->report_fd, step, p->fail_errno);
     _exit(127);
 }
 
@@ -190,7 +190,6 @@ int child_main(void *arg)
         if (p->report_read >= 0)
             close(p->report_read);
     }
-    /* (An init keeps exec_read until its command exec'd: see init_main.) */
     if (p->init)
         init_hide_cmdline();
     sigset_t none;

@@ -1,9 +1,8 @@
-"""The forker (childsetup_c/forker.c), which clones the inits, and how the
-caller hears of the command's exec (an exec pipe, or the init's record after
-it): every init reports, a forker gone is replaced, a failed clone is the
-clone's error, a step that fails is told wherever it fails, and the command
-runs with the caller's CPU affinity (the init is born pinned to the caller's
-CPU)."""
+"""The forker (childsetup_c/forker.c), which clones the inits: every init
+reports, a forker gone is replaced, a failed clone is the clone's error, a
+step that fails is told wherever it fails (in the init or the command's
+process, cloned by the forker or by the caller), and the command runs with
+the caller's CPU affinity (the init is born pinned to the caller's CPU)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 from hostcapd import _childsetup, childsetup  # type: ignore[attr-defined]
@@ -33,20 +31,6 @@ BASE = bare_plan(
     pdeathsig=9,
     init=True,
 )
-
-
-#: The two ways an init's caller hears of the exec (`_exec_pipe`, the
-#: bench's A/B switch): the default first.
-MODES = {"exec pipe": True, "record after the exec": False}
-
-
-@pytest.fixture(params=list(MODES))
-def exec_pipe(request: pytest.FixtureRequest) -> Iterator[bool]:
-    was = _childsetup._exec_pipe(MODES[request.param])
-    try:
-        yield MODES[request.param]
-    finally:
-        _childsetup._exec_pipe(was)
 
 
 def forkers() -> list[int]:
@@ -70,7 +54,7 @@ def run(plan: childsetup.ChildPlan) -> tuple[int, init_report.CommandExit | None
     return status, init_report.read_and_close(report)
 
 
-def test_every_init_is_cloned_by_one_forker_and_reports(exec_pipe: bool) -> None:
+def test_every_init_is_cloned_by_one_forker_and_reports() -> None:
     for _ in range(20):
         status, command = run(BASE)
         assert os.waitstatus_to_exitcode(status) == 3
@@ -78,7 +62,7 @@ def test_every_init_is_cloned_by_one_forker_and_reports(exec_pipe: bool) -> None
     assert len(forkers()) == 1
 
 
-def test_a_forker_killed_between_spawns_is_replaced(exec_pipe: bool) -> None:
+def test_a_forker_killed_between_spawns_is_replaced() -> None:
     run(BASE)
     (old,) = forkers()
     os.kill(old, signal.SIGKILL)
@@ -94,7 +78,7 @@ def test_a_forker_killed_between_spawns_is_replaced(exec_pipe: bool) -> None:
     assert new != old
 
 
-def test_a_clone_that_fails_is_the_clones_error(exec_pipe: bool) -> None:
+def test_a_clone_that_fails_is_the_clones_error() -> None:
     # CLONE_SIGHAND without CLONE_VM: clone(2) refuses it (EINVAL).
     bad = dataclasses.replace(BASE, clone_flags=CLONE_NEWPID | CLONE_SIGHAND)
     with pytest.raises(childsetup.SetupError) as raised:
@@ -109,7 +93,7 @@ CLONE_NEWNS = 0x00020000
 
 
 @pytest.mark.parametrize("forker", [True, False], ids=["the forker", "the caller clones"])
-def test_a_step_that_fails_is_told_whoever_fails_it(exec_pipe: bool, forker: bool) -> None:
+def test_a_step_that_fails_is_told_whoever_fails_it(forker: bool) -> None:
     was = _childsetup._use_forker(forker)
     try:
         # In the command's process (the exec) and in the init (a mount).
@@ -131,7 +115,7 @@ def test_a_step_that_fails_is_told_whoever_fails_it(exec_pipe: bool, forker: boo
 
 
 @pytest.mark.parametrize("init", [True, False], ids=["under the init", "without one"])
-def test_the_command_runs_with_the_callers_affinity(exec_pipe: bool, init: bool) -> None:
+def test_the_command_runs_with_the_callers_affinity(init: bool) -> None:
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: nothing to pin")
     r, w = os.pipe2(os.O_CLOEXEC)

@@ -60,10 +60,15 @@ class SandboxFloor:
         `init` (as the spawner does with a pid namespace) under its minimal
         init as pid 1, without it as pid 1 itself (decision 0023's A/B)."""
         m = self.message
-        self.mntns.fill_one("floor", self.pooled)
-        self.netns.fill_one()
-        mntns_fd, netns_fd = self.mntns.take("floor"), self.netns.take()
-        # As the spawner does: a namespace the pool could not make is made by the child.
+        # As the spawner does: pooled namespaces for a profile that has them
+        # (a namespace the pool could not make is made by the child).
+        mntns_fd = netns_fd = -1
+        if m.clone_flags & CLONE_NEWNS:
+            self.mntns.fill_one("floor", self.pooled)
+            mntns_fd = self.mntns.take("floor")
+        if m.clone_flags & CLONE_NEWNET:
+            self.netns.fill_one()
+            netns_fd = self.netns.take()
         flags = m.clone_flags
         mounts = self.join if mntns_fd >= 0 else list(self.profile.ns.mounts)
         if mntns_fd >= 0:

@@ -17,6 +17,14 @@ with `fs_changes` required (`rec`), one with it off (`norec`).
   nothing), in the same rotation. bare/norec is what the kernel charges the
   unpack for making the events the issue needs, before any attribution: if
   it is above the target, no reader can meet it.
+- **kernel floor** (`--kernel-floor`, no daemon): the same unpack by a
+  plain `tar` on an image of the daemon's making (mkfs.ext4 and mount
+  options), its CPU (rusage) with no group and with a bare group whose
+  reader runs in another memory cgroup than the tar (as the daemon's does:
+  the kernel charges each event to the group's creator's memory cgroup,
+  in the writer's context), in the tar's own memory cgroup, and with other
+  masks (FAN_CLOSE_WRITE for FAN_MODIFY; no FAN_MODIFY). Needs root and a
+  memory cgroup the bench may make children of.
 - **memory bound**: one spawn of `rec` that creates and removes `--churn`
   distinct files (1,000,000 by default): the daemon's peak RSS (VmHWM)
   before and after, and what its fs.changes record says (paths listed,
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -39,7 +48,7 @@ import time
 from pathlib import Path
 
 from hostcap_proto.v1 import common_pb2, process_pb2
-from hostcapd.sandbox.fschanges import BATCH_SECONDS
+from hostcapd.sandbox.fschanges import BATCH_SECONDS, fanotify
 
 from bench.client import TenantClient, check_exited
 from bench.daemon import PROFILES, BenchDaemon, state_parent, tenant_config
@@ -234,13 +243,142 @@ async def main(rounds: int, files: int, churn: int) -> int:
     return 0
 
 
+#: --kernel-floor's lines: (name, its groups: each its init flags, mask and
+#: the memory cgroup its reader makes it in, "other" or the tar's, "writer").
+_FAN = fanotify
+FAN_CLOSE_WRITE = 0x8
+_DAEMONS = (_FAN.INIT_FLAGS, _FAN.MASK)
+FLOOR_LINES: tuple[tuple[str, tuple[tuple[int, int, str], ...]], ...] = (
+    ("no group", ()),
+    ("the daemon's group, made in another memcg (as the daemon's)", ((*_DAEMONS, "other"),)),
+    ("the daemon's group, made in the tar's memcg", ((*_DAEMONS, "writer"),)),
+    (
+        "two such groups, one in each (a group per spawn, two spawns)",
+        ((*_DAEMONS, "writer"), (*_DAEMONS, "other")),
+    ),
+    (
+        "FAN_CLOSE_WRITE for FAN_MODIFY, another memcg",
+        ((_FAN.INIT_FLAGS, (_FAN.MASK & ~_FAN.FAN_MODIFY) | FAN_CLOSE_WRITE, "other"),),
+    ),
+    (
+        "no FAN_MODIFY (dirent events only), another memcg",
+        ((_FAN.INIT_FLAGS, _FAN.MASK & ~_FAN.FAN_MODIFY, "other"),),
+    ),
+)
+#: The floor's reader: a group of argv[2] flags and argv[3] mask on argv[1]'s
+#: file system, made after joining the memory cgroup argv[5] (its events are
+#: charged there); reads the queue every argv[4] seconds, parses nothing.
+FLOOR_READER = """
+import ctypes, os, select, signal, sys, time
+if sys.argv[5]:
+    with open(os.path.join(sys.argv[5], "cgroup.procs"), "w") as f:
+        f.write("0")
+from hostcapd.sandbox.fschanges import fanotify as f
+fd = f._libc.fanotify_init(int(sys.argv[2]) | f.FAN_NONBLOCK, os.O_RDONLY | os.O_CLOEXEC)
+assert fd >= 0 and f._libc.fanotify_mark(
+    fd, f.FAN_MARK_ADD | f.FAN_MARK_FILESYSTEM, int(sys.argv[3]), -100, sys.argv[1].encode()
+) == 0, os.strerror(ctypes.get_errno())
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("ready", flush=True)
+poller = select.poll()
+poller.register(fd, select.POLLIN)
+while not stop:
+    if poller.poll(100):
+        time.sleep(float(sys.argv[4]))
+        while True:
+            try:
+                os.read(fd, f.READ_SIZE)
+            except BlockingIOError:
+                break
+"""
+
+
+def _memory_cgroup() -> Path:
+    """This process's memory cgroup directory (v1 memory hierarchy or v2)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return Path("/sys/fs/cgroup") / line[3:].lstrip("/")
+    raise RuntimeError("no memory cgroup")
+
+
+def kernel_floor(rounds: int, files: int) -> int:
+    """The unpack's CPU under each FLOOR_LINES group, rounds rotating."""
+    state = Path(tempfile.mkdtemp(prefix="fs-floor-", dir=state_parent()))
+    image, mount = state / "img", state / "mnt"
+    base = _memory_cgroup() / f"fs-floor-{os.getpid()}"
+    made: list[Path] = []
+    mounted = False
+    try:
+        for part in ("", "writer", "other"):
+            (base / part).mkdir()
+            made.insert(0, base / part)
+        with open(image, "wb") as f:
+            f.truncate(1024 * MiB)
+        extended = "nodiscard,lazy_itable_init=0,lazy_journal_init=0"
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E", extended, "-N", "262144", str(image)], check=True)  # fmt: skip
+        mount.mkdir()
+        subprocess.run(["mount", "-t", "ext4", "-o", "loop,nodev,nosuid,noatime", str(image), str(mount)], check=True)  # fmt: skip
+        mounted = True
+        subprocess.run([sys.executable, "-I", "-c", MAKE_TAR, str(mount), str(files)], check=True)
+        unpack = f'echo $$ > "{base}/writer/cgroup.procs" && mkdir "{mount}/out" && exec tar -xf "{mount}/files.tar" -C "{mount}/out"'  # fmt: skip
+        used: dict[str, list[float]] = {name: [] for name, _ in FLOOR_LINES}
+        for index in range(rounds):
+            turn = index % len(FLOOR_LINES)
+            for name, groups in FLOOR_LINES[turn:] + FLOOR_LINES[:turn]:
+                shutil.rmtree(mount / "out", ignore_errors=True)
+                os.sync()
+                readers = []
+                for flags, mask, memcg in groups:
+                    reader = subprocess.Popen(
+                        [sys.executable, "-c", FLOOR_READER, str(mount), str(flags), str(mask), str(BATCH_SECONDS), str(base / memcg)],
+                        stdout=subprocess.PIPE, text=True,
+                    )  # fmt: skip
+                    readers.append(reader)
+                    assert reader.stdout is not None and reader.stdout.readline() == "ready\n"
+                tar = subprocess.Popen(["sh", "-c", unpack])
+                _, status, rusage = os.wait4(tar.pid, 0)
+                tar.returncode = os.waitstatus_to_exitcode(status)
+                time.sleep(2 * BATCH_SECONDS if readers else 0)
+                for reader in readers:
+                    reader.terminate()
+                    reader.wait(10)
+                if status != 0:
+                    raise RuntimeError(f"the unpack failed ({status})")
+                used[name].append(rusage.ru_utime + rusage.ru_stime)
+        none = statistics.median(used["no group"])
+        print(
+            f"kernel floor: a plain tar of {files} files ({rounds} rounds each, rotating), its own CPU (rusage, p50):"
+        )
+        for name, _ in FLOOR_LINES:
+            p50 = statistics.median(used[name])
+            print(f"  {name}: {p50 * 1000:.0f} ms, x{p50 / none:.3f}")
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(mount)], check=False)
+        for path in made:
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        shutil.rmtree(state, ignore_errors=True)
+    return 0
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="5 rounds, 100,000 churned files")
     parser.add_argument("--rounds", type=int, default=None)
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--churn", type=int, default=None)
+    parser.add_argument(
+        "--kernel-floor", action="store_true", help="the kernel's cost alone (no daemon)"
+    )
     args = parser.parse_args()
     rounds = args.rounds or (5 if args.quick else 15)
     churn = args.churn or (100_000 if args.quick else 1_000_000)
+    if args.kernel_floor:
+        sys.exit(kernel_floor(rounds, args.files))
     sys.exit(asyncio.run(main(rounds, args.files, churn)))

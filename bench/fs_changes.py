@@ -243,26 +243,36 @@ async def main(rounds: int, files: int, churn: int) -> int:
     return 0
 
 
-#: --kernel-floor's lines: (name, its groups: each its init flags, mask and
-#: the memory cgroup its reader makes it in, "other" or the tar's, "writer").
+#: --kernel-floor's lines: (name, its groups: each its init flags, mask, the
+#: memory cgroup its reader makes it in, "other" or the tar's, "writer", and
+#: how long its reader lets events gather after a wake-up).
 _FAN = fanotify
 FAN_CLOSE_WRITE = 0x8
 _DAEMONS = (_FAN.INIT_FLAGS, _FAN.MASK)
-FLOOR_LINES: tuple[tuple[str, tuple[tuple[int, int, str], ...]], ...] = (
+_GATHER = BATCH_SECONDS
+FLOOR_LINES: tuple[tuple[str, tuple[tuple[int, int, str, float], ...]], ...] = (
     ("no group", ()),
-    ("the daemon's group, made in another memcg (as the daemon's)", ((*_DAEMONS, "other"),)),
-    ("the daemon's group, made in the tar's memcg", ((*_DAEMONS, "writer"),)),
+    (
+        "the daemon's group, made in another memcg (as the daemon's)",
+        ((*_DAEMONS, "other", _GATHER),),
+    ),
+    ("the daemon's group, made in the tar's memcg", ((*_DAEMONS, "writer", _GATHER),)),
     (
         "two such groups, one in each (a group per spawn, two spawns)",
-        ((*_DAEMONS, "writer"), (*_DAEMONS, "other")),
+        ((*_DAEMONS, "writer", _GATHER), (*_DAEMONS, "other", _GATHER)),
+    ),
+    ("the daemon's group, read at each wake-up (no gathering)", ((*_DAEMONS, "other", 0.0),)),
+    (
+        "without FAN_REPORT_TARGET_FID, another memcg",
+        ((_FAN.INIT_FLAGS & ~_FAN.FAN_REPORT_TARGET_FID, _FAN.MASK, "other", _GATHER),),
     ),
     (
         "FAN_CLOSE_WRITE for FAN_MODIFY, another memcg",
-        ((_FAN.INIT_FLAGS, (_FAN.MASK & ~_FAN.FAN_MODIFY) | FAN_CLOSE_WRITE, "other"),),
+        ((_FAN.INIT_FLAGS, (_FAN.MASK & ~_FAN.FAN_MODIFY) | FAN_CLOSE_WRITE, "other", _GATHER),),
     ),
     (
         "no FAN_MODIFY (dirent events only), another memcg",
-        ((_FAN.INIT_FLAGS, _FAN.MASK & ~_FAN.FAN_MODIFY, "other"),),
+        ((_FAN.INIT_FLAGS, _FAN.MASK & ~_FAN.FAN_MODIFY, "other", _GATHER),),
     ),
 )
 #: The floor's reader: a group of argv[2] flags and argv[3] mask on argv[1]'s
@@ -283,14 +293,23 @@ signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 print("ready", flush=True)
 poller = select.poll()
 poller.register(fd, select.POLLIN)
-while not stop:
+gather, events = float(sys.argv[4]), 0
+while True:
     if poller.poll(100):
-        time.sleep(float(sys.argv[4]))
+        if gather:
+            time.sleep(gather)
         while True:
             try:
-                os.read(fd, f.READ_SIZE)
+                data = os.read(fd, f.READ_SIZE)
             except BlockingIOError:
                 break
+            at = 0
+            while at < len(data):
+                at += f.META.unpack_from(data, at)[0]
+                events += 1
+    elif stop:
+        break
+print(events, flush=True)
 """
 
 
@@ -327,15 +346,16 @@ def kernel_floor(rounds: int, files: int) -> int:
         subprocess.run([sys.executable, "-I", "-c", MAKE_TAR, str(mount), str(files)], check=True)
         unpack = f'echo $$ > "{base}/writer/cgroup.procs" && mkdir "{mount}/out" && exec tar -xf "{mount}/files.tar" -C "{mount}/out"'  # fmt: skip
         used: dict[str, list[float]] = {name: [] for name, _ in FLOOR_LINES}
+        read: dict[str, list[int]] = {name: [] for name, _ in FLOOR_LINES}
         for index in range(rounds):
             turn = index % len(FLOOR_LINES)
             for name, groups in FLOOR_LINES[turn:] + FLOOR_LINES[:turn]:
                 shutil.rmtree(mount / "out", ignore_errors=True)
                 os.sync()
                 readers = []
-                for flags, mask, memcg in groups:
+                for flags, mask, memcg, gather in groups:
                     reader = subprocess.Popen(
-                        [sys.executable, "-c", FLOOR_READER, str(mount), str(flags), str(mask), str(BATCH_SECONDS), str(base / memcg)],
+                        [sys.executable, "-c", FLOOR_READER, str(mount), str(flags), str(mask), str(gather), str(base / memcg)],
                         stdout=subprocess.PIPE, text=True,
                     )  # fmt: skip
                     readers.append(reader)
@@ -344,7 +364,10 @@ def kernel_floor(rounds: int, files: int) -> int:
                 _, status, rusage = os.wait4(tar.pid, 0)
                 tar.returncode = os.waitstatus_to_exitcode(status)
                 time.sleep(2 * BATCH_SECONDS if readers else 0)
-                for reader in readers:
+                for reader in readers[:1]:
+                    reader.terminate()
+                    read[name].append(int(reader.communicate(timeout=10)[0]))
+                for reader in readers[1:]:
                     reader.terminate()
                     reader.wait(10)
                 if status != 0:
@@ -356,7 +379,8 @@ def kernel_floor(rounds: int, files: int) -> int:
         )
         for name, _ in FLOOR_LINES:
             p50 = statistics.median(used[name])
-            print(f"  {name}: {p50 * 1000:.0f} ms, x{p50 / none:.3f}")
+            events = f", {statistics.median(read[name]):.0f} events read" if read[name] else ""
+            print(f"  {name}: {p50 * 1000:.0f} ms, x{p50 / none:.3f}{events}")
     finally:
         if mounted:
             subprocess.run(["umount", str(mount)], check=False)

@@ -82,7 +82,7 @@ while not stop:
         while at < len(data):
             at += f.META.unpack_from(data, at)[0]
             events += 1
-print(events, flush=True)
+print(events, nbytes, flush=True)
 """
 
 MAKE_TAR = """
@@ -250,6 +250,9 @@ _FAN = fanotify
 FAN_CLOSE_WRITE = 0x8
 _DAEMONS = (_FAN.INIT_FLAGS, _FAN.MASK)
 _GATHER = BATCH_SECONDS
+_FLAGS = _FAN.FAN_CLASS_NOTIF | _FAN.FAN_CLOEXEC | _FAN.FAN_NONBLOCK
+_DFID_NAME = _FLAGS | _FAN.FAN_REPORT_DIR_FID | _FAN.FAN_REPORT_NAME
+_FID_ONLY = _FLAGS | _FAN.FAN_REPORT_FID
 FLOOR_LINES: tuple[tuple[str, tuple[tuple[int, int, str, float], ...]], ...] = (
     ("no group", ()),
     (
@@ -265,6 +268,14 @@ FLOOR_LINES: tuple[tuple[str, tuple[tuple[int, int, str, float], ...]], ...] = (
     (
         "without FAN_REPORT_TARGET_FID, another memcg",
         ((_FAN.INIT_FLAGS & ~_FAN.FAN_REPORT_TARGET_FID, _FAN.MASK, "other", _GATHER),),
+    ),
+    (
+        "the directory's handle and the name only (FAN_REPORT_DFID_NAME), another memcg",
+        ((_DFID_NAME, _FAN.MASK, "other", _GATHER),),
+    ),
+    (
+        "the file's handle only, no name (FAN_REPORT_FID), another memcg",
+        ((_FID_ONLY, _FAN.MASK, "other", _GATHER),),
     ),
     (
         "FAN_CLOSE_WRITE for FAN_MODIFY, another memcg",
@@ -293,7 +304,7 @@ signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 print("ready", flush=True)
 poller = select.poll()
 poller.register(fd, select.POLLIN)
-gather, events = float(sys.argv[4]), 0
+gather, events, nbytes = float(sys.argv[4]), 0, 0
 while True:
     if poller.poll(100):
         if gather:
@@ -303,13 +314,13 @@ while True:
                 data = os.read(fd, f.READ_SIZE)
             except BlockingIOError:
                 break
-            at = 0
+            at, nbytes = 0, nbytes + len(data)
             while at < len(data):
                 at += f.META.unpack_from(data, at)[0]
                 events += 1
     elif stop:
         break
-print(events, flush=True)
+print(events, nbytes, flush=True)
 """
 
 
@@ -346,7 +357,7 @@ def kernel_floor(rounds: int, files: int) -> int:
         subprocess.run([sys.executable, "-I", "-c", MAKE_TAR, str(mount), str(files)], check=True)
         unpack = f'echo $$ > "{base}/writer/cgroup.procs" && mkdir "{mount}/out" && exec tar -xf "{mount}/files.tar" -C "{mount}/out"'  # fmt: skip
         used: dict[str, list[float]] = {name: [] for name, _ in FLOOR_LINES}
-        read: dict[str, list[int]] = {name: [] for name, _ in FLOOR_LINES}
+        read: dict[str, list[tuple[int, int]]] = {name: [] for name, _ in FLOOR_LINES}
         for index in range(rounds):
             turn = index % len(FLOOR_LINES)
             for name, groups in FLOOR_LINES[turn:] + FLOOR_LINES[:turn]:
@@ -366,7 +377,8 @@ def kernel_floor(rounds: int, files: int) -> int:
                 time.sleep(2 * BATCH_SECONDS if readers else 0)
                 for reader in readers[:1]:
                     reader.terminate()
-                    read[name].append(int(reader.communicate(timeout=10)[0]))
+                    events, nbytes = reader.communicate(timeout=10)[0].split()
+                    read[name].append((int(events), int(nbytes)))
                 for reader in readers[1:]:
                     reader.terminate()
                     reader.wait(10)
@@ -379,7 +391,11 @@ def kernel_floor(rounds: int, files: int) -> int:
         )
         for name, _ in FLOOR_LINES:
             p50 = statistics.median(used[name])
-            events = f", {statistics.median(read[name]):.0f} events read" if read[name] else ""
+            events = ""
+            if read[name]:
+                n = statistics.median(e for e, _ in read[name])
+                size = statistics.median(b / e for e, b in read[name] if e)
+                events = f", {n:.0f} events read, {size:.0f} bytes each"
             print(f"  {name}: {p50 * 1000:.0f} ms, x{p50 / none:.3f}{events}")
     finally:
         if mounted:

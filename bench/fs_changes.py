@@ -56,32 +56,43 @@ from bench.daemon import PROFILES, BenchDaemon, state_parent, tenant_config
 MiB = 1 << 20
 TENANTS = ("norec", "rec", "bare")
 
-#: The bare group's reader: the daemon's init flags and mask on the file
-#: system of argv[1]; it reads the queue empty every argv[2] seconds (the
-#: daemon's batching) and counts the events, nothing else.
-BARE_READER = """
-import os, select, signal, sys, time
+#: The bare group's reader (the bench's bare line and --kernel-floor's): a
+#: group of argv[2] flags and argv[3] mask on argv[1]'s file system, made
+#: after joining the memory cgroup argv[5] when one is named (its events are
+#: charged there); it reads the queue empty argv[4] seconds after each
+#: wake-up and only walks the event headers, to print how many and how many
+#: bytes it read.
+READER = """
+import ctypes, os, select, signal, sys, time
+if sys.argv[5]:
+    with open(os.path.join(sys.argv[5], "cgroup.procs"), "w") as f:
+        f.write("0")
 from hostcapd.sandbox.fschanges import fanotify as f
-fd = f.open_group(f.Path(sys.argv[1]))
+fd = f._libc.fanotify_init(int(sys.argv[2]) | f.FAN_NONBLOCK, os.O_RDONLY | os.O_CLOEXEC)
+assert fd >= 0 and f._libc.fanotify_mark(
+    fd, f.FAN_MARK_ADD | f.FAN_MARK_FILESYSTEM, int(sys.argv[3]), -100, sys.argv[1].encode()
+) == 0, os.strerror(ctypes.get_errno())
 stop = []
 signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
 print("ready", flush=True)
 poller = select.poll()
 poller.register(fd, select.POLLIN)
-events = 0
-while not stop:
-    if not poller.poll(100):
-        continue
-    time.sleep(float(sys.argv[2]))
-    while True:
-        try:
-            data = os.read(fd, f.READ_SIZE)
-        except BlockingIOError:
-            break
-        at = 0
-        while at < len(data):
-            at += f.META.unpack_from(data, at)[0]
-            events += 1
+gather, events, nbytes = float(sys.argv[4]), 0, 0
+while True:
+    if poller.poll(100):
+        if gather:
+            time.sleep(gather)
+        while True:
+            try:
+                data = os.read(fd, f.READ_SIZE)
+            except BlockingIOError:
+                break
+            at, nbytes = 0, nbytes + len(data)
+            while at < len(data):
+                at += f.META.unpack_from(data, at)[0]
+                events += 1
+    elif stop:
+        break
 print(events, nbytes, flush=True)
 """
 
@@ -154,7 +165,7 @@ async def main(rounds: int, files: int, churn: int) -> int:
     daemon.start(timeout=120)
     clients = {name: TenantClient(daemon.socket(name)) for name in TENANTS}
     bare = subprocess.Popen(
-        [sys.executable, "-c", BARE_READER, str(daemon.workspace("bare")), str(BATCH_SECONDS)],
+        [sys.executable, "-c", READER, str(daemon.workspace("bare")), str(fanotify.INIT_FLAGS), str(fanotify.MASK), str(BATCH_SECONDS), ""],
         stdout=subprocess.PIPE,
         text=True,
     )  # fmt: skip
@@ -190,7 +201,7 @@ async def main(rounds: int, files: int, churn: int) -> int:
                     assert record is not None, "no fs.changes record"
                     listed.append(int(str(record["paths_listed"])))
         bare.send_signal(signal.SIGTERM)
-        bare_events = int(bare.communicate(timeout=30)[0].split()[-1])
+        bare_events = int(bare.communicate(timeout=30)[0].split()[0])
         p50 = {name: statistics.median(v) for name, v in samples.items()}
         print(
             f"unpack {files} files ({rounds} rounds each, rotating): "
@@ -286,42 +297,6 @@ FLOOR_LINES: tuple[tuple[str, tuple[tuple[int, int, str, float], ...]], ...] = (
         ((_FAN.INIT_FLAGS, _FAN.MASK & ~_FAN.FAN_MODIFY, "other", _GATHER),),
     ),
 )
-#: The floor's reader: a group of argv[2] flags and argv[3] mask on argv[1]'s
-#: file system, made after joining the memory cgroup argv[5] (its events are
-#: charged there); reads the queue every argv[4] seconds, parses nothing.
-FLOOR_READER = """
-import ctypes, os, select, signal, sys, time
-if sys.argv[5]:
-    with open(os.path.join(sys.argv[5], "cgroup.procs"), "w") as f:
-        f.write("0")
-from hostcapd.sandbox.fschanges import fanotify as f
-fd = f._libc.fanotify_init(int(sys.argv[2]) | f.FAN_NONBLOCK, os.O_RDONLY | os.O_CLOEXEC)
-assert fd >= 0 and f._libc.fanotify_mark(
-    fd, f.FAN_MARK_ADD | f.FAN_MARK_FILESYSTEM, int(sys.argv[3]), -100, sys.argv[1].encode()
-) == 0, os.strerror(ctypes.get_errno())
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-print("ready", flush=True)
-poller = select.poll()
-poller.register(fd, select.POLLIN)
-gather, events, nbytes = float(sys.argv[4]), 0, 0
-while True:
-    if poller.poll(100):
-        if gather:
-            time.sleep(gather)
-        while True:
-            try:
-                data = os.read(fd, f.READ_SIZE)
-            except BlockingIOError:
-                break
-            at, nbytes = 0, nbytes + len(data)
-            while at < len(data):
-                at += f.META.unpack_from(data, at)[0]
-                events += 1
-    elif stop:
-        break
-print(events, nbytes, flush=True)
-"""
 
 
 def _memory_cgroup() -> Path:
@@ -366,7 +341,7 @@ def kernel_floor(rounds: int, files: int) -> int:
                 readers = []
                 for flags, mask, memcg, gather in groups:
                     reader = subprocess.Popen(
-                        [sys.executable, "-c", FLOOR_READER, str(mount), str(flags), str(mask), str(gather), str(base / memcg)],
+                        [sys.executable, "-c", READER, str(mount), str(flags), str(mask), str(gather), str(base / memcg)],
                         stdout=subprocess.PIPE, text=True,
                     )  # fmt: skip
                     readers.append(reader)

@@ -13,8 +13,8 @@ with `fs_changes` required (`rec`), one with it off (`norec`).
 - **bare group** (the floor of the mechanism): a third tenant, `bare`, with
   `fs_changes` off, whose file system the bench itself marks with a group of
   the same flags and mask as the daemon's, read by a trivial reader (a
-  process of its own that reads the queue every `BATCH_SECONDS` and parses
-  nothing), in the same rotation. bare/norec is what the kernel charges the
+  process of its own that reads the queue `BATCH_SECONDS` after each
+  wake-up and walks only the event headers), in the same rotation. bare/norec is what the kernel charges the
   unpack for making the events the issue needs, before any attribution: if
   it is above the target, no reader can meet it.
 - **kernel floor** (`--kernel-floor`, no daemon): the same unpack by a
@@ -22,9 +22,11 @@ with `fs_changes` required (`rec`), one with it off (`norec`).
   options), its CPU (rusage) with no group and with a bare group whose
   reader runs in another memory cgroup than the tar (as the daemon's does:
   the kernel charges each event to the group's creator's memory cgroup,
-  in the writer's context), in the tar's own memory cgroup, and with other
-  masks (FAN_CLOSE_WRITE for FAN_MODIFY; no FAN_MODIFY). Needs root and a
-  memory cgroup the bench may make children of.
+  in the writer's context), in the tar's own memory cgroup, two at once,
+  read at each wake-up, with less reported (no target handle; the
+  directory's handle and name alone; the file's handle alone) and with
+  other masks (FAN_CLOSE_WRITE for FAN_MODIFY; no FAN_MODIFY). Needs root
+  and memory cgroups the bench may make beneath its own.
 - **memory bound**: one spawn of `rec` that creates and removes `--churn`
   distinct files (1,000,000 by default): the daemon's peak RSS (VmHWM)
   before and after, and what its fs.changes record says (paths listed,
@@ -322,6 +324,14 @@ def kernel_floor(rounds: int, files: int) -> int:
         for part in ("", "writer", "other"):
             (base / part).mkdir()
             made.insert(0, base / part)
+            if part == "" and (base / "cgroup.subtree_control").exists():  # v2
+                with contextlib.suppress(OSError):
+                    (base / "cgroup.subtree_control").write_text("+memory")
+        if not any((base / "writer" / f).exists() for f in ("memory.current", "memory.usage_in_bytes")):  # fmt: skip
+            raise RuntimeError(
+                f"{base}: its children get no memory controller of their own "
+                "(a v1 memory hierarchy, or a v2 cgroup that may delegate memory, is needed)"
+            )
         with open(image, "wb") as f:
             f.truncate(1024 * MiB)
         extended = "nodiscard,lazy_itable_init=0,lazy_journal_init=0"

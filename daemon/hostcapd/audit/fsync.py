@@ -107,8 +107,9 @@ class GroupCommit:
     #: read-only): each fsync in flight has one of its own.
     _descriptions: tuple[int, int]
     #: The fsyncs in flight (each resolved on the loop when it ends), which
-    #: `close` waits for: the generation each covers and its description's index.
-    _syncs: dict[asyncio.Future[None], tuple[int, int]]
+    #: `close` waits for: the generation each covers, its description's index,
+    #: and whether it carries a rotation (retired files or the directory).
+    _syncs: dict[asyncio.Future[None], tuple[int, int, bool]]
     #: Each durable write waiting for its fsync.
     _waiters: list[Waiter]
     _flush_handle: asyncio.TimerHandle | None
@@ -127,10 +128,15 @@ class GroupCommit:
         if self._syncs:
             if not durable or len(self._syncs) >= MAX_SYNCS_IN_FLIGHT:
                 return  # the one in flight starts the next when it ends
-            if max(target for target, _ in self._syncs.values()) >= self._appended:
+            if any(rotation for _, _, rotation in self._syncs.values()):
+                # It alone makes the old file and the new entry durable: one
+                # started beside it could end first and release records that
+                # are not yet (a rotation is rare; wait for it).
+                return
+            if max(target for target, _, _ in self._syncs.values()) >= self._appended:
                 return  # one in flight covers it
         loop = asyncio.get_running_loop()
-        slot = min({0, 1} - {used for _, used in self._syncs.values()})
+        slot = min({0, 1} - {used for _, used, _ in self._syncs.values()})
         target, retired, directory = self._sync_batch()
         release: list[int] = []
         for waiter in self._waiters:
@@ -138,7 +144,7 @@ class GroupCommit:
                 release.append(waiter.release_fd)
                 waiter.release_fd = -1  # the fsync thread closes it
         done: asyncio.Future[None] = loop.create_future()
-        self._syncs[done] = (target, slot)
+        self._syncs[done] = (target, slot, bool(retired) or directory is not None)
 
         def finished(job: concurrent.futures.Future[None]) -> None:  # on the fsync thread
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits

@@ -182,13 +182,36 @@ async def test_a_durable_write_does_not_queue_behind_a_batched_fsync_in_flight(
     assert len(log._syncs) == 1
     _, first = log.write_pending("process.exec", **exec_fields("a"))
     assert len(log._syncs) == 2
-    assert sorted(slot for _, slot in log._syncs.values()) == [0, 1]
+    assert sorted(slot for _, slot, _ in log._syncs.values()) == [0, 1]
     _, second = log.write_pending("process.exec", **exec_fields("b"))
     assert len(log._syncs) == 2  # it waits for one of them to end
     await asyncio.gather(first, second)
     assert log._synced >= 3
     await log.close()
     assert len(records(log.path)) == 3
+
+
+async def test_no_fsync_starts_beside_one_that_carries_a_rotation(
+    make_settings: SettingsFactory,
+) -> None:
+    """The fsync that takes a rotated-out file (and the directory's new entry)
+    alone makes them durable: one started beside it could end first and mark
+    the old file's records durable before they are, so a durable write waits
+    for it instead of starting a second."""
+    log = AuditLog.open(make_settings(max_bytes=4096, fsync_interval_ms=1000), "b")
+    path = log.path
+    first_inode = path.stat().st_ino
+    i = 0
+    while path.stat().st_ino == first_inode:
+        log.write("process.exit", **exit_fields(f"s{i}"))
+        i += 1
+    log._on_flush_timer()  # the batch's fsync takes the retired file
+    assert [rotation for _, _, rotation in log._syncs.values()] == [True]
+    _, durable = log.write_pending("process.exec", **exec_fields("a"))
+    assert len(log._syncs) == 1  # it waits for the rotation's fsync
+    await durable
+    assert log._synced == log._appended
+    await log.close()
 
 
 async def test_batched_writes_are_fsynced_without_a_durable_write(

@@ -36,6 +36,7 @@ import itertools
 import os
 import socket
 import struct
+import typing
 from typing import Any
 
 from hostcapd.bridge.values import Caller
@@ -53,6 +54,10 @@ INNER_URI = f"unix-abstract:{INNER_NAME}"
 #: How grpc names a relayed connection's peer: this and its tag.
 PEER_PREFIX = "unix-abstract:"
 _PEERCRED = struct.Struct("3i")
+#: Socket buffers of both sides of a relayed connection, and the most the
+#: relay reads at once: a stream's bytes cross the relay in fewer, larger
+#: reads and writes (the kernel caps the buffers at net.core.[rw]mem_max).
+RELAY_BUFFER = 1024 * 1024
 
 
 def peer_credentials(sock: socket.socket) -> Caller:
@@ -61,6 +66,11 @@ def peer_credentials(sock: socket.socket) -> Caller:
         sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
     )
     return Caller(uid=uid, gid=gid, pid=pid)
+
+
+def _large_buffers(sock: socket.socket) -> None:
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        sock.setsockopt(socket.SOL_SOCKET, option, RELAY_BUFFER)
 
 
 class _Pipe(asyncio.Protocol):
@@ -80,8 +90,8 @@ class _Pipe(asyncio.Protocol):
         self._on_closed = on_closed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports are not asyncio.Transport subclasses: same methods.
+        self.transport = typing.cast(asyncio.Transport, transport)
         if self._on_made is not None:
             self._on_made(self)
 
@@ -181,7 +191,9 @@ class Peers:
             assert outer.transport is not None
             outer.transport.pause_reading()
             try:
-                self.callers[peer] = peer_credentials(outer.transport.get_extra_info("socket"))
+                sock = outer.transport.get_extra_info("socket")
+                self.callers[peer] = peer_credentials(sock)
+                _large_buffers(sock)
             except OSError:
                 outer.transport.close()
                 return
@@ -198,6 +210,7 @@ class Peers:
         assert transport is not None
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
+            _large_buffers(sock)
             sock.bind("\0" + tag)
             # A unix connect completes at once while the listener's backlog
             # has room; past it, it waits for gRPC's threads to accept.

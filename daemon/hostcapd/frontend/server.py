@@ -459,11 +459,36 @@ def _preload() -> None:
     MALFORMED.to_status()
 
 
-def confined(sock: socket.socket) -> tuple[messages.Hello, list[messages.Protection]]:
-    """A front-end's first steps: read the hello and confine this process
-    (raises Unavailable, ChannelError, EOFError). A test's hostile
-    front-end takes the same steps, then attacks."""
+#: The loop factories of `Hello.event_loop` (None: asyncio's own).
+LoopFactory = Callable[[], asyncio.AbstractEventLoop] | None
+
+
+def loop_factory(name: str) -> LoopFactory:
+    """The event loop a Hello asks for, its module imported now (before the
+    confinement: its files may not be readable after). Raises Unavailable
+    for a loop that cannot be had."""
+    if name == "asyncio":
+        return None
+    if name == "uvloop":
+        try:
+            import uvloop
+        except ImportError as error:
+            raise Unavailable(
+                f'daemon.frontend_event_loop = "uvloop" but uvloop is not importable ({error})'
+            ) from None
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return factory
+    raise Unavailable(f"unknown event loop {name!r}")
+
+
+def confined(
+    sock: socket.socket,
+) -> tuple[messages.Hello, list[messages.Protection], LoopFactory]:
+    """A front-end's first steps: read the hello, load its event loop and
+    confine this process (raises Unavailable, ChannelError, EOFError). A
+    test's hostile front-end takes the same steps, then attacks."""
     hello = _hello(sock)
+    factory = loop_factory(hello.event_loop)
     _preload()
     applied = confine(
         Confinement(
@@ -479,7 +504,7 @@ def confined(sock: socket.socket) -> tuple[messages.Hello, list[messages.Protect
         messages.Protection(name=a.name, applied=a.applied, reason=a.reason, required=a.required)
         for a in applied
     ]
-    return hello, protections
+    return hello, protections, factory
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -490,13 +515,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sock = socket.socket(fileno=int(args[0]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the root side decides when it stops
     try:
-        hello, protections = confined(sock)
+        hello, protections, factory = confined(sock)
     except EOFError:
         return 0
     except (Unavailable, channel.ChannelError) as error:
         print(f"hostcapd front-end: {error}", file=sys.stderr)
         return 1
-    return asyncio.run(serve(sock, hello, protections))
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(serve(sock, hello, protections))
 
 
 if __name__ == "__main__":

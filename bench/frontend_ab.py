@@ -33,7 +33,6 @@ from typing import Any
 
 from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc
 
-from bench import procfs
 from bench.client import TenantClient
 from bench.daemon import BenchDaemon, MiB, state_parent
 from bench.stats import Summary, rotation
@@ -63,6 +62,22 @@ def _apply(config: dict[str, Any], settings: list[str]) -> None:
         for table in tables:
             where = where.setdefault(table, {})
         where[name] = _value(value)
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds of all of `pid`'s threads, to the nanosecond (schedstat:
+    the ticks of /proc/PID/stat are too coarse for one call)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def _cpu_of(pids: list[int]) -> float:
+    return sum(_cpu(pid) for pid in pids)
 
 
 def _frontend_of(daemon: BenchDaemon, tenant: str) -> int:
@@ -126,11 +141,11 @@ async def compare(args: argparse.Namespace) -> None:
                     lambda kind=kind: _read_4k(fs[kind], "frontend-4k"),  # type: ignore[misc]
                 )
                 for name, call in zip(names, calls, strict=True):
-                    f0 = procfs.cpu_seconds(front[kind])
-                    d0 = procfs.cpu_seconds_of(pids[kind])
+                    f0 = _cpu(front[kind])
+                    d0 = _cpu_of(pids[kind])
                     rows[name][kind].append(await call())
-                    fe_cpu[name][kind] += procfs.cpu_seconds(front[kind]) - f0
-                    all_cpu[name][kind] += procfs.cpu_seconds_of(pids[kind]) - d0
+                    fe_cpu[name][kind] += _cpu(front[kind]) - f0
+                    all_cpu[name][kind] += _cpu_of(pids[kind]) - d0
         for name, samples in rows.items() if args.rounds else ():
             s = {kind: Summary.of(v) for kind, v in samples.items()}
             a, b = s["a"], s["b"]
@@ -156,11 +171,11 @@ async def compare(args: argparse.Namespace) -> None:
         fe_per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
         for index in range(args.windows):
             for kind in rotation(list(KINDS), index):
-                f0 = procfs.cpu_seconds(front[kind])
-                d0 = procfs.cpu_seconds_of(pids[kind])
+                f0 = _cpu(front[kind])
+                d0 = _cpu_of(pids[kind])
                 done, seconds = await daemon_rate(daemons[kind].socket(TENANT), args.seconds)
-                per_spawn[kind].append((procfs.cpu_seconds_of(pids[kind]) - d0) * 1e3 / done)
-                fe_per_spawn[kind].append((procfs.cpu_seconds(front[kind]) - f0) * 1e3 / done)
+                per_spawn[kind].append((_cpu_of(pids[kind]) - d0) * 1e3 / done)
+                fe_per_spawn[kind].append((_cpu(front[kind]) - f0) * 1e3 / done)
                 rates[kind].append(done / seconds)
         if not args.windows:
             rates = per_spawn = fe_per_spawn = {k: [1.0] for k in KINDS}
@@ -179,9 +194,9 @@ async def compare(args: argparse.Namespace) -> None:
             stream_cpu = {kind: 0.0 for kind in KINDS}
             for index in range(args.streams):
                 for kind in rotation(list(KINDS), index):
-                    f0 = procfs.cpu_seconds(stream_fe[kind])
+                    f0 = _cpu(stream_fe[kind])
                     streams[kind].append(await _stream(streamers[kind], size))
-                    stream_cpu[kind] += procfs.cpu_seconds(stream_fe[kind]) - f0
+                    stream_cpu[kind] += _cpu(stream_fe[kind]) - f0
             best = {kind: size / MiB / min(v) for kind, v in streams.items()}
             mid = {kind: size / MiB / statistics.median(v) for kind, v in streams.items()}
             what = f"stream {args.stream_mib} MiB x {args.streams}"

@@ -37,6 +37,7 @@ also has the parent-death signal.
 from __future__ import annotations
 
 import asyncio
+import collections
 import ctypes
 import importlib
 import itertools
@@ -93,12 +94,37 @@ SERVICES: dict[str, tuple[tuple[Any, str], ...]] = {
 }
 
 
+class _Inbox:
+    """What the root side sent for a call, in order, and its one reader's
+    wait: an asyncio.Queue without the bookkeeping no call uses (a call's
+    hot path makes one)."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[tuple[Any, bytes | None]] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: tuple[Any, bytes | None]) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> tuple[Any, bytes | None]:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
 class _Call:
     """A relayed call: what the root side sent for it, in order (each
     message with its payload: a chunk's bytes)."""
 
     def __init__(self) -> None:
-        self.inbox: asyncio.Queue[tuple[Any, bytes | None]] = asyncio.Queue()
+        self.inbox = _Inbox()
         self.finished = False
         #: Its spawn's output as kept here, by stream, and its bytes.
         self.kept: dict[int, StreamBuffer] = {}

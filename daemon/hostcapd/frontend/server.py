@@ -87,6 +87,20 @@ def _trim() -> None:
     _libc.malloc_trim(0)
 
 
+#: glibc's mallopt parameters, and what a front-end sets them to: a stream's
+#: 1 MiB chunks (each read from the channel, then its event's bytes) are
+#: allocated from the heap and their freed space kept for the next, instead
+#: of the heap's top being given back and faulted in again per chunk (its
+#: free top is given back past 8 MiB, and by `_trim` after a large call).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HEAP_KEPT = 8 * 1024 * 1024
+
+
+def _keep_heap() -> None:
+    _libc.mallopt(M_MMAP_THRESHOLD, HEAP_KEPT)
+    _libc.mallopt(M_TRIM_THRESHOLD, HEAP_KEPT)
+
+
 #: What each kind of front-end serves.
 SERVICES: dict[str, tuple[tuple[Any, str], ...]] = {
     "tenant": ((process_pb2, "ProcessService"), (host_pb2, "HostService"), (fs_pb2, "FsService")),
@@ -377,6 +391,7 @@ def _handlers(
 async def serve(
     sock: socket.socket, hello: messages.Hello, protections: list[messages.Protection]
 ) -> int:
+    _keep_heap()
     stopped = asyncio.Event()
     relay = Relay(sock, stopped, hello.kind)
     relay.output_budget = hello.output_budget

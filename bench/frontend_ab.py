@@ -80,7 +80,7 @@ def _cpu_of(pids: list[int]) -> float:
     return sum(_cpu(pid) for pid in pids)
 
 
-def _frontend_of(daemon: BenchDaemon, tenant: str) -> int:
+def frontend_of(daemon: BenchDaemon, tenant: str) -> int:
     """The pid of the front-end serving `tenant` (its cwd is its bind
     directory, beside the tenant's socket, named after it)."""
     name = daemon.socket(tenant).name
@@ -122,7 +122,7 @@ async def compare(args: argparse.Namespace) -> None:
             for _ in range(10):
                 await c.true()
                 await c.health_rtt()
-        front = {kind: _frontend_of(d, TENANT) for kind, d in daemons.items()}
+        front = {kind: frontend_of(d, TENANT) for kind, d in daemons.items()}
         pids = {kind: _daemon_pids(d) for kind, d in daemons.items()}
         await asyncio.sleep(0.5)
         print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
@@ -138,7 +138,7 @@ async def compare(args: argparse.Namespace) -> None:
                 calls = (
                     clients[kind].health_rtt,
                     clients[kind].true,
-                    lambda kind=kind: _read_4k(fs[kind], "frontend-4k"),  # type: ignore[misc]
+                    lambda kind=kind: _read_4k(fs[kind], "frontend-4k"),
                 )
                 for name, call in zip(names, calls, strict=True):
                     f0 = _cpu(front[kind])
@@ -190,7 +190,7 @@ async def compare(args: argparse.Namespace) -> None:
         if args.stream_mib:
             size = args.stream_mib * MiB
             streams: dict[str, list[float]] = {kind: [] for kind in KINDS}
-            stream_fe = {kind: _frontend_of(d, STREAM) for kind, d in daemons.items()}
+            stream_fe = {kind: frontend_of(d, STREAM) for kind, d in daemons.items()}
             stream_cpu = {kind: 0.0 for kind in KINDS}
             for index in range(args.streams):
                 for kind in rotation(list(KINDS), index):

@@ -178,11 +178,14 @@ class _Relay:
         self.loop = asyncio.get_running_loop()
         self.outer, self.inner = outer, inner
         self.on_closed: Callable[[], None] | None = on_closed
-        self.ways = [
-            # The client's requests are small; the server's answers may be a stream.
-            _Direction(self, outer, inner, REQUEST_PIPE),
-            _Direction(self, inner, outer, RELAY_BUFFER),
-        ]
+        # The client's requests are small; the server's answers may be a stream.
+        requests = _Direction(self, outer, inner, REQUEST_PIPE)  # OSError: no fd left
+        try:
+            answers = _Direction(self, inner, outer, RELAY_BUFFER)
+        except OSError:
+            requests.stop()
+            raise
+        self.ways = [requests, answers]
         for way in self.ways:
             way.start()
 
@@ -268,10 +271,11 @@ class Peers:
     def _relay(self, outer: socket.socket) -> None:
         tag = f"c{next(self._tags):x}"
         peer = PEER_PREFIX + tag
-        inner = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        inner: socket.socket | None = None
         try:
             # Its caller now: the kernel's, taken when it connected.
-            caller = peer_credentials(outer)
+            self.callers[peer] = peer_credentials(outer)
+            inner = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             _large_buffers(outer)
             _large_buffers(inner)
             inner.bind("\0" + tag)
@@ -280,12 +284,12 @@ class Peers:
             inner.connect(self.inner)
             outer.setblocking(False)
             inner.setblocking(False)
-        except OSError:
-            inner.close()
+            self.relays[peer] = _Relay(outer, inner, lambda: self._closed(peer))
+        except OSError:  # the client went, or no fd is left: its connection is closed
+            self.callers.pop(peer, None)
+            if inner is not None:
+                inner.close()
             outer.close()
-            return
-        self.callers[peer] = caller
-        self.relays[peer] = _Relay(outer, inner, lambda: self._closed(peer))
 
     def _closed(self, peer: str) -> None:
         self.callers.pop(peer, None)

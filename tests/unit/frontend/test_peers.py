@@ -196,3 +196,53 @@ async def test_a_stream_to_a_slow_reader_arrives_whole(tmp_path: Path) -> None:
     finally:
         await peers.close()
         inner.close()
+
+
+async def test_a_connection_without_fds_for_its_pipes_is_closed_and_the_next_served(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """No fd left for a connection's pipes (EMFILE): that client sees its
+    connection closed, nothing of it is left behind, and the next one is
+    relayed."""
+    import errno
+
+    from hostcapd.frontend import peers as peers_module
+
+    name = f"hostcap-test-peers-{secrets.token_hex(8)}"
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.read())
+        await writer.drain()
+        writer.close()
+
+    inner = await asyncio.start_unix_server(echo, "\0" + name)
+    peers = Peers("\0" + name)
+    await peers.listen(str(tmp_path / "s"), 0o600)
+    real_pipe2 = os.pipe2
+    calls = 0
+
+    def pipe2(flags: int) -> tuple[int, int]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the first connection's second pipe
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_pipe2(flags)
+
+    monkeypatch.setattr(peers_module.os, "pipe2", pipe2)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(tmp_path / "s"))
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed at once
+        writer.close()
+        assert not peers.callers and not peers.relays
+        reader, writer = await asyncio.open_unix_connection(str(tmp_path / "s"))
+        writer.write(b"again")
+        writer.write_eof()
+        assert await asyncio.wait_for(reader.read(), 10) == b"again"
+        writer.close()
+        await _until(lambda: not peers.relays, what=lambda: peers.relays)
+        await asyncio.sleep(0.05)
+        assert len(os.listdir("/proc/self/fd")) <= fds_before  # no pipe or socket leaked
+    finally:
+        await peers.close()
+        inner.close()

@@ -192,11 +192,13 @@ async def compare(args: argparse.Namespace) -> None:
             streams: dict[str, list[float]] = {kind: [] for kind in KINDS}
             stream_fe = {kind: frontend_of(d, STREAM) for kind, d in daemons.items()}
             stream_cpu = {kind: 0.0 for kind in KINDS}
+            root_cpu = {kind: 0.0 for kind in KINDS}
             for index in range(args.streams):
                 for kind in rotation(list(KINDS), index):
-                    f0 = _cpu(stream_fe[kind])
+                    f0, r0 = _cpu(stream_fe[kind]), _cpu(daemons[kind].pid)
                     streams[kind].append(await _stream(streamers[kind], size))
                     stream_cpu[kind] += _cpu(stream_fe[kind]) - f0
+                    root_cpu[kind] += _cpu(daemons[kind].pid) - r0
             best = {kind: size / MiB / min(v) for kind, v in streams.items()}
             mid = {kind: size / MiB / statistics.median(v) for kind, v in streams.items()}
             what = f"stream {args.stream_mib} MiB x {args.streams}"
@@ -205,6 +207,8 @@ async def compare(args: argparse.Namespace) -> None:
             gib = args.streams * size / (1 << 30)
             fe_gib = {kind: stream_cpu[kind] / gib for kind in KINDS}
             print("  " + _ratio("front-end CPU s/GiB", fe_gib["a"], fe_gib["b"], "s", ".2f"))
+            root_gib = {kind: root_cpu[kind] / gib for kind in KINDS}
+            print("  " + _ratio("root CPU s/GiB", root_gib["a"], root_gib["b"], "s", ".2f"))
         print(f"load after: {os.getloadavg()[0]:.2f}", flush=True)
     finally:
         for c in [*clients.values(), *streamers.values()]:

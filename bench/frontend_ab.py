@@ -105,6 +105,8 @@ async def compare(args: argparse.Namespace) -> None:
     _apply(daemons["b"].config, args.b_set)
     if args.a_python:
         daemons["a"].python = args.a_python
+    if args.b_python:
+        daemons["b"].python = args.b_python
     clients: dict[str, TenantClient] = {}
     streamers: dict[str, TenantClient] = {}
     try:
@@ -221,6 +223,7 @@ async def compare(args: argparse.Namespace) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.frontend_ab")
     parser.add_argument("--a-python", default="", help="the interpreter of daemon a")
+    parser.add_argument("--b-python", default="", help="the interpreter of daemon b")
     parser.add_argument("--a-set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--b-set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--rounds", type=int, default=200)

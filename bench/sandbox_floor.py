@@ -45,6 +45,8 @@ class SandboxFloor:
         self.join = list(self.profile.ns.join_mounts)
         self.mntns = MountNamespacePool(size=1)
         self.netns = NetnsPool(size=1)
+        #: Of the latest `true()`: seconds from clone until spawn returned (exec'd).
+        self.until_exec = 0.0
         self.ident = identity.plan(self.tenant.uid, self.tenant.gid, set(self.profile.applied))
         self.envp = environment.encode(dict(self.tenant.env))
         self.rlimits = (
@@ -58,10 +60,15 @@ class SandboxFloor:
         `init` (as the spawner does with a pid namespace) under its minimal
         init as pid 1, without it as pid 1 itself (decision 0023's A/B)."""
         m = self.message
-        self.mntns.fill_one("floor", self.pooled)
-        self.netns.fill_one()
-        mntns_fd, netns_fd = self.mntns.take("floor"), self.netns.take()
-        # As the spawner does: a namespace the pool could not make is made by the child.
+        # As the spawner does: pooled namespaces for a profile that has them
+        # (a namespace the pool could not make is made by the child).
+        mntns_fd = netns_fd = -1
+        if m.clone_flags & CLONE_NEWNS:
+            self.mntns.fill_one("floor", self.pooled)
+            mntns_fd = self.mntns.take("floor")
+        if m.clone_flags & CLONE_NEWNET:
+            self.netns.fill_one()
+            netns_fd = self.netns.take()
         flags = m.clone_flags
         mounts = self.join if mntns_fd >= 0 else list(self.profile.ns.mounts)
         if mntns_fd >= 0:
@@ -105,6 +112,7 @@ class SandboxFloor:
                 init=init,
             )
             pid, report = childsetup.spawn(plan)
+            self.until_exec = time.perf_counter() - start
             _, status = os.waitpid(pid, 0)
             seconds = time.perf_counter() - start
         finally:
@@ -119,3 +127,84 @@ class SandboxFloor:
         self.mntns.close()
         self.netns.close()
         self.profile.close()
+
+
+#: A/B variants of the C set-up for `python -m bench.sandbox_floor`: a name,
+#: whether the command runs under the init, and the `_childsetup` switches
+#: (`_use_forker` and the like) set for it; a switch not named is at its
+#: default (read once, before the first round).
+VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
+    "no init": (False, {}),
+    "init": (True, {}),
+    "init (caller clones)": (True, {"_use_forker": False}),
+}
+
+
+def _switch(switches: dict[str, bool], defaults: dict[str, bool]) -> None:
+    from hostcapd import _childsetup  # type: ignore[attr-defined]
+
+    for name in defaults:
+        getattr(_childsetup, name)(switches.get(name, defaults[name]))
+
+
+def main() -> None:
+    """python -m bench.sandbox_floor [--rounds N] [--variants a,b,...]:
+    the C set-up's variants interleaved in this process, rotating order,
+    their p50 and p95 and each one's p50 over the first's."""
+    import argparse
+    import statistics
+    import tempfile
+    from pathlib import Path
+
+    from hostcapd import _childsetup  # type: ignore[attr-defined]
+
+    parser = argparse.ArgumentParser(prog="python -m bench.sandbox_floor")
+    parser.add_argument("--rounds", type=int, default=200)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--tenant", default="nocg", help="a bench tenant without a cgroup")
+    args = parser.parse_args()
+    names = [n.strip() for n in args.variants.split(",")]
+    # Each switch's default (a switch returns the previous setting).
+    defaults = {}
+    for n in {n for _, sw in VARIANTS.values() for n in sw if hasattr(_childsetup, n)}:
+        defaults[n] = getattr(_childsetup, n)(True)
+        getattr(_childsetup, n)(defaults[n])
+    times: dict[str, list[float]] = {n: [] for n in names}
+    execs: dict[str, list[float]] = {n: [] for n in names}
+    with tempfile.TemporaryDirectory(prefix="hostcap-floor-") as tmp:
+        os.chmod(tmp, 0o711)
+        daemon = BenchDaemon(Path(tmp) / "bd", (args.tenant,))
+        daemon.write_config()
+        floor = SandboxFloor(daemon, args.tenant)
+        try:
+            for name in names:  # warm-up (the forker starts, the pools fill)
+                init, switches = VARIANTS[name]
+                _switch(switches, defaults)
+                for _ in range(5):
+                    floor.true(init)
+            for r in range(args.rounds):
+                for i in range(len(names)):
+                    name = names[(r + i) % len(names)]
+                    init, switches = VARIANTS[name]
+                    _switch(switches, defaults)
+                    times[name].append(floor.true(init))
+                    execs[name].append(floor.until_exec)
+        finally:
+            _switch({}, defaults)
+            floor.close()
+    first = statistics.median(times[names[0]])
+    first_exec = statistics.median(execs[names[0]])
+    print(f"{args.tenant}, {args.rounds} rounds, load {os.getloadavg()[0]:.1f}; until reaped,")
+    print("and until spawn returned (the command exec'd); ratios over the first line's")
+    for name in names:
+        t = sorted(times[name])
+        p50, p95 = statistics.median(t), t[int(len(t) * 0.95) - 1]
+        e50 = statistics.median(execs[name])
+        print(
+            f"{name:32s} reaped p50 {p50 * 1e3:6.3f} ms p95 {p95 * 1e3:6.3f} ms {p50 / first:5.2f}x"
+            f" | exec p50 {e50 * 1e3:6.3f} ms {e50 / first_exec:5.2f}x"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -249,8 +249,12 @@ def cmdline(pid: int) -> bytes:
 
 
 def children_of(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    out: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out  # it exited meanwhile: no children
+    for task in tasks:
         with contextlib.suppress(OSError):
             out += [int(c) for c in (task / "children").read_text().split()]
     return out

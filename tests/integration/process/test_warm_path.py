@@ -370,7 +370,14 @@ async def test_stopping_the_daemon_leaves_no_warm_child_nor_its_cgroup(
     for line in "".join(cgroups).splitlines():
         path = line.split(":", 2)[2]
         if "warm-" in path:
-            leftovers = [p for p in Path("/sys/fs/cgroup").rglob(Path(path).name)]
+            # os.walk skips what vanishes under it (other daemons' cgroups
+            # on a shared machine); rglob raised FileNotFoundError there.
+            name = Path(path).name
+            leftovers = [
+                os.path.join(top, name)
+                for top, dirs, _ in os.walk("/sys/fs/cgroup")
+                if name in dirs
+            ]
             assert not leftovers, f"a warm child's cgroup is left: {leftovers}"
 
 

@@ -79,11 +79,8 @@ class Changes:
 
     def listed(self) -> list[tuple[str, list[str], bool]]:
         """(path, kinds, is a directory), sorted by path."""
+        kinds_of = _KINDS_OF
         return [
-            (
-                path,
-                [kind for bit, kind in zip((1, 2, 4, 8, 16), KINDS, strict=True) if bits & bit],
-                bool(bits & _DIR_BIT),
-            )
+            (path, list(kinds_of[bits & 31]), bool(bits & _DIR_BIT))
             for path, bits in sorted(self.paths.items())
         ]

@@ -1,0 +1,142 @@
+"""The forker (childsetup_c/forker.c), which clones the inits: every init
+reports, a forker gone is replaced, a failed clone is the clone's error, a
+step that fails is told wherever it fails (in the init or the command's
+process, cloned by the forker or by the caller), and the command runs with
+the caller's CPU affinity (the init is born pinned to the caller's CPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import signal
+import time
+
+import pytest
+from hostcapd import _childsetup, childsetup  # type: ignore[attr-defined]
+from hostcapd.spawner import init_report
+from support.childplans import bare_plan
+
+CLONE_NEWPID = 0x20000000
+CLONE_SIGHAND = 0x00000800
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="a pid namespace needs root")
+
+BASE = bare_plan(
+    exe_path=b"/bin/sh",
+    argv=[b"sh", b"-c", b"exit 3"],
+    envp=[],
+    clone_flags=CLONE_NEWPID,
+    no_new_privs=True,
+    pdeathsig=9,
+    init=True,
+)
+
+
+def forkers() -> list[int]:
+    """This process's children named hostcap-forker."""
+    found = []
+    for task in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{task}/children") as f:
+            for pid in f.read().split():
+                try:
+                    with open(f"/proc/{pid}/comm") as comm:
+                        if comm.read().strip() == "hostcap-forker":
+                            found.append(int(pid))
+                except FileNotFoundError:
+                    pass
+    return found
+
+
+def run(plan: childsetup.ChildPlan) -> tuple[int, init_report.CommandExit | None]:
+    pid, report = childsetup.spawn(plan)
+    _, status = os.waitpid(pid, 0)
+    return status, init_report.read_and_close(report)
+
+
+def test_every_init_is_cloned_by_one_forker_and_reports() -> None:
+    for _ in range(20):
+        status, command = run(BASE)
+        assert os.waitstatus_to_exitcode(status) == 3
+        assert command is not None and os.waitstatus_to_exitcode(command.status) == 3
+    assert len(forkers()) == 1
+
+
+def test_a_forker_killed_between_spawns_is_replaced() -> None:
+    run(BASE)
+    (old,) = forkers()
+    os.kill(old, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{old}/comm") and time.monotonic() < deadline:
+        with open(f"/proc/{old}/stat") as f:
+            if f.read().split(")")[-1].split()[0] == "Z":
+                break
+        time.sleep(0.01)
+    status, command = run(BASE)
+    assert os.waitstatus_to_exitcode(status) == 3 and command is not None
+    (new,) = forkers()
+    assert new != old
+
+
+def test_a_clone_that_fails_is_the_clones_error() -> None:
+    # CLONE_SIGHAND without CLONE_VM: clone(2) refuses it (EINVAL).
+    bad = dataclasses.replace(BASE, clone_flags=CLONE_NEWPID | CLONE_SIGHAND)
+    with pytest.raises(childsetup.SetupError) as raised:
+        childsetup.spawn(bad)
+    assert raised.value.args == ("clone", errno.EINVAL)
+    # and nothing is left waiting: the next spawn runs.
+    status, _ = run(BASE)
+    assert os.waitstatus_to_exitcode(status) == 3
+
+
+CLONE_NEWNS = 0x00020000
+
+
+@pytest.mark.parametrize("forker", [True, False], ids=["the forker", "the caller clones"])
+def test_a_step_that_fails_is_told_whoever_fails_it(forker: bool) -> None:
+    was = _childsetup._use_forker(forker)
+    try:
+        # In the command's process (the exec) and in the init (a mount).
+        missing = dataclasses.replace(BASE, exe_path=b"/nonexistent-hostcap", argv=[b"x"])
+        with pytest.raises(childsetup.SetupError) as raised:
+            childsetup.spawn(missing)
+        assert raised.value.args == ("exec", errno.ENOENT)
+        mount = (0, b"none", b"/nonexistent-hostcap/x", b"tmpfs", 0, None, 0)
+        bad_mount = dataclasses.replace(
+            BASE, clone_flags=CLONE_NEWPID | CLONE_NEWNS, mounts=[mount]
+        )
+        with pytest.raises(childsetup.SetupError) as raised:
+            childsetup.spawn(bad_mount)
+        assert raised.value.args == ("mount", errno.ENOENT)
+        status, command = run(BASE)
+        assert os.waitstatus_to_exitcode(status) == 3 and command is not None
+    finally:
+        _childsetup._use_forker(was)
+
+
+@pytest.mark.parametrize("init", [True, False], ids=["under the init", "without one"])
+def test_the_command_runs_with_the_callers_affinity(init: bool) -> None:
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: nothing to pin")
+    r, w = os.pipe2(os.O_CLOEXEC)
+    try:
+        # A child of the command's process (born with its affinity) reads
+        # its allowed CPUs (/proc is the host's here: no mount namespace).
+        plan = dataclasses.replace(
+            BASE,
+            argv=[b"sh", b"-c", b"grep Cpus_allowed_list /proc/self/status"],
+            stdio=(0, w, 2),
+            **({} if init else {"clone_flags": 0, "init": False}),
+        )
+        if init:
+            status, _ = run(plan)
+        else:
+            _, status = os.waitpid(childsetup.spawn(plan)[0], 0)
+        os.close(w)
+        out = os.read(r, 4096).decode()
+    finally:
+        os.close(r)
+    assert os.waitstatus_to_exitcode(status) == 0
+    cpus = sorted(os.sched_getaffinity(0))
+    listed = out.split(":")[1].strip()
+    assert listed in (f"{cpus[0]}-{cpus[-1]}", ",".join(map(str, cpus)))

@@ -118,6 +118,12 @@ class SpawnerSteps:
         return to_exec, to_reaped
 
 
+def _read_at(fd: int) -> float:
+    """When an eventfd became readable, as the thread that waited saw it."""
+    os.eventfd_read(fd)
+    return time.perf_counter()
+
+
 class CgroupSteps:
     def __init__(self, host: CgroupHost, parked: int) -> None:
         self.host = host
@@ -144,6 +150,15 @@ class CgroupSteps:
         out["cgroup stats"] = _timed(cg.stats)
         out["cgroup kill sweep (empty)"] = _timed(cg.kill)
         out["cgroup remove"] = _timed(cg.remove)
+        # A fresh spawn's cgroup taken from the pool (process/cgroup_pool.py):
+        # made ahead, unlimited; only its limits are on the spawn's path.
+        pooled = self.host.create(uuid.uuid4().hex, None, None, ahead=True)
+        pooled.open_stats()
+        out["cgroup limits on one made ahead (pool)"] = _timed(
+            lambda: self.host.set_limits(pooled, 4 << 30, 1024)
+        )
+        out["cgroup stats, its files opened ahead (pool)"] = _timed(pooled.stats)
+        pooled.remove()
         return out
 
 
@@ -204,6 +219,16 @@ async def run(rounds: int) -> int:
             start = time.perf_counter()
             await audit.write_durable("process.exec", **record)
             add("audit process.exec (durable: fdatasync)", time.perf_counter() - start)
+            # What a spawn's child waits for: its go, written by the fsync
+            # thread once the record is durable (seen by a thread as by the child).
+            go = os.eventfd(0, os.EFD_CLOEXEC)
+            seen = asyncio.get_running_loop().run_in_executor(None, _read_at, go)
+            await asyncio.sleep(0.001)  # the reader waits
+            start = time.perf_counter()
+            _, durable = audit.write_pending("process.exec", release_fd=go, **record)
+            add("audit process.exec: appended to its go", await seen - start)
+            await durable
+            os.close(go)
             add(
                 "audit process.exit (batched fsync)",
                 _timed(lambda: audit.write("process.exit", **exit_record)),

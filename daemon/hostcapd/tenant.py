@@ -17,6 +17,7 @@ from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.process import request as request_mod
+from hostcapd.process.cgroup_pool import REFILL_AFTER_START
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.environments import EnvironmentTable
 from hostcapd.process.executable import HashCache
@@ -136,6 +137,7 @@ class TenantRuntime:
         self.spawner.register_profile(self.profile.spawner_message(self.profile_key))
         if self.accepting:
             self.warm.fill()
+            self.warm.cgroups.fill()
 
     def spawner_restarted(self) -> None:
         """The spawner died and a new one serves: the namespaces it held for
@@ -206,7 +208,8 @@ class TenantRuntime:
         # nor does a tty spawn (its terminal is made before its filters).
         fresh = env is not None or request.tty is not None
         warm = self.warm.take(prepared, rlimits) if not fresh else None
-        launch = launch_for(self.deps, warm)
+        pooled = self.warm.cgroups.take() if warm is None else None
+        launch = launch_for(self.deps, warm, pooled)
         spawn = Spawn(self.deps, request, prepared, streaming, launch, rlimits)
         self.spawns[spawn.id] = spawn
         if request.detached:
@@ -218,6 +221,12 @@ class TenantRuntime:
             self._by_request[request.request_id] = spawn
         if self.warm.size:
             spawn.started.add_done_callback(lambda _: self.warm.refill())
+        if self.warm.cgroups.size and warm is None:
+            # Made again once its answer has left (done's callbacks run after
+            # it), or a while after it started if it runs on.
+            pool = self.warm.cgroups
+            spawn.done.add_done_callback(lambda _: pool.refill())
+            spawn.started.add_done_callback(lambda _: pool.refill(REFILL_AFTER_START))
         task = asyncio.ensure_future(self._run(spawn))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

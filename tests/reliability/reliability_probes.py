@@ -24,6 +24,10 @@ from support.process import Client
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 SPAWN_PREFIX = "spawn-"
 WARM_PREFIX = "warm-"
+#: Made ahead for fresh spawns (hostcapd.process.cgroup_pool): a runtime
+#: keeps up to POOL_SIZE of them, empty, in its tenant's cgroup.
+READY_PREFIX = "ready-"
+POOL_SIZE = 2
 TENANT_PREFIX = "tenant-"
 #: Where the test daemons' temp files go (TMPDIR), so leaks are attributable.
 TMP_DIR_NAME = "tmp"
@@ -144,14 +148,25 @@ def _cgroups_in(subtree: Path) -> list[os.DirEntry[str]]:
 def spawn_cgroups(subtrees: list[Path]) -> set[str]:
     """Spawn ids that still have a cgroup in any of `subtrees`: every
     spawn-<id>, and every warm-<id> but those a warm child waits in (a spawn
-    that took a warm child runs in its warm-<id>; one left behind is a leak)."""
+    that took a warm child runs in its warm-<id>; one left behind is a leak),
+    and every ready-<id> with members, or past the pool's size, empty, in
+    its directory (the pool keeps that many; more are a leak)."""
     names: set[str] = set()
     for subtree in subtrees:
+        empty_ready: dict[str, list[str]] = {}
         for entry in _cgroups_in(subtree):
             if entry.name.startswith(SPAWN_PREFIX):
                 names.add(entry.name[len(SPAWN_PREFIX) :])
             elif entry.name.startswith(WARM_PREFIX) and not _waiting(Path(entry.path)):
                 names.add(entry.name[len(WARM_PREFIX) :])
+            elif entry.name.startswith(READY_PREFIX):
+                name = entry.name[len(READY_PREFIX) :]
+                if _members(Path(entry.path)):
+                    names.add(name)
+                else:
+                    empty_ready.setdefault(str(Path(entry.path).parent), []).append(name)
+        for ready in empty_ready.values():
+            names.update(sorted(ready)[POOL_SIZE:])
     return names
 
 
@@ -165,6 +180,13 @@ def waiting_warm_cgroups(subtrees: list[Path]) -> set[str]:
             if entry.name.startswith(WARM_PREFIX) and _waiting(Path(entry.path))
         )
     return names
+
+
+def _members(cgroup: Path) -> list[str]:
+    try:
+        return (cgroup / "cgroup.procs").read_text().split()
+    except OSError:
+        return []
 
 
 def _waiting(cgroup: Path) -> bool:

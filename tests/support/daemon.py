@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -338,7 +339,24 @@ def wait_gone(marker: str, timeout: float, exclude: tuple[int, ...] = ()) -> lis
         time.sleep(0.02)
 
 
+#: The stat files of a cgroup made ahead (a warm child's, or one of the
+#: pool's, hostcapd.process.cgroup_pool): opened while it waits, closed when
+#: its spawn's end removes it; the cgroups change with every spawn.
+AHEAD_STAT_FILE = re.compile(r"/(ready|warm)-[0-9a-f]{32}/(memory|pids)\.[a-z_.]+$")
+
+
 def open_fds(pid: int) -> set[str]:
+    """fd:target of each fd of `pid` but the stat files of cgroups made ahead
+    (`ahead_fds`: they come and go with the cgroups, a bounded number)."""
+    return {f for f in _all_fds(pid) if not AHEAD_STAT_FILE.search(f)}
+
+
+def ahead_fds(pid: int) -> set[str]:
+    """fd:target of each stat file of a cgroup made ahead that `pid` holds."""
+    return {f for f in _all_fds(pid) if AHEAD_STAT_FILE.search(f)}
+
+
+def _all_fds(pid: int) -> set[str]:
     base = Path(f"/proc/{pid}/fd")
     out = set()
     for fd in base.iterdir():

@@ -54,7 +54,7 @@ from hostcapd.audit.files import (
     resolve_group,
     rotated_files,
 )
-from hostcapd.audit.fsync import GroupCommit, sync_files
+from hostcapd.audit.fsync import MAX_SYNCS_IN_FLIGHT, GroupCommit, Waiter, sync_files
 from hostcapd.audit.journal import JOURNAL_SOCKET, JournalMirror
 from hostcapd.audit.ledger import file_ledger, orphan_exit, resolve_summaries, summary
 from hostcapd.audit.redact import MAX_ARGV_CHARS, bound_argv, redact_argv, seal_input
@@ -149,6 +149,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         boot_id: str,
         *,
         fd: int,
+        reader: int,
         lock_fd: int,
         size: int,
         head: tuple[int, str],
@@ -164,6 +165,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         #: is the kernel's, the same for every run since the machine booted.
         self._run_id = uuid.uuid4().hex
         self._fd = fd
+        self._descriptions = (fd, reader)
         self._lock_fd = lock_fd
         self._size = size
         self._seq, self._hash = head
@@ -180,11 +182,11 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._synced = 0
         self._retired = []
         self._dir_dirty = False
-        self._sync_future = None
+        self._syncs = {}
         self._waiters = []
         self._flush_handle = None
         self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="hostcapd-audit-fsync"
+            max_workers=MAX_SYNCS_IN_FLIGHT, thread_name_prefix="hostcapd-audit-fsync"
         )
         self.sync_count = 0
         #: Compression, archiving and pruning of rotated files (`retention`).
@@ -212,7 +214,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         except OSError as error:
             raise AuditUnavailable(f"cannot create {path.parent}: {error.strerror}") from None
         lock_fd = open_lock(path, settings.file_mode, gid)
-        fd = -1
+        fd = reader = -1
         try:
             created = not path.exists()
             try:
@@ -238,10 +240,15 @@ class AuditLog(DeferredQueue, GroupCommit):
                 head, header_pending, ledger = _continue_from_rotated(path)
                 file_has_records = False
             resolve_summaries(ledger, path)
+            try:
+                reader = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError as error:
+                raise AuditUnavailable(f"cannot open audit log {path}: {error.strerror}") from None
             log = cls(
                 settings,
                 boot_id,
                 fd=fd,
+                reader=reader,
                 lock_fd=lock_fd,
                 size=size,
                 head=head,
@@ -252,8 +259,9 @@ class AuditLog(DeferredQueue, GroupCommit):
                 gid=gid,
             )
         except BaseException:
-            if fd >= 0:
-                os.close(fd)
+            for opened in (fd, reader):
+                if opened >= 0:
+                    os.close(opened)
             os.close(lock_fd)
             raise
         log._dir_dirty = created
@@ -320,17 +328,23 @@ class AuditLog(DeferredQueue, GroupCommit):
         return record
 
     def write_pending(
-        self, event: str, **fields: Any
+        self, event: str, *, release_fd: int = -1, **fields: Any
     ) -> tuple[dict[str, Any], asyncio.Future[None]]:
         """Append a record now; the future returned completes once it is
         fsynced (or raises `AuditUnavailable`). Lets a caller overlap other
         work with the fsync, as long as nothing it records happens before.
-        Cancelling the future cancels no fsync: others may wait on it."""
+        Cancelling the future cancels no fsync: others may wait on it.
+
+        `release_fd`: an eventfd the fsync thread writes 1 into the moment
+        the record is durable, before the loop hears of it (never when the
+        fsync fails); the writer keeps a dup of it, the caller its own."""
         record = self._write_record(event, fields)
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append((self._appended, waiter))
-        self._start_sync()
-        return record, waiter
+        waiter = Waiter(self._appended, asyncio.get_running_loop().create_future())
+        if release_fd >= 0:
+            waiter.release_fd = os.dup(release_fd)
+        self._waiters.append(waiter)
+        self._start_sync(durable=True)
+        return record, waiter.future
 
     def _check_writable(self) -> None:
         if self._closed:
@@ -446,8 +460,17 @@ class AuditLog(DeferredQueue, GroupCommit):
                 os.rename(rotated, self.path)
             reason = error.strerror if isinstance(error, OSError) else str(error)
             raise AuditUnavailable(f"cannot rotate {self.path}: {reason}") from None
+        try:
+            reader = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as error:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.rename(rotated, self.path)
+            raise AuditUnavailable(f"cannot rotate {self.path}: {error.strerror}") from None
         self._retired.append(self._fd)
+        os.close(self._descriptions[1])  # an fsync in flight has its own dup
         self._fd = fd
+        self._descriptions = (fd, reader)
         self._size = 0
         self._file_has_records = False
         self._dir_dirty = True
@@ -520,9 +543,9 @@ class AuditLog(DeferredQueue, GroupCommit):
             self._flush_handle = None
         failure: str | None = None
         try:
-            if self._sync_future is not None:
+            for in_flight in list(self._syncs):
                 with contextlib.suppress(AuditUnavailable):
-                    await asyncio.shield(self._sync_future)
+                    await asyncio.shield(in_flight)
             if self._failure is None:
                 _, retired, directory = self._sync_batch()
                 try:
@@ -539,7 +562,7 @@ class AuditLog(DeferredQueue, GroupCommit):
             if failure is not None and self._failure is None:
                 self._failure = failure
             self._release_waiters()
-            for fd in [*self._retired, self._fd, self._lock_fd]:
+            for fd in [*self._retired, *self._descriptions, self._lock_fd]:
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._retired = []

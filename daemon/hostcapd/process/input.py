@@ -21,6 +21,8 @@ import termios
 
 from hostcapd.errors import Refusal
 
+#: The largest write to a pipe at once.
+WRITE_CHUNK = 1024 * 1024
 #: Writes that may wait behind the one in progress (each at most 64 KiB).
 MAX_WAITING = 4
 _VEOF_DEFAULT = b"\x04"
@@ -161,3 +163,26 @@ class SpawnInput:
 def _wake(room: asyncio.Future[None]) -> None:
     if not room.done():
         room.set_result(None)
+
+
+async def feed_stdin(fd: int, data: bytes) -> None:
+    """Write all of `data` to a spawn's stdin pipe (a Run's whole input),
+    then close it; a reader gone early ends it quietly."""
+    loop = asyncio.get_running_loop()
+    view = memoryview(data)
+    try:
+        while view:
+            try:
+                n = os.write(fd, view[:WRITE_CHUNK])
+                view = view[n:]
+            except BlockingIOError:
+                writable = loop.create_future()
+                loop.add_writer(fd, writable.set_result, None)
+                try:
+                    await writable
+                finally:
+                    loop.remove_writer(fd)
+    except (BrokenPipeError, OSError):
+        pass
+    finally:
+        os.close(fd)

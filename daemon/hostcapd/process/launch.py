@@ -116,6 +116,13 @@ class FreshLaunch(Launch):
     ) -> None:
         super().__init__(deps, spawn_id or uuid.uuid4().hex, cgroup)
 
+    def make_cgroup(self, memory_bytes: int | None, pids: int | None) -> SpawnCgroup:
+        if self.cgroup is None:
+            return super().make_cgroup(memory_bytes, pids)
+        # Made ahead (process/cgroup_pool.py), empty and unlimited: its limits now.
+        self.deps.cgroups.set_limits(self.cgroup, memory_bytes, pids)
+        return self.cgroup
+
     async def send(self, order_for: OrderFor, fds: list[int]) -> None:
         deps = self.deps
         ruleset = deps.profile.new_ruleset()
@@ -146,7 +153,8 @@ class FreshLaunch(Launch):
     def release(self, ran: bool) -> SpawnCgroup | None:
         if self.deps.egress is not None:
             self.deps.egress.close(self.id)
-        return super().release(ran)
+        super().release(ran)
+        return self.cgroup  # made, or taken from the pool: removed, never reused
 
 
 class WarmLaunch(Launch):
@@ -217,6 +225,11 @@ class WarmLaunch(Launch):
         return cgroup
 
 
-def launch_for(deps: SpawnDeps, warm: WarmEntry | None) -> Launch:
-    """A warm child's launch if the pool gave one, else a fresh one."""
-    return FreshLaunch(deps) if warm is None else WarmLaunch(deps, warm)
+def launch_for(
+    deps: SpawnDeps, warm: WarmEntry | None, cgroup: SpawnCgroup | None = None
+) -> Launch:
+    """A warm child's launch if the pool gave one, else a fresh one (in
+    `cgroup`, made ahead, whose name its spawn takes as its id, if given)."""
+    if warm is not None:
+        return WarmLaunch(deps, warm)
+    return FreshLaunch(deps, cgroup.name if cgroup is not None else None, cgroup)

@@ -27,7 +27,7 @@ from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
 from hostcapd.process import environment, killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
-from hostcapd.process.input import SpawnInput
+from hostcapd.process.input import SpawnInput, feed_stdin
 from hostcapd.process.launch import Launch, launch_for
 from hostcapd.process.output import OutputLog, StreamCount, StreamTally
 from hostcapd.process.report import Outcome, Report, classify
@@ -221,7 +221,17 @@ class Spawn:
                 Outcome.SPAWN_FAILED, "daemon", 0, f"internal error: {type(error).__name__}"
             )
         finally:
-            self._release()
+            if self.report is not None:
+                # Answered: its report woke the caller, whose task sends the
+                # answer in the loop's next turn. The cgroup's removal and
+                # the rest wait for that turn, off the answer's path.
+                self._stop_timers()
+                try:
+                    await asyncio.sleep(0)
+                finally:
+                    self._release()
+            else:
+                self._release()
 
     # Step 2: the write-ahead exec record, appended first and fsynced while
     # the cgroup, the pipes and the child's set-up are made (the fsync is the
@@ -230,9 +240,13 @@ class Spawn:
 
     def _write_exec_record(self) -> asyncio.Future[Any]:
         deps = self.deps
+        # The go: the fsync thread writes it the moment the record is
+        # durable, before the event loop hears of it (audit/fsync.py).
+        self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         try:
             _, synced = deps.audit.write_pending(
                 "process.exec",
+                release_fd=self._go_fd,
                 **records.exec_record(deps.tenant, self.id, self.request, self.prepared),
                 **caller_field(),
             )
@@ -265,7 +279,6 @@ class Spawn:
             self._child_stdio = (null[0], null[1], null[2])
             self.launch.child_fds += [*self._child_stdio, self._tty_child]
             self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-            self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
             return
         out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
@@ -283,7 +296,6 @@ class Spawn:
         self._child_stdio = (in_r, out_w, err_w)
         self.launch.child_fds += self._child_stdio
         self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
-        self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
 
     def _order(self, *, landlock: bool, warm: bool) -> SpawnOrder:
         """The order; `landlock` and `warm` are the launch's to say."""
@@ -329,6 +341,8 @@ class Spawn:
             with contextlib.suppress(OSError):
                 os.eventfd_write(self._cancel_fd, 1)
         else:
+            # Written already by the fsync thread; again, harmlessly, in case
+            # the record was made durable by another way (the log's close).
             os.eventfd_write(self._go_fd, 1)
 
     # Step 4: stream output, feed stdin, run the wall clock.
@@ -348,10 +362,8 @@ class Spawn:
             if self.request.stdin:
                 stdin_task = self.input.feed(self.request.stdin)
         elif self._stdin_w >= 0:
-            stdin_task = asyncio.ensure_future(
-                self._feed_stdin(self._stdin_w, self.request.stdin or b"")
-            )
-            self._stdin_w = -1  # _feed_stdin closes it
+            stdin_task = asyncio.ensure_future(feed_stdin(self._stdin_w, self.request.stdin or b""))
+            self._stdin_w = -1  # feed_stdin closes it
         wall = self.prepared.limits.wall_seconds
         message = f"wall-clock limit of {wall:g} s exceeded" if wall is not None else ""
         background = self.deps.tenant.max_background_seconds
@@ -375,10 +387,11 @@ class Spawn:
         # namespace the kernel has done that already: init was reaped.
         if not self.deps.profile.has("pid_namespace"):
             self._kill_tree(signal.SIGKILL)
-        if not self._eof.is_set():  # (wait_for costs a task and a timer)
+        if not self._eof.is_set():  # (a timeout scope costs one timer, no task)
             with contextlib.suppress(TimeoutError):
                 # After the grace an escaped holder of the pipe is ignored.
-                await asyncio.wait_for(self._eof.wait(), EOF_GRACE)
+                async with asyncio.timeout(EOF_GRACE):
+                    await self._eof.wait()
         return status
 
     def _take_terminal(self, channel: socket.socket) -> None:
@@ -411,10 +424,7 @@ class Spawn:
         if self._go_fd >= 0:
             os.close(self._go_fd)
             self._go_fd = -1
-        if self._timer:
-            self._timer.cancel()
-        if self._kill_task and not self._kill_task.done():
-            self._kill_task.cancel()
+        self._stop_timers()
         self.prepared.close()
         # A cgroup it made but the spawn never took (a warm child's) goes too.
         self._cgroup = self.launch.release(ran=bool(self.pid)) or self._cgroup
@@ -426,6 +436,13 @@ class Spawn:
                 self._cgroup.remove()
         if not self.started.done():
             self.started.set_result(0)
+
+    def _stop_timers(self) -> None:
+        """Its wall clock and kill sequence: nothing fires once it has ended."""
+        if self._timer:
+            self._timer.cancel()
+        if self._kill_task and not self._kill_task.done():
+            self._kill_task.cancel()
 
     # Its file changes (decision 0030): from its start, and once its tree is
     # dead, an fs.changes record before its exit record.
@@ -512,26 +529,6 @@ class Spawn:
         self._readers.clear()
         self._paused.clear()
         self.deps.turns.forget(self)
-
-    async def _feed_stdin(self, fd: int, data: bytes) -> None:
-        loop = asyncio.get_running_loop()
-        view = memoryview(data)
-        try:
-            while view:
-                try:
-                    n = os.write(fd, view[:READ_CHUNK])
-                    view = view[n:]
-                except BlockingIOError:
-                    writable = loop.create_future()
-                    loop.add_writer(fd, writable.set_result, None)
-                    try:
-                        await writable
-                    finally:
-                        loop.remove_writer(fd)
-        except (BrokenPipeError, OSError):
-            pass
-        finally:
-            os.close(fd)
 
     # --- killing ----------------------------------------------------------
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from hostcapd.childsetup import WARM_BUFFER, RLimit
 from hostcapd.egress.supervisor import EgressUnavailable
 from hostcapd.logsetup import fields
+from hostcapd.process.cgroup_pool import CgroupPool
 from hostcapd.sandbox import identity
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
 from hostcapd.spawner.client import SetupFailed, SpawnerLost
@@ -111,6 +112,8 @@ class WarmPool:
         #: and ones that found none ready.
         self.taken = 0
         self.missed = 0
+        #: Spawn cgroups made ahead for the fresh spawns (process/cgroup_pool.py).
+        self.cgroups = CgroupPool(deps)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -219,6 +222,8 @@ class WarmPool:
         # Unlimited while it waits (it is ours); the spawn sets its limits.
         has_cgroup = deps.profile.has("cgroup")
         cgroup = deps.cgroups.create(warm_id, None, None, warm=True) if has_cgroup else None
+        if cgroup is not None:
+            cgroup.open_stats()  # its spawn's stats at the end: a pread each
         fds: list[int] = []
         try:
             ruleset = deps.profile.new_ruleset()
@@ -278,6 +283,7 @@ class WarmPool:
     def close(self) -> None:
         """Kill every waiting child and remove its cgroup; no more are made."""
         self._closed = True
+        self.cgroups.close()
         entries, self._entries = self._entries, {}
         for entry in entries.values():
             self.discard(entry)

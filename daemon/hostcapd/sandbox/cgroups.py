@@ -78,6 +78,9 @@ SPAWN_PREFIX = "spawn-"
 #: A warm child's cgroup, and its spawn's once one takes it (cgroup v2
 #: cannot rename a cgroup: the name says how the child was made).
 WARM_PREFIX = "warm-"
+#: A cgroup made ahead for a fresh spawn (process/cgroup_pool.py), empty
+#: until a spawn takes it, and that spawn's until it ends.
+READY_PREFIX = "ready-"
 #: On v2 the daemon lives in this leaf of its subtree: a cgroup with
 #: controllers enabled for its children may hold no processes itself.
 DAEMON_LEAF = "daemon"
@@ -325,7 +328,7 @@ class CgroupHost:
         found: set[tuple[str, str, str]] = set()  # (tenant dir, prefix, name)
         for h in self.hierarchies:
             for parent, entry in _entries(h.subtree):
-                for prefix in (SPAWN_PREFIX, WARM_PREFIX, FRONTEND_PREFIX):
+                for prefix in (SPAWN_PREFIX, WARM_PREFIX, READY_PREFIX, FRONTEND_PREFIX):
                     if entry.startswith(prefix):
                         found.add((parent, prefix, entry[len(prefix) :]))
         for parent, prefix, name in sorted(found):
@@ -416,10 +419,16 @@ class CgroupHost:
         )
 
     def create(
-        self, name: str, memory_bytes: int | None, pids: int | None, *, warm: bool = False
+        self,
+        name: str,
+        memory_bytes: int | None,
+        pids: int | None,
+        *,
+        warm: bool = False,
+        ahead: bool = False,
     ) -> SpawnCgroup:
-        """Make `spawn-<name>` (`warm-<name>` for a warm child) in every
-        hierarchy with its limits set
+        """Make `spawn-<name>` (`warm-<name>` for a warm child, `ready-<name>`
+        made ahead for a fresh spawn) in every hierarchy with its limits set
         (memory_bytes: memory limit, swap 0; pids: pids.max). On any error
         nothing is left behind and CgroupError says what failed."""
         self._check_prepared()
@@ -429,7 +438,7 @@ class CgroupHost:
             raise CgroupError(f"memory limit must be positive, not {memory_bytes}")
         if pids is not None and pids <= 0:
             raise CgroupError(f"pids limit must be positive, not {pids}")
-        cgroup = self._spawn(name, WARM_PREFIX if warm else SPAWN_PREFIX)
+        cgroup = self._spawn(name, WARM_PREFIX if warm else READY_PREFIX if ahead else SPAWN_PREFIX)
         made: list[Path] = []
         try:
             for directory in cgroup.directories:

@@ -21,9 +21,8 @@ from pathlib import Path
 from hostcapd.sandbox.cgroupfs import (
     CgroupError,
     frozen,
-    keyed,
     procs,
-    read_int,
+    read,
     tree,
     write,
 )
@@ -65,6 +64,8 @@ class SpawnCgroup:
         self._members = members
         #: Every directory, in the order the child joins them.
         self.directories = tuple(directory for _, directory in members)
+        #: The files `stats` reads, opened ahead of need (`open_stats`).
+        self._stat_fds: dict[str, int] = {}
 
     def _role(self, role: str) -> tuple[int, Path] | None:
         """(cgroup version, directory) of the hierarchy playing `role`."""
@@ -157,27 +158,62 @@ class SpawnCgroup:
             for pidfd in pidfds.values():
                 os.close(pidfd)
 
-    def stats(self) -> CgroupStats:
-        """Peak memory, OOM kills and refused forks so far (read them after the spawn ends)."""
+    def _stat_files(self) -> dict[str, Path]:
+        files: dict[str, Path] = {}
         memory = self._role("memory")
-        peak: int | None = None
-        oom_kills = 0
         if memory is not None:
             version, memory_dir = memory
-            if version == 2:
-                peak = read_int(memory_dir / "memory.peak")
-                oom_kills = keyed(memory_dir / "memory.events", "oom_kill")
-            else:
-                peak = read_int(memory_dir / "memory.max_usage_in_bytes")
-                oom_kills = keyed(memory_dir / "memory.oom_control", "oom_kill")
+            files["peak"] = memory_dir / (
+                "memory.peak" if version == 2 else "memory.max_usage_in_bytes"
+            )
+            files["oom"] = memory_dir / ("memory.events" if version == 2 else "memory.oom_control")
         pids = self._role("pids")
-        refused = keyed(pids[1] / "pids.events", "max") if pids is not None else 0
+        if pids is not None:
+            files["pids"] = pids[1] / "pids.events"
+        return files
+
+    def open_stats(self) -> None:
+        """Open the files `stats` reads now, ahead of need (a cgroup made
+        before its spawn): at the spawn's end each is then one pread, not an
+        open, a read and a close on its answer's path. Closed by `remove`."""
+        for name, path in self._stat_files().items():
+            if name not in self._stat_fds:
+                with contextlib.suppress(OSError):  # stats opens it then
+                    self._stat_fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def _close_stats(self) -> None:
+        fds, self._stat_fds = self._stat_fds, {}
+        for fd in fds.values():
+            os.close(fd)
+
+    def _stat(self, name: str, path: Path) -> str | None:
+        """A stat file's text (None if it does not exist)."""
+        fd = self._stat_fds.get(name)
+        try:
+            return os.pread(fd, 65536, 0).decode() if fd is not None else read(path)
+        except FileNotFoundError:
+            return None
+
+    def stats(self) -> CgroupStats:
+        """Peak memory, OOM kills and refused forks so far (read them after the spawn ends)."""
+        files = self._stat_files()
+        peak: int | None = None
+        oom_kills = refused = 0
+        if "peak" in files:
+            try:
+                peak = int(self._stat("peak", files["peak"]) or "")
+            except ValueError:
+                peak = None
+            oom_kills = _keyed(self._stat("oom", files["oom"]), "oom_kill")
+        if "pids" in files:
+            refused = _keyed(self._stat("pids", files["pids"]), "max")
         return CgroupStats(peak, oom_kills, refused)
 
     def remove(self, timeout: float = REMOVE_TIMEOUT) -> None:
         """Remove every directory of the cgroup (nested ones first), retrying
         briefly while the kernel finishes with exited members. Raises CgroupError
         naming what is left if it cannot; idempotent."""
+        self._close_stats()
         # The common case: no nested cgroups, nothing left inside.
         try:
             for directory in self.directories:
@@ -209,3 +245,12 @@ class SpawnCgroup:
                 raise CgroupError(f"cgroup {self.name}: still busy after {timeout} s: {left}")
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
+
+
+def _keyed(text: str | None, key: str) -> int:
+    """The value of `key` in a flat-keyed cgroup file's text ("oom_kill 3"), 0 when absent."""
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            return int(value)
+    return 0

@@ -162,7 +162,7 @@ def _normalize(report: dict[str, Any], tenant: str, state: Path) -> dict[str, An
     def text(value: str) -> str:
         value = value.replace(str(state / tenant), str(state / "TENANT"))
         value = value.replace(f"/tenant-{tenant}", "/tenant-TENANT")  # its cpu share
-        value = re.sub(r"(spawn|warm)-[0-9a-f]{32}", "spawn-ID", value)
+        value = re.sub(r"(spawn|warm|ready)-[0-9a-f]{32}", "spawn-ID", value)
         value = re.sub(r"(pipe|socket|anon_inode:\[?\w+\]?):\[\d+\]", r"\1:[N]", value)
         return value
 

@@ -78,7 +78,7 @@ async def test_reopen_refuses_a_log_whose_last_line_is_garbage(
 # only way write_durable can then succeed is by not waiting for the fsync.
 _FSYNC_FAILS = textwrap.dedent(
     """
-    import asyncio, ctypes, errno, json, platform, sys
+    import asyncio, ctypes, errno, json, os, platform, sys
     from pathlib import Path
     from hostcapd.config import AuditSettings
     from hostcapd.audit import AuditLog, AuditUnavailable
@@ -110,11 +110,17 @@ _FSYNC_FAILS = textwrap.dedent(
         log = AuditLog.open(settings, "boot")  # creates the file, before the filter
         if sys.argv[2] == "fail":
             fail_fsync()  # the fsync thread is created later and inherits it
+        go = os.eventfd(0, os.EFD_NONBLOCK)
         try:
-            await log.write_durable("daemon.start", version="x")
+            _, durable = log.write_pending("daemon.start", release_fd=go, version="x")
+            await durable
             print("durable: returned")
         except AuditUnavailable as error:
             print("durable: AuditUnavailable", error)
+        try:
+            print("go:", os.eventfd_read(go))
+        except BlockingIOError:
+            print("go: never written")
         try:
             log.write("daemon.stop", version="x")
             print("write after: ok")
@@ -139,8 +145,11 @@ def test_write_durable_returns_only_after_its_fsync_succeeded(tmp_path: Path, mo
     assert result.returncode == 0, result.stderr
     if mode == "ok":
         assert "durable: returned" in result.stdout
+        assert "go: 1" in result.stdout  # written once, by the fsync thread
         assert "write after: ok" in result.stdout
     else:
+        # Its go (what a spawn's child waits on before exec) was never written.
+        assert "go: never written" in result.stdout
         # The line was appended, but fsync failed: the caller is told, and the
         # log fails closed (after a failed fsync nothing unsynced can be trusted).
         assert "durable: AuditUnavailable" in result.stdout
@@ -158,6 +167,28 @@ async def test_concurrent_durable_writes_share_fsyncs(make_settings: SettingsFac
     await log.close()
     assert 1 <= syncs < 10  # group commit: one fsync covers many callers
     assert len(records(log.path)) == 50
+
+
+async def test_a_durable_write_does_not_queue_behind_a_batched_fsync_in_flight(
+    make_settings: SettingsFactory,
+) -> None:
+    """A batched fsync in flight started before the exec record was appended,
+    so it cannot cover it: the durable write starts its own at once, through
+    the log's other open file description (each fsync sees the writeback
+    errors of what it waited on), and no third starts while two run."""
+    log = AuditLog.open(make_settings(fsync_interval_ms=1000), "b")
+    log.write("daemon.start", version="0.1.0")
+    log._on_flush_timer()  # the batch window ends: its fsync starts
+    assert len(log._syncs) == 1
+    _, first = log.write_pending("process.exec", **exec_fields("a"))
+    assert len(log._syncs) == 2
+    assert sorted(slot for _, slot in log._syncs.values()) == [0, 1]
+    _, second = log.write_pending("process.exec", **exec_fields("b"))
+    assert len(log._syncs) == 2  # it waits for one of them to end
+    await asyncio.gather(first, second)
+    assert log._synced >= 3
+    await log.close()
+    assert len(records(log.path)) == 3
 
 
 async def test_batched_writes_are_fsynced_without_a_durable_write(

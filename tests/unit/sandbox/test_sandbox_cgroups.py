@@ -117,6 +117,30 @@ def test_a_process_allocating_past_the_memory_limit_is_oom_killed(
     cg.remove()
 
 
+def test_a_cgroup_made_ahead_takes_its_limits_when_taken_and_its_stats_are_read_fresh(
+    host: cgroups.CgroupHost,
+) -> None:
+    """The pool's way (hostcapd.process.cgroup_pool): made unlimited with its
+    stat files opened, limited when a spawn takes it; the stats read through
+    the files opened before anything ran are the ones the OOM left."""
+    limit = 64 * MiB
+    cg = host.create("ahead", memory_bytes=None, pids=None, ahead=True)
+    cg.open_stats()
+    before = cg.stats()
+    assert before.oom_kills == 0 and before.pids_refused == 0
+    host.set_limits(cg, limit, 64)
+    child = start_in_cgroup(cg.procs_fds(), "allocate", str(512 * MiB))
+    assert child.wait(timeout=60) == -signal.SIGKILL
+    stats = cg.stats()
+    assert stats.oom_kills >= 1
+    assert stats.peak_memory_bytes is not None
+    assert limit * 3 // 4 <= stats.peak_memory_bytes <= limit
+    # The same as a fresh open of each file reads.
+    assert cgroups.SpawnCgroup(cg.name, cg._members).stats() == stats
+    cg.remove()
+    assert not any(d.exists() for d in cg.directories)
+
+
 def test_a_fork_bomb_is_contained_by_the_pids_limit(host: cgroups.CgroupHost) -> None:
     cg = host.create("forkbomb", memory_bytes=1024 * MiB, pids=32)
     bomb = start_in_cgroup(cg.procs_fds(), "forkbomb")
@@ -347,12 +371,16 @@ def test_sweep_stale_reaches_into_tenants_and_front_ends(
     tenant = host.for_tenant("delta", pids=64, memory_bytes=256 * MiB)
     left = [tenant.create(name, memory_bytes=None, pids=None) for name in ("a", "b")]
     children = [start_in_cgroup(cg.procs_fds(), "tree") for cg in left]
+    # Made ahead for a fresh spawn (the pool's), one taken and running, one not.
+    ready = [tenant.create(name, memory_bytes=None, pids=None, ahead=True) for name in "cd"]
+    assert all(d.name.startswith(cgroups.READY_PREFIX) for cg in ready for d in cg.directories)
+    children.append(start_in_cgroup(ready[0].procs_fds(), "tree"))
     side = host.frontend("delta", pids=16, memory_bytes=64 * MiB)
     front = start_in_cgroup(side.procs_fds(), "tree")
     assert all(c.stdout is not None and c.stdout.readline() == "tree\n" for c in [*children, front])
     restarted = _host(host.hierarchies[0].subtree.name, kill_mode)
     restarted.prepare()
-    assert restarted.sweep_stale() == 2  # spawns; the front-end's cgroup is swept too
-    assert [c.wait(timeout=10) for c in [*children, front]] == [-signal.SIGKILL] * 3
+    assert restarted.sweep_stale() == 4  # spawns; the front-end's cgroup is swept too
+    assert [c.wait(timeout=10) for c in [*children, front]] == [-signal.SIGKILL] * 4
     for h in host.hierarchies:
         assert [p.name for p in h.subtree.iterdir() if p.is_dir()] == []

@@ -183,6 +183,8 @@ class BenchDaemon:
             "tenants": {name: tenant_config(state, name, PROFILES[name]) for name in tenants},
         }
         self.proc: subprocess.Popen[bytes] | None = None
+        #: The interpreter that runs it (another checkout's, for an A/B).
+        self.python = sys.executable
 
     def socket(self, tenant: str) -> Path:
         return Path(self.config["tenants"][tenant]["socket"])
@@ -211,7 +213,7 @@ class BenchDaemon:
         config = self.write_config()
         log = open(self.state / "daemon.log", "ab")  # noqa: SIM115 (the daemon holds it)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hostcapd", "serve", "--config", str(config)],
+            [self.python, "-m", "hostcapd", "serve", "--config", str(config)],
             env={"PATH": "/usr/bin:/bin"},
             stdout=log,
             stderr=log,

@@ -30,6 +30,7 @@ import prctl
 from bench import procfs
 from bench.client import TenantClient
 from bench.daemon import REPO, BenchDaemon, GiB, state_parent
+from bench.frontend_ab import frontend_of
 from bench.native import BenchError
 from bench.stream import STREAM_OUTPUT_BYTES, daemon_stream
 from bench.throughput import daemon_rate
@@ -49,6 +50,8 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("spawner/warm.py", "spawner loop (wait4, reports)"),
     ("hostcapd/process/output.py", "output buffer (head/tail)"),
     ("frontend/convert.py", "wire conversion (protobuf messages)"),
+    ("frontend/peers.py", "who-asked relay (splice)"),
+    ("frontend/server.py", "front-end call handlers"),
     ("service/convert.py", "channel messages (typed answers)"),
     ("bridge/", "front-end channel (msgspec, sendmsg/recvmsg)"),
     ("hostcapd/process/limits.py", "limits and config models"),
@@ -69,6 +72,7 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
 #: samples show them; they are not CPU).
 IDLE_LEAVES = (
     "epoll_wait",
+    "epoll_pwait",  # uvloop's (libuv)
     "poll ",
     "ppoll",
     "select ",
@@ -154,7 +158,9 @@ async def _phase(
 ) -> str:
     helpers = daemon.helper_pids()
     # One py-spy per process: --subprocesses does not pick up the spawner.
+    # ("front-end" is the root process, as named before the split.)
     roles = {"front-end": daemon.pid, "spawner": helpers["spawner"]}
+    roles["tenant fe"] = frontend_of(daemon, "stream" if name == "stream" else "full")
     cpu0 = {role: procfs.cpu_seconds(pid) for role, pid in roles.items()}
     spies = {
         role: subprocess.Popen(

@@ -128,9 +128,14 @@ class DaemonSettings(Model):
     #: Remount the cgroup2 hierarchy with favordynmods at start-up, so joining
     #: a spawn's cgroup never waits for an RCU grace period (~10 ms).
     cgroup_favor_dynmods: bool = True
-    #: The front-end's event loop: "asyncio" (the standard library's) or
+    #: The root process's event loop: "asyncio" (the standard library's) or
     #: "uvloop" (the `uvloop` extra; start-up fails if it is not installed).
     event_loop: Literal["asyncio", "uvloop"] = "asyncio"
+    #: Each front-end process's event loop, as `event_loop`: uvloop by
+    #: default, which cuts a front-end's CPU per call (bench/README.md, "The
+    #: front-end's CPU"); a front-end that cannot load it refuses to start,
+    #: and so does the daemon.
+    frontend_event_loop: Literal["asyncio", "uvloop"] = "uvloop"
     #: Serve each tenant's socket from its own unprivileged front-end process
     #: (the privilege split, docs/decisions/0027-the-privilege-split.md). A
     #: host that cannot confine a front-end refuses to start; false runs the

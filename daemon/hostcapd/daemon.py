@@ -283,7 +283,9 @@ class Daemon:
             self.config.daemon.kill_grace_seconds,
         )
         daemon = self.config.daemon
-        return await serve_tenant(runtime, daemon.frontend_processes, daemon.record_callers)
+        return await serve_tenant(
+            runtime, daemon.frontend_processes, daemon.record_callers, daemon.frontend_event_loop
+        )
 
     def _commit(self, service: TenantService) -> None:
         """Make a prepared tenant the one serving: its profile goes to the
@@ -327,7 +329,12 @@ class Daemon:
         self._admin_service = AdminService(self)
         daemon = self.config.daemon
         service = await serve_admin(
-            admin, self._admin_service, self.audit, daemon.frontend_processes, daemon.record_callers
+            admin,
+            self._admin_service,
+            self.audit,
+            daemon.frontend_processes,
+            daemon.record_callers,
+            daemon.frontend_event_loop,
         )
         if service.frontend is not None:
             service.frontend.on_restarted = functools.partial(self._admin_restarted, service)

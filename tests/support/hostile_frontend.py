@@ -272,7 +272,7 @@ def main() -> int:
     attack, targets_json, fd = sys.argv[1], sys.argv[2], int(sys.argv[3])
     targets = json.loads(targets_json)
     sock = socket.socket(fileno=fd)
-    hello, protections = confined(sock)  # exactly the front-end's confinement
+    hello, protections, _ = confined(sock)  # exactly the front-end's confinement
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     os.umask(0o777 & ~hello.socket_mode)
     listener.bind(hello.bind_path)

@@ -317,6 +317,8 @@ class Hello(Message, frozen=True, tag="hello"):
     #: each call's caller (`hostcapd.frontend.peers`); else grpc binds the
     #: socket itself and no caller is known.
     record_callers: bool = False
+    #: Its event loop: "asyncio" or "uvloop" (`daemon.frontend_event_loop`).
+    event_loop: str = "asyncio"
 
 
 class Reply(Message, frozen=True, tag="reply"):

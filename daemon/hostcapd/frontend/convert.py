@@ -43,6 +43,36 @@ def message_class(full_name: str) -> type[protobuf_message.Message]:
     return found
 
 
+#: How a request field is read: its value as is, a map's as a dict, a
+#: repeated field's as a list, a nested message's as a dict of its fields.
+_SCALAR, _MAP, _LIST, _NESTED = range(4)
+#: A message's fields as (name, has presence, how, the nested fields' (name,
+#: has presence)), by the message's full name: read from the descriptor once.
+_Plan = list[tuple[str, bool, int, tuple[tuple[str, bool], ...]]]
+_PLANS: dict[str, _Plan] = {}
+
+
+def _plan(descriptor: Any) -> _Plan:
+    found = _PLANS.get(descriptor.full_name)
+    if found is not None:
+        return found
+    plan: _Plan = []
+    for field in descriptor.fields:
+        nested: tuple[tuple[str, bool], ...] = ()
+        if field.message_type is not None and field.message_type.GetOptions().map_entry:
+            how = _MAP
+        elif field.message_type is not None and not field.is_repeated:
+            how = _NESTED
+            nested = tuple((f.name, f.has_presence) for f in field.message_type.fields)
+        elif field.is_repeated:
+            how = _LIST
+        else:
+            how = _SCALAR
+        plan.append((field.name, field.has_presence, how, nested))
+    _PLANS[descriptor.full_name] = plan
+    return plan
+
+
 def request_of(
     model: type[messages.Request], message: protobuf_message.Message
 ) -> tuple[messages.Request, bytes]:
@@ -50,25 +80,21 @@ def request_of(
     msgspec.ValidationError (or ValueError) for a value the struct refuses."""
     values: dict[str, Any] = {}
     payload = b""
-    for field in message.DESCRIPTOR.fields:
-        name = field.name
-        if field.has_presence and not message.HasField(name):
+    payload_field = model.payload_field
+    for name, presence, how, nested in _plan(message.DESCRIPTOR):
+        if presence and not message.HasField(name):
             continue
         value = getattr(message, name)
-        if name == model.payload_field:
+        if name == payload_field:
             payload, values["payload"] = value, True
-        elif field.message_type is not None and field.message_type.GetOptions().map_entry:
-            values[name] = dict(value)
-        elif field.message_type is not None and not field.is_repeated:
-            values[name] = {
-                f.name: getattr(value, f.name)
-                for f in field.message_type.fields
-                if not f.has_presence or value.HasField(f.name)
-            }
-        elif field.is_repeated:
-            values[name] = list(value)
-        else:
+        elif how == _SCALAR:
             values[name] = value
+        elif how == _NESTED:
+            values[name] = {n: getattr(value, n) for n, p in nested if not p or value.HasField(n)}
+        elif how == _MAP:
+            values[name] = dict(value)
+        else:
+            values[name] = list(value)
     return msgspec.convert(values, model), payload
 
 
@@ -84,7 +110,10 @@ def _present(value: Any) -> Any:
 def to_proto(answer: messages.Answer) -> protobuf_message.Message:
     """The wire message of a typed answer (ValueError or TypeError for a
     value protobuf refuses: a daemon bug, answered INTERNAL)."""
-    fields = _present(msgspec.to_builtins(answer, builtin_types=(bytes,)))
+    # Every answer's struct omits its defaults, and none has a field that
+    # may be None with another default: no None reaches protobuf
+    # (tests/unit/frontend/test_convert.py checks both of every answer).
+    fields = msgspec.to_builtins(answer, builtin_types=(bytes,))
     fields.pop("message", None)
     return message_class(answer.proto)(**fields)
 

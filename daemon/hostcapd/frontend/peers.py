@@ -19,10 +19,11 @@ socket itself:
   server sees as that connection's peer, and relays the bytes both ways;
 - a call finds its caller by its peer (`Peers.caller_of`).
 
-The bytes are relayed by two asyncio protocols, each side's writes pausing
-the other side's reads past the transport's high-water mark; an EOF is passed
-on as a half-close, and a connection closed on one side is closed on the other
-(so gRPC sees a client that went away, and cancels its calls).
+The bytes are relayed by splice(2), each way through a pipe of its own
+(`_Direction`): they are never copied through this process, and a side that
+does not drain stops the reads of the other (the pipe holds what waits). An
+EOF is passed on as a half-close; a socket closed on one side closes the
+other (so gRPC sees a client that went away, and cancels its calls).
 
 The relay's connect() is the only one a front-end makes: its seccomp filter
 allows connect() with an address of exactly `INNER_ADDRLEN` bytes and no
@@ -32,10 +33,15 @@ other (decision 0033).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
+import fcntl
 import itertools
 import os
+import select
 import socket
 import struct
+from collections.abc import Callable
 from typing import Any
 
 from hostcapd.bridge.values import Caller
@@ -53,6 +59,16 @@ INNER_URI = f"unix-abstract:{INNER_NAME}"
 #: How grpc names a relayed connection's peer: this and its tag.
 PEER_PREFIX = "unix-abstract:"
 _PEERCRED = struct.Struct("3i")
+#: Socket buffers of both sides of a relayed connection, and the most the
+#: relay reads at once: a stream's bytes cross the relay in fewer, larger
+#: reads and writes (the kernel caps the buffers at net.core.[rw]mem_max).
+RELAY_BUFFER = 1024 * 1024
+#: The pipe of a connection's requests (the pipe's default: requests are small).
+REQUEST_PIPE = 64 * 1024
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_SPLICE = os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
+#: How long accepting pauses when no fd (or memory) is left for a connection.
+ACCEPT_PAUSE_S = 1.0
 
 
 def peer_credentials(sock: socket.socket) -> Caller:
@@ -63,78 +79,133 @@ def peer_credentials(sock: socket.socket) -> Caller:
     return Caller(uid=uid, gid=gid, pid=pid)
 
 
-class _Pipe(asyncio.Protocol):
-    """One side of a relayed connection: what it reads is written to the
-    other side; its writes backing up pause the other side's reads."""
+def _large_buffers(sock: socket.socket) -> None:
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        sock.setsockopt(socket.SOL_SOCKET, option, RELAY_BUFFER)
 
-    def __init__(self, on_made: Any = None, on_closed: Any = None) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.other: _Pipe | None = None
-        self.eof = False
-        self.closed = False
-        #: What it read before the other side was connected: pausing its
-        #: reads in connection_made does not hold on every Python (3.11
-        #: adds the reader after connection_made), so the bytes wait here.
-        self.early: list[bytes] = []
-        self._on_made = on_made
-        self._on_closed = on_closed
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-        if self._on_made is not None:
-            self._on_made(self)
+def _hung_up(sock: socket.socket) -> bool:
+    """Whether the peer closed its socket (not only its sending side): a
+    unix socket polls POLLHUP once both directions are shut."""
+    poller = select.poll()
+    poller.register(sock, 0)
+    return any(events & select.POLLHUP for _, events in poller.poll(0))
 
-    def data_received(self, data: bytes) -> None:
-        other = self.other
-        if other is not None and other.transport is not None:
-            other.transport.write(data)
+
+class _Direction:
+    """The bytes of one way of a relayed connection: `src` -> a pipe ->
+    `dst`, moved by splice(2), never copied through this process. It reads
+    `src` only while the pipe is empty, so a `dst` that does not drain
+    stops the reads (the back-pressure)."""
+
+    def __init__(self, relay: _Relay, src: socket.socket, dst: socket.socket, size: int) -> None:
+        self.relay, self.src, self.dst = relay, src, dst
+        self.loop = relay.loop
+        self.r, self.w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        with contextlib.suppress(OSError):  # past the user's pipe pages: the default size
+            fcntl.fcntl(self.w, F_SETPIPE_SZ, size)
+        self.size = size
+        self.pending = 0
+        self.reading = self.writing = False
+        self.done = False
+
+    def start(self) -> None:
+        self._read(True)
+
+    def _read(self, on: bool) -> None:
+        if on != self.reading:
+            self.reading = on
+            if on:
+                self.loop.add_reader(self.src.fileno(), self._readable)
+            else:
+                self.loop.remove_reader(self.src.fileno())
+
+    def _write(self, on: bool) -> None:
+        if on != self.writing:
+            self.writing = on
+            if on:
+                self.loop.add_writer(self.dst.fileno(), self._flush)
+            else:
+                self.loop.remove_writer(self.dst.fileno())
+
+    def _readable(self) -> None:
+        try:
+            n = os.splice(self.src.fileno(), self.w, self.size, flags=_SPLICE)
+        except BlockingIOError:
+            return
+        except OSError:
+            self.relay.close()
+            return
+        if n == 0:  # EOF: what is in the pipe goes first
+            self._read(False)
+            self.done = True
+        self.pending += n
+        self._flush()
+
+    def _flush(self) -> None:
+        while self.pending:
+            try:
+                self.pending -= os.splice(self.r, self.dst.fileno(), self.pending, flags=_SPLICE)
+            except BlockingIOError:
+                self._read(False)
+                self._write(True)
+                return
+            except OSError:
+                self.relay.close()
+                return
+        self._write(False)
+        if not self.done:
+            self._read(True)
         else:
-            self.early.append(data)
-            if self.transport is not None:
-                self.transport.pause_reading()
+            self.relay.ended(self)
 
-    def joined(self) -> None:
-        """The other side is connected: what waited goes to it."""
-        other = self.other
-        assert other is not None and other.transport is not None
-        for data in self.early:
-            other.transport.write(data)
-        self.early.clear()
-        if self.eof and other.transport.can_write_eof():
-            other.transport.write_eof()
+    def stop(self) -> None:
+        self._read(False)
+        self._write(False)
+        os.close(self.r)
+        os.close(self.w)
 
-    def eof_received(self) -> bool:
-        self.eof = True
-        other = self.other
-        if other is not None and other.transport is None and not other.closed:
-            return True  # written on once the other side is connected
-        if other is None or other.transport is None or other.eof:
-            self.close_both()
-            return False
-        if other.transport.can_write_eof():
-            other.transport.write_eof()
-        return True  # the other way may still carry bytes
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.close_both()
+class _Relay:
+    """One relayed connection: the client's socket and the one to the gRPC
+    server, a direction each way. An EOF is passed on as a half-close, a
+    socket closed on one side closes the other (gRPC sees a client that
+    went away, and cancels its calls)."""
 
-    def pause_writing(self) -> None:
-        if self.other is not None and self.other.transport is not None:
-            self.other.transport.pause_reading()
+    def __init__(
+        self, outer: socket.socket, inner: socket.socket, on_closed: Callable[[], None]
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.outer, self.inner = outer, inner
+        self.on_closed: Callable[[], None] | None = on_closed
+        # The client's requests are small; the server's answers may be a stream.
+        requests = _Direction(self, outer, inner, REQUEST_PIPE)  # OSError: no fd left
+        try:
+            answers = _Direction(self, inner, outer, RELAY_BUFFER)
+        except OSError:
+            requests.stop()
+            raise
+        self.ways = [requests, answers]
+        for way in self.ways:
+            way.start()
 
-    def resume_writing(self) -> None:
-        if self.other is not None and self.other.transport is not None:
-            self.other.transport.resume_reading()
+    def ended(self, way: _Direction) -> None:
+        """`way`'s source sent its EOF and all it sent before is through."""
+        if _hung_up(way.src) or all(w.done and not w.pending for w in self.ways):
+            self.close()
+            return
+        with contextlib.suppress(OSError):
+            way.dst.shutdown(socket.SHUT_WR)
 
-    def close_both(self) -> None:
-        for pipe in (self, self.other):
-            if pipe is not None and pipe.transport is not None and not pipe.transport.is_closing():
-                pipe.transport.close()
-        if self._on_closed is not None and self.closed:
-            self._on_closed()
-            self._on_closed = None
+    def close(self) -> None:
+        if self.on_closed is None:
+            return
+        on_closed, self.on_closed = self.on_closed, None
+        for way in self.ways:
+            way.stop()
+        self.outer.close()
+        self.inner.close()
+        on_closed()
 
 
 class Peers:
@@ -145,8 +216,9 @@ class Peers:
         self.inner = inner
         self.callers: dict[str, Caller] = {}
         self._tags = itertools.count(1)
-        self._server: asyncio.AbstractServer | None = None
-        self._pending: set[asyncio.Future[None]] = set()
+        self._listening: socket.socket | None = None
+        #: The relayed connections, by their peer name.
+        self.relays: dict[str, _Relay] = {}
 
     def caller_of(self, context: Any) -> Caller | None:
         """The caller of a call, by its connection's peer (None: not relayed)."""
@@ -155,7 +227,7 @@ class Peers:
     async def listen(self, path: str, mode: int) -> None:
         """Bind `path` (its mode from the umask: chmod is denied to a
         front-end) and accept on it."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_NONBLOCK)
         try:
             previous = os.umask(0o777 & ~mode)
             try:
@@ -163,60 +235,69 @@ class Peers:
             finally:
                 os.umask(previous)
             sock.listen(socket.SOMAXCONN)
-            sock.setblocking(False)
-            self._server = await asyncio.get_running_loop().create_unix_server(
-                self._accepted, sock=sock
-            )
+            asyncio.get_running_loop().add_reader(sock.fileno(), self._accept)
         except BaseException:
             sock.close()
             raise
+        self._listening = sock
 
-    def _accepted(self) -> _Pipe:
+    def _accept(self) -> None:
+        assert self._listening is not None
+        for _ in range(16):  # then let the loop run others
+            try:
+                outer, _ = self._listening.accept()
+            except BlockingIOError:
+                return
+            except OSError as error:
+                if error.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self._pause_accepting()  # its clients wait in the backlog meanwhile
+                    return
+                continue  # the client gave up (ECONNABORTED)
+            self._relay(outer)
+
+    def _pause_accepting(self) -> None:
+        sock = self._listening
+        if sock is None:
+            return
+        loop = asyncio.get_running_loop()
+        loop.remove_reader(sock.fileno())
+
+        def resume() -> None:
+            if self._listening is sock:
+                loop.add_reader(sock.fileno(), self._accept)
+
+        loop.call_later(ACCEPT_PAUSE_S, resume)
+
+    def _relay(self, outer: socket.socket) -> None:
         tag = f"c{next(self._tags):x}"
         peer = PEER_PREFIX + tag
-        inner = _Pipe()
-
-        def made(outer: _Pipe) -> None:
-            # Its reads wait for the inner side; its caller is read now.
-            assert outer.transport is not None
-            outer.transport.pause_reading()
-            try:
-                self.callers[peer] = peer_credentials(outer.transport.get_extra_info("socket"))
-            except OSError:
-                outer.transport.close()
-                return
-            task = asyncio.ensure_future(self._open_inner(outer, inner, tag, peer))
-            self._pending.add(task)
-            task.add_done_callback(self._pending.discard)
-
-        outer = _Pipe(made, lambda: self.callers.pop(peer, None))
-        outer.other, inner.other = inner, outer
-        return outer
-
-    async def _open_inner(self, outer: _Pipe, inner: _Pipe, tag: str, peer: str) -> None:
-        transport = outer.transport
-        assert transport is not None
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        inner: socket.socket | None = None
         try:
-            sock.bind("\0" + tag)
+            # Its caller now: the kernel's, taken when it connected.
+            self.callers[peer] = peer_credentials(outer)
+            inner = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            _large_buffers(outer)
+            _large_buffers(inner)
+            inner.bind("\0" + tag)
             # A unix connect completes at once while the listener's backlog
             # has room; past it, it waits for gRPC's threads to accept.
-            sock.connect(self.inner)
-            sock.setblocking(False)
-            await asyncio.get_running_loop().create_unix_connection(lambda: inner, sock=sock)
-        except OSError:
-            sock.close()
+            inner.connect(self.inner)
+            outer.setblocking(False)
+            inner.setblocking(False)
+            self.relays[peer] = _Relay(outer, inner, lambda: self._closed(peer))
+        except OSError:  # the client went, or no fd is left: its connection is closed
             self.callers.pop(peer, None)
-            transport.close()
-            return
-        if outer.closed or transport.is_closing():
-            inner.close_both()
-            return
-        outer.joined()
-        if not outer.eof:
-            transport.resume_reading()
+            if inner is not None:
+                inner.close()
+            outer.close()
+
+    def _closed(self, peer: str) -> None:
+        self.callers.pop(peer, None)
+        self.relays.pop(peer, None)
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        """No new connection; those open stay until either side ends them."""
+        sock, self._listening = self._listening, None
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()

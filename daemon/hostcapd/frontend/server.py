@@ -37,6 +37,7 @@ also has the parent-death signal.
 from __future__ import annotations
 
 import asyncio
+import collections
 import ctypes
 import importlib
 import itertools
@@ -86,6 +87,20 @@ def _trim() -> None:
     _libc.malloc_trim(0)
 
 
+#: glibc's mallopt parameters, and what a front-end sets them to: a stream's
+#: 1 MiB chunks (each read from the channel, then its event's bytes) are
+#: allocated from the heap and their freed space kept for the next, instead
+#: of the heap's top being given back and faulted in again per chunk (its
+#: free top is given back past 8 MiB, and by `_trim` after a large call).
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+HEAP_KEPT = 8 * 1024 * 1024
+
+
+def _keep_heap() -> None:
+    _libc.mallopt(M_MMAP_THRESHOLD, HEAP_KEPT)
+    _libc.mallopt(M_TRIM_THRESHOLD, HEAP_KEPT)
+
+
 #: What each kind of front-end serves.
 SERVICES: dict[str, tuple[tuple[Any, str], ...]] = {
     "tenant": ((process_pb2, "ProcessService"), (host_pb2, "HostService"), (fs_pb2, "FsService")),
@@ -93,12 +108,37 @@ SERVICES: dict[str, tuple[tuple[Any, str], ...]] = {
 }
 
 
+class _Inbox:
+    """What the root side sent for a call, in order, and its one reader's
+    wait: an asyncio.Queue without the bookkeeping no call uses (a call's
+    hot path makes one)."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[tuple[Any, bytes | None]] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: tuple[Any, bytes | None]) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> tuple[Any, bytes | None]:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
 class _Call:
     """A relayed call: what the root side sent for it, in order (each
     message with its payload: a chunk's bytes)."""
 
     def __init__(self) -> None:
-        self.inbox: asyncio.Queue[tuple[Any, bytes | None]] = asyncio.Queue()
+        self.inbox = _Inbox()
         self.finished = False
         #: Its spawn's output as kept here, by stream, and its bytes.
         self.kept: dict[int, StreamBuffer] = {}
@@ -351,6 +391,7 @@ def _handlers(
 async def serve(
     sock: socket.socket, hello: messages.Hello, protections: list[messages.Protection]
 ) -> int:
+    _keep_heap()
     stopped = asyncio.Event()
     relay = Relay(sock, stopped, hello.kind)
     relay.output_budget = hello.output_budget
@@ -459,11 +500,36 @@ def _preload() -> None:
     MALFORMED.to_status()
 
 
-def confined(sock: socket.socket) -> tuple[messages.Hello, list[messages.Protection]]:
-    """A front-end's first steps: read the hello and confine this process
-    (raises Unavailable, ChannelError, EOFError). A test's hostile
-    front-end takes the same steps, then attacks."""
+#: The loop factories of `Hello.event_loop` (None: asyncio's own).
+LoopFactory = Callable[[], asyncio.AbstractEventLoop] | None
+
+
+def loop_factory(name: str) -> LoopFactory:
+    """The event loop a Hello asks for, its module imported now (before the
+    confinement: its files may not be readable after). Raises Unavailable
+    for a loop that cannot be had."""
+    if name == "asyncio":
+        return None
+    if name == "uvloop":
+        try:
+            import uvloop
+        except ImportError as error:
+            raise Unavailable(
+                f'daemon.frontend_event_loop = "uvloop" but uvloop is not importable ({error})'
+            ) from None
+        factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+        return factory
+    raise Unavailable(f"unknown event loop {name!r}")
+
+
+def confined(
+    sock: socket.socket,
+) -> tuple[messages.Hello, list[messages.Protection], LoopFactory]:
+    """A front-end's first steps: read the hello, load its event loop and
+    confine this process (raises Unavailable, ChannelError, EOFError). A
+    test's hostile front-end takes the same steps, then attacks."""
     hello = _hello(sock)
+    factory = loop_factory(hello.event_loop)
     _preload()
     applied = confine(
         Confinement(
@@ -479,7 +545,7 @@ def confined(sock: socket.socket) -> tuple[messages.Hello, list[messages.Protect
         messages.Protection(name=a.name, applied=a.applied, reason=a.reason, required=a.required)
         for a in applied
     ]
-    return hello, protections
+    return hello, protections, factory
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -490,13 +556,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     sock = socket.socket(fileno=int(args[0]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the root side decides when it stops
     try:
-        hello, protections = confined(sock)
+        hello, protections, factory = confined(sock)
     except EOFError:
         return 0
     except (Unavailable, channel.ChannelError) as error:
         print(f"hostcapd front-end: {error}", file=sys.stderr)
         return 1
-    return asyncio.run(serve(sock, hello, protections))
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(serve(sock, hello, protections))
 
 
 if __name__ == "__main__":

@@ -176,8 +176,11 @@ class FsWorker:
         except ProtocolError as error:
             raise Refusal("INTERNAL", str(error)) from None
         try:
+            # asyncio.timeout, not wait_for: no task and no extra pass of the
+            # loop per exchange (a read's hot path).
             await link.send(request, data)
-            received, content, fd = await asyncio.wait_for(link.receive(0), self.op_timeout_s)
+            async with asyncio.timeout(self.op_timeout_s):
+                received, content, fd = await link.receive(0)
             try:
                 answer = messages.decode_answer(received)
             except ProtocolError:

@@ -34,6 +34,9 @@ _HEAD = struct.Struct(">II")
 MAX_HEADER = 64 << 20
 #: Socket buffers of the link: fewer wake-ups for a 64 MiB write.
 BUFFER_BYTES = 4 << 20
+#: What the daemon's end reads at once for a frame's head: a small answer
+#: (a read's open, a stat) comes whole in this one recvmsg.
+HEAD_READ = 64 << 10
 
 __all__ = ["BUFFER_BYTES", "MAX_HEADER", "FrameLink", "ProtocolError", "make_link"]
 
@@ -126,25 +129,32 @@ class FrameLink:
         bad frame."""
         head, fd = await self._receive_head()
         try:
-            header_len, data_len = _HEAD.unpack(head)
+            header_len, data_len = _HEAD.unpack_from(head)
             _check(header_len, data_len, max_data)
-            body = await self._receive_exactly(header_len)
-            data = bytes(await self._receive_exactly(data_len)) if data_len else b""
+            # A small frame came whole with its head (one recvmsg); the rest
+            # of a larger one is read into its own buffers.
+            rest = head[_HEAD.size :]
+            if len(rest) > header_len + data_len:
+                raise ProtocolError("bytes past a frame before its answer was read")
+            body = await self._complete(rest[:header_len], header_len)
+            data = bytes(await self._complete(rest[header_len:], data_len)) if data_len else b""
         except BaseException:
             if fd is not None:
                 os.close(fd)
             raise
         return body, data, fd
 
-    async def _receive_head(self) -> tuple[bytes, int | None]:
+    async def _receive_head(self) -> tuple[bytearray, int | None]:
         # recvmsg for the head: an fd rides on a frame's first byte, and a
-        # plain recv of that byte would silently drop (close) it
-        got = b""
+        # plain recv of that byte would silently drop (close) it. One
+        # recvmsg of up to HEAD_READ bytes takes a small frame whole (the
+        # other end sends one frame, then waits for the answer).
+        got = bytearray()
         fds: list[int] = []
         space = framing.ancillary_space(1)
         while len(got) < _HEAD.size:
             try:
-                chunk, ancillary, flags, _ = self.sock.recvmsg(_HEAD.size - len(got), space)
+                chunk, ancillary, flags, _ = self.sock.recvmsg(HEAD_READ, space)
             except BlockingIOError:
                 await self._readable()
                 continue
@@ -158,10 +168,14 @@ class FrameLink:
             got += chunk
         return got, (fds[0] if fds else None)
 
-    async def _receive_exactly(self, size: int) -> bytearray:
+    async def _complete(self, start: bytearray, size: int) -> bytearray:
+        """`start` (what came with the head) and the rest of `size` bytes."""
+        if len(start) == size:
+            return start
         buffer = bytearray(size)
+        buffer[: len(start)] = start
         with memoryview(buffer) as view:
-            got = 0
+            got = len(start)
             while got < size:
                 n = await self._loop.sock_recv_into(self.sock, view[got:])
                 if n == 0:

@@ -136,7 +136,10 @@ def _services(runtime: TenantRuntime, fs_runtime: FsRuntime) -> dict[str, Any]:
 
 
 async def serve_tenant(
-    runtime: TenantRuntime, frontend_process: bool = True, record_callers: bool = True
+    runtime: TenantRuntime,
+    frontend_process: bool = True,
+    record_callers: bool = True,
+    event_loop: str = "asyncio",
 ) -> TenantService:
     """Start a tenant's fs worker here and its front-end (a process of its
     own, or with `frontend_process` False the same code in this process),
@@ -156,6 +159,7 @@ async def serve_tenant(
             runtime.frontend_lost,
             in_process=not frontend_process,
             record_callers=record_callers,
+            event_loop=event_loop,
         )
         runtime.frontend = frontend
         frontend.place = profile.place_daemon_side
@@ -206,6 +210,7 @@ async def serve_admin(
     audit: AuditLog,
     frontend_process: bool = True,
     record_callers: bool = True,
+    event_loop: str = "asyncio",
 ) -> AdminSocket:
     """Start the admin socket's front-end, listening under a temporary name
     (`place` puts it in place): a process of the admin socket's own (or with
@@ -222,6 +227,7 @@ async def serve_admin(
         service.end_follows,
         in_process=not frontend_process,
         record_callers=record_callers,
+        event_loop=event_loop,
     )
     temp = await frontend.start()
     return AdminSocket(frontend, frontend, temp, admin.socket, frontend)

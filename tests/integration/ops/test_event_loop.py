@@ -60,3 +60,41 @@ async def test_the_daemon_serves_a_run_on_the_configured_loop(state_dir: Path, l
     finally:
         assert daemon.stop() == 0
     assert f"event loop: {loop}" in daemon.output()
+
+
+def test_the_front_ends_default_loop_is_uvloop(tmp_path: Path) -> None:
+    settings = DaemonSettings(state_dir=tmp_path, runtime_dir=tmp_path / "run")
+    assert settings.frontend_event_loop == "uvloop"
+
+
+def _frontends(daemon_pid: int) -> list[int]:
+    children = Path(f"/proc/{daemon_pid}/task/{daemon_pid}/children").read_text().split()
+    return [
+        int(pid)
+        for pid in children
+        if b"hostcapd.frontend" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+async def test_a_front_end_serves_on_its_configured_loop(state_dir: Path, loop: str) -> None:
+    """The tenant's front-end process runs the loop it was given: uvloop's
+    extension is mapped in it, or not; and a Run is served either way."""
+    config = daemon_config(state_dir, {"dev": tenant_config(state_dir, "dev")})
+    config["daemon"]["frontend_event_loop"] = loop
+    daemon = Daemon(state_dir, config).start()
+    try:
+        client = Client(daemon.socket)
+        try:
+            result = await client.run("echo", "hello")
+        finally:
+            await client.close()
+        assert outcome(result) == "EXITED", result
+        assert result.stdout == b"hello\n"
+        frontends = _frontends(daemon.pid)
+        assert frontends, "no front-end process"
+        for pid in frontends:
+            mapped = "/uvloop/loop." in Path(f"/proc/{pid}/maps").read_text()
+            assert mapped == (loop == "uvloop"), (pid, loop)
+    finally:
+        assert daemon.stop() == 0

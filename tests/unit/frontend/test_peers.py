@@ -137,13 +137,13 @@ async def test_a_client_that_goes_away_cancels_its_call_and_is_forgotten(tmp_pat
         await served.server.stop(0)
 
 
-async def test_bytes_sent_before_the_inner_side_is_connected_are_relayed(
-    tmp_path: Path, monkeypatch: Any
-) -> None:
+async def test_bytes_sent_at_once_and_a_half_close_are_relayed(tmp_path: Path) -> None:
     """A client writes its first bytes (gRPC's preface) at once and closes
-    its side; the inner connection is slow to come up. Nothing is lost: on
-    Python 3.11 the accepted side reads before it can be paused, and the
-    unit's daemon lost every connection's preface that way."""
+    its sending side: nothing is lost, and the half-close reaches the inner
+    side, which answers after it. (The unit's daemon, on Debian's Python
+    3.11.2, once lost every connection's preface: the accepted side read
+    before the inner side was up. The relay reads a client's socket only
+    once its inner connection is made.)"""
     name = f"hostcap-test-peers-{secrets.token_hex(8)}"
 
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -152,23 +152,6 @@ async def test_bytes_sent_before_the_inner_side_is_connected_are_relayed(
         writer.close()
 
     inner = await asyncio.start_unix_server(echo, "\0" + name)
-    loop = asyncio.get_running_loop()
-    connect = loop.create_unix_connection
-
-    async def slow(*args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(0.2)
-        return await connect(*args, **kwargs)
-
-    monkeypatch.setattr(loop, "create_unix_connection", slow)
-    # Debian 12's Python (3.11.2) adds a new transport's reader after
-    # connection_made whether or not it paused: that behaviour here too.
-    from asyncio import selector_events
-
-    def add_reader_as_in_3_11_2(self: Any, fd: int, callback: Any, *args: Any) -> None:
-        if not self._closing:
-            self._loop._add_reader(fd, callback, *args)
-
-    monkeypatch.setattr(selector_events._SelectorTransport, "_add_reader", add_reader_as_in_3_11_2)
     peers = Peers("\0" + name)
     await peers.listen(str(tmp_path / "s"), 0o600)
     try:
@@ -178,6 +161,88 @@ async def test_bytes_sent_before_the_inner_side_is_connected_are_relayed(
         got = await asyncio.wait_for(reader.read(), 10)
         writer.close()
         assert got == b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"x" * 100_000
+        await _until(lambda: not peers.callers, what=lambda: peers.callers)
+        assert not peers.relays
+    finally:
+        await peers.close()
+        inner.close()
+
+
+async def test_a_stream_to_a_slow_reader_arrives_whole(tmp_path: Path) -> None:
+    """The server side writes far more than every buffer between holds to a
+    client that reads slowly: the relay stops reading it meanwhile (its pipe
+    holds what waits), and every byte arrives, in order."""
+    name = f"hostcap-test-peers-{secrets.token_hex(8)}"
+    payload = os.urandom(24 * 1024 * 1024)
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(payload)
+        await writer.drain()
+        writer.close()
+
+    inner = await asyncio.start_unix_server(flood, "\0" + name)
+    peers = Peers("\0" + name)
+    await peers.listen(str(tmp_path / "s"), 0o600)
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(tmp_path / "s"))
+        got = bytearray()
+        while chunk := await asyncio.wait_for(reader.read(256 * 1024), 10):
+            got += chunk
+            if len(got) < 4 * 1024 * 1024:
+                await asyncio.sleep(0.01)  # slow at first: the relay's pipe fills
+        writer.close()
+        assert len(got) == len(payload) and got == payload
+        await _until(lambda: not peers.relays, what=lambda: peers.relays)
+    finally:
+        await peers.close()
+        inner.close()
+
+
+async def test_a_connection_without_fds_for_its_pipes_is_closed_and_the_next_served(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """No fd left for a connection's pipes (EMFILE): that client sees its
+    connection closed, nothing of it is left behind, and the next one is
+    relayed."""
+    import errno
+
+    from hostcapd.frontend import peers as peers_module
+
+    name = f"hostcap-test-peers-{secrets.token_hex(8)}"
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.read())
+        await writer.drain()
+        writer.close()
+
+    inner = await asyncio.start_unix_server(echo, "\0" + name)
+    peers = Peers("\0" + name)
+    await peers.listen(str(tmp_path / "s"), 0o600)
+    real_pipe2 = os.pipe2
+    calls = 0
+
+    def pipe2(flags: int) -> tuple[int, int]:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # the first connection's second pipe
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_pipe2(flags)
+
+    monkeypatch.setattr(peers_module.os, "pipe2", pipe2)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(tmp_path / "s"))
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed at once
+        writer.close()
+        assert not peers.callers and not peers.relays
+        reader, writer = await asyncio.open_unix_connection(str(tmp_path / "s"))
+        writer.write(b"again")
+        writer.write_eof()
+        assert await asyncio.wait_for(reader.read(), 10) == b"again"
+        writer.close()
+        await _until(lambda: not peers.relays, what=lambda: peers.relays)
+        await asyncio.sleep(0.05)
+        assert len(os.listdir("/proc/self/fd")) <= fds_before  # no pipe or socket leaked
     finally:
         await peers.close()
         inner.close()

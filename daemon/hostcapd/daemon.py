@@ -281,6 +281,7 @@ class Daemon:
             self.audit,
             self.host.cgroups,
             self.config.daemon.kill_grace_seconds,
+            self.config.daemon.order_before_exec_record,
         )
         daemon = self.config.daemon
         return await serve_tenant(

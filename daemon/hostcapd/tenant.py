@@ -22,9 +22,10 @@ from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.environments import EnvironmentTable
 from hostcapd.process.executable import HashCache
 from hostcapd.process.launch import launch_for
+from hostcapd.process.order import plan_rlimits
 from hostcapd.process.report import Outcome, Report
 from hostcapd.process.request import Prepared, SpawnRequest
-from hostcapd.process.spawn import Spawn, plan_rlimits
+from hostcapd.process.spawn import Spawn
 from hostcapd.process.warm import WarmPool
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.profile import TenantProfile
@@ -61,6 +62,7 @@ class TenantRuntime:
         audit: AuditLog,
         cgroups: CgroupHost,
         kill_grace: float,
+        order_first: bool = True,
     ) -> None:
         #: This runtime's own profile in the spawner: a reload's replacement
         #: registers a new one, so no order of the old runtime meets the new.
@@ -77,6 +79,7 @@ class TenantRuntime:
             kill_grace,
             HashCache(),
             _egress_of(tenant, audit, profile),
+            order_first=order_first,
         )
         if profile.fs_changes is not None:  # its roots' parent: the spawner
             profile.fs_changes.spawner = spawner

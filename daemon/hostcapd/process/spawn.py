@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import functools
 import logging
 import os
 import signal
@@ -25,18 +26,17 @@ from hostcapd.callers import caller_field
 from hostcapd.childsetup import RLimit
 from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
-from hostcapd.process import environment, killing, records, terminal
+from hostcapd.process import killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.input import SpawnInput, feed_stdin
-from hostcapd.process.launch import Launch, launch_for
+from hostcapd.process.launch import FreshLaunch, Launch, launch_for
+from hostcapd.process.order import plan_rlimits, spawn_order
 from hostcapd.process.output import OutputLog, StreamCount, StreamTally
 from hostcapd.process.report import Outcome, Report, classify
 from hostcapd.process.request import Prepared, SpawnRequest
-from hostcapd.sandbox import fschanges, identity, rlimits
+from hostcapd.sandbox import fschanges
 from hostcapd.sandbox.cgroups import CgroupError, CgroupStats, SpawnCgroup
-from hostcapd.sandbox.profile import TenantProfile
 from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost
-from hostcapd.spawner.messages import SpawnOrder
 
 log = logging.getLogger("hostcapd.spawn")
 
@@ -68,7 +68,7 @@ class Spawn:
         #: How its child comes to be (a fresh child unless given a warm one's).
         self.launch = launch if launch is not None else launch_for(deps, None)
         self.id = self.launch.id
-        self._rlimits = rlimits if rlimits is not None else plan_rlimits(deps.profile, prepared)
+        self.rlimits = rlimits if rlimits is not None else plan_rlimits(deps.profile, prepared)
         #: A caller takes its output as it comes, its front-end keeps head
         #: and tail (decision 0032); without one the output is only counted.
         self.streaming = streaming
@@ -162,10 +162,13 @@ class Spawn:
     async def run(self) -> Report | None:
         """The spawn sequence; None when refused before anything ran."""
         try:
-            synced = self._write_exec_record()
-            self._make_cgroup()
-            self._make_pipes()
-            await self._send_order()
+            if self.deps.order_first and isinstance(self.launch, FreshLaunch):
+                synced = await self._order_then_record()
+            else:
+                synced = self._write_exec_record()
+                self._make_cgroup()
+                self._make_pipes()
+                await self._send_order()
             await self._release_on_durable(synced)
             self.pid = await self.launch.started()
             if self._tty_channel is not None:
@@ -186,10 +189,14 @@ class Spawn:
             return None
         except _Cancelled:
             return self._finish_unstarted(Outcome.CANCELLED, "", 0, self._kill_message)
-        except SetupFailed as error:
-            if self._audit_failure is not None:
+        except (SetupFailed, SpawnerLost) as error:
+            if self._audit_failure is not None:  # its child never had its go
                 self._refuse(_audit_refusal(self._audit_failure))
                 return None
+            if isinstance(error, SpawnerLost):
+                return self._finish_unstarted(
+                    Outcome.SPAWN_FAILED, "spawner", 0, "the spawner died during set-up"
+                )
             if self._kill_reason is not None:  # cancel wins over a simultaneous error
                 return self._finish_unstarted(self._kill_reason, "", 0, self._kill_message)
             return self._finish_unstarted(
@@ -197,10 +204,6 @@ class Spawn:
                 error.step,
                 error.errno,
                 f"set-up step {error.step} failed: {os.strerror(error.errno) if error.errno else error.detail}",
-            )
-        except SpawnerLost:
-            return self._finish_unstarted(
-                Outcome.SPAWN_FAILED, "spawner", 0, "the spawner died during set-up"
             )
         except Exception as error:
             # A daemon bug must still end the call and leave nothing behind.
@@ -233,16 +236,19 @@ class Spawn:
             else:
                 self._release()
 
-    # Step 2: the write-ahead exec record, appended first and fsynced while
-    # the cgroup, the pipes and the child's set-up are made (the fsync is the
-    # longest of them); the child waits right before exec for the go given
-    # once the record is durable. No record, no exec.
+    # Step 2: the write-ahead exec record, fsynced while the child's set-up
+    # runs; the child waits right before exec for its go. No record, no exec.
 
     def _write_exec_record(self) -> asyncio.Future[Any]:
-        deps = self.deps
-        # The go: the fsync thread writes it the moment the record is
-        # durable, before the event loop hears of it (audit/fsync.py).
-        self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        synced = self._append_exec_record()
+        if self._kill_reason is not None:
+            raise _Cancelled()
+        return synced
+
+    def _append_exec_record(self) -> asyncio.Future[Any]:
+        deps = self.deps  # the fsync thread writes its go once durable (audit/fsync.py)
+        if self._go_fd < 0:
+            self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         try:
             _, synced = deps.audit.write_pending(
                 "process.exec",
@@ -251,12 +257,37 @@ class Spawn:
                 **caller_field(),
             )
         except AuditUnavailable as error:
-            raise _Refused(_audit_refusal(error)) from None
+            raise _Refused(_audit_refusal(error), error) from None
         synced.add_done_callback(_retrieve)
         self._exec_audited = True
-        if self._kill_reason is not None:
-            raise _Cancelled()
         return synced
+
+    async def _order_then_record(self) -> asyncio.Future[Any]:
+        """A fresh spawn's order leaves before its exec record is built and
+        appended (the C set-up overlaps them); its child still waits for the
+        go, written once the record is durable. A failure before the append
+        is recorded as tried (or refused) as if the record had come first; an
+        append that fails cancels the child, and the spawn is refused."""
+        if self._kill_reason is not None:  # cancelled before it began
+            return self._write_exec_record()
+        self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+        try:
+            self._make_cgroup()
+            self._make_pipes()
+            await self._send_order()
+        except BaseException:
+            self._append_exec_record()  # _Refused replaces the error, as before
+            raise
+        try:
+            return self._append_exec_record()
+        except _Refused as refused:
+            # The child waits in its set-up for a go it will never have:
+            # _release_on_durable cancels it, as for a failed fsync.
+            assert refused.audit is not None
+            failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            failed.set_exception(refused.audit)
+            failed.add_done_callback(_retrieve)
+            return failed
 
     def _make_cgroup(self) -> None:
         if not self.deps.profile.has("cgroup"):
@@ -297,29 +328,6 @@ class Spawn:
         self.launch.child_fds += self._child_stdio
         self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
 
-    def _order(self, *, landlock: bool, warm: bool) -> SpawnOrder:
-        """The order; `landlock` and `warm` are the launch's to say."""
-        p, profile = self.prepared, self.deps.profile
-        ident = identity.plan(self.deps.tenant.uid, self.deps.tenant.gid, set(profile.applied))
-        return SpawnOrder(
-            id=self.id,
-            profile=self.deps.profile_key,
-            by_fd=p.by_fd,
-            exe_path=p.exe.path.encode(),
-            argv=[a.encode() for a in p.argv],
-            envp=environment.encode(p.env),
-            cwd_root=p.cwd.root.encode(),
-            cwd=p.cwd.relative.encode(),
-            rlimits=self._rlimits,
-            ids=ident.ids,
-            loginuid=ident.loginuid,
-            landlock=landlock,
-            go=True,
-            warm=warm,
-            env=self.request.environment_id,
-            tty=self.request.tty,
-        )
-
     # Step 3: the spawner clones; the C set-up runs and waits for the go.
 
     async def _send_order(self) -> None:
@@ -328,7 +336,7 @@ class Spawn:
         if self.request.tty is not None:
             fds.append(self._tty_child)  # the terminal's channel (see SpawnOrder)
         self.launch.labels = dict(self.request.labels)
-        await self.launch.send(self._order, fds)
+        await self.launch.send(functools.partial(spawn_order, self), fds)
 
     async def _release_on_durable(self, synced: asyncio.Future[Any]) -> None:
         """The go once the exec record is durable; a cancel if it cannot be."""
@@ -618,14 +626,7 @@ class Spawn:
 
 
 class _Cancelled(Exception):
-    pass
-
-
-def plan_rlimits(profile: TenantProfile, prepared: Prepared) -> list[RLimit]:
-    """The rlimits a spawn's child sets (none without the protection)."""
-    if not profile.has("rlimits"):
-        return []
-    return rlimits.plan(prepared.limits, profile.has("cgroup"), profile.has("cgroup"))
+    """Cancelled before its order left."""
 
 
 def _audit_refusal(error: AuditUnavailable) -> Refusal:
@@ -641,6 +642,8 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 
 class _Refused(Exception):
-    def __init__(self, refusal: Refusal) -> None:
+    def __init__(self, refusal: Refusal, audit: AuditUnavailable | None = None) -> None:
         super().__init__(refusal.message)
         self.refusal = refusal
+        #: The audit log's failure, when that is why.
+        self.audit = audit

@@ -135,6 +135,7 @@ async def compare(args: argparse.Namespace) -> None:
         rows: dict[str, dict[str, list[float]]] = {n: {k: [] for k in KINDS} for n in names}
         fe_cpu = {n: {k: 0.0 for k in KINDS} for n in names}
         all_cpu = {n: {k: 0.0 for k in KINDS} for n in names}
+        root_cpu = {n: {k: 0.0 for k in KINDS} for n in names}
         for index in range(args.rounds):
             for kind in rotation(list(KINDS), index):
                 calls = (
@@ -145,9 +146,11 @@ async def compare(args: argparse.Namespace) -> None:
                 for name, call in zip(names, calls, strict=True):
                     f0 = _cpu(front[kind])
                     d0 = _cpu_of(pids[kind])
+                    r0 = _cpu(daemons[kind].pid)
                     rows[name][kind].append(await call())
                     fe_cpu[name][kind] += _cpu(front[kind]) - f0
                     all_cpu[name][kind] += _cpu_of(pids[kind]) - d0
+                    root_cpu[name][kind] += _cpu(daemons[kind].pid) - r0
         for name, samples in rows.items() if args.rounds else ():
             s = {kind: Summary.of(v) for kind, v in samples.items()}
             a, b = s["a"], s["b"]
@@ -166,28 +169,37 @@ async def compare(args: argparse.Namespace) -> None:
                 + _ratio(
                     "daemon CPU/call", all_cpu[name]["a"] / n, all_cpu[name]["b"] / n, "ms", ".3f"
                 )
+                + "  ;  "
+                + _ratio(
+                    "root CPU/call", root_cpu[name]["a"] / n, root_cpu[name]["b"] / n, "ms", ".3f"
+                )
             )
 
         rates: dict[str, list[float]] = {k: [] for k in KINDS}
         per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
         fe_per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
+        root_per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
         for index in range(args.windows):
             for kind in rotation(list(KINDS), index):
                 f0 = _cpu(front[kind])
                 d0 = _cpu_of(pids[kind])
+                r0 = _cpu(daemons[kind].pid)
                 done, seconds = await daemon_rate(daemons[kind].socket(TENANT), args.seconds)
+                root_per_spawn[kind].append((_cpu(daemons[kind].pid) - r0) * 1e3 / done)
                 per_spawn[kind].append((_cpu_of(pids[kind]) - d0) * 1e3 / done)
                 fe_per_spawn[kind].append((_cpu(front[kind]) - f0) * 1e3 / done)
                 rates[kind].append(done / seconds)
         if not args.windows:
-            rates = per_spawn = fe_per_spawn = {k: [1.0] for k in KINDS}
+            rates = per_spawn = fe_per_spawn = root_per_spawn = {k: [1.0] for k in KINDS}
         med = {k: statistics.median(v) for k, v in rates.items()}
         cpu = {k: statistics.median(v) for k, v in per_spawn.items()}
         fe = {k: statistics.median(v) for k, v in fe_per_spawn.items()}
+        root = {k: statistics.median(v) for k, v in root_per_spawn.items()}
         print(f"8 clients ({args.windows} windows of {args.seconds:g} s a side):")
         print("  " + _ratio("spawns/s", med["a"], med["b"], "/s"))
         print("  " + _ratio("daemon CPU/spawn", cpu["a"], cpu["b"], "ms", ".3f"))
         print("  " + _ratio("front-end CPU/spawn", fe["a"], fe["b"], "ms", ".3f"))
+        print("  " + _ratio("root CPU/spawn", root["a"], root["b"], "ms", ".3f"))
 
         if args.stream_mib:
             size = args.stream_mib * MiB

@@ -13,6 +13,7 @@ from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.audit.redact import MAX_ARG_CHARS, bound_argv
 from hostcapd.config import Tenant
 from hostcapd.logsetup import fields
+from hostcapd.process import limits as limits_mod
 from hostcapd.process.output import StreamCount, StreamTally
 from hostcapd.process.report import Report, signal_name
 from hostcapd.process.request import Prepared, SpawnRequest
@@ -47,7 +48,7 @@ def exec_record(
         "cwd": p.cwd.path,
         "uid": tenant.uid,
         "gid": tenant.gid,
-        "limits": p.limits.model_dump(exclude_none=True),
+        "limits": limits_mod.dumped(p.limits),
         "protections": [
             {"name": s.name, "applied": s.applied, "reason": s.reason} for s in p.protections
         ],

@@ -85,7 +85,11 @@ def close_all(fds: Iterable[int]) -> None:
 
 def truncated(flags: int) -> bool:
     """Whether a recvmsg lost part of a datagram or of its fds."""
-    return bool(flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC))
+    return bool(flags & _TRUNCATED)
+
+
+#: A plain int: the enum's `|` and `&` cost more than the whole test.
+_TRUNCATED = int(socket.MSG_TRUNC | socket.MSG_CTRUNC)
 
 
 # --- memfds -------------------------------------------------------------------

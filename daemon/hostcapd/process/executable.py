@@ -107,8 +107,8 @@ def resolve(
             candidate = os.path.join(directory, name)
             opened = _open_executable(candidate)
             if opened is not None:
-                real = os.path.realpath(candidate)
-                if allowed_dirs and not _inside(real, allowed_dirs):
+                # (realpath is an lstat per component: only when it is needed)
+                if allowed_dirs and not _inside(os.path.realpath(candidate), allowed_dirs):
                     os.close(opened[0])
                     opened = None
                     continue

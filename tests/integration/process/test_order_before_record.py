@@ -1,10 +1,11 @@
-"""A fresh spawn's order leaves before its exec record is built and appended
+"""A spawn's order leaves before its exec record is built and appended
 (`daemon.order_before_exec_record`, on by default): the audit semantics are
-those of the record first (docs/decisions/0020). Each test runs both ways
-on a real in-process daemon, with a fault put where the order and the record
-now trade places, and checks the same observable result: no exec without a
-durable exec record; a set-up failure recorded as tried (exec, then exit);
-an exec record that cannot be appended refuses the spawn and nothing runs."""
+those of the record first (docs/decisions/0007, 0020). Each test runs both
+ways, for a fresh child and for a warm one, on a real in-process daemon,
+with a fault put where the order and the record now trade places, and
+checks the same observable result: no exec without a durable exec record; a
+set-up failure recorded as tried (exec, then exit); an exec record that
+cannot be appended refuses the spawn and nothing runs."""
 
 from __future__ import annotations
 
@@ -31,17 +32,19 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="an in-process daemon 
 Events = list[tuple[str, str]]
 
 
-@pytest.fixture(params=[True, False], ids=["order-first", "record-first"])
+@pytest.fixture(
+    params=[(True, 0), (False, 0), (True, 2), (False, 2)],
+    ids=["order-first-fresh", "record-first-fresh", "order-first-warm", "record-first-warm"],
+)
 async def started(
     request: pytest.FixtureRequest, state_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[tuple[Daemon, Client, Path, Events, bool]]:
-    order_first: bool = request.param
+    order_first, warm_spawns = request.param
     events: Events = []
     spawn = SpawnerClient.spawn
 
     def noted_spawn(self: SpawnerClient, order: Any, fds: list[int]) -> Any:
-        if not order.warm:
-            events.append(("order", order.id))
+        events.append(("order", order.id))
         return spawn(self, order, fds)
 
     pending = AuditLog.write_pending
@@ -53,10 +56,9 @@ async def started(
 
     monkeypatch.setattr(SpawnerClient, "spawn", noted_spawn)
     monkeypatch.setattr(AuditLog, "write_pending", noted_pending)
-    # No warm children: every spawn is a fresh one.
     config = daemon_config(
         state_dir,
-        {"dev": tenant_config(state_dir, "dev", warm_spawns=0)},
+        {"dev": tenant_config(state_dir, "dev", warm_spawns=warm_spawns)},
         daemon={"order_before_exec_record": order_first},
     )
     prepare_roots(config)
@@ -64,6 +66,11 @@ async def started(
     path.write_text(toml.dumps(config))
     daemon = Daemon(load_config(path), path)
     await daemon.start()
+    pool = daemon.tenants["dev"].runtime.warm
+    for _ in range(500):  # the warm children ready, so that a spawn takes one
+        if sum(entry.usable for entry in pool._entries.values()) >= warm_spawns:
+            break
+        await asyncio.sleep(0.01)
     client = Client(Path(config["tenants"]["dev"]["socket"]))
     try:
         yield daemon, client, Path(config["audit"]["path"]), events, order_first
@@ -79,9 +86,11 @@ def records_of(audit: Path, spawn_id: str) -> list[str]:
 async def test_a_fresh_spawn_runs_and_its_order_left_as_configured(
     started: tuple[Daemon, Client, Path, Events, bool],
 ) -> None:
-    _, client, audit, events, order_first = started
+    daemon, client, audit, events, order_first = started
+    pool = daemon.tenants["dev"].runtime.warm
     result = await client.run("true")
     assert outcome(result) == "EXITED"
+    assert pool.taken == (1 if pool.size else 0)  # a warm child's, where there are
     spawn_id = result.started.spawn_id
     mine = [kind for kind, sid in events if sid == spawn_id]
     assert mine == (["order", "exec"] if order_first else ["exec", "order"])
@@ -106,6 +115,8 @@ async def test_an_exec_record_that_cannot_be_appended_refuses_and_nothing_runs(
     monkeypatch.setattr(AuditLog, "write_pending", failing)
     reason = await client.refusal("sh", "-c", "touch ran; sleep 1000", env={"TEST_MARKER": marker})
     assert reason == "AUDIT_UNAVAILABLE"
+    pool = daemon.tenants["dev"].runtime.warm
+    assert pool.taken == (1 if pool.size else 0)
     (spawn_id,) = {sid for kind, sid in events if kind == "exec"}
     mine = [kind for kind, sid in events if sid == spawn_id]
     # Order first: its child was cloned and set up, and waited for a go it never had.

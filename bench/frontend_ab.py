@@ -3,6 +3,7 @@ daemons, `a` and `b`, measured in alternation, in rotating order.
 
     python -m bench.frontend_ab [--a-python PY] [--b-set daemon.KEY=VALUE]
                                 [--rounds N] [--windows N] [--stream-mib N]
+                                [--spaced MS]
 
 `a` is this checkout's daemon unless `--a-python` names another interpreter
 (another checkout's venv, e.g. main's in a worktree: its own code, its
@@ -95,7 +96,8 @@ def _daemon_pids(daemon: BenchDaemon) -> list[int]:
 
 
 def _ratio(name: str, a: float, b: float, unit: str, fmt: str = ".0f") -> str:
-    return f"{name}: a {a:{fmt}} {unit} | b {b:{fmt}} {unit} | b / a {b / a:.2f}"
+    ratio = f"{b / a:.2f}" if a else "n/a"
+    return f"{name}: a {a:{fmt}} {unit} | b {b:{fmt}} {unit} | b / a {ratio}"
 
 
 async def compare(args: argparse.Namespace) -> None:
@@ -138,6 +140,8 @@ async def compare(args: argparse.Namespace) -> None:
         root_cpu = {n: {k: 0.0 for k in KINDS} for n in names}
         for index in range(args.rounds):
             for kind in rotation(list(KINDS), index):
+                if args.spaced:  # each daemon idle that long before its calls
+                    await asyncio.sleep(args.spaced / 1000)
                 calls = (
                     clients[kind].health_rtt,
                     clients[kind].true,
@@ -240,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--b-set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--windows", type=int, default=4)
+    parser.add_argument("--spaced", type=float, default=0, help="ms of quiet before each round")
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--stream-mib", type=int, default=64)
     parser.add_argument("--streams", type=int, default=4, help="streams a side")

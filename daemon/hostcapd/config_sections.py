@@ -152,8 +152,8 @@ class DaemonSettings(Model):
     #: Let tenants' `network.resolve` map names to addresses (tests, offline
     #: mirrors): an address so named is connected to as given.
     allow_resolve_overrides: bool = False
-    #: A spawn's order to the spawner leaves before its exec record is built
-    #: and appended; the child still waits for the go, written once the
+    #: A fresh spawn's order to the spawner leaves before its exec record is
+    #: built and appended; the child still waits for the go, written once the
     #: record is durable (docs/decisions/0020). false: the record first (the
     #: benchmark's comparison, bench/README.md).
     order_before_exec_record: bool = True

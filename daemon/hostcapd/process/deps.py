@@ -38,8 +38,8 @@ class SpawnDeps:
     egress: EgressProxy | None = None
     #: Its spawns' turns at reading their pipes on the root's loop.
     turns: OutputTurns = field(default_factory=OutputTurns)
-    #: A spawn's order leaves before its exec record is built and appended,
-    #: so the child's set-up overlaps them (its child still waits for the
+    #: A fresh spawn's order leaves before its exec record is built and
+    #: appended, so the C set-up overlaps them (its child still waits for the
     #: go, written once the record is durable); false: the record first
     #: (`daemon.order_before_exec_record`, the benchmark's comparison).
     order_first: bool = True

@@ -29,7 +29,7 @@ from hostcapd.logsetup import fields
 from hostcapd.process import killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.input import SpawnInput, feed_stdin
-from hostcapd.process.launch import Launch, launch_for
+from hostcapd.process.launch import FreshLaunch, Launch, launch_for
 from hostcapd.process.order import plan_rlimits, spawn_order
 from hostcapd.process.output import OutputLog, StreamCount, StreamTally
 from hostcapd.process.report import Outcome, Report, classify
@@ -162,7 +162,7 @@ class Spawn:
     async def run(self) -> Report | None:
         """The spawn sequence; None when refused before anything ran."""
         try:
-            if self.deps.order_first:
+            if self.deps.order_first and isinstance(self.launch, FreshLaunch):
                 synced = await self._order_then_record()
             else:
                 synced = self._write_exec_record()
@@ -263,12 +263,12 @@ class Spawn:
         return synced
 
     async def _order_then_record(self) -> asyncio.Future[Any]:
-        """The order leaves before the exec record is built and appended: a
-        fresh child's set-up, or a warm child's last steps, overlap them. The
-        child still waits for the go, written once the record is durable. A
-        failure before the append is recorded as tried (or refused) as if the
-        record had come first; an append that fails cancels the child, and
-        the spawn is refused."""
+        """A fresh spawn's order leaves before its exec record is built and
+        appended (the C set-up overlaps them); its child still waits for the
+        go, written once the record is durable. A failure before the append
+        is recorded as tried (or refused) as if the record had come first; an
+        append that fails cancels the child, and the spawn is refused. (A
+        warm child's last steps are too short to gain: bench/README.md.)"""
         if self._kill_reason is not None:  # cancelled before it began
             return self._write_exec_record()
         self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)

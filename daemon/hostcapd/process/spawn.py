@@ -216,7 +216,7 @@ class Spawn:
                 )
                 self._refuse(refusal)
                 return None
-            self._kill_tree(signal.SIGKILL)
+            self._kill_tree(signal.SIGKILL, wait=True)
             return self._finish_unstarted(
                 Outcome.SPAWN_FAILED, "daemon", 0, f"internal error: {type(error).__name__}"
             )
@@ -386,7 +386,7 @@ class Spawn:
         # Whatever the main process left behind dies with it. In a pid
         # namespace the kernel has done that already: init was reaped.
         if not self.deps.profile.has("pid_namespace"):
-            self._kill_tree(signal.SIGKILL)
+            self._kill_tree(signal.SIGKILL, wait=True)
         if not self._eof.is_set():  # (a timeout scope costs one timer, no task)
             with contextlib.suppress(TimeoutError):
                 # After the grace an escaped holder of the pipe is ignored.
@@ -542,20 +542,23 @@ class Spawn:
             with contextlib.suppress(OSError):
                 os.eventfd_write(self._cancel_fd, 1)
         if self.pid and (self._kill_task is None or force):
-            self._kill_task = asyncio.ensure_future(self._kill_sequence())
+            if self.deps.kill_grace > 0:
+                self._kill_task = asyncio.ensure_future(self._kill_sequence())
+            else:  # no grace: the kill now, not a loop turn later
+                self._kill_tree(signal.SIGKILL)
 
     async def _kill_sequence(self) -> None:
         """SIGTERM the tree, the grace while it lives, then SIGKILL it."""
         assert self.launch.exit is not None
         await killing.kill_sequence(self._kill_tree, self.launch.exit, self.deps.kill_grace)
 
-    def _kill_tree(self, sig: int) -> None:
-        # pid namespace (kill its init) and process group, through the spawner
-        # that owns the children; then the cgroup, which a setsid cannot leave.
+    def _kill_tree(self, sig: int, *, wait: bool = False) -> None:
+        # The cgroup (a setsid cannot leave it), then the pid namespace's init
+        # and process group through the spawner. See killing.py for `wait`.
+        if sig == signal.SIGKILL and self._cgroup is not None:
+            self._cgroup.kill(wait=wait)
         if self.pid:
             self.deps.spawner.kill(self.id, self.pid, sig)
-        if sig == signal.SIGKILL and self._cgroup is not None:
-            self._cgroup.kill()
 
     # --- reports ----------------------------------------------------------
 

@@ -25,7 +25,7 @@ from hostcapd.callers import caller_field
 from hostcapd.childsetup import RLimit
 from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
-from hostcapd.process import environment, killing, records, terminal
+from hostcapd.process import deadlines, environment, killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.input import SpawnInput, feed_stdin
 from hostcapd.process.launch import Launch, launch_for
@@ -95,7 +95,7 @@ class Spawn:
         #: Read ends waiting for their output to be taken (back-pressure).
         self._paused: set[int] = set()
         self._cgroup: SpawnCgroup | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: deadlines.Deadline | None = None
         self._exec_time = 0.0
         self._exec_audited = False
         self._go_fd = -1
@@ -370,7 +370,7 @@ class Spawn:
         if self.request.detached and (wall is None or wall > background):
             wall, message = background, f"background limit of {background:g} s exceeded"
         if wall is not None:
-            self._timer = loop.call_later(wall, self._terminate, Outcome.TIMEOUT, message)
+            self._timer = deadlines.call_later(wall, self._terminate, Outcome.TIMEOUT, message)
         if self._kill_reason is not None:  # cancelled while the exec was in flight
             self._terminate(self._kill_reason, self._kill_message, force=True)
         return stdin_task

@@ -72,8 +72,7 @@ class Deadlines:
         if fd < 0:
             err = ctypes.get_errno()
             raise OSError(err, f"timerfd_create: {os.strerror(err)}")
-        self._fd = fd
-        self._loop = loop
+        self._fd = fd  # (no reference to the loop: it keys `_per_loop`)
         self._heap: list[tuple[float, int, Deadline]] = []
         self._order = itertools.count()
         self._armed = float("inf")
@@ -118,7 +117,7 @@ class Deadlines:
             try:
                 deadline._run()
             except Exception as error:
-                self._loop.call_exception_handler(
+                asyncio.get_running_loop().call_exception_handler(
                     {"message": "a deadline's callback failed", "exception": error}
                 )
 

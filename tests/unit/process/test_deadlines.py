@@ -4,6 +4,8 @@ or after its time (never before), in order; a cancelled one never fires."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import os
 import time
 
 from hostcapd.process import deadlines
@@ -48,3 +50,19 @@ async def test_many_cancelled_deadlines_are_pruned() -> None:
     deadlines.call_later(600.0, lambda: None).cancel()
     table = deadlines._per_loop[asyncio.get_running_loop()]
     assert len(table._heap) < 100
+
+
+def test_a_closed_loops_timerfd_is_closed_with_it() -> None:
+    async def arm() -> int:
+        deadlines.call_later(600.0, lambda: None)
+        return deadlines._per_loop[asyncio.get_running_loop()]._fd
+
+    loop = asyncio.new_event_loop()
+    fd = loop.run_until_complete(arm())
+    assert os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[timerfd]"
+    loop.close()
+    del loop
+    gc.collect()
+    assert not os.path.exists(f"/proc/self/fd/{fd}") or "timerfd" not in os.readlink(
+        f"/proc/self/fd/{fd}"
+    )

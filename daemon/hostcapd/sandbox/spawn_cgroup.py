@@ -107,8 +107,9 @@ class SpawnCgroup:
         """SIGKILL every process in the cgroup; with `wait`, return once none is left.
 
         v2 / unified: cgroup.kill (the kernel kills atomically, racing forks
-        included; without `wait` it is written at once, no walk first). v1: freeze (so nothing forks meanwhile) where the freezer is
-        mounted, SIGKILL each member, thaw; repeated until empty. Raises
+        included; without `wait` it is written at once, no walk first). v1:
+        freeze (so nothing forks meanwhile) where the freezer is mounted,
+        SIGKILL each member, thaw; repeated until empty. Raises
         CgroupError if processes are still there after `timeout` seconds. A
         cgroup already removed has nothing to kill.
         """

@@ -542,10 +542,9 @@ class Spawn:
             with contextlib.suppress(OSError):
                 os.eventfd_write(self._cancel_fd, 1)
         if self.pid and (self._kill_task is None or force):
-            if self.deps.kill_grace > 0:
-                self._kill_task = asyncio.ensure_future(self._kill_sequence())
-            else:  # no grace: the kill now, not a loop turn later
-                self._kill_tree(signal.SIGKILL)
+            self._kill_task = killing.begin(
+                self._kill_sequence, self._kill_tree, self.deps.kill_grace
+            )
 
     async def _kill_sequence(self) -> None:
         """SIGTERM the tree, the grace while it lives, then SIGKILL it."""
@@ -553,8 +552,6 @@ class Spawn:
         await killing.kill_sequence(self._kill_tree, self.launch.exit, self.deps.kill_grace)
 
     def _kill_tree(self, sig: int, *, wait: bool = False) -> None:
-        # The cgroup (a setsid cannot leave it), then the pid namespace's init
-        # and process group through the spawner. See killing.py for `wait`.
         if sig == signal.SIGKILL and self._cgroup is not None:
             self._cgroup.kill(wait=wait)
         if self.pid:

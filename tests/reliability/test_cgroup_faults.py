@@ -1,7 +1,12 @@
 """The host refuses the spawn's cgroup: the spawn fails typed at step
 "cgroup", nothing runs, nothing is left in any hierarchy, and the
 write-ahead exec record (appended before the cgroup is made, so its fsync
-overlaps that work) is closed by an exit record."""
+overlaps that work) is closed by an exit record.
+
+Cgroups made before the refusal are used: each runtime keeps `POOL_SIZE`
+made ahead for fresh spawns (hostcapd.process.cgroup_pool) and a warm child
+is born in its own; a spawn fails at step "cgroup" once those are taken and
+their refills refused."""
 
 from __future__ import annotations
 
@@ -12,6 +17,9 @@ from pathlib import Path
 
 import pytest
 from reliability_probes import (
+    POOL_SIZE,
+    READY_PREFIX,
+    _cgroups_in,
     audit_chain_intact,
     cgroup_subtrees,
     exec_records,
@@ -34,6 +42,18 @@ def no_new_cgroups(subtree: Path) -> Iterator[None]:
         limit.write_text(old)
 
 
+async def _pool_made(subtree: Path) -> None:
+    """Wait until the runtime's pool holds its `POOL_SIZE` cgroups in
+    `subtree` (made at start, in a later turn of the daemon's loop)."""
+    for _ in range(200):  # correctness deadline, generous: 10 s
+        found = [e.name for e in _cgroups_in(subtree) if e.name.startswith(READY_PREFIX)]
+        if len(found) >= POOL_SIZE:
+            return
+        await asyncio.sleep(0.05)
+    seen = [e.path for e in _cgroups_in(subtree)]
+    raise AssertionError(f"the cgroup pool was never filled: {seen}")
+
+
 def _subtrees(daemon: Daemon) -> tuple[list[Path], list[Path]]:
     """The daemon's cgroup subtrees, and the cgroup v2 ones (skips without)."""
     subtrees = cgroup_subtrees(daemon)
@@ -50,9 +70,14 @@ async def test_a_refused_cgroup_fails_the_spawn_at_step_cgroup_and_closes_its_re
     # test below refuses the refill).
     daemon = start_reliable_daemon(tenants={"dev": {"warm_spawns": 0}})
     subtrees, unified = _subtrees(daemon)
+    await _pool_made(unified[0])
     client = Client(daemon.socket)
     try:
         with no_new_cgroups(unified[0]):
+            # The cgroups made ahead are used; their refills are refused.
+            for _ in range(POOL_SIZE):
+                pooled = await client.run("true")
+                assert outcome(pooled) == "EXITED", pooled.exited.message
             result = await client.run(
                 "sh", "-c", "echo ran; sleep 1000", env={"TEST_MARKER": marker}
             )
@@ -79,10 +104,12 @@ async def test_with_new_cgroups_refused_the_waiting_warm_children_run_then_spawn
     start_reliable_daemon: Callable[..., Daemon],
 ) -> None:
     """A warm child's cgroup was made before the refusal: the two waiting run
-    their requests; their refills are refused (logged, the pool stays short),
-    so the next spawn is fresh and fails typed at step "cgroup"."""
+    their requests, then the fresh spawns after them take the cgroups made
+    ahead; their refills are refused (logged, the pools stay short), so the
+    next spawn fails typed at step "cgroup"."""
     daemon = start_reliable_daemon(tenants={"dev": {"warm_spawns": 2}})
     _, unified = _subtrees(daemon)
+    await _pool_made(unified[0])
     client = Client(daemon.socket)
     try:
         for _ in range(100):
@@ -90,13 +117,12 @@ async def test_with_new_cgroups_refused_the_waiting_warm_children_run_then_spawn
                 break
             await asyncio.sleep(0.05)
         with no_new_cgroups(unified[0]):
-            first = await client.run("echo", "one")
-            second = await client.run("echo", "two")
-            third = await client.run("echo", "three")
-        assert [outcome(r) for r in (first, second)] == ["EXITED", "EXITED"]
-        assert (first.stdout, second.stdout) == (b"one\n", b"two\n")
-        assert outcome(third) == "SPAWN_FAILED" and third.exited.failed_step == "cgroup"
-        assert third.stdout == b""
+            ran = [await client.run("echo", str(i)) for i in range(2 + POOL_SIZE)]
+            refused = await client.run("echo", "refused")
+        assert [outcome(r) for r in ran] == ["EXITED"] * len(ran)
+        assert [r.stdout for r in ran] == [f"{i}\n".encode() for i in range(len(ran))]
+        assert outcome(refused) == "SPAWN_FAILED" and refused.exited.failed_step == "cgroup"
+        assert refused.stdout == b""
         # Refused no longer: the pool fills again and spawns run.
         fourth = await client.run("echo", "four")
         assert (outcome(fourth), fourth.stdout) == ("EXITED", b"four\n")

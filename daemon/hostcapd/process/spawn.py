@@ -26,7 +26,7 @@ from hostcapd.callers import caller_field
 from hostcapd.childsetup import RLimit
 from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
-from hostcapd.process import killing, records, terminal
+from hostcapd.process import deadlines, killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.input import SpawnInput, feed_stdin
 from hostcapd.process.launch import FreshLaunch, Launch, launch_for
@@ -95,7 +95,7 @@ class Spawn:
         #: Read ends waiting for their output to be taken (back-pressure).
         self._paused: set[int] = set()
         self._cgroup: SpawnCgroup | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: deadlines.Deadline | None = None
         self._exec_time = 0.0
         self._exec_audited = False
         self._go_fd = -1
@@ -219,7 +219,7 @@ class Spawn:
                 )
                 self._refuse(refusal)
                 return None
-            self._kill_tree(signal.SIGKILL)
+            self._kill_tree(signal.SIGKILL, wait=True)
             return self._finish_unstarted(
                 Outcome.SPAWN_FAILED, "daemon", 0, f"internal error: {type(error).__name__}"
             )
@@ -379,7 +379,7 @@ class Spawn:
         if self.request.detached and (wall is None or wall > background):
             wall, message = background, f"background limit of {background:g} s exceeded"
         if wall is not None:
-            self._timer = loop.call_later(wall, self._terminate, Outcome.TIMEOUT, message)
+            self._timer = deadlines.call_later(wall, self._terminate, Outcome.TIMEOUT, message)
         if self._kill_reason is not None:  # cancelled while the exec was in flight
             self._terminate(self._kill_reason, self._kill_message, force=True)
         return stdin_task
@@ -395,7 +395,7 @@ class Spawn:
         # Whatever the main process left behind dies with it. In a pid
         # namespace the kernel has done that already: init was reaped.
         if not self.deps.profile.has("pid_namespace"):
-            self._kill_tree(signal.SIGKILL)
+            self._kill_tree(signal.SIGKILL, wait=True)
         if not self._eof.is_set():  # (a timeout scope costs one timer, no task)
             with contextlib.suppress(TimeoutError):
                 # After the grace an escaped holder of the pipe is ignored.
@@ -551,20 +551,20 @@ class Spawn:
             with contextlib.suppress(OSError):
                 os.eventfd_write(self._cancel_fd, 1)
         if self.pid and (self._kill_task is None or force):
-            self._kill_task = asyncio.ensure_future(self._kill_sequence())
+            self._kill_task = killing.begin(
+                self._kill_sequence, self._kill_tree, self.deps.kill_grace
+            )
 
     async def _kill_sequence(self) -> None:
         """SIGTERM the tree, the grace while it lives, then SIGKILL it."""
         assert self.launch.exit is not None
         await killing.kill_sequence(self._kill_tree, self.launch.exit, self.deps.kill_grace)
 
-    def _kill_tree(self, sig: int) -> None:
-        # pid namespace (kill its init) and process group, through the spawner
-        # that owns the children; then the cgroup, which a setsid cannot leave.
+    def _kill_tree(self, sig: int, *, wait: bool = False) -> None:
+        if sig == signal.SIGKILL and self._cgroup is not None:
+            self._cgroup.kill(wait=wait)
         if self.pid:
             self.deps.spawner.kill(self.id, self.pid, sig)
-        if sig == signal.SIGKILL and self._cgroup is not None:
-            self._cgroup.kill()
 
     # --- reports ----------------------------------------------------------
 

@@ -145,6 +145,18 @@ def _cgroups_in(subtree: Path) -> list[os.DirEntry[str]]:
     return found
 
 
+def cgroup_ids(subtrees: list[Path], *prefixes: str) -> set[str]:
+    """The ids of every cgroup named <prefix><id> in `subtrees`, whatever it
+    holds (after a crash a spawn's ready-<id> is as empty as the pool's)."""
+    return {
+        entry.name[len(prefix) :]
+        for subtree in subtrees
+        for entry in _cgroups_in(subtree)
+        for prefix in prefixes
+        if entry.name.startswith(prefix)
+    }
+
+
 def spawn_cgroups(subtrees: list[Path]) -> set[str]:
     """Spawn ids that still have a cgroup in any of `subtrees`: every
     spawn-<id>, and every warm-<id> but those a warm child waits in (a spawn

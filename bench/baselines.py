@@ -170,16 +170,7 @@ class Baselines:
 
     async def grpc_stream(self, nbytes: int) -> StreamRun:
         assert self._channel is not None and self.grpc_proc is not None
-        call = self._channel.unary_stream(floor_servers.STREAM, None, None)
-        cpu = procfs.cpu_seconds(self.grpc_proc.pid)
-        received = 0
-        start = time.perf_counter()
-        async for message in call(str(nbytes).encode()):
-            received += len(message)
-        seconds = time.perf_counter() - start
-        if received != nbytes:
-            raise BenchError(f"grpc floor streamed {received} bytes, not {nbytes}")
-        return StreamRun(seconds, nbytes, procfs.cpu_seconds(self.grpc_proc.pid) - cpu)
+        return await _stream(self._channel, [self.grpc_proc.pid], nbytes, "grpc floor")
 
     # --- the relay: the front-end's least (floor_servers.py `relay`) --------
 
@@ -206,17 +197,7 @@ class Baselines:
 
     async def relay_stream(self, nbytes: int) -> StreamRun:
         assert self._relay is not None
-        call = self._relay.unary_stream(floor_servers.STREAM, None, None)
-        pids = self.relay_pids()
-        cpu = procfs.cpu_seconds_of(pids)
-        received = 0
-        start = time.perf_counter()
-        async for message in call(str(nbytes).encode()):
-            received += len(message)
-        seconds = time.perf_counter() - start
-        if received != nbytes:
-            raise BenchError(f"the relay floor streamed {received} bytes, not {nbytes}")
-        return StreamRun(seconds, nbytes, procfs.cpu_seconds_of(pids) - cpu)
+        return await _stream(self._relay, self.relay_pids(), nbytes, "the relay floor")
 
     def pipe(self, nbytes: int) -> float:
         start = time.perf_counter()
@@ -284,3 +265,18 @@ def wait_all_gone(pidfds: list[int], timeout: float) -> int:
         for fd in pidfds:
             os.close(fd)
     return end
+
+
+async def _stream(channel: grpc.aio.Channel, pids: list[int], nbytes: int, who: str) -> StreamRun:
+    """`nbytes` streamed by a floor server's STREAM method on `channel`,
+    with the CPU of `pids` (the server's processes) meanwhile."""
+    call = channel.unary_stream(floor_servers.STREAM, None, None)
+    cpu = procfs.cpu_seconds_of(pids)
+    received = 0
+    start = time.perf_counter()
+    async for message in call(str(nbytes).encode()):
+        received += len(message)
+    seconds = time.perf_counter() - start
+    if received != nbytes:
+        raise BenchError(f"{who} streamed {received} bytes, not {nbytes}")
+    return StreamRun(seconds, nbytes, procfs.cpu_seconds_of(pids) - cpu)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from hostcap_proto.v1 import common_pb2, process_pb2, process_pb2_grpc
+from hostcap_proto.v1 import common_pb2, fs_pb2, fs_pb2_grpc, process_pb2, process_pb2_grpc
 
 from bench.native import BenchError
 
@@ -65,3 +65,22 @@ class TenantClient:
 
     async def close(self) -> None:
         await self.channel.close(None)
+
+
+async def ready_for_ab(
+    clients: dict[str, TenantClient], read_path: str, warm_up: int
+) -> dict[str, fs_pb2_grpc.FsServiceStub]:
+    """For an A/B of daemons (`bench.who_asked_ab`, `bench.frontend_ab`): each
+    client's fs stub, with a 4 KiB file at `read_path` written through it, and
+    `warm_up` spawns and health checks made on each."""
+    fs = {
+        kind: fs_pb2_grpc.FsServiceStub(c.channel)  # type: ignore[no-untyped-call]
+        for kind, c in clients.items()
+    }
+    for stub in fs.values():
+        await stub.WriteFile(fs_pb2.WriteFileRequest(path=read_path, data=bytes(4096)))
+    for c in clients.values():
+        for _ in range(warm_up):
+            await c.true()
+            await c.health_rtt()
+    return fs

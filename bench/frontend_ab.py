@@ -32,9 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc
-
-from bench.client import TenantClient
+from bench.client import TenantClient, ready_for_ab
 from bench.daemon import BenchDaemon, MiB, state_parent
 from bench.stats import Summary, rotation
 from bench.throughput import daemon_rate
@@ -116,16 +114,7 @@ async def compare(args: argparse.Namespace) -> None:
             daemon.start()
         clients = {kind: TenantClient(d.socket(TENANT)) for kind, d in daemons.items()}
         streamers = {kind: TenantClient(d.socket(STREAM)) for kind, d in daemons.items()}
-        fs = {
-            kind: fs_pb2_grpc.FsServiceStub(c.channel)  # type: ignore[no-untyped-call]
-            for kind, c in clients.items()
-        }
-        for stub in fs.values():
-            await stub.WriteFile(fs_pb2.WriteFileRequest(path="frontend-4k", data=bytes(4096)))
-        for c in clients.values():
-            for _ in range(10):
-                await c.true()
-                await c.health_rtt()
+        fs = await ready_for_ab(clients, "frontend-4k", 10)
         front = {kind: frontend_of(d, TENANT) for kind, d in daemons.items()}
         pids = {kind: _daemon_pids(d) for kind, d in daemons.items()}
         await asyncio.sleep(0.5)
@@ -210,13 +199,13 @@ async def compare(args: argparse.Namespace) -> None:
             streams: dict[str, list[float]] = {kind: [] for kind in KINDS}
             stream_fe = {kind: frontend_of(d, STREAM) for kind, d in daemons.items()}
             stream_cpu = {kind: 0.0 for kind in KINDS}
-            root_cpu = {kind: 0.0 for kind in KINDS}
+            stream_root_cpu = {kind: 0.0 for kind in KINDS}
             for index in range(args.streams):
                 for kind in rotation(list(KINDS), index):
                     f0, r0 = _cpu(stream_fe[kind]), _cpu(daemons[kind].pid)
                     streams[kind].append(await _stream(streamers[kind], size))
                     stream_cpu[kind] += _cpu(stream_fe[kind]) - f0
-                    root_cpu[kind] += _cpu(daemons[kind].pid) - r0
+                    stream_root_cpu[kind] += _cpu(daemons[kind].pid) - r0
             best = {kind: size / MiB / min(v) for kind, v in streams.items()}
             mid = {kind: size / MiB / statistics.median(v) for kind, v in streams.items()}
             what = f"stream {args.stream_mib} MiB x {args.streams}"
@@ -225,7 +214,7 @@ async def compare(args: argparse.Namespace) -> None:
             gib = args.streams * size / (1 << 30)
             fe_gib = {kind: stream_cpu[kind] / gib for kind in KINDS}
             print("  " + _ratio("front-end CPU s/GiB", fe_gib["a"], fe_gib["b"], "s", ".2f"))
-            root_gib = {kind: root_cpu[kind] / gib for kind in KINDS}
+            root_gib = {kind: stream_root_cpu[kind] / gib for kind in KINDS}
             print("  " + _ratio("root CPU s/GiB", root_gib["a"], root_gib["b"], "s", ".2f"))
         print(f"load after: {os.getloadavg()[0]:.2f}", flush=True)
     finally:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from hostcap_proto.v1 import common_pb2, fs_pb2, fs_pb2_grpc, process_pb2
 
-from bench.client import TenantClient
+from bench.client import TenantClient, ready_for_ab
 from bench.daemon import BenchDaemon, MiB, state_parent
 from bench.stats import Summary, rotation
 from bench.stream import STREAM_OUTPUT_BYTES
@@ -80,16 +80,7 @@ async def compare(state: Path, rounds: int, stream_mib: int) -> None:
             daemon.start()
         clients = {kind: TenantClient(d.socket(TENANT)) for kind, d in daemons.items()}
         streamers = {kind: TenantClient(d.socket(STREAM)) for kind, d in daemons.items()}
-        fs = {
-            kind: fs_pb2_grpc.FsServiceStub(c.channel)  # type: ignore[no-untyped-call]
-            for kind, c in clients.items()
-        }
-        for stub in fs.values():
-            await stub.WriteFile(fs_pb2.WriteFileRequest(path="who-asked-4k", data=bytes(4096)))
-        for c in clients.values():
-            for _ in range(5):
-                await c.true()
-                await c.health_rtt()
+        fs = await ready_for_ab(clients, "who-asked-4k", 5)
         await asyncio.sleep(0.5)
 
         rows: dict[str, dict[str, list[float]]] = {

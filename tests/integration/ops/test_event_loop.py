@@ -44,19 +44,23 @@ def test_uvloop_asked_but_not_importable_fails_closed(monkeypatch: pytest.Monkey
         event_loop_factory("uvloop")
 
 
+async def _serves_a_run(daemon: Daemon) -> None:
+    client = Client(daemon.socket)
+    try:
+        result = await client.run("echo", "hello")
+    finally:
+        await client.close()
+    assert outcome(result) == "EXITED", result
+    assert result.stdout == b"hello\n"
+
+
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 async def test_the_daemon_serves_a_run_on_the_configured_loop(state_dir: Path, loop: str) -> None:
     config = daemon_config(state_dir, {"dev": tenant_config(state_dir, "dev")})
     config["daemon"]["event_loop"] = loop
     daemon = Daemon(state_dir, config).start()
     try:
-        client = Client(daemon.socket)
-        try:
-            result = await client.run("echo", "hello")
-        finally:
-            await client.close()
-        assert outcome(result) == "EXITED", result
-        assert result.stdout == b"hello\n"
+        await _serves_a_run(daemon)
     finally:
         assert daemon.stop() == 0
     assert f"event loop: {loop}" in daemon.output()
@@ -84,13 +88,7 @@ async def test_a_front_end_serves_on_its_configured_loop(state_dir: Path, loop: 
     config["daemon"]["frontend_event_loop"] = loop
     daemon = Daemon(state_dir, config).start()
     try:
-        client = Client(daemon.socket)
-        try:
-            result = await client.run("echo", "hello")
-        finally:
-            await client.close()
-        assert outcome(result) == "EXITED", result
-        assert result.stdout == b"hello\n"
+        await _serves_a_run(daemon)
         frontends = _frontends(daemon.pid)
         assert frontends, "no front-end process"
         for pid in frontends:

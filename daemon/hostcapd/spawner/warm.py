@@ -61,6 +61,15 @@ class WarmChild:
         self.report_fd = -1
 
 
+def _exited(pid: int) -> bool:
+    """Has our child `pid` exited (a zombie not reaped yet)? It stays to be
+    reaped as any child (WNOWAIT)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True  # reaped already
+
+
 class WarmChildren:
     """The warm children of one spawner: ordered, waiting, and given a request."""
 
@@ -204,6 +213,15 @@ class WarmChildren:
             if child is not None:
                 self._kill(child)
             spawner.report(messages.Failed(m.id, "warm", errno.ENOENT, "no warm child for it"))
+            return
+        if _exited(child.pid):
+            # Killed from outside while it waited, not reaped yet: given the
+            # request, it would fail at step "init" (no fallback); so the
+            # spawn starts fresh instead (the reap reports nothing: forgotten).
+            self._forget(child)
+            spawner.report(
+                messages.Failed(m.id, "warm", errno.ESRCH, "the warm child died waiting")
+            )
             return
         exe_fd, stdin, stdout, stderr, cancel_fd, go_fd = fds
         try:

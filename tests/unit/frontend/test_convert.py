@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from hostcap_proto.v1 import fs_pb2, host_pb2, process_pb2
 from hostcapd.bridge import messages
-from hostcapd.frontend.convert import message_class, request_of, request_proto, to_proto
+from hostcapd.frontend.convert import _present, message_class, request_of, request_proto, to_proto
 
 
 def _answer_types() -> list[type[msgspec.Struct]]:
@@ -56,15 +56,6 @@ def test_no_answer_field_can_hand_protobuf_a_none(cls: type[msgspec.Struct]) -> 
             assert not field.required and field.default is None, (
                 f"{cls.__name__}.{field.name} may be None and its default is not None"
             )
-
-
-def _present(value: Any) -> Any:
-    """The generic way the answers were converted before: None removed."""
-    if isinstance(value, dict):
-        return {k: _present(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_present(v) for v in value]
-    return value
 
 
 def _generic(answer: messages.Answer) -> bytes:

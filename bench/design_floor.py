@@ -46,7 +46,6 @@ from bench.native import BenchError
 from bench.sandbox_floor import TRUE, SandboxFloor
 
 CLONE_NEWNS = 0x00020000
-CLONE_NEWIPC = 0x08000000
 #: The exec record's size when the daemon's log has none yet (issue 35's brief).
 RECORD_BYTES = 700
 #: The floor's own audit file, beside the daemon's log (the same filesystem).
@@ -152,65 +151,6 @@ class DesignFloor:
         self.cpu.setdefault("append", []).append(time.thread_time() - cpu)
         return seconds
 
-    def _plan(
-        self,
-        sf: SandboxFloor,
-        *,
-        go_fd: int,
-        exe: int,
-        null: int,
-        ruleset: int,
-        netns_fd: int,
-        mntns_fd: int,
-        ipcns_fd: int = -1,
-        warm_channel: int = -1,
-    ) -> childsetup.ChildPlan:
-        m = sf.message
-        flags = m.clone_flags
-        if mntns_fd >= 0:
-            flags &= ~CLONE_NEWNS
-        if netns_fd >= 0:
-            flags &= ~CLONE_NEWNET
-        if ipcns_fd >= 0:
-            flags &= ~CLONE_NEWIPC
-        warm = warm_channel >= 0
-        root = str(sf.tenant.primary_root.path).encode()
-        return childsetup.ChildPlan(
-            exe_fd=-1 if warm else exe,
-            exe_path=None if warm else TRUE.encode(),
-            argv=[] if warm else [TRUE.encode()],
-            envp=[] if warm else sf.envp,
-            stdio=(0, 1, 2) if warm else (null, null, null),
-            cwd_root=None if warm else root,
-            cwd=None if warm else b".",
-            umask=m.umask,
-            clone_flags=flags,
-            mounts=list(m.join_mounts) if mntns_fd >= 0 else list(m.mounts),
-            hostname=m.hostname,
-            loopback_up=m.loopback_up and netns_fd < 0,
-            cgroup_fds=[],
-            rlimits=sf.rlimits,
-            oom_score_adj=m.oom_score_adj,
-            loginuid=sf.ident.loginuid,
-            drop_caps=m.drop_caps,
-            ids=sf.ident.ids,
-            no_new_privs=m.no_new_privs,
-            landlock_fd=ruleset,
-            landlock_rules=list(m.landlock_rules) if ruleset >= 0 else [],
-            seccomp_filter=m.seccomp,
-            pdeathsig=m.pdeathsig,
-            cancel_fd=-1,
-            life_fd=-1,
-            go_fd=-1 if warm else go_fd,
-            go_timeout_ms=5000,
-            netns_fd=netns_fd,
-            mntns_fd=mntns_fd,
-            ipcns_fd=ipcns_fd,
-            init=bool(m.clone_flags & 0x20000000),  # CLONE_NEWPID: under the init
-            warm_channel=warm_channel,
-            roots=(root,) if warm else (),
-        )
-
     def _gated(self, kind: str, sf: SandboxFloor, *, environment: bool = False) -> float:
         """A fresh child whose set-up runs while the caller appends the
         record; the go once it is durable; until the child is reaped."""
@@ -231,8 +171,7 @@ class DesignFloor:
         ruleset = sf.profile.new_ruleset() if sf.profile.has("landlock") else -1
         report = -1
         try:
-            plan = self._plan(
-                sf,
+            plan = sf.plan(
                 go_fd=go_read,
                 exe=exe,
                 null=null,
@@ -282,8 +221,7 @@ class DesignFloor:
         here, there = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         ruleset = sf.profile.new_ruleset() if sf.profile.has("landlock") else -1
         try:
-            plan = self._plan(
-                sf,
+            plan = sf.plan(
                 go_fd=-1,
                 exe=-1,
                 null=-1,

@@ -30,6 +30,8 @@ from bench.daemon import BenchDaemon, to_toml
 from bench.native import BenchError
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWPID = 0x20000000
 TRUE = "/bin/true"
 
 
@@ -55,6 +57,69 @@ class SandboxFloor:
             else []
         )
 
+    def plan(
+        self,
+        *,
+        exe: int,
+        null: int,
+        ruleset: int,
+        netns_fd: int,
+        mntns_fd: int,
+        ipcns_fd: int = -1,
+        go_fd: int = -1,
+        warm_channel: int = -1,
+        init: bool | None = None,
+    ) -> childsetup.ChildPlan:
+        """The plan of one sandboxed /bin/true (or, given `warm_channel`, of a
+        warm child waiting for its request), joining the namespaces given;
+        `init`: under the init as pid 1 (None: when the profile has a pid
+        namespace, as the spawner does)."""
+        m = self.message
+        flags = m.clone_flags
+        if mntns_fd >= 0:
+            flags &= ~CLONE_NEWNS
+        if netns_fd >= 0:
+            flags &= ~CLONE_NEWNET
+        if ipcns_fd >= 0:
+            flags &= ~CLONE_NEWIPC
+        warm = warm_channel >= 0
+        root = str(self.tenant.primary_root.path).encode()
+        return childsetup.ChildPlan(
+            exe_fd=-1 if warm else exe,
+            exe_path=None if warm else TRUE.encode(),
+            argv=[] if warm else [TRUE.encode()],
+            envp=[] if warm else self.envp,
+            stdio=(0, 1, 2) if warm else (null, null, null),
+            cwd_root=None if warm else root,
+            cwd=None if warm else b".",
+            umask=m.umask,
+            clone_flags=flags,
+            mounts=self.join if mntns_fd >= 0 else list(self.profile.ns.mounts),
+            hostname=m.hostname,
+            loopback_up=m.loopback_up and netns_fd < 0,
+            cgroup_fds=[],
+            rlimits=self.rlimits,
+            oom_score_adj=m.oom_score_adj,
+            loginuid=self.ident.loginuid,
+            drop_caps=m.drop_caps,
+            ids=self.ident.ids,
+            no_new_privs=m.no_new_privs,
+            landlock_fd=ruleset,
+            landlock_rules=list(m.landlock_rules) if ruleset >= 0 else [],
+            seccomp_filter=m.seccomp,
+            pdeathsig=m.pdeathsig,
+            cancel_fd=-1,
+            life_fd=-1,
+            go_fd=-1 if warm else go_fd,
+            go_timeout_ms=5000,
+            netns_fd=netns_fd,
+            mntns_fd=mntns_fd,
+            ipcns_fd=ipcns_fd,
+            init=bool(m.clone_flags & CLONE_NEWPID) if init is None else init,
+            warm_channel=warm_channel,
+            roots=(root,) if warm else (),
+        )
+
     def true(self, init: bool = True) -> float:
         """Seconds from clone to reaped of one sandboxed /bin/true; with
         `init` (as the spawner does with a pid namespace) under its minimal
@@ -69,47 +134,14 @@ class SandboxFloor:
         if m.clone_flags & CLONE_NEWNET:
             self.netns.fill_one()
             netns_fd = self.netns.take()
-        flags = m.clone_flags
-        mounts = self.join if mntns_fd >= 0 else list(self.profile.ns.mounts)
-        if mntns_fd >= 0:
-            flags &= ~CLONE_NEWNS
-        if netns_fd >= 0:
-            flags &= ~CLONE_NEWNET
         exe = os.open(TRUE, os.O_RDONLY | os.O_CLOEXEC)
         null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
         ruleset = self.profile.new_ruleset()
         report = -1
         try:
             start = time.perf_counter()
-            plan = childsetup.ChildPlan(
-                exe_fd=exe,
-                exe_path=TRUE.encode(),
-                argv=[TRUE.encode()],
-                envp=self.envp,
-                stdio=(null, null, null),
-                cwd_root=str(self.tenant.primary_root.path).encode(),
-                cwd=b".",
-                umask=m.umask,
-                clone_flags=flags,
-                mounts=mounts,
-                hostname=m.hostname,
-                loopback_up=m.loopback_up and netns_fd < 0,
-                cgroup_fds=[],
-                rlimits=self.rlimits,
-                oom_score_adj=m.oom_score_adj,
-                loginuid=self.ident.loginuid,
-                drop_caps=m.drop_caps,
-                ids=self.ident.ids,
-                no_new_privs=m.no_new_privs,
-                landlock_fd=ruleset,
-                landlock_rules=m.landlock_rules if ruleset >= 0 else [],
-                seccomp_filter=m.seccomp,
-                pdeathsig=m.pdeathsig,
-                cancel_fd=-1,
-                life_fd=-1,
-                mntns_fd=mntns_fd,
-                netns_fd=netns_fd,
-                init=init,
+            plan = self.plan(
+                exe=exe, null=null, ruleset=ruleset, netns_fd=netns_fd, mntns_fd=mntns_fd, init=init
             )
             pid, report = childsetup.spawn(plan)
             self.until_exec = time.perf_counter() - start

@@ -21,6 +21,7 @@ mechanism (SIGKILL of the tree), not the grace period a config chooses.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -236,8 +237,8 @@ class BenchDaemon:
             return ""
 
     def helper_pids(self) -> dict[str, int]:
-        """The daemon's own child processes by role: spawner, front-ends
-        (the split's, one per tenant), fs workers."""
+        """The daemon's own child processes by role: spawner (and its pool
+        maker, "pools"), front-ends (the split's, one per tenant), fs workers."""
         from bench.procfs import children_of, cmdline
 
         roles: dict[str, int] = {}
@@ -245,6 +246,10 @@ class BenchDaemon:
             line = cmdline(child)
             if b"hostcapd.spawner" in line:
                 roles["spawner"] = child
+                for pools in children_of(child):  # its pool maker (spawner/maker.py)
+                    with contextlib.suppress(OSError):
+                        if Path(f"/proc/{pools}/comm").read_text().strip() == "hostcapd-pools":
+                            roles["pools"] = pools
             elif b"hostcapd.frontend" in line:
                 roles[f"frontend-{sum(r.startswith('frontend') for r in roles)}"] = child
             elif line:

@@ -45,6 +45,7 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("spawner/client.py", "spawner channel (msgspec, sendmsg/recvmsg)"),
     ("_childsetup", "C set-up (clone .. exec)"),
     ("childsetup_c/", "C set-up (clone .. exec)"),
+    ("spawner/maker.py", "pool maker (namespaces made, torn down)"),
     ("spawner/process.py", "spawner loop (wait4, reports)"),
     ("spawner/fresh.py", "spawner loop (wait4, reports)"),
     ("spawner/warm.py", "spawner loop (wait4, reports)"),
@@ -161,6 +162,8 @@ async def _phase(
     # ("front-end" is the root process, as named before the split.)
     roles = {"front-end": daemon.pid, "spawner": helpers["spawner"]}
     roles["tenant fe"] = frontend_of(daemon, "stream" if name == "stream" else "full")
+    if "pools" in helpers:  # the spawner's pool maker (spawner/maker.py)
+        roles["pools"] = helpers["pools"]
     cpu0 = {role: procfs.cpu_seconds(pid) for role, pid in roles.items()}
     spies = {
         role: subprocess.Popen(

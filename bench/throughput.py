@@ -109,7 +109,9 @@ async def measure(
     windows = 2 if quick else 5
     seconds = 1.0 if quick else 2.0
     rates: dict[str, list[float]] = {"bwrap": [], "full": [], "nocg": []}
-    spawner = daemon.helper_pids()["spawner"]
+    helpers = daemon.helper_pids()
+    # The spawner's own CPU, and its pool maker's (spawner/maker.py).
+    spawner = [helpers["spawner"], *([helpers["pools"]] if "pools" in helpers else [])]
     cpu_ms: dict[str, list[float]] = {
         "full": [],
         "nocg": [],
@@ -136,7 +138,7 @@ async def measure(
             (procfs.machine_busy_seconds() - busy) * 1e3 / (rate * (time.perf_counter() - start))
         )
         for tenant in ("full", "nocg"):
-            front, back = procfs.cpu_seconds_of(front_pids), procfs.cpu_seconds(spawner)
+            front, back = procfs.cpu_seconds_of(front_pids), procfs.cpu_seconds_of(spawner)
             loops = _loops(daemon.pid, frontends)
             busy = procfs.machine_busy_seconds()
             spawns, elapsed = await daemon_rate(daemon.socket(tenant), seconds)
@@ -149,7 +151,9 @@ async def measure(
             # The other tenants' front-ends are idle: the busiest is this one's.
             loop_busy[tenant].append(max(used[1:] or used[:1]) / elapsed)
             cpu_ms[tenant].append((procfs.cpu_seconds_of(front_pids) - front) * 1e3 / spawns)
-            cpu_ms[f"{tenant}_spawner"].append((procfs.cpu_seconds(spawner) - back) * 1e3 / spawns)
+            cpu_ms[f"{tenant}_spawner"].append(
+                (procfs.cpu_seconds_of(spawner) - back) * 1e3 / spawns
+            )
     med = {name: statistics.median(v) for name, v in rates.items()}
     row = Row("2 throughput")
     for name, value in med.items():

@@ -38,6 +38,10 @@ class MountNamespacePool:
         self._ready: dict[str, deque[tuple[float, int]]] = {}
         #: key -> why making one failed (that profile's spawns make their own)
         self.failed: dict[str, str] = {}
+        #: key -> asked of the pool maker (spawner/maker.py), not come yet;
+        #: and those asked before the key was dropped (closed when they come).
+        self.pending: dict[str, int] = {}
+        self._stale: dict[str, int] = {}
 
     def take(self, key: str) -> int:
         """A namespace for one spawn of `key` (the caller closes it), or -1."""
@@ -49,9 +53,32 @@ class MountNamespacePool:
         """A profile key the pool should make a namespace for, if any."""
         self._expire()
         for key, mounts in profiles.items():
-            if mounts and key not in self.failed and len(self._ready.get(key, ())) < self.size:
+            have = len(self._ready.get(key, ())) + self.pending.get(key, 0)
+            if mounts and key not in self.failed and have < self.size:
                 return key
         return None
+
+    def asked(self, key: str) -> None:
+        self.pending[key] = self.pending.get(key, 0) + 1
+
+    def made(self, key: str, fd: int, error: str = "") -> None:
+        """One the pool maker was asked for came (in the order asked): its
+        fd, or why not."""
+        if self._stale.get(key, 0) > 0:  # asked for a registration since dropped
+            self._stale[key] -= 1
+            if fd >= 0:
+                os.close(fd)
+            return
+        self.pending[key] = max(0, self.pending.get(key, 0) - 1)
+        if fd >= 0:
+            self._ready.setdefault(key, deque()).append((time.monotonic(), fd))
+        elif error:
+            self.failed[key] = error
+
+    def forget_pending(self) -> None:
+        """The pool maker is gone: nothing asked of it will come."""
+        self.pending.clear()
+        self._stale.clear()
 
     def fill_one(self, key: str, mounts: Mounts) -> None:
         try:
@@ -65,6 +92,9 @@ class MountNamespacePool:
         for _, fd in self._ready.pop(key, ()):
             os.close(fd)
         self.failed.pop(key, None)
+        asked = self.pending.pop(key, 0)
+        if asked:
+            self._stale[key] = self._stale.get(key, 0) + asked
 
     def _expire(self) -> None:
         oldest = time.monotonic() - self.max_age

@@ -46,6 +46,8 @@ class NetnsPool:
     def __init__(self, size: int = 4) -> None:
         self.size = size
         self._fds: list[int] = []
+        #: Asked of the pool maker (spawner/maker.py), not come yet.
+        self.pending = 0
         self._home = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
         self.failed = ""
 
@@ -55,7 +57,15 @@ class NetnsPool:
 
     @property
     def wants_more(self) -> bool:
-        return not self.failed and len(self._fds) < self.size
+        return not self.failed and len(self._fds) + self.pending < self.size
+
+    def made(self, fd: int, error: str = "") -> None:
+        """One the pool maker was asked for came: its fd, or why not."""
+        self.pending = max(0, self.pending - 1)
+        if fd >= 0:
+            self._fds.append(fd)
+        elif error:
+            self.failed = error  # the children create their own instead
 
     def fill_one(self) -> None:
         """Make one namespace: unshare, loopback up, keep its fd, come back."""

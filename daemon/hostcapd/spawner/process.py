@@ -29,6 +29,7 @@ from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
 from hostcapd.spawner import channel, environments, init_report, messages, netns
 from hostcapd.spawner.fresh import ChildStart, FreshStart, close_fds
+from hostcapd.spawner.maker import PoolMaker
 from hostcapd.spawner.messages import MalformedMessage, RegisterProfile, WarmOrder
 from hostcapd.spawner.mntns import MountNamespacePool, Mounts
 from hostcapd.spawner.warm import WarmChildren
@@ -73,6 +74,9 @@ class Spawner:
     running: bool = True
     #: Where the records of warm children are watched (main's loop).
     selector: selectors.BaseSelector | None = None
+    #: Makes the pools' namespaces and tears down released ones, at
+    #: SCHED_IDLE (spawner/maker.py); None: the spawner does it itself.
+    maker: PoolMaker | None = None
     #: Children set up ahead of need (spawner/warm.py).
     warm: WarmChildren = field(init=False)
     #: How an order starts its child: fresh, or by its warm child.
@@ -145,13 +149,19 @@ class Spawner:
         if self.warm.make_one():
             return True
         if self.netns is not None and self.netns.wants_more and self.uses_netns:
-            self.netns.fill_one()
+            if self.maker is not None and self.maker.ask_netns():
+                self.netns.pending += 1
+            else:
+                self.netns.fill_one()
             return True
         if self.mntns is not None:
             poolable = self.poolable_mounts
             key = self.mntns.wanted(poolable)
             if key is not None:
-                self.mntns.fill_one(key, poolable[key])
+                if self.maker is not None and self.maker.ask_mntns(key, poolable[key]):
+                    self.mntns.asked(key)
+                else:
+                    self.mntns.fill_one(key, poolable[key])
                 return True
         for env in self.envs.values():
             if env.wants_copy:
@@ -161,9 +171,34 @@ class Spawner:
 
     def close_released(self) -> None:
         """Drop our reference to reaped children's namespaces: the last one,
-        so the kernel tears them down now."""
+        so the kernel tears them down now (the pool maker's, if it runs)."""
+        if self.maker is not None:
+            self.maker.release(self.released)
         close_fds(*self.released)
         self.released.clear()
+
+    def from_maker(self) -> None:
+        """The pool maker's namespaces made since (or its end: the spawner
+        makes its own from then on)."""
+        assert self.maker is not None
+        try:
+            for kind, key, fd, error in self.maker.replies():
+                if kind == "n" and self.netns is not None:
+                    self.netns.made(fd, error)
+                elif kind == "m" and self.mntns is not None:
+                    self.mntns.made(key, fd, error)
+                elif fd >= 0:
+                    os.close(fd)
+        except EOFError:
+            if self.selector is not None:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.selector.unregister(self.maker.sock)
+            self.maker.close()
+            self.maker = None
+            if self.netns is not None:
+                self.netns.pending = 0
+            if self.mntns is not None:
+                self.mntns.forget_pending()
 
     def fill_deferred(self) -> float:
         """Seconds until the pools may be refilled (0: now); see FILL_QUIET."""
@@ -398,6 +433,9 @@ def main(argv: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_IGN)
 
+    root = os.geteuid() == 0
+    # Before any child or pipe of ours: it holds nothing but its socket.
+    maker = PoolMaker.start(close_in_child=[fd]) if root else None
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)
     # The life pipe: we hold the write end for as long as we live; a child
@@ -407,7 +445,6 @@ def main(argv: list[str]) -> int:
     signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
     signal.signal(signal.SIGCHLD, lambda *_: None)
 
-    root = os.geteuid() == 0
     selector = selectors.DefaultSelector()
     spawner = Spawner(
         sock,
@@ -415,7 +452,10 @@ def main(argv: list[str]) -> int:
         netns=netns.NetnsPool() if root else None,
         mntns=MountNamespacePool() if root else None,
         selector=selector,
+        maker=maker,
     )
+    if maker is not None:
+        selector.register(maker.sock, selectors.EVENT_READ, spawner.from_maker)
     selector.register(sock, selectors.EVENT_READ, "sock")
     selector.register(wake_read, selectors.EVENT_READ, "wake")
     channel.send(sock, messages.Hello(os.getpid()).to_wire())

@@ -101,6 +101,11 @@ out = {
     "loginuid": read("/proc/self/loginuid"),
     "affinity": sorted(os.sched_getaffinity(0)),
     "priority": os.getpriority(os.PRIO_PROCESS, 0),
+    # A warm child sets itself up at SCHED_IDLE: the command, and its init,
+    # run as a fresh spawn's do (SCHED_OTHER, 0).
+    "policy": os.sched_getscheduler(0),
+    "init_policy": (lambda t: t.rsplit(")", 1)[1].split()[38] if ")" in t else t)(
+        read("/proc/1/stat")),
     "sid_is_pid": os.getsid(0) == os.getpid(),
     "pgid_is_pid": os.getpgid(0) == os.getpid(),
     "pid": os.getpid(),
@@ -291,6 +296,9 @@ async def test_a_warm_spawn_ends_in_the_state_of_a_fresh_one(
             )
     # Not vacuous: what the profile applies is there in both.
     assert a["fd_probe"] == []  # nothing open but stdio
+    assert a["policy"] == os.SCHED_OTHER
+    if "pid_namespace" not in PROFILES[profile]:  # its init is the warm child
+        assert a["init_policy"] == str(os.SCHED_OTHER)
     assert a["ids"] == [[65534] * 3, [65534] * 3, []]
     assert a["landlock"]["write_workspace"] == "ok"
     if profile != "minimal":

@@ -2,6 +2,7 @@
 and without warm children, on one daemon.
 
     python -m bench.warm_ab [--rounds N] [--seconds S]
+    python -m bench.warm_ab --a-python PY [--rounds N] [--spaced-rounds N]
 
 Latency: back-to-back Runs of /bin/true in rotation over the six tenants,
 then the same spaced 50 ms apart (a pool refilled between requests, as agent
@@ -9,12 +10,18 @@ tool calls arrive). Throughput: 8 clients running /bin/true back to back on
 `full_fresh` and on `full` (warm), in alternating windows (under load the spawner is
 never idle, so the pool is refilled from the same CPU as the spawns). Prints
 p50 / p95 and the ratios warm / fresh.
+
+With `--a-python`, two daemons instead: `a` under that interpreter (another
+checkout's venv: its own daemon and spawner), `b` this checkout's, each with
+`full` (warm) and `full_fresh`, the four in one rotation, back to back and
+then spaced 50 ms: warm / fresh in each, and b / a of each line.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import sys
@@ -78,10 +85,63 @@ async def main(rounds: int, seconds: float, windows: int) -> int:
     return 0
 
 
+async def versus(a_python: str, rounds: int, spaced_rounds: int) -> int:
+    """Issue 35's `warm_over_fresh` for two daemons in one rotation."""
+    state = Path(tempfile.mkdtemp(prefix="warm-ab-", dir=state_parent()))
+    pair = ("full", "full_fresh")
+    daemons = {kind: BenchDaemon(state / kind, pair) for kind in ("a", "b")}
+    daemons["a"].python = a_python
+    clients: dict[str, TenantClient] = {}
+    try:
+        for daemon in daemons.values():
+            daemon.start()
+        clients = {
+            f"{kind}.{name}": TenantClient(d.socket(name))
+            for kind, d in daemons.items()
+            for name in pair
+        }
+        for c in clients.values():
+            for _ in range(5):
+                await c.true()
+        await asyncio.sleep(0.5)
+        names = list(clients)
+        for label, spacing, n in (
+            ("back to back", 0.0, rounds),
+            ("spaced 50 ms", 0.05, spaced_rounds),
+        ):
+            load = os.getloadavg()[0]
+            samples: dict[str, list[float]] = {name: [] for name in names}
+            for index in range(n):
+                for name in rotation(names, index):
+                    if spacing:
+                        await asyncio.sleep(spacing)
+                    samples[name].append(await clients[name].true())
+            p50 = {name: Summary.of(v).p50_us / 1000 for name, v in samples.items()}
+            print(f"{label} ({n} rounds, load {load:.2f} -> {os.getloadavg()[0]:.2f}), p50 ms:")
+            for kind in ("a", "b"):
+                warm, fresh = p50[f"{kind}.full"], p50[f"{kind}.full_fresh"]
+                print(
+                    f"  {kind}: warm {warm:6.2f} | fresh {fresh:6.2f} | warm/fresh {warm / fresh:.2f}"
+                )
+            for name in pair:
+                print(f"  b / a, {name}: {p50[f'b.{name}'] / p50[f'a.{name}']:.2f}")
+    finally:
+        for c in clients.values():
+            await c.close()
+        for daemon in daemons.values():
+            daemon.stop()
+        shutil.rmtree(state, ignore_errors=True)
+    return 0
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--windows", type=int, default=4)
+    parser.add_argument("--a-python", default="", help="A/B: daemon a's interpreter")
+    parser.add_argument("--spaced-rounds", type=int, default=50)
     args = parser.parse_args()
+    if args.a_python:
+        sys.exit(asyncio.run(versus(args.a_python, args.rounds, args.spaced_rounds)))
     sys.exit(asyncio.run(main(args.rounds, args.seconds, args.windows)))

@@ -32,7 +32,7 @@ PROBE = textwrap.dedent(
         return sorted(int(n) for n in os.listdir(f"/proc/{pid}/fd"))
 
     def until(cond, what):
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60
         while not cond():
             assert time.monotonic() < deadline, what
             if select.select([spawner.maker.sock], [], [], 0.05)[0]:
@@ -69,6 +69,10 @@ PROBE = textwrap.dedent(
         umask=0o022, landlock_rules=(), seccomp=b"", drop_caps=False,
         no_new_privs=True, oom_score_adj=None, pdeathsig=9,
     ))
+    deadline = time.monotonic() + 60  # its name and policy are its first steps
+    while (os.sched_getscheduler(maker.pid) != os.SCHED_IDLE
+           and time.monotonic() < deadline):
+        time.sleep(0.01)
     out = {
         "maker_name": Path(f"/proc/{maker.pid}/comm").read_text().strip(),
         "maker_policy": os.sched_getscheduler(maker.pid),
@@ -99,7 +103,7 @@ PROBE = textwrap.dedent(
         except OSError:
             return False
     out["ours_closed"] = not any(is_open(fd) for fd in given)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # at SCHED_IDLE: a loaded machine starves it
     while open_fds(maker.pid) != out["maker_fds"] and time.monotonic() < deadline:
         time.sleep(0.01)
     out["maker_closed_them"] = open_fds(maker.pid) == out["maker_fds"]
@@ -116,6 +120,30 @@ PROBE = textwrap.dedent(
     out["stale_pooled"] = len(spawner.mntns._ready.get("t", ()))
     out["stale_left_open"] = len(open_fds()) - len(fds_then)
 
+    # The maker stopped, the pools empty, the asks out: a spawn does not
+    # wait for them; its child makes its own namespaces.
+    os.kill(maker.pid, 19)  # SIGSTOP
+    for fd in [*spawner.netns._fds, *(f for _, f in spawner.mntns._ready.get("t", ()))]:
+        os.close(fd)
+    spawner.netns._fds.clear()
+    spawner.mntns._ready.clear()
+    while spawner.idle_work():
+        pass
+    out["asked_while_stopped"] = [spawner.netns.pending, spawner.mntns.pending.get("t", 0)]
+    order = messages.SpawnOrder(
+        id="s1", profile="t", by_fd=True, exe_path=b"/bin/true", argv=[b"true"],
+        envp=[], cwd_root=None, cwd=None, rlimits=[], ids=None, loginuid=None,
+        landlock=False,
+    ).to_wire()
+    spawner.handle(order, [os.open("/bin/true", os.O_RDONLY | os.O_CLOEXEC),
+                           os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC),
+                           os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC),
+                           os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC),
+                           os.eventfd(0, os.EFD_CLOEXEC)])
+    started = messages.from_spawner(channel.receive(ours)[0])
+    out["started_without_pools"] = [started.OP, list(spawner.held.get(started.pid, ()))]
+    os.kill(maker.pid, 18)  # SIGCONT
+
     # The maker gone: the spawner makes its own again.
     os.kill(maker.pid, 9)
     os.waitpid(maker.pid, 0)
@@ -125,9 +153,13 @@ PROBE = textwrap.dedent(
         select.select([old_maker.sock], [], [], 0.05)
         spawner.from_maker()
     out["maker_dropped"] = spawner.maker is None
-    for _ in range(2):
-        os.close(spawner.netns.take())
-    spawner.idle_work()
+    while (fd := spawner.netns.take()) >= 0:
+        os.close(fd)
+    while spawner.children:  # the spawn above ends (and no young child defers the pools)
+        select.select([], [], [], 0.01)
+        spawner.reap()
+    while not spawner.netns._fds and spawner.idle_work():
+        pass
     out["made_itself"] = len(spawner.netns._fds)
     print(json.dumps(out))
     """
@@ -148,5 +180,7 @@ def test_the_pool_maker_makes_the_namespaces_at_idle_priority_and_tears_them_dow
     assert result["ours_closed"] and result["maker_closed_them"]
     assert result["asked_again"] == 1
     assert result["stale_pooled"] == 0 and result["stale_left_open"] == 0
+    assert result["asked_while_stopped"] == [2, 1]
+    assert result["started_without_pools"] == ["started", [-1, -1]]
     assert result["maker_dropped"]
     assert result["made_itself"] == 1

@@ -176,17 +176,6 @@ int child_main(void *arg)
     struct plan *p = arg;
     int i;
 
-    /* A warm child sets itself up while no spawn waits for it: at
-     * SCHED_IDLE, so that any other task waking up (a spawn's, the
-     * daemon's, its client's) takes the CPU from it. The spawner puts it
-     * back to SCHED_OTHER when it reads "ready", before any request can be
-     * given to it (spawner/warm.py). Best effort: a failure leaves it as it
-     * was. */
-    if (p->warm) {
-        struct sched_param idle = {0};
-        syscall(SYS_sched_setscheduler, 0, SCHED_IDLE, &idle);
-    }
-
     /* Signals: default dispositions, empty mask (the parent blocked all). */
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);

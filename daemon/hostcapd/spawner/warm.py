@@ -70,22 +70,6 @@ def _exited(pid: int) -> bool:
         return True  # reaped already
 
 
-def _normal_priority(pid: int) -> tuple[str, int] | None:
-    """A ready warm child back from SCHED_IDLE (its set-up's, see
-    child_main) to SCHED_OTHER, as every spawn runs; the step that failed,
-    if it is not (the child is killed then). One that died meanwhile is
-    reaped as any (WarmLost)."""
-    try:
-        os.sched_setscheduler(pid, os.SCHED_OTHER, os.sched_param(0))
-    except ProcessLookupError:
-        pass
-    except OSError as error:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        return ("warm", error.errno or 0)
-    return None
-
-
 class WarmChildren:
     """The warm children of one spawner: ordered, waiting, and given a request."""
 
@@ -204,8 +188,6 @@ class WarmChildren:
         except OSError:
             data = b""
         failure = init_report.parse_ready(data)
-        if failure is None:
-            failure = _normal_priority(child.pid)
         if failure is None:
             child.ready = True
             self.spawner.report(messages.Warmed(warm_id, child.pid))

@@ -1,16 +1,19 @@
 """The pool maker: a process of the spawner's own that makes its pooled
 network and mount namespaces, and tears down the ones reaped children held,
-at SCHED_IDLE.
+at nice 19.
 
 Making a namespace is kernel work the spawner's one thread waited through
 (a network namespace 0.6 ms of CPU and 1.2 ms of wall time, a mount
 namespace's new root 1.4 ms, the teardown of a reaped child's two 0.8 ms):
 an order that arrived meanwhile waited for it (a quarter of the orders back
 to back, 1.5-2 ms each). The spawner now only asks; the maker does the
-work and sends each namespace's fd back, and it runs at SCHED_IDLE, so
-every other task of the machine (the spawn's own processes, the root, the
-front-ends, the client) takes the CPU from it the moment it wakes: the
-spawn comes first. A namespace still serves one spawn only; where the
+work and sends each namespace's fd back, and it runs at nice 19, so the
+spawn's own processes and the daemon's come first for the CPU. Not at
+SCHED_IDLE: that measured ~10 % slower spawns than nice 19 back to back
+(bench/README.md, 2026-12-06): its work holds the kernel's namespace locks
+(the network namespaces' and rtnl, the mount namespaces' semaphore) which a
+spawn's own set-up also takes, and an idle-class holder waits longest for
+a CPU. A namespace still serves one spawn only; where the
 maker is gone (or was never started: the tests' spawners) the spawner makes
 them itself, as before.
 
@@ -43,6 +46,8 @@ _replies = msgspec.msgpack.Decoder(_Reply)
 _MAX_MESSAGE = 1 << 20
 #: A release sends at most this many fds in one message.
 _MAX_FDS = 64
+#: The maker's scheduling: (policy, nice); see above.
+SCHEDULING = (os.SCHED_OTHER, 19)
 
 
 class PoolMaker:
@@ -146,7 +151,9 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
         return 1
     prctl.set_name("hostcapd-pools")
     with contextlib.suppress(OSError):
-        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        policy, nice = SCHEDULING
+        os.sched_setscheduler(0, policy, os.sched_param(0))
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     sock.setblocking(True)
     pool = netns.NetnsPool(size=1)

@@ -74,8 +74,8 @@ class Spawner:
     running: bool = True
     #: Where the records of warm children are watched (main's loop).
     selector: selectors.BaseSelector | None = None
-    #: Makes the pools' namespaces and tears down released ones, at
-    #: SCHED_IDLE (spawner/maker.py); None: the spawner does it itself.
+    #: Makes the pools' namespaces and tears down released ones, at nice
+    #: 19 (spawner/maker.py); None: the spawner does it itself.
     maker: PoolMaker | None = None
     #: Children set up ahead of need (spawner/warm.py).
     warm: WarmChildren = field(init=False)

@@ -49,12 +49,13 @@ class MountNamespacePool:
         ready = self._ready.get(key)
         return ready.pop()[1] if ready else -1
 
-    def wanted(self, profiles: dict[str, Mounts]) -> str | None:
-        """A profile key the pool should make a namespace for, if any."""
+    def wanted(self, profiles: dict[str, Mounts], empty_only: bool = False) -> str | None:
+        """A profile key the pool should make a namespace for, if any (only
+        one with none ready nor asked for, if `empty_only`)."""
         self._expire()
         for key, mounts in profiles.items():
             have = len(self._ready.get(key, ())) + self.pending.get(key, 0)
-            if mounts and key not in self.failed and have < self.size:
+            if mounts and key not in self.failed and have < (1 if empty_only else self.size):
                 return key
         return None
 

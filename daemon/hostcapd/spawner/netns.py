@@ -59,6 +59,11 @@ class NetnsPool:
     def wants_more(self) -> bool:
         return not self.failed and len(self._fds) + self.pending < self.size
 
+    @property
+    def empty(self) -> bool:
+        """Nothing ready, nothing asked for, and it could be made."""
+        return not self.failed and not self._fds and not self.pending
+
     def made(self, fd: int, error: str = "") -> None:
         """One the pool maker was asked for came: its fd, or why not."""
         self.pending = max(0, self.pending - 1)

@@ -47,6 +47,9 @@ MAX_RELEASED = 64
 #: whole life is in that window). Between spawns, or beside older children,
 #: they are made as before.
 FILL_QUIET = 0.05
+#: An empty pool is asked of the pool maker beside a young child too (see
+#: idle_work).
+ASK_AT_ONCE = True
 
 
 @dataclass
@@ -144,28 +147,51 @@ class Spawner:
         if self.released:
             self.close_released()
             return True
+        # A pool found empty is asked for at once, beside a young child too
+        # (ASK_AT_ONCE): a spawn that finds it empty makes its own namespace
+        # on its path. A pool only short waits for a quiet moment.
+        if ASK_AT_ONCE and self.ask_maker(empty_only=True):
+            return True
         if self.fill_deferred() > 0:
             return False
         if self.warm.make_one():
             return True
+        if self.ask_maker():
+            return True
         if self.netns is not None and self.netns.wants_more and self.uses_netns:
-            if self.maker is not None and self.maker.ask_netns():
-                self.netns.pending += 1
-            else:
-                self.netns.fill_one()
+            self.netns.fill_one()
             return True
         if self.mntns is not None:
             poolable = self.poolable_mounts
             key = self.mntns.wanted(poolable)
             if key is not None:
-                if self.maker is not None and self.maker.ask_mntns(key, poolable[key]):
-                    self.mntns.asked(key)
-                else:
-                    self.mntns.fill_one(key, poolable[key])
+                self.mntns.fill_one(key, poolable[key])
                 return True
         for env in self.envs.values():
             if env.wants_copy:
                 env.fill_copy()
+                return True
+        return False
+
+    def ask_maker(self, empty_only: bool = False) -> bool:
+        """Ask the pool maker for one namespace a pool wants (one that is
+        empty, nothing asked for it either, if `empty_only`); False if none
+        is wanted or it cannot be asked (the caller makes it itself)."""
+        if self.maker is None:
+            return False
+        netns_wanted = self.netns is not None and (
+            self.netns.empty if empty_only else self.netns.wants_more
+        )
+        if self.netns is not None and netns_wanted and self.uses_netns:
+            if self.maker.ask_netns():
+                self.netns.pending += 1
+                return True
+            return False
+        if self.mntns is not None:
+            poolable = self.poolable_mounts
+            key = self.mntns.wanted(poolable, empty_only)
+            if key is not None and self.maker.ask_mntns(key, poolable[key]):
+                self.mntns.asked(key)
                 return True
         return False
 

@@ -120,9 +120,17 @@ class PathPattern:
         return cls(text, tuple(part.casefold() for part in parts))
 
     @functools.cached_property
-    def _tests(self) -> tuple[Callable[[str], bool] | None, ...]:
-        # None stands for `**`
-        return tuple(None if part == "**" else _component_test(part) for part in self.parts)
+    def _steps(
+        self,
+    ) -> tuple[tuple[Callable[[str], bool] | None, ...], tuple[frozenset[int], ...]]:
+        """Each position's component test (None for `**`), and the positions
+        each one reaches by `**` matching no component (itself included)."""
+        tests = tuple(None if part == "**" else _component_test(part) for part in self.parts)
+        closures: list[frozenset[int]] = [frozenset({len(tests)})]
+        for test in reversed(tests):
+            here = len(tests) - len(closures)
+            closures.append(closures[-1] | {here} if test is None else frozenset({here}))
+        return tests, tuple(reversed(closures))
 
     def matches(self, path: Sequence[str]) -> bool:
         """Whether the path (components relative to the root) or one of its
@@ -134,9 +142,9 @@ class PathPattern:
         path, keeping the set of pattern positions reached (a `**` both
         stays and steps on): the pattern matches an ancestor, or the path,
         as soon as its end is reached after a component."""
-        tests = self._tests
+        tests, closures = self._steps
         end = len(tests)
-        states = self._closure({0})
+        states: frozenset[int] | set[int] = closures[0]
         for name in folded:
             reached: set[int] = set()
             for state in states:
@@ -144,26 +152,15 @@ class PathPattern:
                     continue
                 test = tests[state]
                 if test is None:
-                    reached.add(state)
+                    reached |= closures[state]
                 elif test(name):
-                    reached.add(state + 1)
-            states = self._closure(reached)
-            if end in states:
+                    reached |= closures[state + 1]
+            if end in reached:
                 return True
-            if not states:
+            if not reached:
                 return False
+            states = reached
         return False
-
-    def _closure(self, states: set[int]) -> set[int]:
-        """The positions `states` reach by `**` matching no component."""
-        tests = self._tests
-        pending = list(states)
-        while pending:
-            state = pending.pop()
-            if state < len(tests) and tests[state] is None and state + 1 not in states:
-                states.add(state + 1)
-                pending.append(state + 1)
-        return states
 
 
 class PathPolicy:

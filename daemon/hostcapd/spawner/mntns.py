@@ -1,5 +1,6 @@
 """A pool of mount namespaces with a tenant's new root already assembled,
-made by the spawner while it is idle.
+made ahead of need by the spawner's pool maker (spawner/maker.py), or by
+the spawner while it is idle.
 
 A spawn in its own mount namespace pays, in the vfork child and so on the
 request path, for a copy of the host's mount table and some 25 steps that

@@ -26,7 +26,7 @@ from hostcapd.callers import caller_field
 from hostcapd.childsetup import RLimit
 from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
-from hostcapd.process import deadlines, killing, records, terminal
+from hostcapd.process import changes, deadlines, killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.input import SpawnInput, feed_stdin
 from hostcapd.process.launch import FreshLaunch, Launch, launch_for
@@ -34,7 +34,6 @@ from hostcapd.process.order import plan_rlimits, spawn_order
 from hostcapd.process.output import OutputLog, StreamCount, StreamTally
 from hostcapd.process.report import Outcome, Report, classify
 from hostcapd.process.request import Prepared, SpawnRequest
-from hostcapd.sandbox import fschanges
 from hostcapd.sandbox.cgroups import CgroupError, CgroupStats, SpawnCgroup
 from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost
 
@@ -84,8 +83,9 @@ class Spawn:
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.pending_bytes = 0
         self.report: Report | None = None
-        self.done = asyncio.get_running_loop().create_future()
-        self.started = asyncio.get_running_loop().create_future()
+        #: The root's one loop (asyncio.get_running_loop is a getpid on 3.11).
+        self._loop = loop = asyncio.get_running_loop()
+        self.done, self.started = loop.create_future(), loop.create_future()
         self._kill_reason: Outcome | None = None
         self._kill_message = ""
         self._kill_task: asyncio.Task[None] | None = None
@@ -152,7 +152,7 @@ class Spawn:
         self._resume_paused()
 
     def _resume_paused(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         for fd in list(self._paused):
             self._paused.discard(fd)
             loop.add_reader(fd, self._on_readable, fd)
@@ -173,7 +173,7 @@ class Spawn:
             self.pid = await self.launch.started()
             if self._tty_channel is not None:
                 self._take_terminal(self._tty_channel)
-            self._watch_changes()
+            changes.watch(self.deps, self.pid, self._cgroup)
             self._exec_time = time.monotonic()
             self.started.set_result(self.pid)
             stdin_task = self._stream()
@@ -182,7 +182,7 @@ class Spawn:
             finally:
                 if stdin_task:
                     stdin_task.cancel()
-            await self._record_changes()
+            await changes.record(self.deps, self.id, self.request, self.pid)
             return self._finish(status)
         except _Refused as refused:
             self._refuse(refused.refusal)
@@ -285,7 +285,7 @@ class Spawn:
             # The child waits in its set-up for a go it will never have:
             # _release_on_durable cancels it, as for a failed fsync.
             assert refused.audit is not None
-            failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            failed: asyncio.Future[Any] = self._loop.create_future()
             failed.set_exception(refused.audit)
             failed.add_done_callback(_retrieve)
             return failed
@@ -357,7 +357,7 @@ class Spawn:
     # Step 4: stream output, feed stdin, run the wall clock.
 
     def _stream(self) -> asyncio.Future[None] | None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         # A terminal's one end (its output is stdout), or the two pipes.
         for fd, stream in zip(self._read_ends, (1, 2), strict=False):
             self._readers[fd] = stream
@@ -371,7 +371,7 @@ class Spawn:
             if self.request.stdin:
                 stdin_task = self.input.feed(self.request.stdin)
         elif self._stdin_w >= 0:
-            stdin_task = asyncio.ensure_future(feed_stdin(self._stdin_w, self.request.stdin or b""))
+            stdin_task = loop.create_task(feed_stdin(self._stdin_w, self.request.stdin or b""))
             self._stdin_w = -1  # feed_stdin closes it
         wall = self.prepared.limits.wall_seconds
         message = f"wall-clock limit of {wall:g} s exceeded" if wall is not None else ""
@@ -453,36 +453,6 @@ class Spawn:
         if self._kill_task and not self._kill_task.done():
             self._kill_task.cancel()
 
-    # Its file changes (decision 0030): from its start, and once its tree is
-    # dead, an fs.changes record before its exit record.
-
-    def _watch_changes(self) -> None:
-        watcher = self.deps.profile.fs_changes
-        if watcher is not None:
-            cgroup = self._cgroup.directories[0].name if self._cgroup is not None else ""
-            watcher.begin(self.pid, cgroup)
-
-    async def _record_changes(self) -> None:
-        watcher = self.deps.profile.fs_changes
-        if watcher is None or not self.pid:
-            return
-        changes = await watcher.finish(self.pid)
-        settings = self.deps.tenant.fs_changes
-        listed = await asyncio.to_thread(
-            fschanges.describe,
-            changes,
-            watcher.roots,
-            settings.sizes,
-            settings.sha256_max_bytes,
-        )
-        record = records.changes_record(
-            self.deps.tenant.name, self.id, self.request, listed, changes
-        )
-        try:
-            self.deps.audit.write("fs.changes", **record)
-        except AuditUnavailable as error:
-            log.error("could not audit the file changes of spawn %s: %s", self.id, error)
-
     # --- output -----------------------------------------------------------
 
     def _on_readable(self, fd: int) -> None:
@@ -498,7 +468,8 @@ class Spawn:
         if data and self.request.tty is not None:
             data = terminal.drain(fd, data, READ_CHUNK)
         if not data:
-            asyncio.get_running_loop().remove_reader(fd)
+            self.deps.turns.refund()  # an end of file is not a read that counts
+            self._loop.remove_reader(fd)
             self._paused.discard(fd)
             os.close(fd)
             del self._readers[fd]
@@ -526,11 +497,11 @@ class Spawn:
         self.pending_bytes += len(data)
         self.events.put_nowait(("output", (stream, data)))
         if self.pending_bytes > HIGH_WATER:
-            asyncio.get_running_loop().remove_reader(fd)
+            self._loop.remove_reader(fd)
             self._paused.add(fd)
 
     def _close_readers(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         for fd in list(self._readers):
             loop.remove_reader(fd)
             with contextlib.suppress(OSError):

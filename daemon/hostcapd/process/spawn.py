@@ -43,6 +43,8 @@ log = logging.getLogger("hostcapd.spawn")
 #: output passed to the front-end.
 READ_CHUNK = 1024 * 1024
 PIPE_SIZE = 1024 * 1024
+#: A pipe's size until its first full read (only a fast writer's is enlarged).
+_PIPE_DEFAULT = 64 * 1024
 #: Passed-but-unacknowledged bytes above which we stop reading the pipe. At
 #: 0 a pipe is read again once the front-end took what it gave (decision
 #: 0032): the pipe is the buffer, so a fast writer is passed in few large
@@ -86,6 +88,7 @@ class Spawn:
         #: The root's one loop (asyncio.get_running_loop is a getpid on 3.11).
         self._loop = loop = asyncio.get_running_loop()
         self.done, self.started = loop.create_future(), loop.create_future()
+        self._started_waiters: list[asyncio.Future[int]] = []
         self._kill_reason: Outcome | None = None
         self._kill_message = ""
         self._kill_task: asyncio.Task[None] | None = None
@@ -120,6 +123,27 @@ class Spawn:
         self._terminate(
             reason, message or ("cancelled by the client" if reason is Outcome.CANCELLED else "")
         )
+
+    def started_waiter(self) -> asyncio.Future[int]:
+        """`started` for one caller: a future of its own, settled with it in
+        the same turn, which the caller may cancel (it went away) without
+        cancelling `started` (a shield's two callbacks and a turn less)."""
+        if self.started.done():
+            return self.started  # (a done future is not cancelled by its awaiter)
+        waiter: asyncio.Future[int] = self._loop.create_future()
+        self._started_waiters.append(waiter)
+        return waiter
+
+    def _settle_started(self, pid: int, refusal: Refusal | None = None) -> None:
+        waiters, self._started_waiters = self._started_waiters, []
+        for future in [self.started, *waiters]:
+            if future.done():
+                continue
+            if refusal is None:
+                future.set_result(pid)
+            else:
+                future.set_exception(refusal)
+                future.add_done_callback(_retrieve)
 
     @property
     def out_counts(self) -> StreamTally | StreamCount:
@@ -175,7 +199,7 @@ class Spawn:
                 self._take_terminal(self._tty_channel)
             changes.watch(self.deps, self.pid, self._cgroup)
             self._exec_time = time.monotonic()
-            self.started.set_result(self.pid)
+            self._settle_started(self.pid)
             stdin_task = self._stream()
             try:
                 status = await self._wait_end()
@@ -314,9 +338,6 @@ class Spawn:
             return
         out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        with contextlib.suppress(OSError):
-            # Fewer, larger reads for a fast writer (the child's cgroup pays).
-            fcntl.fcntl(out_r, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         self._read_ends += [out_r, err_r]
         os.set_blocking(out_w, True)
         os.set_blocking(err_w, True)
@@ -443,8 +464,7 @@ class Spawn:
             except CgroupError:
                 self._cgroup.kill()  # something outlived the tree kill
                 self._cgroup.remove()
-        if not self.started.done():
-            self.started.set_result(0)
+        self._settle_started(0)
 
     def _stop_timers(self) -> None:
         """Its wall clock and kill sequence: nothing fires once it has ended."""
@@ -476,6 +496,9 @@ class Spawn:
             if not self._readers:
                 self._eof.set()
             return
+        if len(data) == _PIPE_DEFAULT and stream == 1:  # a fast writer filled it:
+            with contextlib.suppress(OSError):  # fewer, larger reads (its cgroup pays)
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         if self.log is not None:
             self.log.feed(stream, data)
             total = self.log.total
@@ -548,8 +571,7 @@ class Spawn:
 
     def _refuse(self, refusal: Refusal) -> None:
         """Nothing ran: the caller learns it from `started` (None is run()'s answer)."""
-        self.started.set_exception(refusal)
-        self.started.add_done_callback(_retrieve)
+        self._settle_started(0, refusal)
         self.done.set_exception(refusal)
         self.done.add_done_callback(_retrieve)
 

@@ -155,7 +155,8 @@ class ProcessService:
             if not spawn.done.done():
                 _cancel(spawn, call)
         return messages.RunResult(
-            started=convert.started_of(spawn, attached=attached),
+            # (its pid is the same as when it started: built once a Run)
+            started=started or convert.started_of(spawn, attached=attached),
             exited=convert.exited_message(spawn, report),
         )
 

@@ -417,11 +417,13 @@ class Spawn:
         # namespace the kernel has done that already: init was reaped.
         if not self.deps.profile.has("pid_namespace"):
             self._kill_tree(signal.SIGKILL, wait=True)
-        if not self._eof.is_set():  # (a timeout scope costs one timer, no task)
-            with contextlib.suppress(TimeoutError):
-                # After the grace an escaped holder of the pipe is ignored.
-                async with asyncio.timeout(EOF_GRACE):
-                    await self._eof.wait()
+        if not self._eof.is_set():  # (one timer: no task, nor a timeout scope's steps)
+            # After the grace an escaped holder of the pipe is ignored.
+            grace = self._loop.call_later(EOF_GRACE, self._eof.set)
+            try:
+                await self._eof.wait()
+            finally:
+                grace.cancel()
         return status
 
     def _take_terminal(self, channel: socket.socket) -> None:

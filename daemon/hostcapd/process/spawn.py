@@ -490,7 +490,7 @@ class Spawn:
         if data and self.request.tty is not None:
             data = terminal.drain(fd, data, READ_CHUNK)
         if not data:
-            self.deps.turns.refund()  # an end of file is not a read that counts
+            self.deps.turns.refund(self, fd)  # an end of file is not a read that counts
             self._loop.remove_reader(fd)
             self._paused.discard(fd)
             os.close(fd)

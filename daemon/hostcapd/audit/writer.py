@@ -38,8 +38,8 @@ from hostcap_proto.audit import (
     GENESIS_HASH,
     SCHEMA,
     argv_sha256,
+    checked_event_fields,
     sealed_line,
-    validate_event_fields,
 )
 
 from hostcapd import metrics
@@ -160,7 +160,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         gid: int | None,
     ) -> None:
         self._settings = settings
-        self._boot_id = boot_id
+        self._boot_id = str(boot_id)  # exactly a str: the header is sealed unwalked
         #: This daemon run's own id (the log is opened once per run); boot_id
         #: is the kernel's, the same for every run since the machine booted.
         self._run_id = uuid.uuid4().hex
@@ -360,22 +360,28 @@ class AuditLog(DeferredQueue, GroupCommit):
             # Older records first, if there is room for them now.
             with contextlib.suppress(AuditUnavailable):
                 self._flush_deferred()
-        body = validate_event_fields(event, fields)
+        # plain: the fast check passed it (exact builtin types, floats the
+        # fast encoder writes as repr() does); what is added below is text,
+        # ints and bools, as is the header.
+        body, plain = checked_event_fields(event, fields)
         if "argv" in body:
             _seal_argv(body)
         if event == "process.input":
             seal_input(body, self._settings.input_text_bytes)
         self._write_header_if_pending()
-        record, line = self._line(event, body)
+        record, line = self._line(event, body, plain)
         if self._file_has_records and self._size + len(line) > self._settings.max_bytes:
             self._rotate()
             self._write_header_if_pending()
-            record, line = self._line(event, body)
+            record, line = self._line(event, body, plain)
         self._append(record, line)
         return dict(record)
 
-    def _line(self, event: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
-        """The next record of the chain and its stored line."""
+    def _line(
+        self, event: str, body: Mapping[str, Any], plain: bool = False
+    ) -> tuple[dict[str, Any], bytes]:
+        """The next record of the chain and its stored line (`plain`: the body
+        holds only what `sealed_line` may encode unwalked)."""
         record = {
             "schema": SCHEMA,
             "event": event,
@@ -387,13 +393,13 @@ class AuditLog(DeferredQueue, GroupCommit):
             "prev_hash": self._hash,
             **body,
         }
-        return sealed_line(record)
+        return sealed_line(record, plain=plain)
 
     def _write_header_if_pending(self) -> None:
         if self._header_pending is None:
             return
-        body = validate_event_fields("audit.rotate", self._header_pending)
-        self._append(*self._line("audit.rotate", body))
+        body, plain = checked_event_fields("audit.rotate", self._header_pending)
+        self._append(*self._line("audit.rotate", body, plain))
         self._header_pending = None
 
     def _append(self, record: dict[str, Any], line: bytes) -> None:

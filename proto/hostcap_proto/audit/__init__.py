@@ -38,7 +38,11 @@ from hostcap_proto.audit.canonical import (
     seal,
     sealed_line,
 )
-from hostcap_proto.audit.fast import fast_event_fields, validate_event_fields
+from hostcap_proto.audit.fast import (
+    checked_event_fields,
+    fast_event_fields,
+    validate_event_fields,
+)
 from hostcap_proto.audit.filters import (
     FilterError,
     check_event,
@@ -143,6 +147,7 @@ __all__ = [
     "chain_order",
     "check_event",
     "check_line",
+    "checked_event_fields",
     "encode_line",
     "fast_event_fields",
     "iter_records",

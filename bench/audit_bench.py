@@ -13,12 +13,21 @@ thread spent, the fsync thread's time left out, the ``write(2)`` of each line
 included. Two writers: journal mirror off (as the bench daemons run), and on,
 sending to a socket a separate reader process drains in journald's place.
 Interleaved with them, round by round in rotating order, the baseline: one
-plain ``json.dumps`` of the same fields dict per record, timed the same way.
-The figures are medians over the rounds.
+plain ``json.dumps`` of the same fields dict per record, timed the same way;
+and the A/B of the canonical encoding (2026-12-06): a third writer,
+``writer_stdlib``, journal off, that seals every record as the writer did
+before it used msgspec (`stdlib_sealed_line`: the json module's encoder
+for both halves of the record). The figures are medians over the rounds.
+
+``--spaced MS``: each round writes one exec and one exit record per writer
+after the loop slept MS ms, as a spawn's records come when requests are
+spaced (a CPU coming out of idle: caches cold), instead of batches back to
+back.
 
 Keys of the returned dict, per record (``record`` is one exec and one exit
-averaged): ``audit.{exec,exit,record}.{writer,writer_journal,dumps}_us`` and
-``audit.{exec,exit,record}.{writer,writer_journal}_ratio`` (to ``dumps``);
+averaged): ``audit.{exec,exit,record}.{writer,writer_journal,writer_stdlib,dumps}_us``,
+``audit.{exec,exit,record}.{writer,writer_journal,writer_stdlib}_ratio`` (to
+``dumps``) and ``audit.{exec,exit,record}.writer_over_stdlib``;
 ``audit.rounds``, ``audit.records_per_round``.
 """
 
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import shutil
 import statistics
@@ -38,15 +48,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hostcap_proto.audit.canonical import _CANONICAL, _prev_hash_bytes
 from hostcapd.audit import AuditLog
+from hostcapd.audit import writer as writer_mod
 from hostcapd.config import PROTECTION_NAMES, AuditSettings
 
 from bench.native import BenchError
 from bench.stats import rotation
 
 PREFIX = "audit"
-#: The writers measured: journal mirror off, and on (to a socket the bench drains).
-WRITERS = ("writer", "writer_journal")
+#: The writers measured: journal mirror off, and on (to a socket the bench
+#: drains), and off with the stdlib sealing (the A/B's old side).
+WRITERS = ("writer", "writer_journal", "writer_stdlib")
 #: Spawns per batch: each writes one exec and one exit record.
 SPAWNS_PER_BATCH = 50
 WARM_UP = 3
@@ -140,6 +153,42 @@ def exit_fields(index: int, spawn_id: str) -> dict[str, Any]:
 Contender = Callable[[str, dict[str, Any]], object]
 
 
+def stdlib_sealed_line(record: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
+    """`hostcap_proto.audit.sealed_line` as it was before msgspec: the json
+    module's encoder for the keys before and after "hash" (the same bytes)."""
+    prev = _prev_hash_bytes(record)
+    before = {key: value for key, value in record.items() if key < "hash"}
+    after = {key: value for key, value in record.items() if key > "hash"}
+    head = _CANONICAL.encode(before)[1:-1]
+    tail = _CANONICAL.encode(after)[1:-1]
+    unsealed = "{" + ",".join(part for part in (head, tail) if part) + "}"
+    digest = hashlib.sha256(prev + unsealed.encode("utf-8")).hexdigest()
+    pair = f'"hash":"{digest}"'
+    line = "{" + ",".join(part for part in (head, pair, tail) if part) + "}\n"
+    sealed = dict(record)
+    sealed.pop("hash", None)
+    sealed["hash"] = digest
+    return sealed, line.encode("utf-8")
+
+
+class StdlibAuditLog(AuditLog):
+    """The writer with the stdlib sealing: the A/B's old side."""
+
+    def _line(self, event: str, body: Any, plain: bool = False) -> tuple[dict[str, Any], bytes]:
+        record = {
+            "schema": "hostcapd.audit/v1",
+            "event": event,
+            "seq": self._seq + 1,
+            "time": writer_mod._now(),
+            "event_id": writer_mod._event_id(),
+            "boot_id": self._boot_id,
+            "run_id": self._run_id,
+            "prev_hash": self._hash,
+            **body,
+        }
+        return stdlib_sealed_line(record)
+
+
 def _timed_us(contender: Contender, event: str, batch: list[dict[str, Any]]) -> float:
     """CPU of the calling thread per record, in microseconds."""
     start = time.thread_time_ns()
@@ -148,19 +197,24 @@ def _timed_us(contender: Contender, event: str, batch: list[dict[str, Any]]) -> 
     return (time.thread_time_ns() - start) / 1000 / len(batch)
 
 
-async def _measure(contenders: dict[str, Contender], rounds: int) -> dict[str, list[float]]:
+async def _measure(
+    contenders: dict[str, Contender], rounds: int, spaced_ms: float = 0.0
+) -> dict[str, list[float]]:
     samples: dict[str, list[float]] = {
         f"{kind}.{name}": [] for kind in ("exec", "exit") for name in contenders
     }
+    per_batch = 1 if spaced_ms else SPAWNS_PER_BATCH
     counter = 0
     for index in range(WARM_UP + rounds):
-        execs = [exec_fields(counter + i) for i in range(SPAWNS_PER_BATCH)]
+        execs = [exec_fields(counter + i) for i in range(per_batch)]
         exits = [exit_fields(counter + i, f["spawn_id"]) for i, f in enumerate(execs)]
-        counter += SPAWNS_PER_BATCH
+        counter += per_batch
         figures: dict[str, float] = {}
         for kind, batch in (("exec", execs), ("exit", exits)):
             event = f"process.{kind}"
             for name in rotation(list(contenders), index):
+                if spaced_ms:
+                    await asyncio.sleep(spaced_ms / 1000)  # the CPU goes idle
                 figures[f"{kind}.{name}"] = _timed_us(contenders[name], event, batch)
                 # Let the batched fdatasync and the loop's callbacks run between batches.
                 await asyncio.sleep(0.001)
@@ -170,11 +224,13 @@ async def _measure(contenders: dict[str, Contender], rounds: int) -> dict[str, l
     return samples
 
 
-def figures(samples: dict[str, list[float]], rounds: int) -> dict[str, float]:
+def figures(
+    samples: dict[str, list[float]], rounds: int, per_batch: int = SPAWNS_PER_BATCH
+) -> dict[str, float]:
     """The flat result dict of the module doc."""
     out: dict[str, float] = {
         f"{PREFIX}.rounds": float(rounds),
-        f"{PREFIX}.records_per_round": float(2 * SPAWNS_PER_BATCH),
+        f"{PREFIX}.records_per_round": float(2 * per_batch),
     }
     for kind in ("exec", "exit"):
         for name in WRITERS:
@@ -188,6 +244,9 @@ def figures(samples: dict[str, list[float]], rounds: int) -> dict[str, float]:
         for name in WRITERS:
             ratio = out[f"{PREFIX}.{kind}.{name}_us"] / out[f"{PREFIX}.{kind}.dumps_us"]
             out[f"{PREFIX}.{kind}.{name}_ratio"] = ratio
+        out[f"{PREFIX}.{kind}.writer_over_stdlib"] = (
+            out[f"{PREFIX}.{kind}.writer_us"] / out[f"{PREFIX}.{kind}.writer_stdlib_us"]
+        )
     return out
 
 
@@ -229,7 +288,7 @@ class _Journal:
         self._reader.wait(timeout=10)
 
 
-async def _run(quick: bool) -> dict[str, float]:
+async def _run(quick: bool, spaced_ms: float = 0.0) -> dict[str, float]:
     directory = Path(tempfile.mkdtemp(prefix="audit-bench-"))
     journal = _Journal(directory / "journal.sock")
     logs: list[AuditLog] = []
@@ -240,14 +299,17 @@ async def _run(quick: bool) -> dict[str, float]:
             path=directory / "journal" / "audit.jsonl", group=None, journal="on"
         )
         logs.append(AuditLog.open(mirrored, str(uuid.uuid4()), journal_socket=journal.path))
+        stdlib = AuditSettings(path=directory / "stdlib" / "audit.jsonl", group=None, journal="off")
+        logs.append(StdlibAuditLog.open(stdlib, str(uuid.uuid4())))
         contenders: dict[str, Contender] = {
             "writer": lambda event, fields: logs[0].write(event, **fields),
             "writer_journal": lambda event, fields: logs[1].write(event, **fields),
+            "writer_stdlib": lambda event, fields: logs[2].write(event, **fields),
             "dumps": lambda event, fields: json.dumps(fields),
         }
-        rounds = _rounds(quick)
-        samples = await _measure(contenders, rounds)
-        return figures(samples, rounds)
+        rounds = _rounds(quick) * (10 if spaced_ms else 1)
+        samples = await _measure(contenders, rounds, spaced_ms)
+        return figures(samples, rounds, 1 if spaced_ms else SPAWNS_PER_BATCH)
     finally:
         for log in logs:
             await log.close()
@@ -255,9 +317,9 @@ async def _run(quick: bool) -> dict[str, float]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def run(quick: bool) -> dict[str, float]:
+def run(quick: bool, spaced_ms: float = 0.0) -> dict[str, float]:
     """Measure interleaved rounds in a fresh event loop; the figures of the module doc."""
-    return asyncio.run(_run(quick))
+    return asyncio.run(_run(quick, spaced_ms))
 
 
 def report(result: dict[str, float]) -> str:
@@ -266,7 +328,8 @@ def report(result: dict[str, float]) -> str:
         f"audit writer, CPU of the loop thread per record, median of "
         f"{int(result[f'{PREFIX}.rounds'])} interleaved rounds of "
         f"{int(result[f'{PREFIX}.records_per_round'])} records",
-        f"  {'':14}{'json.dumps':>11}{'write':>9}{'ratio':>7}{'+journal':>10}{'ratio':>7}",
+        f"  {'':14}{'json.dumps':>11}{'write':>9}{'ratio':>7}{'+journal':>10}{'ratio':>7}"
+        f"{'stdlib seal':>13}{'write/stdlib':>13}",
     ]
     for kind, label in (("exec", "process.exec"), ("exit", "process.exit"), ("record", "mean")):
         figure = f"{PREFIX}.{kind}"
@@ -275,6 +338,8 @@ def report(result: dict[str, float]) -> str:
             f"{result[f'{figure}.writer_us']:7.1f}us{result[f'{figure}.writer_ratio']:7.1f}"
             f"{result[f'{figure}.writer_journal_us']:8.1f}us"
             f"{result[f'{figure}.writer_journal_ratio']:7.1f}"
+            f"{result[f'{figure}.writer_stdlib_us']:11.1f}us"
+            f"{result[f'{figure}.writer_over_stdlib']:12.2f}x"
         )
     return "\n".join(lines)
 
@@ -287,8 +352,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help=f"{_rounds(True)} rounds instead of {_rounds(False)}"
     )
+    parser.add_argument(
+        "--spaced",
+        type=float,
+        default=0.0,
+        metavar="MS",
+        help="one record per writer at a time, each after the loop slept MS ms",
+    )
     args = parser.parse_args(argv)
-    print(report(run(args.quick)))
+    print(report(run(args.quick, args.spaced)))
     return 0
 
 

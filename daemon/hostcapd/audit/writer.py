@@ -36,9 +36,12 @@ from typing import Any
 
 from hostcap_proto.audit import (
     GENESIS_HASH,
+    HEADER_FIELDS,
     SCHEMA,
+    AuditRecordError,
     argv_sha256,
     checked_event_fields,
+    fast_encodable,
     sealed_line,
 )
 
@@ -319,6 +322,18 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._schedule_batch_sync()
         return record
 
+    def write_built(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """`write` for fields the daemon built itself from values already
+        checked, in the form the event's model dumps them to (a spawn's
+        `process.exec` and `process.exit`, `hostcapd.process.records`): they
+        are not validated against the model again, which only re-checked
+        that construction (tests/unit/audit/test_built_records.py holds the
+        builders to the model instead). argv is redacted and sealed as for
+        any record."""
+        record = self._write_record(event, body, built=True)
+        self._schedule_batch_sync()
+        return record
+
     async def write_durable(self, event: str, **fields: Any) -> dict[str, Any]:
         """Append a record and return only once it is fsynced (the write-ahead
         record of process.exec). Concurrent calls share one fsync. Raises
@@ -328,7 +343,12 @@ class AuditLog(DeferredQueue, GroupCommit):
         return record
 
     def write_pending(
-        self, event: str, *, release_fd: int = -1, **fields: Any
+        self,
+        event: str,
+        *,
+        release_fd: int = -1,
+        built: Mapping[str, Any] | None = None,
+        **fields: Any,
     ) -> tuple[dict[str, Any], asyncio.Future[None]]:
         """Append a record now; the future returned completes once it is
         fsynced (or raises `AuditUnavailable`). Lets a caller overlap other
@@ -337,8 +357,14 @@ class AuditLog(DeferredQueue, GroupCommit):
 
         `release_fd`: an eventfd the fsync thread writes 1 into the moment
         the record is durable, before the loop hears of it (never when the
-        fsync fails); the writer keeps a dup of it, the caller its own."""
-        record = self._write_record(event, fields)
+        fsync fails); the writer keeps a dup of it, the caller its own.
+        `built`: the fields, as for `write_built` (then no other fields)."""
+        if built is not None:
+            if fields:
+                raise TypeError("write_pending takes built fields or keyword fields, not both")
+            record = self._write_record(event, built, built=True)
+        else:
+            record = self._write_record(event, fields)
         waiter = Waiter(self._appended, asyncio.get_running_loop().create_future())
         if release_fd >= 0:
             waiter.release_fd = os.dup(release_fd)
@@ -353,7 +379,12 @@ class AuditLog(DeferredQueue, GroupCommit):
             raise AuditUnavailable(self._failure)
 
     def _write_record(
-        self, event: str, fields: Mapping[str, Any], *, flushing: bool = False
+        self,
+        event: str,
+        fields: Mapping[str, Any],
+        *,
+        flushing: bool = False,
+        built: bool = False,
     ) -> dict[str, Any]:
         self._check_writable()
         if self._deferred and not flushing:
@@ -361,9 +392,15 @@ class AuditLog(DeferredQueue, GroupCommit):
             with contextlib.suppress(AuditUnavailable):
                 self._flush_deferred()
         # plain: the fast check passed it (exact builtin types, floats the
-        # fast encoder writes as repr() does); what is added below is text,
-        # ints and bools, as is the header.
-        body, plain = checked_event_fields(event, fields)
+        # fast encoder writes as repr() does), or a walk found it so; what is
+        # added below is text, ints and bools, as is the header.
+        if built:
+            if not HEADER_FIELDS.isdisjoint(fields):
+                reserved = ", ".join(sorted(HEADER_FIELDS & fields.keys()))
+                raise AuditRecordError(f"{event}: {reserved} set by the writer, not the caller")
+            body, plain = dict(fields), fast_encodable(fields)
+        else:
+            body, plain = checked_event_fields(event, fields)
         if "argv" in body:
             _seal_argv(body)
         if event == "process.input":

@@ -1,6 +1,13 @@
 """The two audit records of a spawn: `process.exec`, written ahead of the
 exec (no record, no exec), and `process.exit`, which closes it. Both carry
-the same correlation fields; their schemas are in hostcap_proto.audit."""
+the same correlation fields; their schemas are in hostcap_proto.audit.
+
+Both are built in the form their model dumps them to (no None, every
+default present, exact builtin types) from values checked before (the
+request by the channel's decoding and `hostcapd.process.request`, the rest
+the daemon's own), and written with `AuditLog.write_built`, which does not
+validate them again: tests/unit/audit/test_built_records.py holds these
+builders to the models."""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ from typing import Any
 
 from hostcapd.audit import AuditLog, AuditUnavailable
 from hostcapd.audit.redact import MAX_ARG_CHARS, bound_argv
+from hostcapd.callers import caller_field
 from hostcapd.config import Tenant
 from hostcapd.logsetup import fields
 from hostcapd.process import limits as limits_mod
@@ -34,7 +42,8 @@ def _correlation(tenant: str, spawn_id: str, request: SpawnRequest) -> dict[str,
 def exec_record(
     tenant: Tenant, spawn_id: str, request: SpawnRequest, p: Prepared
 ) -> dict[str, Any]:
-    """What will run, as decided: the fields of `process.exec`."""
+    """What will run, as decided: the fields of `process.exec`, as built
+    fields (`AuditLog.write_built`), with the current call's caller."""
     return {
         **_correlation(tenant.name, spawn_id, request),
         "argv": list(p.argv),
@@ -52,6 +61,7 @@ def exec_record(
         "protections": [
             {"name": s.name, "applied": s.applied, "reason": s.reason} for s in p.protections
         ],
+        **caller_field(),
     }
 
 
@@ -108,21 +118,24 @@ def exit_record(
     input_counts: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """How it ended: the fields of `process.exit` (with its terminal's last
-    size and the count and bytes of its input writes, when it had them)."""
+    size and the count and bytes of its input writes, when it had them), as
+    built fields (`AuditLog.write_built`: what is unknown is left out)."""
     record: dict[str, Any] = {
         **_correlation(tenant, spawn_id, request),
         "pid": pid,
         "outcome": report.outcome.value,
         "signal": report.signal,
         "message": report.message,
-        "signal_name": signal_name(report.signal) if report.signal else None,
         "rusage": report.rusage._asdict(),
-        "peak_memory_bytes": report.peak_memory_bytes,
         "oom_kills": report.oom_kills,
         "duration_s": round(report.duration, 6),
         "stdout": _stream(stdout),
         "stderr": _stream(stderr),
     }
+    if report.signal:
+        record["signal_name"] = signal_name(report.signal)
+    if report.peak_memory_bytes is not None:
+        record["peak_memory_bytes"] = report.peak_memory_bytes
     if tty is not None:
         record["tty"] = {"rows": tty[0], "cols": tty[1]}
     if input_counts is not None:
@@ -162,7 +175,7 @@ def write_exit(audit: AuditLog, spawn_id: str, record: dict[str, Any]) -> None:
     """Append the exit record, or queue it when the log has no room (it is
     written once the log takes records again); never raises."""
     try:
-        if not audit.write_or_defer("process.exit", **record):
+        if not audit.write_built_or_defer("process.exit", record):
             log.error(
                 "no room for the exit record of spawn %s: kept, written once the "
                 "audit log takes records again",

@@ -33,6 +33,7 @@ importable from the package itself.
 from hostcap_proto.audit.canonical import (
     canonical_bytes,
     encode_line,
+    fast_encodable,
     parse_line,
     record_hash,
     seal,
@@ -149,6 +150,7 @@ __all__ = [
     "check_line",
     "checked_event_fields",
     "encode_line",
+    "fast_encodable",
     "fast_event_fields",
     "iter_records",
     "open_audit_file",

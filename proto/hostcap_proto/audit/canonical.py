@@ -56,9 +56,10 @@ def _plain(value: Any) -> bool:
     return False
 
 
-def _fast(*values: Mapping[str, Any]) -> bool:
-    """Whether msgspec may encode each of `values` (a cycle is the json
-    encoder's to refuse)."""
+def fast_encodable(*values: Mapping[str, Any]) -> bool:
+    """Whether the fast encoder writes each of `values` exactly as the json
+    encoder does (`sealed_line(..., plain=True)` may take them; a cycle is
+    the json encoder's to refuse)."""
     try:
         return all(_plain(value) for value in values)
     except RecursionError:
@@ -68,7 +69,7 @@ def _fast(*values: Mapping[str, Any]) -> bool:
 def _encode(value: Mapping[str, Any]) -> bytes:
     """The canonical JSON of `value` as UTF-8; raises what the json encoder
     raises (or UnicodeEncodeError for a lone surrogate)."""
-    if _fast(value):
+    if fast_encodable(value):
         return _FAST.encode(value)
     return _CANONICAL.encode(value).encode("utf-8")
 
@@ -126,7 +127,7 @@ def sealed_line(record: Mapping[str, Any], *, plain: bool = False) -> tuple[dict
     before = {key: value for key, value in record.items() if key < "hash"}
     after = {key: value for key, value in record.items() if key > "hash"}
     try:
-        if plain or _fast(before, after):
+        if plain or fast_encodable(before, after):
             head = _FAST.encode(before)[1:-1]
             tail = _FAST.encode(after)[1:-1]
         else:

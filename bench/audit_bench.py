@@ -5,19 +5,33 @@
 
 Writes process.exec and process.exit records shaped like the daemon's (the
 fields of ``hostcapd.process.records`` (exec_record, exit_record), default profile:
-twelve protections, eight limits) through `AuditLog.write` into a log in a
-temporary directory, with the event loop running so the batched fdatasyncs
-run on the writer's own thread, as in the daemon. Each batch is timed with
-the calling thread's CPU clock (``time.thread_time_ns``): what the loop
-thread spent, the fsync thread's time left out, the ``write(2)`` of each line
-included. Two writers: journal mirror off (as the bench daemons run), and on,
-sending to a socket a separate reader process drains in journald's place.
-Interleaved with them, round by round in rotating order, the baseline: one
-plain ``json.dumps`` of the same fields dict per record, timed the same way;
-and the A/B of the canonical encoding (2026-12-06): a third writer,
-``writer_stdlib``, journal off, that seals every record as the writer did
-before it used msgspec (`stdlib_sealed_line`: the json module's encoder
-for both halves of the record). The figures are medians over the rounds.
+twelve protections, eight limits) into a log in a temporary directory, with
+the event loop running so the batched fdatasyncs run on the writer's own
+thread, as in the daemon. Each batch is timed with the calling thread's CPU
+clock (``time.thread_time_ns``): what the loop thread spent, the fsync
+thread's time left out, the ``write(2)`` of each line included. The writers,
+round by round in rotating order:
+
+- ``writer``: `AuditLog.write_built`, as the daemon writes a spawn's records
+  (built fields, not validated again), journal mirror off (as the bench
+  daemons run);
+- ``writer_journal``: the same with the mirror on, sending to a socket a
+  separate reader process drains in journald's place;
+- ``writer_checked``: `AuditLog.write`, the fields through the models' fast
+  check (as the daemon's other records);
+- ``writer_stdlib``: `AuditLog.write` sealing every record as the writer did
+  before msgspec (`stdlib_sealed_line`: the json module's encoder for both
+  halves of the record): the writer as it was before 2026-12-06's pass;
+
+and the baseline: one plain ``json.dumps`` of the same fields dict per
+record, timed the same way. The figures are medians over the rounds.
+
+``--durable``: instead, the fsync threads' A/B (2026-12-06): durable exec
+records (`write_pending` with a go eventfd, awaited, as a spawn's) one after
+another through the writer as it is (`SyncThreads`) and through one whose
+fsyncs run on a `ThreadPoolExecutor`, as before (`_PoolThreads`), the two
+alternating round by round; per record, the CPU of the loop's thread and of
+the whole process (the fsync threads' included), and the wall time.
 
 ``--spaced MS``: each round writes one exec and one exit record per writer
 after the loop slept MS ms, as a spawn's records come when requests are
@@ -25,18 +39,21 @@ spaced (a CPU coming out of idle: caches cold), instead of batches back to
 back.
 
 Keys of the returned dict, per record (``record`` is one exec and one exit
-averaged): ``audit.{exec,exit,record}.{writer,writer_journal,writer_stdlib,dumps}_us``,
-``audit.{exec,exit,record}.{writer,writer_journal,writer_stdlib}_ratio`` (to
-``dumps``) and ``audit.{exec,exit,record}.writer_over_stdlib``;
-``audit.rounds``, ``audit.records_per_round``.
+averaged): ``audit.{exec,exit,record}.{<writer>,dumps}_us``,
+``audit.{exec,exit,record}.<writer>_ratio`` (to ``dumps``) and
+``audit.{exec,exit,record}.writer_over_stdlib``; ``audit.rounds``,
+``audit.records_per_round``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
+import contextlib
 import hashlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -57,9 +74,8 @@ from bench.native import BenchError
 from bench.stats import rotation
 
 PREFIX = "audit"
-#: The writers measured: journal mirror off, and on (to a socket the bench
-#: drains), and off with the stdlib sealing (the A/B's old side).
-WRITERS = ("writer", "writer_journal", "writer_stdlib")
+#: The writers measured (the module's doc says what each is).
+WRITERS = ("writer", "writer_journal", "writer_checked", "writer_stdlib")
 #: Spawns per batch: each writes one exec and one exit record.
 SPAWNS_PER_BATCH = 50
 WARM_UP = 3
@@ -169,6 +185,80 @@ def stdlib_sealed_line(record: dict[str, Any]) -> tuple[dict[str, Any], bytes]:
     sealed.pop("hash", None)
     sealed["hash"] = digest
     return sealed, line.encode("utf-8")
+
+
+class _PoolThreads:
+    """`SyncThreads`' interface on a ThreadPoolExecutor, as the writer's
+    fsyncs ran before (the A/B's old side of ``--durable``)."""
+
+    def __init__(self) -> None:
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+
+    def submit(self, job: Callable[[], None], done: Callable[[BaseException | None], None]) -> None:
+        self._pool.submit(job).add_done_callback(lambda ran: done(ran.exception()))
+
+    async def call(self, job: Callable[[], None]) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._pool, job)
+
+    def stop(self) -> None:
+        self._pool.shutdown(wait=False)
+
+
+async def _durable_ab(rounds: int) -> dict[str, float]:
+    """The ``--durable`` A/B: per record, median over rounds."""
+    directory = Path(tempfile.mkdtemp(prefix="audit-bench-"))
+    logs: dict[str, AuditLog] = {}
+    go = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    try:
+        for name in ("threads", "pool"):
+            settings = AuditSettings(
+                path=directory / name / "audit.jsonl", group=None, journal="off"
+            )
+            logs[name] = AuditLog.open(settings, str(uuid.uuid4()))
+        logs["pool"]._threads = _PoolThreads()  # type: ignore[assignment]
+        samples: dict[str, list[float]] = {
+            f"{name}.{clock}": [] for name in logs for clock in ("loop", "process", "wall")
+        }
+        per_round = 20
+        for index in range(WARM_UP + rounds):
+            for name in rotation(list(logs), index):
+                log = logs[name]
+                batch = [_built(exec_fields(index * per_round + i)) for i in range(per_round)]
+                loop0, process0 = time.thread_time_ns(), time.process_time_ns()
+                wall0 = time.perf_counter_ns()
+                for fields in batch:
+                    _, durable = log.write_pending("process.exec", release_fd=go, built=fields)
+                    await durable
+                figures = {
+                    "loop": time.thread_time_ns() - loop0,
+                    "process": time.process_time_ns() - process0,
+                    "wall": time.perf_counter_ns() - wall0,
+                }
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(go)
+                if index >= WARM_UP:
+                    for clock, ns in figures.items():
+                        samples[f"{name}.{clock}"].append(ns / 1000 / per_round)
+        out = {f"{PREFIX}.durable.{key}_us": statistics.median(v) for key, v in samples.items()}
+        for clock in ("loop", "process", "wall"):
+            out[f"{PREFIX}.durable.{clock}_ratio"] = (
+                out[f"{PREFIX}.durable.threads.{clock}_us"]
+                / out[f"{PREFIX}.durable.pool.{clock}_us"]
+            )
+        out[f"{PREFIX}.durable.rounds"] = float(rounds)
+        return out
+    finally:
+        for log in logs.values():
+            await log.close()
+        os.close(go)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _built(fields: dict[str, Any]) -> dict[str, Any]:
+    """The fields as `hostcapd.process.records` builds them (what is unknown
+    left out, not None). On the built writers' clock; the others pay a like
+    copy, the fields unpacked as keywords into a dict of their own."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 class StdlibAuditLog(AuditLog):
@@ -301,9 +391,14 @@ async def _run(quick: bool, spaced_ms: float = 0.0) -> dict[str, float]:
         logs.append(AuditLog.open(mirrored, str(uuid.uuid4()), journal_socket=journal.path))
         stdlib = AuditSettings(path=directory / "stdlib" / "audit.jsonl", group=None, journal="off")
         logs.append(StdlibAuditLog.open(stdlib, str(uuid.uuid4())))
+        checked = AuditSettings(
+            path=directory / "checked" / "audit.jsonl", group=None, journal="off"
+        )
+        logs.append(AuditLog.open(checked, str(uuid.uuid4())))
         contenders: dict[str, Contender] = {
-            "writer": lambda event, fields: logs[0].write(event, **fields),
-            "writer_journal": lambda event, fields: logs[1].write(event, **fields),
+            "writer": lambda event, fields: logs[0].write_built(event, _built(fields)),
+            "writer_journal": lambda event, fields: logs[1].write_built(event, _built(fields)),
+            "writer_checked": lambda event, fields: logs[3].write(event, **fields),
             "writer_stdlib": lambda event, fields: logs[2].write(event, **fields),
             "dumps": lambda event, fields: json.dumps(fields),
         }
@@ -328,8 +423,8 @@ def report(result: dict[str, float]) -> str:
         f"audit writer, CPU of the loop thread per record, median of "
         f"{int(result[f'{PREFIX}.rounds'])} interleaved rounds of "
         f"{int(result[f'{PREFIX}.records_per_round'])} records",
-        f"  {'':14}{'json.dumps':>11}{'write':>9}{'ratio':>7}{'+journal':>10}{'ratio':>7}"
-        f"{'stdlib seal':>13}{'write/stdlib':>13}",
+        f"  {'':14}{'json.dumps':>11}{'built':>9}{'ratio':>7}{'+journal':>10}{'ratio':>7}"
+        f"{'checked':>10}{'before':>10}{'built/before':>14}",
     ]
     for kind, label in (("exec", "process.exec"), ("exit", "process.exit"), ("record", "mean")):
         figure = f"{PREFIX}.{kind}"
@@ -338,8 +433,9 @@ def report(result: dict[str, float]) -> str:
             f"{result[f'{figure}.writer_us']:7.1f}us{result[f'{figure}.writer_ratio']:7.1f}"
             f"{result[f'{figure}.writer_journal_us']:8.1f}us"
             f"{result[f'{figure}.writer_journal_ratio']:7.1f}"
-            f"{result[f'{figure}.writer_stdlib_us']:11.1f}us"
-            f"{result[f'{figure}.writer_over_stdlib']:12.2f}x"
+            f"{result[f'{figure}.writer_checked_us']:8.1f}us"
+            f"{result[f'{figure}.writer_stdlib_us']:8.1f}us"
+            f"{result[f'{figure}.writer_over_stdlib']:13.2f}x"
         )
     return "\n".join(lines)
 
@@ -359,7 +455,20 @@ def main(argv: list[str] | None = None) -> int:
         metavar="MS",
         help="one record per writer at a time, each after the loop slept MS ms",
     )
+    parser.add_argument(
+        "--durable", action="store_true", help="the fsync threads' A/B (the module's doc)"
+    )
     args = parser.parse_args(argv)
+    if args.durable:
+        result = asyncio.run(_durable_ab(_rounds(args.quick)))
+        print(f"durable exec records, per record, median of {_rounds(args.quick)} rounds of 20:")
+        for clock in ("loop", "process", "wall"):
+            print(
+                f"  {clock:8} SyncThreads {result[f'{PREFIX}.durable.threads.{clock}_us']:7.1f}us"
+                f"  ThreadPoolExecutor {result[f'{PREFIX}.durable.pool.{clock}_us']:7.1f}us"
+                f"  {result[f'{PREFIX}.durable.{clock}_ratio']:.2f}x"
+            )
+        return 0
     print(report(run(args.quick, args.spaced)))
     return 0
 

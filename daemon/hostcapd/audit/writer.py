@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import errno
 import functools
@@ -57,7 +56,7 @@ from hostcapd.audit.files import (
     resolve_group,
     rotated_files,
 )
-from hostcapd.audit.fsync import MAX_SYNCS_IN_FLIGHT, GroupCommit, Waiter, sync_files
+from hostcapd.audit.fsync import MAX_SYNCS_IN_FLIGHT, GroupCommit, SyncThreads, Waiter, sync_files
 from hostcapd.audit.journal import JOURNAL_SOCKET, JournalMirror
 from hostcapd.audit.ledger import file_ledger, orphan_exit, resolve_summaries, summary
 from hostcapd.audit.redact import MAX_ARGV_CHARS, bound_argv, redact_argv, seal_input
@@ -188,9 +187,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._syncs = {}
         self._waiters = []
         self._flush_handle = None
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=MAX_SYNCS_IN_FLIGHT, thread_name_prefix="hostcapd-audit-fsync"
-        )
+        self._threads = SyncThreads(MAX_SYNCS_IN_FLIGHT, "hostcapd-audit-fsync")
         self.sync_count = 0
         #: Compression, archiving and pruning of rotated files (`retention`).
         self.retention = Retention(settings, gid, self.write_durable)
@@ -592,9 +589,8 @@ class AuditLog(DeferredQueue, GroupCommit):
             if self._failure is None:
                 _, retired, directory = self._sync_batch()
                 try:
-                    await asyncio.get_running_loop().run_in_executor(
-                        self._executor, sync_files, retired, directory, self._fd
-                    )
+                    fd = self._fd
+                    await self._threads.call(lambda: sync_files(retired, directory, fd))
                 except OSError as error:
                     failure = f"audit log fsync failed at close: {error.strerror}"
                 else:
@@ -609,7 +605,7 @@ class AuditLog(DeferredQueue, GroupCommit):
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._retired = []
-            self._executor.shutdown(wait=False)
+            self._threads.stop()
             if self._journal is not None:
                 self._journal.close()
             for subscriber in list(self._subscribers):

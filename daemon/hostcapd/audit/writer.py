@@ -45,6 +45,7 @@ from hostcap_proto.audit import (
 )
 
 from hostcapd import metrics
+from hostcapd.audit.built import Built
 from hostcapd.audit.deferred import DeferredQueue
 from hostcapd.audit.errors import AuditUnavailable
 from hostcapd.audit.files import (
@@ -395,7 +396,8 @@ class AuditLog(DeferredQueue, GroupCommit):
             if not HEADER_FIELDS.isdisjoint(fields):
                 reserved = ", ".join(sorted(HEADER_FIELDS & fields.keys()))
                 raise AuditRecordError(f"{event}: {reserved} set by the writer, not the caller")
-            body, plain = dict(fields), fast_encodable(fields)
+            plain = fields.plain if type(fields) is Built else fast_encodable(fields)
+            body = dict(fields)
         else:
             body, plain = checked_event_fields(event, fields)
         if "argv" in body:

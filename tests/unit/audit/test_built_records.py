@@ -19,6 +19,9 @@ from audit_helpers import SettingsFactory
 from hostcap_proto import audit as contract
 from hostcap_proto.names import Rusage
 from hostcapd.audit import AuditLog
+from hostcapd.audit.built import Built
+from hostcapd.bridge.values import Caller
+from hostcapd.callers import CURRENT
 from hostcapd.config import Tenant
 from hostcapd.process import records
 from hostcapd.process.executable import HashCache
@@ -117,7 +120,13 @@ def built_records(pairs: list[tuple[SpawnRequest, Prepared]], tenant: Tenant) ->
         spawn_id = f"{index:032x}"
         body = records.exec_record(tenant, spawn_id, request, p)
         out.append(("process.exec", body))
-        out.append(("process.exec", {**body, "caller": {"uid": 1000, "gid": 1000, "pid": 4242}}))
+        token = CURRENT.set(Caller(uid=1000, gid=1000, pid=4242))  # a call's caller
+        try:
+            with_caller = records.exec_record(tenant, spawn_id, request, p)
+        finally:
+            CURRENT.reset(token)
+        assert with_caller["caller"] == {"uid": 1000, "gid": 1000, "pid": 4242}
+        out.append(("process.exec", with_caller))
         for report in reports():
             stdout: StreamTally | StreamCount = StreamTally(1 << 20)
             stdout.feed(rng.randint(0, 1 << 22))
@@ -145,13 +154,15 @@ def built_records(pairs: list[tuple[SpawnRequest, Prepared]], tenant: Tenant) ->
 def test_built_fields_are_what_the_model_makes_of_them(
     prepared: list[tuple[SpawnRequest, Prepared]], tenant: Tenant
 ) -> None:
-    plain = 0
+    vouched = 0
     for event, body in built_records(prepared, tenant):
         assert not HEADER & body.keys()
         assert typed(contract.validate_event_fields_by_model(event, body)) == typed(body), body
         assert typed(contract.validate_event_fields(event, body)) == typed(body), body
-        plain += contract.fast_encodable(body)
-    assert plain > 0
+        # What the builder vouches for (sealed unwalked) is what a walk finds.
+        assert isinstance(body, Built) and body.plain == contract.fast_encodable(dict(body)), body
+        vouched += body.plain
+    assert 0 < vouched < len(built_records(prepared, tenant))
 
 
 async def test_write_built_stores_what_write_stores(

@@ -206,6 +206,10 @@ class _PoolThreads:
         self._pool.shutdown(wait=False)
 
 
+#: ``--durable``'s pairs: (new, old) and what each compares.
+DURABLE_PAIRS = (("threads", "pool", "fsync threads: SyncThreads / ThreadPoolExecutor"),)
+
+
 async def _durable_ab(rounds: int) -> dict[str, float]:
     """The ``--durable`` A/B: per record, median over rounds."""
     directory = Path(tempfile.mkdtemp(prefix="audit-bench-"))
@@ -242,11 +246,12 @@ async def _durable_ab(rounds: int) -> dict[str, float]:
                     for clock, ns in figures.items():
                         samples[f"{name}.{clock}"].append(ns / 1000 / per_round)
         out = {f"{PREFIX}.durable.{key}_us": statistics.median(v) for key, v in samples.items()}
-        for clock in ("loop", "process", "wall"):
-            out[f"{PREFIX}.durable.{clock}_ratio"] = (
-                out[f"{PREFIX}.durable.threads.{clock}_us"]
-                / out[f"{PREFIX}.durable.pool.{clock}_us"]
-            )
+        for new, old, _ in DURABLE_PAIRS:
+            for clock in ("loop", "process", "wall"):
+                out[f"{PREFIX}.durable.{new}_over_{old}.{clock}"] = (
+                    out[f"{PREFIX}.durable.{new}.{clock}_us"]
+                    / out[f"{PREFIX}.durable.{old}.{clock}_us"]
+                )
         out[f"{PREFIX}.durable.rounds"] = float(rounds)
         return out
     finally:
@@ -471,12 +476,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.durable:
         result = asyncio.run(_durable_ab(_rounds(args.quick)))
         print(f"durable exec records, per record, median of {_rounds(args.quick)} rounds of 20:")
-        for clock in ("loop", "process", "wall"):
-            print(
-                f"  {clock:8} SyncThreads {result[f'{PREFIX}.durable.threads.{clock}_us']:7.1f}us"
-                f"  ThreadPoolExecutor {result[f'{PREFIX}.durable.pool.{clock}_us']:7.1f}us"
-                f"  {result[f'{PREFIX}.durable.{clock}_ratio']:.2f}x"
-            )
+        for new, old, label in DURABLE_PAIRS:
+            print(f"  {label}")
+            for clock in ("loop", "process", "wall"):
+                print(
+                    f"    {clock:8} {result[f'{PREFIX}.durable.{new}.{clock}_us']:7.1f}us"
+                    f" / {result[f'{PREFIX}.durable.{old}.{clock}_us']:7.1f}us"
+                    f"  {result[f'{PREFIX}.durable.{new}_over_{old}.{clock}']:.2f}x"
+                )
         return 0
     print(report(run(args.quick, args.spaced)))
     return 0

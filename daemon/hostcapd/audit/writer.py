@@ -390,8 +390,9 @@ class AuditLog(DeferredQueue, GroupCommit):
             with contextlib.suppress(AuditUnavailable):
                 self._flush_deferred()
         # plain: the fast check passed it (exact builtin types, floats the
-        # fast encoder writes as repr() does), or a walk found it so; what is
-        # added below is text, ints and bools, as is the header.
+        # fast encoder writes as repr() does), its builder said so (`Built`),
+        # or a walk found it so; what is added below is text, ints and
+        # bools, as is the header.
         if built:
             if not HEADER_FIELDS.isdisjoint(fields):
                 reserved = ", ".join(sorted(HEADER_FIELDS & fields.keys()))

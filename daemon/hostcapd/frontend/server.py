@@ -60,7 +60,7 @@ from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd.applied import Unavailable
 from hostcapd.bridge import channel, messages
-from hostcapd.frontend import convert
+from hostcapd.frontend import affinity, convert
 from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
 from hostcapd.frontend.options import HealthReporter, new_health, server_options
 from hostcapd.frontend.peers import INNER_URI, Peers
@@ -535,6 +535,11 @@ def confined(
     hello = _hello(sock)
     factory = loop_factory(hello.event_loop)
     _preload()
+    # Before any thread exists (they inherit it), and while sysfs is readable.
+    try:
+        affinity.place(hello.cpu)
+    except ValueError as error:
+        raise Unavailable(f"daemon.frontend_cpu: {error}") from None
     applied = confine(
         Confinement(
             ".",

@@ -18,8 +18,10 @@ in-process A/Bs (not part of `make bench`):
   call (schedstat of all its threads) and p50, over the first variant's.
   The default variants: the environment's fork support and poll strategy,
   the server's BDP probe, its health service registered or generic only,
-  a second default (the A/A: the noise), and a call spaced 8 ms after the previous (what a call costs when the
-  server was idle, as a Run's answer finds the front-end).
+  a second default (the A/A: the noise), a call spaced 8 ms after the
+  previous (what a call costs when the server was idle, as a Run's answer
+  finds the front-end), and the server's threads kept on one core
+  (`daemon.frontend_cpu = "core"`, `hostcapd.frontend.affinity`).
 - `calls`: one bench daemon (`full`); its tenant front-end's CPU per call
   (schedstat) and voluntary context switches per call, for Health.Check
   (answered in the front-end), List and Capabilities (relayed to the root,
@@ -58,6 +60,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "grpc.http2.bdp_probe=0": {"opts": [["grpc.http2.bdp_probe", 0]]},
     "health generic only": {"env": {"BENCH_HEALTH_GENERIC": "1"}},
     "spaced 8 ms": {"spaced": 0.008},
+    "kept on one core": {"env": {"BENCH_FRONTEND_CPU": "core"}},
 }
 
 
@@ -133,6 +136,11 @@ def serve(path: str, opts: str) -> None:
     import uvloop
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
     from hostcapd.frontend.options import server_options
+
+    if os.environ.get("BENCH_FRONTEND_CPU"):
+        from hostcapd.frontend import affinity
+
+        affinity.place(os.environ["BENCH_FRONTEND_CPU"])  # before grpc's threads
 
     async def main() -> None:
         extra = [tuple(x) for x in json.loads(opts)]

@@ -167,14 +167,17 @@ class FsWorker:
                 await self._spawn()
             yield WorkerSession(self)
 
-    async def _exchange(self, header: dict[str, Any], data: bytes) -> Reply:
+    async def _exchange(self, header: dict[str, Any] | messages.Request, data: bytes) -> Reply:
         link = self._link
         if link is None:
             raise FsWorkerUnavailable("the fs worker is not running")
-        try:
-            request = messages.request_of(header)
-        except ProtocolError as error:
-            raise Refusal("INTERNAL", str(error)) from None
+        if isinstance(header, dict):
+            try:
+                request = messages.request_of(header)
+            except ProtocolError as error:
+                raise Refusal("INTERNAL", str(error)) from None
+        else:
+            request = header  # already one of ours (a read's hot path)
         try:
             # asyncio.timeout, not wait_for: no task and no extra pass of the
             # loop per exchange (a read's hot path).
@@ -234,7 +237,8 @@ class WorkerSession:
     def __init__(self, worker: FsWorker) -> None:
         self._worker = worker
 
-    async def exchange(self, header: dict[str, Any], data: bytes = b"") -> Reply:
-        """Send one request, wait for its reply. Raises Refusal for an
+    async def exchange(self, header: dict[str, Any] | messages.Request, data: bytes = b"") -> Reply:
+        """Send one request (a dict with its `op`, or the typed request),
+        wait for its reply. Raises Refusal for an
         `ok: false` reply, FsWorkerUnavailable if the worker died or hung."""
         return await self._worker._exchange(header, data)

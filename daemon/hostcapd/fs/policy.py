@@ -27,7 +27,9 @@ the tests so a change of the matcher cannot silently change the policy.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Sequence
+import functools
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 #: pattern -> (paths it must match, paths it must not match), for the
@@ -89,6 +91,19 @@ class PatternError(ValueError):
     """A pattern that cannot be used (empty, `..`, empty component)."""
 
 
+_MAGIC = frozenset("*?[")
+
+
+def _component_test(part: str) -> Callable[[str], bool]:
+    """Whether one (casefolded) path component matches the pattern's
+    component `part`: plain equality for a literal, else fnmatch's own
+    translation, compiled once."""
+    if not _MAGIC & set(part):
+        return part.__eq__
+    match = re.compile(fnmatch.translate(part)).match
+    return lambda name: match(name) is not None
+
+
 @dataclass(frozen=True)
 class PathPattern:
     """One compiled pattern."""
@@ -104,21 +119,48 @@ class PathPattern:
             raise PatternError(f"invalid path pattern {text!r}")
         return cls(text, tuple(part.casefold() for part in parts))
 
+    @functools.cached_property
+    def _steps(
+        self,
+    ) -> tuple[tuple[Callable[[str], bool] | None, ...], tuple[frozenset[int], ...]]:
+        """Each position's component test (None for `**`), and the positions
+        each one reaches by `**` matching no component (itself included)."""
+        tests = tuple(None if part == "**" else _component_test(part) for part in self.parts)
+        closures: list[frozenset[int]] = [frozenset({len(tests)})]
+        for test in reversed(tests):
+            here = len(tests) - len(closures)
+            closures.append(closures[-1] | {here} if test is None else frozenset({here}))
+        return tests, tuple(reversed(closures))
+
     def matches(self, path: Sequence[str]) -> bool:
         """Whether the path (components relative to the root) or one of its
         ancestors matches."""
-        folded = [part.casefold() for part in path]
-        return any(_match(self.parts, folded[:end]) for end in range(len(folded), 0, -1))
+        return self.matches_folded([part.casefold() for part in path])
 
-
-def _match(pattern: Sequence[str], path: Sequence[str]) -> bool:
-    if not pattern:
-        return not path
-    head, rest = pattern[0], pattern[1:]
-    if head == "**":
-        # zero components, or swallow one more and try again
-        return _match(rest, path) or (bool(path) and _match(pattern, path[1:]))
-    return bool(path) and fnmatch.fnmatchcase(path[0], head) and _match(rest, path[1:])
+    def matches_folded(self, folded: Sequence[str]) -> bool:
+        """`matches`, for components already casefolded. One pass over the
+        path, keeping the set of pattern positions reached (a `**` both
+        stays and steps on): the pattern matches an ancestor, or the path,
+        as soon as its end is reached after a component."""
+        tests, closures = self._steps
+        end = len(tests)
+        states: frozenset[int] | set[int] = closures[0]
+        for name in folded:
+            reached: set[int] = set()
+            for state in states:
+                if state == end:
+                    continue
+                test = tests[state]
+                if test is None:
+                    reached |= closures[state]
+                elif test(name):
+                    reached |= closures[state + 1]
+            if end in reached:
+                return True
+            if not reached:
+                return False
+            states = reached
+        return False
 
 
 class PathPolicy:
@@ -129,10 +171,12 @@ class PathPolicy:
         self.secret = tuple(PathPattern.compile(p) for p in secret)
 
     def is_secret(self, path: Sequence[str]) -> bool:
-        return any(pattern.matches(path) for pattern in self.secret)
+        folded = [part.casefold() for part in path]
+        return any(pattern.matches_folded(folded) for pattern in self.secret)
 
     def is_protected(self, path: Sequence[str]) -> bool:
-        return any(pattern.matches(path) for pattern in self.protected)
+        folded = [part.casefold() for part in path]
+        return any(pattern.matches_folded(folded) for pattern in self.protected)
 
 
 def split(path: str) -> tuple[str, ...]:

@@ -96,8 +96,13 @@ def write_frame(
     if fd is None:
         sock.sendall(head + body)
     else:
-        sent = framing.sendmsg(sock, [head], [fd])
-        sock.sendall(head[sent:] + body)
+        # Head and header in the one sendmsg that carries the fd: the
+        # daemon's first recvmsg takes the whole answer (a read's open),
+        # instead of waking for the head and again for the rest.
+        frame = head + body
+        sent = framing.sendmsg(sock, [frame], [fd])
+        if sent < len(frame):
+            sock.sendall(frame[sent:])
     if data:
         sock.sendall(data)
 

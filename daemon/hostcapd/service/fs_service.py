@@ -34,6 +34,7 @@ from hostcapd.callers import caller_field
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.fs import content
+from hostcapd.fs import messages as fs_messages
 from hostcapd.fs.client import FsWorker, FsWorkerUnavailable
 from hostcapd.fs.errors import refusal_from_errno
 from hostcapd.labels import validate_correlation
@@ -113,7 +114,7 @@ class FsService:
         """The worker resolves, checks and opens as the tenant; the content is
         read here from the fd it passed, after the worker is free again."""
         async with self._worker.session() as session:
-            reply = await session.exchange({"op": "open_read", "path": path})
+            reply = await session.exchange(fs_messages.OpenRead(path=path))
         if reply.fd is None:
             raise FsWorkerUnavailable("the fs worker answered a read without its file")
         try:
@@ -196,7 +197,7 @@ class FsService:
 
     async def Stat(self, request: messages.StatCall, call: RelayedCall) -> messages.StatResponse:
         try:
-            header = await self._single({"op": "stat", "path": request.path})
+            header = await self._single(fs_messages.Stat(path=request.path))
         except Refusal as failure:
             self._refuse("Stat", request.path, failure)
         return messages.StatResponse(
@@ -210,7 +211,7 @@ class FsService:
 
     # --- helpers -----------------------------------------------------------
 
-    async def _single(self, header: dict[str, Any]) -> dict[str, Any]:
+    async def _single(self, header: dict[str, Any] | fs_messages.Request) -> dict[str, Any]:
         async def one() -> dict[str, Any]:
             async with self._worker.session() as session:
                 reply = await session.exchange(header)

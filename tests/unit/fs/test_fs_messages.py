@@ -104,3 +104,33 @@ def test_an_answer_that_is_not_one_of_ours_is_a_protocol_error(wire: bytes) -> N
 def test_the_fs_services_request_must_be_one_of_ours() -> None:
     with pytest.raises(ProtocolError):
         messages.request_of({"op": "stat", "path": "a", "uid": 0})
+
+
+def test_an_answer_with_its_fd_comes_whole_in_the_daemons_first_read() -> None:
+    """A read's `Opened` and its fd are one sendmsg: the daemon's first
+    recvmsg (of HEAD_READ bytes) holds the whole frame and the fd, so it
+    does not wake once for the head and again for the header."""
+    import os
+    import socket
+
+    from hostcapd import framing
+    from hostcapd.fs.protocol import HEAD_READ, make_link, write_frame
+
+    daemon, worker = make_link()
+    read_end, write_end = os.pipe()
+    try:
+        answer = messages.Opened("/srv/ws/" + "d/" * 200 + "a.txt", "a.txt", 6)
+        write_frame(worker, answer, fd=read_end)
+        chunk, ancillary, flags, _ = daemon.recvmsg(HEAD_READ, framing.ancillary_space(1))
+        fds = framing.received_fds(ancillary)
+        assert not flags & socket.MSG_CTRUNC
+        assert len(fds) == 1
+        os.close(fds[0])
+        header_len, data_len = int.from_bytes(chunk[:4], "big"), int.from_bytes(chunk[4:8], "big")
+        assert (len(chunk), data_len) == (8 + header_len, 0)
+        assert messages.decode_answer(chunk[8:]) == answer
+    finally:
+        for fd in (read_end, write_end):
+            os.close(fd)
+        daemon.close()
+        worker.close()

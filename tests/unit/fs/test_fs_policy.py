@@ -55,3 +55,35 @@ def test_single_star_never_crosses_a_slash() -> None:
 def test_unusable_patterns_are_refused(bad: str) -> None:
     with pytest.raises(PatternError):
         PathPattern.compile(bad)
+
+
+def _reference(pattern: tuple[str, ...], path: tuple[str, ...]) -> bool:
+    """The matcher as first written (recursive, over each ancestor): what
+    the one-pass matcher must agree with."""
+    import fnmatch
+
+    def match(pat: tuple[str, ...], rest: tuple[str, ...]) -> bool:
+        if not pat:
+            return not rest
+        if pat[0] == "**":
+            return match(pat[1:], rest) or (bool(rest) and match(pat, rest[1:]))
+        return bool(rest) and fnmatch.fnmatchcase(rest[0], pat[0]) and match(pat[1:], rest[1:])
+
+    folded = tuple(part.casefold() for part in path)
+    return any(match(pattern, folded[:end]) for end in range(len(folded), 0, -1))
+
+
+def test_the_one_pass_matcher_agrees_with_the_recursive_one() -> None:
+    import random
+
+    chance = random.Random(35)
+    pattern_parts = ["**", "*", "a", "b*", "?", "[ab]", "[!a]", ".git", "hooks", "*.key", ".ENV"]
+    names = ["a", "b", "B", "ab", ".git", "hooks", "x.key", ".env", "c", "[ab]"]
+    checked = 0
+    for _ in range(4000):
+        text = "/".join(chance.choice(pattern_parts) for _ in range(chance.randint(1, 4)))
+        pattern = PathPattern.compile(text)
+        path = tuple(chance.choice(names) for _ in range(chance.randint(0, 6)))
+        assert pattern.matches(path) == _reference(pattern.parts, path), (text, path)
+        checked += pattern.matches(path)
+    assert 400 < checked < 3600  # both answers were exercised

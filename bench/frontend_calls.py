@@ -4,6 +4,7 @@ in-process A/Bs (not part of `make bench`):
     python -m bench.frontend_calls relay [--rounds N]
     python -m bench.frontend_calls grpc [--rounds N] [--variants JSON]
     python -m bench.frontend_calls calls [--rounds N]
+    python -m bench.frontend_calls pinned [--rounds N] [--stream-mib N]
 
 - `relay`: the who-asked relay's two ways of moving one message, each
   message written by a client, moved by the relay, read by a server, over
@@ -28,6 +29,13 @@ in-process A/Bs (not part of `make bench`):
   answered at once), Run /bin/true and a 4 KiB ReadFile, interleaved; and
   List again after 8 ms of quiet and after 8 ms of the client's own busy
   loop (the front-end's CPU counted around the call only).
+- `pinned`: one bench daemon (`full` and `stream`, `frontend_cpu = "any"`)
+  whose tenant front-ends the bench keeps on the CPU each runs on, or lets
+  go, in alternation (sched_setaffinity of each of their threads: what
+  `frontend_cpu = "core"` does from the start, on a machine without SMT):
+  the front-end's CPU per call for Health.Check, List and Run /bin/true,
+  and streamed Spawns' median rate and the front-end's CPU per GiB, kept
+  over let go.
 """
 
 from __future__ import annotations
@@ -319,9 +327,101 @@ async def calls(rounds: int) -> None:
         shutil.rmtree(state, ignore_errors=True)
 
 
+# --- pinned ------------------------------------------------------------------
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(task), cpus)
+        except OSError:
+            continue
+
+
+def _cpu_now(pid: int) -> int:
+    """The CPU `pid`'s main thread last ran on (/proc/PID/stat's field 39)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[36])
+
+
+async def pinned(rounds: int, stream_mib: int) -> None:
+    from hostcap_proto.v1 import process_pb2
+
+    from bench.client import TenantClient
+    from bench.daemon import BenchDaemon, MiB, state_parent
+    from bench.frontend_ab import frontend_of
+    from bench.who_asked_ab import _stream
+
+    state = Path(tempfile.mkdtemp(prefix="frontend-calls-", dir=state_parent()))
+    daemon = BenchDaemon(state / "a", ("full", "stream"))
+    daemon.config["daemon"]["frontend_cpu"] = "any"
+    clients: list[TenantClient] = []
+    allowed = os.sched_getaffinity(0)
+    modes = ("kept", "let go")
+    try:
+        daemon.start()
+        full, streamer = TenantClient(daemon.socket("full")), TenantClient(daemon.socket("stream"))
+        clients = [full, streamer]
+        fe, stream_fe = frontend_of(daemon, "full"), frontend_of(daemon, "stream")
+
+        async def listed() -> None:
+            await full.process.List(process_pb2.ListRequest())
+
+        kinds: dict[str, Callable[[], Awaitable[Any]]] = {
+            "Health.Check": full.health_rtt,
+            "List": listed,
+            "Run /bin/true": full.true,
+        }
+        for call in kinds.values():
+            for _ in range(5):
+                await call()
+        cpu = {(k, m): 0.0 for k in kinds for m in modes}
+        for index in range(rounds):
+            for mode in modes if index % 2 == 0 else modes[::-1]:
+                _pin(fe, {_cpu_now(fe)} if mode == "kept" else allowed)
+                for name, call in kinds.items():
+                    await call()  # after the change
+                    c0 = cpu_of(fe)
+                    await call()
+                    cpu[(name, mode)] += cpu_of(fe) - c0
+        print(f"load {os.getloadavg()[0]:.2f}; front-end CPU per call, {rounds} rounds")
+        for name in kinds:
+            kept, free = cpu[(name, "kept")] / rounds, cpu[(name, "let go")] / rounds
+            print(
+                f"{name:>16}: kept {kept * 1e3:.3f} ms | let go {free * 1e3:.3f} ms"
+                f" | kept / let go {kept / free:.2f}"
+            )
+        if stream_mib:
+            size = stream_mib * MiB
+            await _stream(streamer, size)
+            seconds: dict[str, list[float]] = {m: [] for m in modes}
+            spent = {m: 0.0 for m in modes}
+            streams = max(rounds // 5, 4)
+            for index in range(streams):
+                for mode in modes if index % 2 == 0 else modes[::-1]:
+                    _pin(stream_fe, {_cpu_now(stream_fe)} if mode == "kept" else allowed)
+                    c0 = cpu_of(stream_fe)
+                    seconds[mode].append(await _stream(streamer, size))
+                    spent[mode] += cpu_of(stream_fe) - c0
+            gib = streams * size / (1 << 30)
+            rate = {m: stream_mib / statistics.median(v) for m, v in seconds.items()}
+            print(
+                f"stream {stream_mib} MiB x {streams}: median kept {rate['kept']:.0f} MiB/s |"
+                f" let go {rate['let go']:.0f} MiB/s | kept / let go"
+                f" {rate['kept'] / rate['let go']:.2f}; front-end CPU per GiB kept"
+                f" {spent['kept'] / gib:.2f} s | let go {spent['let go'] / gib:.2f} s | kept / let go"
+                f" {spent['kept'] / spent['let go']:.2f}; load {os.getloadavg()[0]:.2f}"
+            )
+    finally:
+        for client in clients:
+            await client.close()
+        daemon.stop()
+        shutil.rmtree(state, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.frontend_calls")
-    parser.add_argument("part", nargs="?", choices=("relay", "grpc", "calls"))
+    parser.add_argument("part", nargs="?", choices=("relay", "grpc", "calls", "pinned"))
+    parser.add_argument("--stream-mib", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=0)
     parser.add_argument("--variants", default="", help="the grpc part's variants, as JSON")
     parser.add_argument("--serve", default="", help=argparse.SUPPRESS)
@@ -337,8 +437,10 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(bare_grpc(args.rounds or 300, variants))
     elif args.part == "calls":
         asyncio.run(calls(args.rounds or 150))
+    elif args.part == "pinned":
+        asyncio.run(pinned(args.rounds or 150, args.stream_mib))
     else:
-        parser.error("name a part: relay, grpc or calls")
+        parser.error("name a part: relay, grpc, calls or pinned")
     return 0
 
 

@@ -7,8 +7,9 @@ about 14 context switches per call, each a wake-up of a thread that last
 ran on either CPU. Kept on one core, each wake-up finds the caches the last
 thread warmed, and needs no wake-up of another CPU (an inter-processor
 interrupt: on a virtual machine, an exit to the hypervisor). Measured
-(bench/README.md, "The tenant front-end's CPU per call"): 0.81-0.93x the
-front-end's CPU per call, a stream's front-end CPU per GiB 0.67-0.91x.
+(bench/README.md, "The tenant front-end's CPU per call"): the front-end's
+CPU per call 0.77-0.91x between two daemons (0.94-0.98x with one daemon's
+front-ends switched back and forth); a stream's within the noise.
 
 "core" pins the process, before it makes any thread (they inherit it), to
 the CPUs that share the level-2 cache of the CPU it started on (that CPU

@@ -34,8 +34,9 @@ in-process A/Bs (not part of `make bench`):
   go, in alternation (sched_setaffinity of each of their threads: what
   `frontend_cpu = "core"` does from the start, on a machine without SMT):
   the front-end's CPU per call for Health.Check, List and Run /bin/true,
-  and streamed Spawns' median rate and the front-end's CPU per GiB, kept
-  over let go.
+  row 2's 8 clients (spawns per second, the front-end's and the daemon's
+  CPU per spawn, medians of windows), and streamed Spawns' median rate and
+  the front-end's CPU per GiB, kept over let go.
 """
 
 from __future__ import annotations
@@ -390,6 +391,31 @@ async def pinned(rounds: int, stream_mib: int) -> None:
                 f"{name:>16}: kept {kept * 1e3:.3f} ms | let go {free * 1e3:.3f} ms"
                 f" | kept / let go {kept / free:.2f}"
             )
+        from bench.frontend_ab import _cpu_of, _daemon_pids
+        from bench.throughput import daemon_rate
+
+        pids = _daemon_pids(daemon)
+        rates: dict[str, list[float]] = {m: [] for m in modes}
+        fe_per: dict[str, list[float]] = {m: [] for m in modes}
+        daemon_per: dict[str, list[float]] = {m: [] for m in modes}
+        windows = max(rounds // 15, 4)
+        for index in range(windows):
+            for mode in modes if index % 2 == 0 else modes[::-1]:
+                _pin(fe, {_cpu_now(fe)} if mode == "kept" else allowed)
+                f0, d0 = cpu_of(fe), _cpu_of(pids)
+                done, took = await daemon_rate(daemon.socket("full"), 1.5)
+                rates[mode].append(done / took)
+                fe_per[mode].append((cpu_of(fe) - f0) / done)
+                daemon_per[mode].append((_cpu_of(pids) - d0) / done)
+        med = {m: statistics.median(rates[m]) for m in modes}
+        fe_med = {m: statistics.median(fe_per[m]) for m in modes}
+        all_med = {m: statistics.median(daemon_per[m]) for m in modes}
+        print(
+            f"8 clients, {windows} windows of 1.5 s a side: spawns/s kept / let go"
+            f" {med['kept'] / med['let go']:.2f} ({med['kept']:.0f} / {med['let go']:.0f});"
+            f" front-end CPU per spawn {fe_med['kept'] / fe_med['let go']:.2f};"
+            f" daemon CPU per spawn {all_med['kept'] / all_med['let go']:.2f}"
+        )
         if stream_mib:
             size = stream_mib * MiB
             await _stream(streamer, size)

@@ -163,3 +163,13 @@ class DaemonSettings(Model):
     #: record is durable (docs/decisions/0020). false: the record first (the
     #: benchmark's comparison, bench/README.md).
     order_before_exec_record: bool = True
+    #: Once started, the root process moves every object it made so far out
+    #: of the cyclic collector's reach (`gc.freeze()`; again after a reload):
+    #: a full collection then walks only what spawns made since, not the
+    #: start-up's objects (bench/README.md, "The root's CPU per spawn").
+    #: false: collected as Python's default (the benchmark's comparison).
+    gc_freeze: bool = True
+    #: The root's youngest-generation collection threshold (tracked objects
+    #: allocated, net, between two collections; Python's default is 700: ten
+    #: times fewer collections, each of the same cost per object).
+    gc_threshold: int = Field(default=7000, ge=100, le=1_000_000)

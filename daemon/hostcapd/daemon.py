@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import os
 import pwd
@@ -168,6 +169,7 @@ class Daemon:
             notify(sdnotify.status, one_line(f"start-up failed: {error}"))
             await self.stop()
             return 2
+        self._collect_settings()
         self.announce()
         self._serving = True
         watch = ServingWatch(self)
@@ -182,6 +184,17 @@ class Daemon:
         await self._stop.wait()
         await self.stop()
         return 0
+
+    def _collect_settings(self) -> None:
+        """The cyclic collector's settings for serving (`daemon.gc_freeze`,
+        `daemon.gc_threshold`): what start-up (or a reload) made is frozen,
+        out of every later collection's walk."""
+        settings = self.config.daemon
+        _, middle, old = gc.get_threshold()
+        gc.set_threshold(settings.gc_threshold, middle, old)
+        if settings.gc_freeze:
+            gc.collect()  # start-up's garbage is freed, not frozen
+            gc.freeze()
 
     def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(coro)
@@ -428,7 +441,9 @@ class Daemon:
     async def reload(self) -> ReloadOutcome:
         """Re-read the config and apply it (SIGHUP, AdminService.Reload); see
         `hostcapd.reload`."""
-        return await self.reloads.reload()
+        outcome = await self.reloads.reload()
+        self._collect_settings()  # the new config's, and what the reload made
+        return outcome
 
     # --- shutdown ------------------------------------------------------------------
 

@@ -153,9 +153,12 @@ class Bridge:
     calls: dict[int, _CallState] = field(default_factory=dict)
     #: Payload bytes admitted for a call not yet taken up by `_call`.
     _admitted: dict[int, int] = field(default_factory=dict)
+    #: The loop its link runs on (asked once: a getpid on Python 3.11).
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def attach(self, sock: Any) -> None:
-        self.ready = asyncio.get_running_loop().create_future()
+        self._loop = loop = asyncio.get_running_loop()
+        self.ready = loop.create_future()
         self.link = channel.Link(
             sock,
             messages.FROM_FRONTEND[self.kind],
@@ -241,7 +244,8 @@ class Bridge:
             )
             del payload  # the call holds it now, and gives its bytes back when it ends
             self.calls[message.call] = state
-            state.task = asyncio.ensure_future(self._serve(call, relayed, request, state))
+            serve = self._serve(call, relayed, request, state)
+            state.task = (self._loop or asyncio.get_running_loop()).create_task(serve)
             started = True
         finally:
             if not started:
@@ -332,7 +336,7 @@ class Bridge:
     ) -> None:
         """A read of the call's spawn's output, to the front-end, gathered
         (never joined into another copy); returns once it is acknowledged."""
-        state.acked = asyncio.get_running_loop().create_future()
+        state.acked = (self._loop or asyncio.get_running_loop()).create_future()
         self.send(messages.Chunk(call=call, stream=stream, keep=keep), data)
         await state.acked
 
@@ -349,7 +353,7 @@ class Bridge:
                 # now, not when the generator is collected.
                 async with contextlib.aclosing(relayed.behaviour(request, call)) as stream:
                     async for item in stream:
-                        state.acked = asyncio.get_running_loop().create_future()
+                        state.acked = (self._loop or asyncio.get_running_loop()).create_future()
                         self.send(messages.Event(call=call.id, item=item))
                         await state.acked
                 self.send(messages.End(call=call.id))

@@ -73,50 +73,83 @@ def _inside(path: str, dirs: tuple[Path, ...]) -> bool:
     return any(os.path.commonpath([path, str(d)]) == str(d) for d in dirs)
 
 
-def _open_executable(path: str) -> tuple[int, os.stat_result] | None:
+#: An opened executable: its fd, its stat, and its path when already known.
+_Opened = tuple[int, os.stat_result, str]
+_OPEN_FLAGS = os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+
+
+def _open_executable(path: str) -> _Opened | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+        fd = os.open(path, _OPEN_FLAGS)
     except OSError:
         return None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
         os.close(fd)
         return None
-    return fd, st
+    return fd, st, ""
+
+
+def _open_allowed(path: str, allowed_dirs: tuple[Path, ...], named: bool = False) -> _Opened | bool:
+    """`path` opened if it is an executable file inside `allowed_dirs`; False
+    if it is not an executable file, True if it is one outside them. It is
+    looked at through an O_PATH fd first (no device's open runs before the
+    checks), then opened through that fd: what is checked is the file
+    opened, whatever its path's symlinks lead to (one lookup, where realpath
+    took an lstat of every component and the open a second lookup). A
+    `named` path that is not there is said to be outside, if it would be."""
+    try:
+        looked = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return named and not _inside(os.path.realpath(path), allowed_dirs)
+    try:
+        real = os.readlink(f"/proc/self/fd/{looked}")
+        if not _inside(real, allowed_dirs):
+            return True
+        st = os.fstat(looked)
+        if not stat.S_ISREG(st.st_mode) or not st.st_mode & 0o111:
+            return False
+        return os.open(f"/proc/self/fd/{looked}", _OPEN_FLAGS), st, real
+    except OSError:
+        return False
+    finally:
+        os.close(looked)
 
 
 def resolve(
     name: str, search_path: tuple[Path, ...], allowed_dirs: tuple[Path, ...], cache: HashCache
 ) -> ResolvedExecutable:
+    opened: _Opened | None = None
     if "/" in name:
         if not name.startswith("/"):
             raise Refusal("EXECUTABLE_NOT_ALLOWED", "argv[0] with a slash must be an absolute path")
-        real = os.path.realpath(name)
-        if allowed_dirs and not _inside(real, allowed_dirs):
-            raise Refusal(
-                "EXECUTABLE_NOT_ALLOWED", f"{name} is not inside an allowed executable directory"
-            )
-        opened = _open_executable(real)
+        if allowed_dirs:
+            checked = _open_allowed(name, allowed_dirs, named=True)
+            if checked is True:
+                raise Refusal(
+                    "EXECUTABLE_NOT_ALLOWED",
+                    f"{name} is not inside an allowed executable directory",
+                )
+            opened = None if isinstance(checked, bool) else checked
+        else:
+            opened = _open_executable(name)
         if opened is None:
             raise Refusal("EXECUTABLE_NOT_ALLOWED", f"{name} is not an executable file")
     else:
         if name in ("", ".", ".."):
             raise Refusal("EXECUTABLE_NOT_FOUND", f"{name!r} is not a command name")
-        opened = None
         for directory in search_path:
             candidate = os.path.join(directory, name)
-            opened = _open_executable(candidate)
+            if not allowed_dirs:
+                opened = _open_executable(candidate)
+            elif not isinstance(found := _open_allowed(candidate, allowed_dirs), bool):
+                opened = found
             if opened is not None:
-                # (realpath is an lstat per component: only when it is needed)
-                if allowed_dirs and not _inside(os.path.realpath(candidate), allowed_dirs):
-                    os.close(opened[0])
-                    opened = None
-                    continue
                 break
         if opened is None:
             raise Refusal("EXECUTABLE_NOT_FOUND", f"{name}: command not found on the tenant's PATH")
-    fd, st = opened
+    fd, st, path = opened
     # The path of the file actually opened, whatever symlinks led there.
-    path = os.readlink(f"/proc/self/fd/{fd}")
+    path = path or os.readlink(f"/proc/self/fd/{fd}")
     digest, is_script = cache.digest(fd, st)
     return ResolvedExecutable(fd, path, st.st_dev, st.st_ino, digest, is_script)

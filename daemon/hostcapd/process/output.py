@@ -152,10 +152,13 @@ class OutputTurns:
 
     def __init__(self, per_turn: int = 1) -> None:
         self.per_turn = per_turn
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._left = per_turn
         self._waiting: deque[tuple[object, int, Callable[[int], None]]] = deque()
         self._granted: set[tuple[object, int]] = set()
         self._reset_pending = False
+        #: The read that last took this pass's budget (a refund gives it back).
+        self._took: tuple[object, int] | None = None
 
     def take(self) -> bool:
         """Whether a read may happen now (and count it)."""
@@ -173,11 +176,21 @@ class OutputTurns:
             self._granted.discard((owner, fd))
             return True
         if self.take():
+            self._took = (owner, fd)
             return True
-        asyncio.get_running_loop().remove_reader(fd)
+        self._running_loop().remove_reader(fd)
         self._waiting.append((owner, fd, reader))
         self._schedule()
         return False
+
+    def refund(self, owner: object, fd: int) -> None:
+        """`owner`'s read of `fd` found the end of its pipe: if it took this
+        pass's budget, it gives it back (the turns bound the output read in
+        a pass; two pipes closed by one exit are read in one pass, not the
+        second a pass later)."""
+        if self._took == (owner, fd):
+            self._took = None
+            self._left = min(self._left + 1, self.per_turn)
 
     def forget(self, owner: object) -> None:
         """`owner` closed its pipes: its waits and grants go."""
@@ -191,14 +204,20 @@ class OutputTurns:
     def _schedule(self) -> None:
         if not self._reset_pending:
             self._reset_pending = True
-            asyncio.get_running_loop().call_soon(self._next_turn)
+            self._running_loop().call_soon(self._next_turn)
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        # Asked once: asyncio.get_running_loop is a getpid on Python 3.11.
+        if self._loop is None or not self._loop.is_running():
+            self._loop = asyncio.get_running_loop()
+        return self._loop
 
     def _next_turn(self) -> None:
         """A new pass of the loop: the readers that waited longest get its
         reads first, in the order they came."""
         self._reset_pending = False
-        self._left = self.per_turn
-        loop = asyncio.get_running_loop()
+        self._left, self._took = self.per_turn, None
+        loop = self._running_loop()
         while self._left > 0 and self._waiting:
             owner, fd, reader = self._waiting.popleft()
             self._left -= 1

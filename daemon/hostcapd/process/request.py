@@ -95,16 +95,18 @@ def resolve_cwd(cwd: str, tenant: Tenant) -> Cwd:
             raise Refusal("PATH_ESCAPES_ROOT", f"cwd {cwd!r} is outside the tenant's roots")
     else:
         base, rel = str(tenant.primary_root.path), cwd or "."
+    if os.path.normpath(rel) == ".":
+        # The root itself: no lookup (one stat, where an open and a close
+        # said the same). Even "." beneath it needs search permission,
+        # which root lacks under the unit (no CAP_DAC_*) on a root private
+        # to the tenant (0700, the example's workspace).
+        if not os.path.isdir(base):
+            raise Refusal("NOT_FOUND", "the tenant root does not exist")
+        return Cwd(base, base, ".")
     try:
         root_fd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         raise Refusal("NOT_FOUND", "the tenant root does not exist") from None
-    if os.path.normpath(rel) == ".":
-        # The root itself: no lookup. Even "." beneath it needs search
-        # permission, which root lacks under the unit (no CAP_DAC_*) on a
-        # root private to the tenant (0700, the example's workspace).
-        os.close(root_fd)
-        return Cwd(base, base, ".")
     try:
         fd = openat2(
             root_fd, rel, os.O_PATH | os.O_DIRECTORY, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS

@@ -26,7 +26,7 @@ from hostcapd.callers import caller_field
 from hostcapd.childsetup import RLimit
 from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
-from hostcapd.process import deadlines, killing, records, terminal
+from hostcapd.process import changes, deadlines, killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.input import SpawnInput, feed_stdin
 from hostcapd.process.launch import FreshLaunch, Launch, launch_for
@@ -34,7 +34,6 @@ from hostcapd.process.order import plan_rlimits, spawn_order
 from hostcapd.process.output import OutputLog, StreamCount, StreamTally
 from hostcapd.process.report import Outcome, Report, classify
 from hostcapd.process.request import Prepared, SpawnRequest
-from hostcapd.sandbox import fschanges
 from hostcapd.sandbox.cgroups import CgroupError, CgroupStats, SpawnCgroup
 from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost
 
@@ -44,6 +43,8 @@ log = logging.getLogger("hostcapd.spawn")
 #: output passed to the front-end.
 READ_CHUNK = 1024 * 1024
 PIPE_SIZE = 1024 * 1024
+#: A pipe's size until its first full read (only a fast writer's is enlarged).
+_PIPE_DEFAULT = 64 * 1024
 #: Passed-but-unacknowledged bytes above which we stop reading the pipe. At
 #: 0 a pipe is read again once the front-end took what it gave (decision
 #: 0032): the pipe is the buffer, so a fast writer is passed in few large
@@ -84,8 +85,10 @@ class Spawn:
         self.events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
         self.pending_bytes = 0
         self.report: Report | None = None
-        self.done = asyncio.get_running_loop().create_future()
-        self.started = asyncio.get_running_loop().create_future()
+        #: The root's one loop (asyncio.get_running_loop is a getpid on 3.11).
+        self._loop = loop = asyncio.get_running_loop()
+        self.done, self.started = loop.create_future(), loop.create_future()
+        self._started_waiters: list[asyncio.Future[int]] = []
         self._kill_reason: Outcome | None = None
         self._kill_message = ""
         self._kill_task: asyncio.Task[None] | None = None
@@ -121,6 +124,27 @@ class Spawn:
             reason, message or ("cancelled by the client" if reason is Outcome.CANCELLED else "")
         )
 
+    def started_waiter(self) -> asyncio.Future[int]:
+        """`started` for one caller: a future of its own, settled with it in
+        the same turn, which the caller may cancel (it went away) without
+        cancelling `started` (a shield's two callbacks and a turn less)."""
+        if self.started.done():
+            return self.started  # (a done future is not cancelled by its awaiter)
+        waiter: asyncio.Future[int] = self._loop.create_future()
+        self._started_waiters.append(waiter)
+        return waiter
+
+    def _settle_started(self, pid: int, refusal: Refusal | None = None) -> None:
+        waiters, self._started_waiters = self._started_waiters, []
+        for future in [self.started, *waiters]:
+            if future.done():
+                continue
+            if refusal is None:
+                future.set_result(pid)
+            else:
+                future.set_exception(refusal)
+                future.add_done_callback(_retrieve)
+
     @property
     def out_counts(self) -> StreamTally | StreamCount:
         """stdout's total, kept and dropped bytes."""
@@ -152,7 +176,7 @@ class Spawn:
         self._resume_paused()
 
     def _resume_paused(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         for fd in list(self._paused):
             self._paused.discard(fd)
             loop.add_reader(fd, self._on_readable, fd)
@@ -173,16 +197,16 @@ class Spawn:
             self.pid = await self.launch.started()
             if self._tty_channel is not None:
                 self._take_terminal(self._tty_channel)
-            self._watch_changes()
+            changes.watch(self.deps, self.pid, self._cgroup)
             self._exec_time = time.monotonic()
-            self.started.set_result(self.pid)
+            self._settle_started(self.pid)
             stdin_task = self._stream()
             try:
                 status = await self._wait_end()
             finally:
                 if stdin_task:
                     stdin_task.cancel()
-            await self._record_changes()
+            await changes.record(self.deps, self.id, self.request, self.pid)
             return self._finish(status)
         except _Refused as refused:
             self._refuse(refused.refusal)
@@ -285,7 +309,7 @@ class Spawn:
             # The child waits in its set-up for a go it will never have:
             # _release_on_durable cancels it, as for a failed fsync.
             assert refused.audit is not None
-            failed: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            failed: asyncio.Future[Any] = self._loop.create_future()
             failed.set_exception(refused.audit)
             failed.add_done_callback(_retrieve)
             return failed
@@ -314,9 +338,6 @@ class Spawn:
             return
         out_r, out_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         err_r, err_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        with contextlib.suppress(OSError):
-            # Fewer, larger reads for a fast writer (the child's cgroup pays).
-            fcntl.fcntl(out_r, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         self._read_ends += [out_r, err_r]
         os.set_blocking(out_w, True)
         os.set_blocking(err_w, True)
@@ -357,7 +378,7 @@ class Spawn:
     # Step 4: stream output, feed stdin, run the wall clock.
 
     def _stream(self) -> asyncio.Future[None] | None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         # A terminal's one end (its output is stdout), or the two pipes.
         for fd, stream in zip(self._read_ends, (1, 2), strict=False):
             self._readers[fd] = stream
@@ -371,7 +392,7 @@ class Spawn:
             if self.request.stdin:
                 stdin_task = self.input.feed(self.request.stdin)
         elif self._stdin_w >= 0:
-            stdin_task = asyncio.ensure_future(feed_stdin(self._stdin_w, self.request.stdin or b""))
+            stdin_task = loop.create_task(feed_stdin(self._stdin_w, self.request.stdin or b""))
             self._stdin_w = -1  # feed_stdin closes it
         wall = self.prepared.limits.wall_seconds
         message = f"wall-clock limit of {wall:g} s exceeded" if wall is not None else ""
@@ -396,11 +417,13 @@ class Spawn:
         # namespace the kernel has done that already: init was reaped.
         if not self.deps.profile.has("pid_namespace"):
             self._kill_tree(signal.SIGKILL, wait=True)
-        if not self._eof.is_set():  # (a timeout scope costs one timer, no task)
-            with contextlib.suppress(TimeoutError):
-                # After the grace an escaped holder of the pipe is ignored.
-                async with asyncio.timeout(EOF_GRACE):
-                    await self._eof.wait()
+        if not self._eof.is_set():  # (one timer: no task, nor a timeout scope's steps)
+            # After the grace an escaped holder of the pipe is ignored.
+            grace = self._loop.call_later(EOF_GRACE, self._eof.set)
+            try:
+                await self._eof.wait()
+            finally:
+                grace.cancel()
         return status
 
     def _take_terminal(self, channel: socket.socket) -> None:
@@ -443,8 +466,7 @@ class Spawn:
             except CgroupError:
                 self._cgroup.kill()  # something outlived the tree kill
                 self._cgroup.remove()
-        if not self.started.done():
-            self.started.set_result(0)
+        self._settle_started(0)
 
     def _stop_timers(self) -> None:
         """Its wall clock and kill sequence: nothing fires once it has ended."""
@@ -452,36 +474,6 @@ class Spawn:
             self._timer.cancel()
         if self._kill_task and not self._kill_task.done():
             self._kill_task.cancel()
-
-    # Its file changes (decision 0030): from its start, and once its tree is
-    # dead, an fs.changes record before its exit record.
-
-    def _watch_changes(self) -> None:
-        watcher = self.deps.profile.fs_changes
-        if watcher is not None:
-            cgroup = self._cgroup.directories[0].name if self._cgroup is not None else ""
-            watcher.begin(self.pid, cgroup)
-
-    async def _record_changes(self) -> None:
-        watcher = self.deps.profile.fs_changes
-        if watcher is None or not self.pid:
-            return
-        changes = await watcher.finish(self.pid)
-        settings = self.deps.tenant.fs_changes
-        listed = await asyncio.to_thread(
-            fschanges.describe,
-            changes,
-            watcher.roots,
-            settings.sizes,
-            settings.sha256_max_bytes,
-        )
-        record = records.changes_record(
-            self.deps.tenant.name, self.id, self.request, listed, changes
-        )
-        try:
-            self.deps.audit.write("fs.changes", **record)
-        except AuditUnavailable as error:
-            log.error("could not audit the file changes of spawn %s: %s", self.id, error)
 
     # --- output -----------------------------------------------------------
 
@@ -498,13 +490,17 @@ class Spawn:
         if data and self.request.tty is not None:
             data = terminal.drain(fd, data, READ_CHUNK)
         if not data:
-            asyncio.get_running_loop().remove_reader(fd)
+            self.deps.turns.refund(self, fd)  # an end of file is not a read that counts
+            self._loop.remove_reader(fd)
             self._paused.discard(fd)
             os.close(fd)
             del self._readers[fd]
             if not self._readers:
                 self._eof.set()
             return
+        if len(data) == _PIPE_DEFAULT and stream == 1:  # a fast writer filled it:
+            with contextlib.suppress(OSError):  # fewer, larger reads (its cgroup pays)
+                fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
         if self.log is not None:
             self.log.feed(stream, data)
             total = self.log.total
@@ -526,11 +522,11 @@ class Spawn:
         self.pending_bytes += len(data)
         self.events.put_nowait(("output", (stream, data)))
         if self.pending_bytes > HIGH_WATER:
-            asyncio.get_running_loop().remove_reader(fd)
+            self._loop.remove_reader(fd)
             self._paused.add(fd)
 
     def _close_readers(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         for fd in list(self._readers):
             loop.remove_reader(fd)
             with contextlib.suppress(OSError):
@@ -577,8 +573,7 @@ class Spawn:
 
     def _refuse(self, refusal: Refusal) -> None:
         """Nothing ran: the caller learns it from `started` (None is run()'s answer)."""
-        self.started.set_exception(refusal)
-        self.started.add_done_callback(_retrieve)
+        self._settle_started(0, refusal)
         self.done.set_exception(refusal)
         self.done.add_done_callback(_retrieve)
 

@@ -100,7 +100,7 @@ def subtree_path(own: Path, mount: Path, parent: str) -> Path:
     return base.joinpath(*parts)
 
 
-def read(path: Path) -> str:
+def read(path: str | os.PathLike[str]) -> str:
     # os-level reads: a text-mode open() costs several times the read itself,
     # and a spawn reads a handful of these files on its way out.
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -113,7 +113,7 @@ def read(path: Path) -> str:
     return b"".join(chunks).decode()
 
 
-def write(path: Path, value: str) -> None:
+def write(path: str | os.PathLike[str], value: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
     try:
         os.write(fd, value.encode())
@@ -123,13 +123,14 @@ def write(path: Path, value: str) -> None:
 
 #: (parent, file name) -> whether a new cgroup under that parent has the file
 #: (swap accounting is fixed at boot): one stat per daemon, not per spawn.
-_HAS_FILE: dict[tuple[Path, str], bool] = {}
+_HAS_FILE: dict[tuple[str, str], bool] = {}
 
 
-def has_file(directory: Path, name: str) -> bool:
-    key = (directory.parent, name)
+def has_file(directory: str | os.PathLike[str], name: str) -> bool:
+    directory = os.fspath(directory)
+    key = (os.path.dirname(directory), name)
     if key not in _HAS_FILE:
-        _HAS_FILE[key] = (directory / name).exists()
+        _HAS_FILE[key] = os.path.exists(f"{directory}/{name}")
     return _HAS_FILE[key]
 
 

@@ -415,7 +415,7 @@ class CgroupHost:
 
     def _spawn(self, name: str, prefix: str = SPAWN_PREFIX) -> SpawnCgroup:
         return SpawnCgroup(
-            name, tuple((h, h.subtree / f"{prefix}{name}") for h in self.hierarchies)
+            name, tuple((h, f"{h.subtree}/{prefix}{name}") for h in self.hierarchies)
         )
 
     def create(
@@ -439,11 +439,11 @@ class CgroupHost:
         if pids is not None and pids <= 0:
             raise CgroupError(f"pids limit must be positive, not {pids}")
         cgroup = self._spawn(name, WARM_PREFIX if warm else READY_PREFIX if ahead else SPAWN_PREFIX)
-        made: list[Path] = []
+        made: list[str] = []
         try:
-            for directory in cgroup.directories:
+            for directory in cgroup.paths:
                 try:
-                    directory.mkdir()
+                    os.mkdir(directory)
                 except FileExistsError:
                     raise CgroupError(f"cgroup {directory} already exists") from None
                 made.append(directory)
@@ -451,7 +451,7 @@ class CgroupHost:
         except BaseException as error:
             for directory in reversed(made):
                 with contextlib.suppress(OSError):
-                    directory.rmdir()
+                    os.rmdir(directory)
             if isinstance(error, OSError):
                 raise CgroupError(f"cgroup {name}: {error.strerror}: {error.filename}") from None
             raise
@@ -479,21 +479,21 @@ class CgroupHost:
         if memory is not None and memory_bytes is not None:
             version, directory = memory
             if version == 2:
-                write(directory / "memory.max", str(memory_bytes))
+                write(f"{directory}/memory.max", str(memory_bytes))
                 if has_file(directory, "memory.swap.max"):
-                    write(directory / "memory.swap.max", "0")
+                    write(f"{directory}/memory.swap.max", "0")
             else:
                 _memory_v1(directory, memory_bytes)
         pids_role = cgroup._role("pids")
         if pids_role is not None and pids is not None:
-            write(pids_role[1] / "pids.max", str(pids))
+            write(f"{pids_role[1]}/pids.max", str(pids))
 
 
-def _memory_v1(directory: Path, value: int) -> None:
+def _memory_v1(directory: str, value: int) -> None:
     """memory.limit_in_bytes and memory.memsw.limit_in_bytes (memory + swap:
     equal to the limit means no swap). The kernel keeps limit <= memsw, so
     raising a limit (a tenant's, at a reload) writes memsw first."""
-    limit, memsw = directory / "memory.limit_in_bytes", directory / "memory.memsw.limit_in_bytes"
+    limit, memsw = f"{directory}/memory.limit_in_bytes", f"{directory}/memory.memsw.limit_in_bytes"
     has_memsw = has_file(directory, "memory.memsw.limit_in_bytes")
     try:
         write(limit, str(value))

@@ -26,6 +26,7 @@ applied, and a tenant that requires a quota is refused (decision 0024).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,10 +63,14 @@ class TenantShare:
         """Move process `pid` into the tenant's cpu cgroup; OSError if refused."""
         write(self.directory / "cgroup.procs", str(pid))
 
+    @functools.cached_property
+    def _procs(self) -> str:
+        return f"{self.directory}/cgroup.procs"  # (once: not a Path built per spawn)
+
     def procs_fds(self) -> list[int]:
         """A fresh O_WRONLY|O_CLOEXEC fd of the tenant cgroup's cgroup.procs."""
         try:
-            return [os.open(self.directory / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)]
+            return [os.open(self._procs, os.O_WRONLY | os.O_CLOEXEC)]
         except OSError as error:
             raise CgroupError(
                 f"cpu cgroup {self.directory}: cannot open cgroup.procs: {error.strerror}"

@@ -4,6 +4,7 @@ no_new_privs and oom_score_adj are per tenant: see `profile.TenantProfile`.)"""
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 
@@ -16,7 +17,10 @@ class IdentityPlan:
     loginuid: bytes | None
 
 
+@functools.cache
 def loginuid_supported() -> bool:
+    """Whether the kernel keeps a loginuid (audit support, fixed at boot):
+    looked up once, not per spawn."""
     return os.path.exists("/proc/self/loginuid")
 
 

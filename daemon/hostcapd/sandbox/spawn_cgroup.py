@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import signal
 import time
@@ -57,19 +58,33 @@ class Hierarchy:
 
 
 class SpawnCgroup:
-    """The cgroup of one spawn, one directory per hierarchy; owned by that spawn."""
+    """The cgroup of one spawn, one directory per hierarchy; owned by that spawn.
 
-    def __init__(self, name: str, members: tuple[tuple[Hierarchy, Path], ...]) -> None:
+    Its paths are kept as strings: a spawn's cgroup is made, joined, read
+    and removed on the spawn's path, where building pathlib objects for
+    each file cost more than the file operations' Python (bench/README.md,
+    "The root's CPU per spawn")."""
+
+    def __init__(self, name: str, members: tuple[tuple[Hierarchy, Path | str], ...]) -> None:
         self.name = name
-        self._members = members
+        self._hierarchies = tuple(h for h, _ in members)
         #: Every directory, in the order the child joins them.
-        self.directories = tuple(directory for _, directory in members)
+        self.paths = tuple(os.fspath(directory) for _, directory in members)
         #: The files `stats` reads, opened ahead of need (`open_stats`).
         self._stat_fds: dict[str, int] = {}
 
-    def _role(self, role: str) -> tuple[int, Path] | None:
+    @functools.cached_property
+    def directories(self) -> tuple[Path, ...]:
+        """Every directory, in the order the child joins them."""
+        return tuple(Path(directory) for directory in self.paths)
+
+    @property
+    def _members(self) -> tuple[tuple[Hierarchy, Path], ...]:
+        return tuple(zip(self._hierarchies, self.directories, strict=True))
+
+    def _role(self, role: str) -> tuple[int, str] | None:
         """(cgroup version, directory) of the hierarchy playing `role`."""
-        for h, directory in self._members:
+        for h, directory in zip(self._hierarchies, self.paths, strict=True):
             if role in h.roles:
                 return h.version, directory
         return None
@@ -79,8 +94,8 @@ class SpawnCgroup:
         into; the caller closes them once the child is placed."""
         fds: list[int] = []
         try:
-            for directory in self.directories:
-                fds.append(os.open(directory / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+            for directory in self.paths:
+                fds.append(os.open(f"{directory}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
         except OSError as error:
             for fd in fds:
                 os.close(fd)
@@ -92,8 +107,8 @@ class SpawnCgroup:
     def place(self, pid: int) -> None:
         """Move process `pid` (its every thread) into this cgroup in every
         hierarchy; raises OSError if the kernel refuses."""
-        for directory in self.directories:
-            write(directory / "cgroup.procs", str(pid))
+        for directory in self.paths:
+            write(f"{directory}/cgroup.procs", str(pid))
 
     def pids(self) -> list[int]:
         """Every process in the spawn's cgroup, in any of its hierarchies."""
@@ -117,7 +132,7 @@ class SpawnCgroup:
         if not wait and kill_role is not None:
             # The kernel finds the members itself: no walk before the kill.
             with contextlib.suppress(FileNotFoundError):  # removed: nothing left
-                write(kill_role[1] / "cgroup.kill", "1")
+                write(f"{kill_role[1]}/cgroup.kill", "1")
             return
         deadline = time.monotonic() + timeout
         pause = 0.0002
@@ -139,9 +154,9 @@ class SpawnCgroup:
         kill_role, freezer_role = self._role("kill"), self._role("freezer")
         try:
             if kill_role is not None:
-                write(kill_role[1] / "cgroup.kill", "1")
+                write(f"{kill_role[1]}/cgroup.kill", "1")
             elif freezer_role is not None:
-                with frozen(freezer_role[1]):
+                with frozen(Path(freezer_role[1])):
                     self._signal_members(members)
             else:
                 self._signal_members(members)
@@ -165,25 +180,26 @@ class SpawnCgroup:
             for pidfd in pidfds.values():
                 os.close(pidfd)
 
-    def _stat_files(self) -> dict[str, Path]:
-        files: dict[str, Path] = {}
+    @functools.cached_property
+    def _stat_files(self) -> dict[str, str]:
+        files: dict[str, str] = {}
         memory = self._role("memory")
         if memory is not None:
             version, memory_dir = memory
-            files["peak"] = memory_dir / (
-                "memory.peak" if version == 2 else "memory.max_usage_in_bytes"
-            )
-            files["oom"] = memory_dir / ("memory.events" if version == 2 else "memory.oom_control")
+            peak = "memory.peak" if version == 2 else "memory.max_usage_in_bytes"
+            files["peak"] = f"{memory_dir}/{peak}"
+            oom = "memory.events" if version == 2 else "memory.oom_control"
+            files["oom"] = f"{memory_dir}/{oom}"
         pids = self._role("pids")
         if pids is not None:
-            files["pids"] = pids[1] / "pids.events"
+            files["pids"] = f"{pids[1]}/pids.events"
         return files
 
     def open_stats(self) -> None:
         """Open the files `stats` reads now, ahead of need (a cgroup made
         before its spawn): at the spawn's end each is then one pread, not an
         open, a read and a close on its answer's path. Closed by `remove`."""
-        for name, path in self._stat_files().items():
+        for name, path in self._stat_files.items():
             if name not in self._stat_fds:
                 with contextlib.suppress(OSError):  # stats opens it then
                     self._stat_fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -193,7 +209,7 @@ class SpawnCgroup:
         for fd in fds.values():
             os.close(fd)
 
-    def _stat(self, name: str, path: Path) -> str | None:
+    def _stat(self, name: str, path: str) -> str | None:
         """A stat file's text (None if it does not exist)."""
         fd = self._stat_fds.get(name)
         try:
@@ -203,7 +219,7 @@ class SpawnCgroup:
 
     def stats(self) -> CgroupStats:
         """Peak memory, OOM kills and refused forks so far (read them after the spawn ends)."""
-        files = self._stat_files()
+        files = self._stat_files
         peak: int | None = None
         oom_kills = refused = 0
         if "peak" in files:
@@ -223,9 +239,9 @@ class SpawnCgroup:
         self._close_stats()
         # The common case: no nested cgroups, nothing left inside.
         try:
-            for directory in self.directories:
+            for path in self.paths:
                 with contextlib.suppress(FileNotFoundError):
-                    os.rmdir(directory)
+                    os.rmdir(path)
             return
         except OSError:
             pass

@@ -49,8 +49,8 @@ class ProcessService:
                 return None, convert.started_message(request, prepared, dry_run=True), False
             else:
                 spawn = self.runtime.start(request, streaming=streaming)
-            # Shielded: a caller that goes away must not cancel the spawn's own future.
-            pid = await asyncio.shield(spawn.started)
+            # Its own: a caller that goes away must not cancel the spawn's future.
+            pid = await spawn.started_waiter()
         except Refusal as refusal:
             refuse(
                 self.runtime.audit,
@@ -155,7 +155,8 @@ class ProcessService:
             if not spawn.done.done():
                 _cancel(spawn, call)
         return messages.RunResult(
-            started=convert.started_of(spawn, attached=attached),
+            # (its pid is the same as when it started: built once a Run)
+            started=started or convert.started_of(spawn, attached=attached),
             exited=convert.exited_message(spawn, report),
         )
 

@@ -67,9 +67,12 @@ class SpawnerClient:
         #: Called when the spawner died (before it is restarted).
         self.on_lost: Callable[[], None] | None = None
         self._ready = asyncio.Event()
+        #: The loop it runs on, once started (asyncio.get_running_loop is a
+        #: getpid on Python 3.11: asked once, not per order).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         ours, theirs = channel.socketpair()
         ours.setblocking(False)
         os.set_inheritable(theirs.fileno(), True)
@@ -136,7 +139,7 @@ class SpawnerClient:
         pid once the child has exec'd (or raises SetupFailed / SpawnerLost);
         the second, its exit. Raises SpawnerLost at once, having sent
         nothing, if the spawner is already gone."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         spawn_id = order.id
         started: asyncio.Future[int] = loop.create_future()
         exited: asyncio.Future[ExitStatus] = loop.create_future()
@@ -153,7 +156,7 @@ class SpawnerClient:
         is called with its id if it dies before a spawn order takes it.
         Raises SpawnerLost at once if the spawner is gone."""
         self._order(order.to_wire(), fds)
-        ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        ready: asyncio.Future[int] = (self._loop or asyncio.get_running_loop()).create_future()
         self._warming[order.id] = ready
         self._warm_lost[order.id] = lost
         return ready
@@ -206,24 +209,26 @@ class SpawnerClient:
                 channel.send(self._sock, messages.Kill(spawn_id, pid, int(sig)).to_wire())
 
     def _readable(self, sock: socket.socket) -> None:
-        while True:
-            report: messages.FromSpawner | None = None
-            try:
-                received = channel.receive(sock)
-                if received is not None:
-                    for fd in received[1]:
-                        os.close(fd)
-                    # A report that is not one of ours: the channel is not
-                    # trusted further (the spawner is replaced, fail closed).
-                    report = messages.from_spawner(received[0])
-            except BlockingIOError:
-                return
-            except (OSError, ValueError) as error:
-                log.error("spawner channel failed: %s", error)
-            if report is None:
-                self._lost(sock)
-                return
-            self._dispatch(report)
+        # One report a call: the loop's poll is level-triggered, so another
+        # waiting comes in its next pass, and a report that came alone (most
+        # do) costs no second recvmsg that finds nothing.
+        report: messages.FromSpawner | None = None
+        try:
+            received = channel.receive(sock)
+            if received is not None:
+                for fd in received[1]:
+                    os.close(fd)
+                # A report that is not one of ours: the channel is not
+                # trusted further (the spawner is replaced, fail closed).
+                report = messages.from_spawner(received[0])
+        except BlockingIOError:
+            return
+        except (OSError, ValueError) as error:
+            log.error("spawner channel failed: %s", error)
+        if report is None:
+            self._lost(sock)
+            return
+        self._dispatch(report)
 
     def _dispatch(self, m: messages.FromSpawner) -> None:
         if isinstance(m, messages.Started):

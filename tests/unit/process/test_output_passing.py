@@ -53,3 +53,44 @@ async def test_a_tenants_reads_take_turns_in_the_order_they_came() -> None:
             loop.remove_reader(r)
             os.close(r)
             os.close(w)
+
+
+async def test_an_end_of_file_does_not_use_up_a_pass_but_a_read_of_output_does() -> None:
+    loop = asyncio.get_running_loop()
+    turns = OutputTurns(per_turn=1)
+    owner = object()
+
+    async def passes_to_read(write: bytes) -> list[list[int]]:
+        pipes = [os.pipe() for _ in range(2)]
+        passes: list[list[int]] = []
+
+        def reader(fd: int) -> None:
+            if turns.admit(owner, fd, reader):
+                loop.remove_reader(fd)
+                if not os.read(fd, 100):
+                    turns.refund(owner, fd)
+                passes[-1].append(fd)
+
+        try:
+            for _, w in pipes:
+                if write:
+                    os.write(w, write)
+                else:
+                    os.close(w)  # its end: as when the child exits
+            for r, _ in pipes:
+                loop.add_reader(r, reader, r)
+            for _ in range(4):
+                passes.append([])
+                await asyncio.sleep(0)
+            turns.forget(owner)
+            return [p for p in passes if p]
+        finally:
+            for r, w in pipes:
+                loop.remove_reader(r)
+                os.close(r)
+                if write:
+                    os.close(w)
+
+    # Two ends of file: one pass. Two reads of output: one a pass.
+    assert [len(p) for p in await passes_to_read(b"")] == [2]
+    assert [len(p) for p in await passes_to_read(b"x")] == [1, 1]

@@ -266,3 +266,27 @@ def test_an_executable_outside_the_allowed_dirs_is_refused(
 )
 def test_bad_correlation_fields_are_refused(run: Any, fields: dict[str, Any]) -> None:
     assert refused(run, **fields).reason == "INVALID_ARGUMENT"
+
+
+def test_the_allowed_dirs_are_checked_against_the_file_opened(
+    tmp_path: Path, tenant: Tenant, roots: tuple[Path, Path]
+) -> None:
+    bin_dir = roots[0] / "bin"
+    confined = tenant.model_copy(update={"allowed_executable_dirs": (bin_dir,)})
+    (bin_dir / "escape").symlink_to("/bin/true")  # in the dir, a file outside it
+    (tmp_path / "into").symlink_to(bin_dir / "hello")  # outside, a file in it
+    before = _open_fds()
+    with pytest.raises(Refusal) as raised:
+        prepare(SpawnRequest(argv=(str(bin_dir / "escape"),)), confined, BY_FD, HashCache())
+    assert raised.value.reason == "EXECUTABLE_NOT_ALLOWED"
+    assert "not inside an allowed executable directory" in raised.value.message
+    with pytest.raises(Refusal) as raised:
+        prepare(SpawnRequest(argv=(str(bin_dir / "plain"),)), confined, BY_FD, HashCache())
+    assert "not an executable file" in raised.value.message
+    prepared = prepare(SpawnRequest(argv=(str(tmp_path / "into"),)), confined, BY_FD, HashCache())
+    try:
+        assert prepared.exe.path == str(bin_dir / "hello")
+        assert os.readlink(f"/proc/self/fd/{prepared.exe.fd}") == str(bin_dir / "hello")
+    finally:
+        prepared.close()
+    assert _open_fds() == before

@@ -14,7 +14,11 @@ them in interleaved rounds (alternating order) and prints each one's median
 Measured 2026-12-03 (bench/README.md, "Issue 15"): orjson 9x and msgspec 7x
 faster than the stdlib encoder (22 µs per record), but both write small and
 large floats differently (`2.5e-05` is `0.000025`, `1e-07` is `1e-7`) and
-orjson refuses integers past 64 bits: not adopted.
+orjson refuses integers past 64 bits: not adopted as they are. Since
+2026-12-06 (bench/README.md, "The audit records' CPU") the canonical form is
+msgspec's wherever its bytes are the json encoder's, the json encoder's
+elsewhere: the contender ``canonical`` (`canonical_bytes`), byte-identical
+by construction; ``stdlib`` is the json encoder alone.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from hostcap_proto.audit.canonical import canonical_bytes
+from hostcap_proto.audit.canonical import _CANONICAL, canonical_bytes
 
 from bench.audit_bench import exec_fields, exit_fields
 
@@ -57,7 +61,10 @@ def records() -> list[dict[str, Any]]:
 
 
 def contenders() -> dict[str, Encoder]:
-    found: dict[str, Encoder] = {"stdlib": canonical_bytes}
+    found: dict[str, Encoder] = {
+        "stdlib": lambda value: _CANONICAL.encode(value).encode("utf-8"),
+        "canonical": canonical_bytes,
+    }
     try:
         orjson: Any = importlib.import_module("orjson")
         found["orjson"] = lambda value: orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
@@ -76,7 +83,8 @@ def differences(encode: Encoder, corpus: list[Any]) -> list[str]:
     """Where `encode` does not give today's canonical bytes."""
     found = []
     for value in corpus:
-        expected = canonical_bytes(value if isinstance(value, dict) else {"v": value})
+        wrapped = value if isinstance(value, dict) else {"v": value}
+        expected = _CANONICAL.encode(wrapped).encode("utf-8")
         try:
             got = encode(value if isinstance(value, dict) else {"v": value})
         except Exception as error:  # what the contender refuses is a difference too

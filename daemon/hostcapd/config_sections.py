@@ -136,6 +136,12 @@ class DaemonSettings(Model):
     #: front-end's CPU"); a front-end that cannot load it refuses to start,
     #: and so does the daemon.
     frontend_event_loop: Literal["asyncio", "uvloop"] = "uvloop"
+    #: Where each front-end process's threads run: "core" keeps them on the
+    #: core the process started on (its level-2 cache's CPUs), which cuts a
+    #: front-end's CPU per call (its threads wake each other a dozen times
+    #: a call: bench/README.md, "The tenant front-end's CPU per call");
+    #: "any" leaves them to the scheduler.
+    frontend_cpu: Literal["core", "any"] = "core"
     #: Serve each tenant's socket from its own unprivileged front-end process
     #: (the privilege split, docs/decisions/0027-the-privilege-split.md). A
     #: host that cannot confine a front-end refuses to start; false runs the

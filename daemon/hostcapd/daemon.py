@@ -298,7 +298,11 @@ class Daemon:
         )
         daemon = self.config.daemon
         return await serve_tenant(
-            runtime, daemon.frontend_processes, daemon.record_callers, daemon.frontend_event_loop
+            runtime,
+            daemon.frontend_processes,
+            daemon.record_callers,
+            daemon.frontend_event_loop,
+            daemon.frontend_cpu,
         )
 
     def _commit(self, service: TenantService) -> None:
@@ -349,6 +353,7 @@ class Daemon:
             daemon.frontend_processes,
             daemon.record_callers,
             daemon.frontend_event_loop,
+            daemon.frontend_cpu,
         )
         if service.frontend is not None:
             service.frontend.on_restarted = functools.partial(self._admin_restarted, service)

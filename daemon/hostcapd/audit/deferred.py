@@ -31,8 +31,15 @@ class DeferredQueue:
 
         def write(self, event: str, **fields: Any) -> dict[str, Any]: ...
 
+        def write_built(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]: ...
+
         def _write_record(
-            self, event: str, fields: Mapping[str, Any], *, flushing: bool = False
+            self,
+            event: str,
+            fields: Mapping[str, Any],
+            *,
+            flushing: bool = False,
+            built: bool = False,
         ) -> dict[str, Any]: ...
 
         def _schedule_batch_sync(self) -> None: ...
@@ -45,8 +52,19 @@ class DeferredQueue:
         while the daemon runs (else the ledger closes it at the next start).
         False when deferred; raises `AuditUnavailable` once the log failed
         closed (an fsync failed: nothing more is written)."""
+        return self._write_or_defer(event, fields, built=False)
+
+    def write_built_or_defer(self, event: str, body: Mapping[str, Any]) -> bool:
+        """`write_or_defer` for built fields (`AuditLog.write_built`); kept,
+        they are written later as any fields are."""
+        return self._write_or_defer(event, body, built=True)
+
+    def _write_or_defer(self, event: str, fields: Mapping[str, Any], *, built: bool) -> bool:
         try:
-            self.write(event, **fields)
+            if built:
+                self.write_built(event, fields)
+            else:
+                self.write(event, **fields)
             return True
         except AuditUnavailable:
             if self._failure is not None or self._closed:

@@ -12,15 +12,23 @@ description: two fsyncs through one could see it only once). A durable write may
 (`write_pending(release_fd=...)`): the fsync thread writes 1 into it as soon
 as the fdatasync covering the line returned successfully, without waiting
 for the event loop (the spawn's go: its child waits on that fd right before
-exec). A failed fsync writes nothing into it."""
+exec). A failed fsync writes nothing into it.
+
+The fsyncs run on two threads of the writer's own (`SyncThreads`), each
+taking jobs from one queue: a job's start is a `SimpleQueue.put` on the
+loop's side, its end one callback on the thread's, with none of a thread
+pool's futures, conditions and semaphores in between."""
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
+import logging
 import os
+import queue
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +83,84 @@ def sync_files(
                 os.close(go)
 
 
+_log = logging.getLogger("hostcapd.audit")
+
+#: A job for an fsync thread, and what it calls on that thread when the job
+#: ended (with its exception, or None).
+_Job = tuple[Callable[[], None], Callable[[BaseException | None], None]]
+
+
+class SyncThreads:
+    """The writer's fsync threads: `count` of them, started on first use,
+    taking jobs from one queue (never more than `count` are given at once:
+    see `GroupCommit._start_sync`). Daemon threads: `AuditLog.close` waits for
+    every fsync in flight before it stops them; a process that leaves without
+    it leaves its records as a crash would (the ledger closes their spawns at
+    the next start, and a go not yet written is never written: no exec)."""
+
+    def __init__(self, count: int, name: str) -> None:
+        self._count = count
+        self._name = name
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._stopped = False
+
+    def submit(self, job: Callable[[], None], done: Callable[[BaseException | None], None]) -> None:
+        """Run `job` on an fsync thread, then `done` there with its exception
+        (or None). Raises RuntimeError once stopped."""
+        if self._stopped:
+            raise RuntimeError("the fsync threads are stopped")
+        if not self._threads:
+            for index in range(self._count):
+                thread = threading.Thread(
+                    target=self._work, name=f"{self._name}_{index}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+        self._jobs.put((job, done))
+
+    async def call(self, job: Callable[[], None]) -> None:
+        """Run `job` on an fsync thread and wait for it; raises what it raised."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def resolve(error: BaseException | None) -> None:  # on the loop
+            if ended.done():
+                return
+            if error is None:
+                ended.set_result(None)
+            else:
+                ended.set_exception(error)
+
+        def done(error: BaseException | None) -> None:  # on the fsync thread
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                loop.call_soon_threadsafe(resolve, error)
+
+        self.submit(job, done)
+        await ended
+
+    def stop(self) -> None:
+        """No more jobs; each thread ends once the jobs queued before are done."""
+        if self._stopped:
+            return
+        self._stopped = True
+        for _ in self._threads:
+            self._jobs.put(None)
+
+    def _work(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            job, done = item
+            error: BaseException | None = None
+            try:
+                job()
+            except BaseException as raised:  # handed to `done`, which decides
+                error = raised
+            try:
+                done(error)
+            except BaseException:  # never lose the thread: later fsyncs need it
+                _log.exception("the audit fsync thread's hand-back failed")
+
+
 @dataclass(eq=False, slots=True)
 class Waiter:
     """A durable write waiting for its fsync."""
@@ -115,7 +201,7 @@ class GroupCommit:
     _flush_handle: asyncio.TimerHandle | None
     _failure: str | None
     _closed: bool
-    _executor: concurrent.futures.ThreadPoolExecutor
+    _threads: SyncThreads
     #: fsyncs done so far (group commit makes this far fewer than durable writes).
     sync_count: int
 
@@ -146,28 +232,27 @@ class GroupCommit:
         done: asyncio.Future[None] = loop.create_future()
         self._syncs[done] = (target, slot, bool(retired) or directory is not None)
 
-        def finished(job: concurrent.futures.Future[None]) -> None:  # on the fsync thread
+        def finished(error: BaseException | None) -> None:  # on the fsync thread
             with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
-                loop.call_soon_threadsafe(self._sync_finished, job, target, done)
+                loop.call_soon_threadsafe(self._sync_finished, error, target, done)
 
         # The thread's own fd of its description: a rotation may close ours.
         fd = os.dup(self._descriptions[slot])
+        released = tuple(release)
         try:
-            job = self._executor.submit(
-                sync_files, retired, directory, fd, tuple(release), own_fd=True
+            self._threads.submit(
+                lambda: sync_files(retired, directory, fd, released, own_fd=True), finished
             )
-        except RuntimeError:  # the executor is shut down (closing)
+        except RuntimeError:  # the threads are stopped (closing)
             for unused in [fd, *release]:
                 os.close(unused)
             del self._syncs[done]
             raise AuditUnavailable("the audit log is closed") from None
-        job.add_done_callback(finished)
 
     def _sync_finished(
-        self, job: concurrent.futures.Future[None], target: int, done: asyncio.Future[None]
+        self, error: BaseException | None, target: int, done: asyncio.Future[None]
     ) -> None:
         self._syncs.pop(done, None)
-        error = job.exception()
         if error is not None:
             metrics.audit_error("fsync")
             # After a failed fsync the kernel may have dropped the dirty pages:

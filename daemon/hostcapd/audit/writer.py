@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import errno
 import functools
@@ -36,13 +35,17 @@ from typing import Any
 
 from hostcap_proto.audit import (
     GENESIS_HASH,
+    HEADER_FIELDS,
     SCHEMA,
+    AuditRecordError,
     argv_sha256,
+    checked_event_fields,
+    fast_encodable,
     sealed_line,
-    validate_event_fields,
 )
 
 from hostcapd import metrics
+from hostcapd.audit.built import Built
 from hostcapd.audit.deferred import DeferredQueue
 from hostcapd.audit.errors import AuditUnavailable
 from hostcapd.audit.files import (
@@ -54,7 +57,7 @@ from hostcapd.audit.files import (
     resolve_group,
     rotated_files,
 )
-from hostcapd.audit.fsync import MAX_SYNCS_IN_FLIGHT, GroupCommit, Waiter, sync_files
+from hostcapd.audit.fsync import MAX_SYNCS_IN_FLIGHT, GroupCommit, SyncThreads, Waiter, sync_files
 from hostcapd.audit.journal import JOURNAL_SOCKET, JournalMirror
 from hostcapd.audit.ledger import file_ledger, orphan_exit, resolve_summaries, summary
 from hostcapd.audit.redact import MAX_ARGV_CHARS, bound_argv, redact_argv, seal_input
@@ -160,7 +163,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         gid: int | None,
     ) -> None:
         self._settings = settings
-        self._boot_id = boot_id
+        self._boot_id = str(boot_id)  # exactly a str: the header is sealed unwalked
         #: This daemon run's own id (the log is opened once per run); boot_id
         #: is the kernel's, the same for every run since the machine booted.
         self._run_id = uuid.uuid4().hex
@@ -185,9 +188,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._syncs = {}
         self._waiters = []
         self._flush_handle = None
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=MAX_SYNCS_IN_FLIGHT, thread_name_prefix="hostcapd-audit-fsync"
-        )
+        self._threads = SyncThreads(MAX_SYNCS_IN_FLIGHT, "hostcapd-audit-fsync")
         self.sync_count = 0
         #: Compression, archiving and pruning of rotated files (`retention`).
         self.retention = Retention(settings, gid, self.write_durable)
@@ -319,6 +320,18 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._schedule_batch_sync()
         return record
 
+    def write_built(self, event: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """`write` for fields the daemon built itself from values already
+        checked, in the form the event's model dumps them to (a spawn's
+        `process.exec` and `process.exit`, `hostcapd.process.records`): they
+        are not validated against the model again, which only re-checked
+        that construction (tests/unit/audit/test_built_records.py holds the
+        builders to the model instead). argv is redacted and sealed as for
+        any record."""
+        record = self._write_record(event, body, built=True)
+        self._schedule_batch_sync()
+        return record
+
     async def write_durable(self, event: str, **fields: Any) -> dict[str, Any]:
         """Append a record and return only once it is fsynced (the write-ahead
         record of process.exec). Concurrent calls share one fsync. Raises
@@ -328,7 +341,12 @@ class AuditLog(DeferredQueue, GroupCommit):
         return record
 
     def write_pending(
-        self, event: str, *, release_fd: int = -1, **fields: Any
+        self,
+        event: str,
+        *,
+        release_fd: int = -1,
+        built: Mapping[str, Any] | None = None,
+        **fields: Any,
     ) -> tuple[dict[str, Any], asyncio.Future[None]]:
         """Append a record now; the future returned completes once it is
         fsynced (or raises `AuditUnavailable`). Lets a caller overlap other
@@ -337,8 +355,14 @@ class AuditLog(DeferredQueue, GroupCommit):
 
         `release_fd`: an eventfd the fsync thread writes 1 into the moment
         the record is durable, before the loop hears of it (never when the
-        fsync fails); the writer keeps a dup of it, the caller its own."""
-        record = self._write_record(event, fields)
+        fsync fails); the writer keeps a dup of it, the caller its own.
+        `built`: the fields, as for `write_built` (then no other fields)."""
+        if built is not None:
+            if fields:
+                raise TypeError("write_pending takes built fields or keyword fields, not both")
+            record = self._write_record(event, built, built=True)
+        else:
+            record = self._write_record(event, fields)
         waiter = Waiter(self._appended, asyncio.get_running_loop().create_future())
         if release_fd >= 0:
             waiter.release_fd = os.dup(release_fd)
@@ -353,29 +377,48 @@ class AuditLog(DeferredQueue, GroupCommit):
             raise AuditUnavailable(self._failure)
 
     def _write_record(
-        self, event: str, fields: Mapping[str, Any], *, flushing: bool = False
+        self,
+        event: str,
+        fields: Mapping[str, Any],
+        *,
+        flushing: bool = False,
+        built: bool = False,
     ) -> dict[str, Any]:
         self._check_writable()
         if self._deferred and not flushing:
             # Older records first, if there is room for them now.
             with contextlib.suppress(AuditUnavailable):
                 self._flush_deferred()
-        body = validate_event_fields(event, fields)
+        # plain: the fast check passed it (exact builtin types, floats the
+        # fast encoder writes as repr() does), its builder said so (`Built`),
+        # or a walk found it so; what is added below is text, ints and
+        # bools, as is the header.
+        if built:
+            if not HEADER_FIELDS.isdisjoint(fields):
+                reserved = ", ".join(sorted(HEADER_FIELDS & fields.keys()))
+                raise AuditRecordError(f"{event}: {reserved} set by the writer, not the caller")
+            plain = fields.plain if type(fields) is Built else fast_encodable(fields)
+            body = dict(fields)
+        else:
+            body, plain = checked_event_fields(event, fields)
         if "argv" in body:
             _seal_argv(body)
         if event == "process.input":
             seal_input(body, self._settings.input_text_bytes)
         self._write_header_if_pending()
-        record, line = self._line(event, body)
+        record, line = self._line(event, body, plain)
         if self._file_has_records and self._size + len(line) > self._settings.max_bytes:
             self._rotate()
             self._write_header_if_pending()
-            record, line = self._line(event, body)
+            record, line = self._line(event, body, plain)
         self._append(record, line)
         return dict(record)
 
-    def _line(self, event: str, body: Mapping[str, Any]) -> tuple[dict[str, Any], bytes]:
-        """The next record of the chain and its stored line."""
+    def _line(
+        self, event: str, body: Mapping[str, Any], plain: bool = False
+    ) -> tuple[dict[str, Any], bytes]:
+        """The next record of the chain and its stored line (`plain`: the body
+        holds only what `sealed_line` may encode unwalked)."""
         record = {
             "schema": SCHEMA,
             "event": event,
@@ -387,13 +430,13 @@ class AuditLog(DeferredQueue, GroupCommit):
             "prev_hash": self._hash,
             **body,
         }
-        return sealed_line(record)
+        return sealed_line(record, plain=plain)
 
     def _write_header_if_pending(self) -> None:
         if self._header_pending is None:
             return
-        body = validate_event_fields("audit.rotate", self._header_pending)
-        self._append(*self._line("audit.rotate", body))
+        body, plain = checked_event_fields("audit.rotate", self._header_pending)
+        self._append(*self._line("audit.rotate", body, plain))
         self._header_pending = None
 
     def _append(self, record: dict[str, Any], line: bytes) -> None:
@@ -549,9 +592,8 @@ class AuditLog(DeferredQueue, GroupCommit):
             if self._failure is None:
                 _, retired, directory = self._sync_batch()
                 try:
-                    await asyncio.get_running_loop().run_in_executor(
-                        self._executor, sync_files, retired, directory, self._fd
-                    )
+                    fd = self._fd
+                    await self._threads.call(lambda: sync_files(retired, directory, fd))
                 except OSError as error:
                     failure = f"audit log fsync failed at close: {error.strerror}"
                 else:
@@ -566,7 +608,7 @@ class AuditLog(DeferredQueue, GroupCommit):
                 with contextlib.suppress(OSError):
                     os.close(fd)
             self._retired = []
-            self._executor.shutdown(wait=False)
+            self._threads.stop()
             if self._journal is not None:
                 self._journal.close()
             for subscriber in list(self._subscribers):

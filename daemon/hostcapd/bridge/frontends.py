@@ -176,10 +176,13 @@ class FrontendProcess:
         in_process: bool = False,
         record_callers: bool = True,
         event_loop: str = "asyncio",
+        cpu: str = "any",
     ) -> None:
         self.endpoint = endpoint
         #: The front-end process's event loop (`daemon.frontend_event_loop`).
         self.event_loop = event_loop
+        #: Where its threads run (`daemon.frontend_cpu`).
+        self.cpu = cpu
         self.in_process = in_process
         #: Take over the accept and relay callers (decision 0033): a front-end
         #: process only (it needs a network namespace of its own).
@@ -258,6 +261,7 @@ class FrontendProcess:
                 gid=gid,
                 record_callers=self.record_callers,
                 event_loop=self.event_loop,
+                cpu=self.cpu,
             )
             if self.in_process:
                 self._start_here(theirs, hello, bind_dir)

@@ -319,6 +319,9 @@ class Hello(Message, frozen=True, tag="hello"):
     record_callers: bool = False
     #: Its event loop: "asyncio" or "uvloop" (`daemon.frontend_event_loop`).
     event_loop: str = "asyncio"
+    #: Where its threads run: "core" (kept on the core it started on) or
+    #: "any" (`daemon.frontend_cpu`, `hostcapd.frontend.affinity`).
+    cpu: str = "any"
 
 
 class Reply(Message, frozen=True, tag="reply"):

@@ -60,7 +60,7 @@ from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd.applied import Unavailable
 from hostcapd.bridge import channel, messages
-from hostcapd.frontend import convert
+from hostcapd.frontend import affinity, convert
 from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
 from hostcapd.frontend.options import HealthReporter, new_health, server_options
 from hostcapd.frontend.peers import INNER_URI, Peers
@@ -111,9 +111,12 @@ SERVICES: dict[str, tuple[tuple[Any, str], ...]] = {
 class _Inbox:
     """What the root side sent for a call, in order, and its one reader's
     wait: an asyncio.Queue without the bookkeeping no call uses (a call's
-    hot path makes one)."""
+    hot path makes one). Its waits are made on the loop it was given:
+    `asyncio.get_running_loop()` costs a getpid(2) on each call in
+    CPython 3.11 (its check for a fork)."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
         self._items: collections.deque[tuple[Any, bytes | None]] = collections.deque()
         self._waiter: asyncio.Future[None] | None = None
 
@@ -125,7 +128,7 @@ class _Inbox:
 
     async def get(self) -> tuple[Any, bytes | None]:
         while not self._items:
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self._loop.create_future()
             try:
                 await self._waiter
             finally:
@@ -137,8 +140,8 @@ class _Call:
     """A relayed call: what the root side sent for it, in order (each
     message with its payload: a chunk's bytes)."""
 
-    def __init__(self) -> None:
-        self.inbox = _Inbox()
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.inbox = _Inbox(loop)
         self.finished = False
         #: Its spawn's output as kept here, by stream, and its bytes.
         self.kept: dict[int, StreamBuffer] = {}
@@ -153,6 +156,7 @@ class Relay:
 
     def __init__(self, sock: socket.socket, stopped: asyncio.Event, kind: str) -> None:
         self._call = messages.CALLS[kind]
+        self.loop = asyncio.get_running_loop()
         self._ids = itertools.count(1)
         self.calls: dict[int, _Call] = {}
         #: Output kept here for all calls at once, and its budget (0: none).
@@ -210,7 +214,7 @@ class Relay:
         self, request: messages.Request, payload: bytes, caller: messages.Caller | None = None
     ) -> tuple[int, _Call]:
         call_id = next(self._ids)
-        call = self.calls[call_id] = _Call()
+        call = self.calls[call_id] = _Call(self.loop)
         self.link.send(self._call(call=call_id, request=request, caller=caller), payload)
         return call_id, call
 
@@ -531,6 +535,11 @@ def confined(
     hello = _hello(sock)
     factory = loop_factory(hello.event_loop)
     _preload()
+    # Before any thread exists (they inherit it), and while sysfs is readable.
+    try:
+        affinity.place(hello.cpu)
+    except ValueError as error:
+        raise Unavailable(f"daemon.frontend_cpu: {error}") from None
     applied = confine(
         Confinement(
             ".",

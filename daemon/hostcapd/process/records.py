@@ -1,6 +1,13 @@
 """The two audit records of a spawn: `process.exec`, written ahead of the
 exec (no record, no exec), and `process.exit`, which closes it. Both carry
-the same correlation fields; their schemas are in hostcap_proto.audit."""
+the same correlation fields; their schemas are in hostcap_proto.audit.
+
+Both are built in the form their model dumps them to (no None, every
+default present, exact builtin types) from values checked before (the
+request by the channel's decoding and `hostcapd.process.request`, the rest
+the daemon's own), and written with `AuditLog.write_built`, which does not
+validate them again: tests/unit/audit/test_built_records.py holds these
+builders to the models."""
 
 from __future__ import annotations
 
@@ -9,8 +16,12 @@ import logging
 import math
 from typing import Any
 
+from hostcap_proto.audit import fast_encodable
+
 from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.audit.built import Built
 from hostcapd.audit.redact import MAX_ARG_CHARS, bound_argv
+from hostcapd.callers import caller_field
 from hostcapd.config import Tenant
 from hostcapd.logsetup import fields
 from hostcapd.process import limits as limits_mod
@@ -31,11 +42,12 @@ def _correlation(tenant: str, spawn_id: str, request: SpawnRequest) -> dict[str,
     }
 
 
-def exec_record(
-    tenant: Tenant, spawn_id: str, request: SpawnRequest, p: Prepared
-) -> dict[str, Any]:
-    """What will run, as decided: the fields of `process.exec`."""
-    return {
+def exec_record(tenant: Tenant, spawn_id: str, request: SpawnRequest, p: Prepared) -> Built:
+    """What will run, as decided: the fields of `process.exec`, as built
+    fields (`AuditLog.write_built`), with the current call's caller. Its
+    floats are the limits'."""
+    limits = limits_mod.dumped(p.limits)
+    fields = {
         **_correlation(tenant.name, spawn_id, request),
         "argv": list(p.argv),
         "env_names": sorted(p.env),
@@ -48,11 +60,13 @@ def exec_record(
         "cwd": p.cwd.path,
         "uid": tenant.uid,
         "gid": tenant.gid,
-        "limits": limits_mod.dumped(p.limits),
+        "limits": limits,
         "protections": [
             {"name": s.name, "applied": s.applied, "reason": s.reason} for s in p.protections
         ],
+        **caller_field(),
     }
+    return Built(fields, plain=fast_encodable(limits))
 
 
 def _bounded(text: str) -> str:
@@ -106,23 +120,29 @@ def exit_record(
     *,
     tty: tuple[int, int] | None = None,
     input_counts: tuple[int, int] | None = None,
-) -> dict[str, Any]:
+) -> Built:
     """How it ended: the fields of `process.exit` (with its terminal's last
-    size and the count and bytes of its input writes, when it had them)."""
+    size and the count and bytes of its input writes, when it had them), as
+    built fields (`AuditLog.write_built`: what is unknown is left out). Its
+    floats are the rusage's and the duration."""
+    rusage = report.rusage._asdict()
+    duration = round(report.duration, 6)
     record: dict[str, Any] = {
         **_correlation(tenant, spawn_id, request),
         "pid": pid,
         "outcome": report.outcome.value,
         "signal": report.signal,
         "message": report.message,
-        "signal_name": signal_name(report.signal) if report.signal else None,
-        "rusage": report.rusage._asdict(),
-        "peak_memory_bytes": report.peak_memory_bytes,
+        "rusage": rusage,
         "oom_kills": report.oom_kills,
-        "duration_s": round(report.duration, 6),
+        "duration_s": duration,
         "stdout": _stream(stdout),
         "stderr": _stream(stderr),
     }
+    if report.signal:
+        record["signal_name"] = signal_name(report.signal)
+    if report.peak_memory_bytes is not None:
+        record["peak_memory_bytes"] = report.peak_memory_bytes
     if tty is not None:
         record["tty"] = {"rows": tty[0], "cols": tty[1]}
     if input_counts is not None:
@@ -132,7 +152,7 @@ def exit_record(
     if report.failed_step:
         record["failed_step"] = report.failed_step
         record["errno"] = report.errno
-    return record
+    return Built(record, plain=fast_encodable(rusage, {"duration_s": duration}))
 
 
 def changes_record(
@@ -158,11 +178,11 @@ def changes_record(
     }
 
 
-def write_exit(audit: AuditLog, spawn_id: str, record: dict[str, Any]) -> None:
+def write_exit(audit: AuditLog, spawn_id: str, record: Built) -> None:
     """Append the exit record, or queue it when the log has no room (it is
     written once the log takes records again); never raises."""
     try:
-        if not audit.write_or_defer("process.exit", **record):
+        if not audit.write_built_or_defer("process.exit", record):
             log.error(
                 "no room for the exit record of spawn %s: kept, written once the "
                 "audit log takes records again",

@@ -22,7 +22,6 @@ from typing import Any
 
 from hostcapd import metrics
 from hostcapd.audit import AuditUnavailable
-from hostcapd.callers import caller_field
 from hostcapd.childsetup import RLimit
 from hostcapd.errors import Refusal
 from hostcapd.logsetup import fields
@@ -277,8 +276,7 @@ class Spawn:
             _, synced = deps.audit.write_pending(
                 "process.exec",
                 release_fd=self._go_fd,
-                **records.exec_record(deps.tenant, self.id, self.request, self.prepared),
-                **caller_field(),
+                built=records.exec_record(deps.tenant, self.id, self.request, self.prepared),
             )
         except AuditUnavailable as error:
             raise _Refused(_audit_refusal(error), error) from None

@@ -140,6 +140,7 @@ async def serve_tenant(
     frontend_process: bool = True,
     record_callers: bool = True,
     event_loop: str = "asyncio",
+    cpu: str = "any",
 ) -> TenantService:
     """Start a tenant's fs worker here and its front-end (a process of its
     own, or with `frontend_process` False the same code in this process),
@@ -160,6 +161,7 @@ async def serve_tenant(
             in_process=not frontend_process,
             record_callers=record_callers,
             event_loop=event_loop,
+            cpu=cpu,
         )
         runtime.frontend = frontend
         frontend.place = profile.place_daemon_side
@@ -211,6 +213,7 @@ async def serve_admin(
     frontend_process: bool = True,
     record_callers: bool = True,
     event_loop: str = "asyncio",
+    cpu: str = "any",
 ) -> AdminSocket:
     """Start the admin socket's front-end, listening under a temporary name
     (`place` puts it in place): a process of the admin socket's own (or with
@@ -228,6 +231,7 @@ async def serve_admin(
         in_process=not frontend_process,
         record_callers=record_callers,
         event_loop=event_loop,
+        cpu=cpu,
     )
     temp = await frontend.start()
     return AdminSocket(frontend, frontend, temp, admin.socket, frontend)

@@ -33,12 +33,17 @@ importable from the package itself.
 from hostcap_proto.audit.canonical import (
     canonical_bytes,
     encode_line,
+    fast_encodable,
     parse_line,
     record_hash,
     seal,
     sealed_line,
 )
-from hostcap_proto.audit.fast import fast_event_fields, validate_event_fields
+from hostcap_proto.audit.fast import (
+    checked_event_fields,
+    fast_event_fields,
+    validate_event_fields,
+)
 from hostcap_proto.audit.filters import (
     FilterError,
     check_event,
@@ -143,7 +148,9 @@ __all__ = [
     "chain_order",
     "check_event",
     "check_line",
+    "checked_event_fields",
     "encode_line",
+    "fast_encodable",
     "fast_event_fields",
     "iter_records",
     "open_audit_file",

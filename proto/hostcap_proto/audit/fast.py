@@ -10,6 +10,7 @@ from typing import Any, Literal, NoReturn, Union, get_args, get_origin
 
 from pydantic import TypeAdapter
 
+from hostcap_proto.audit.canonical import _plain
 from hostcap_proto.audit.models import EVENT_FIELDS, _dump_by_model, _Fields, _model_of
 from hostcap_proto.audit.schema import AuditRecordError
 
@@ -20,6 +21,12 @@ from hostcap_proto.audit.schema import AuditRecordError
 # defaults the dump would add and leaves out None. Anything else (a value
 # pydantic would coerce or refuse, an extra nested key, a constrained field)
 # it leaves to the model, so the answer is always the model's.
+#
+# What it passes is also plain in the canonical encoder's sense
+# (`canonical._plain`: exact builtin types, text keys, and floats that are 0
+# or in [1e-4, 1e16)), so the writer seals it without walking it again
+# (`sealed_line(..., plain=True)`). A float outside that range (or NaN, an
+# infinity) is left to the model too: rare (a rusage below 0.1 ms).
 
 
 class _ModelDecides(Exception):
@@ -75,12 +82,22 @@ def _exact(kind: type) -> _Convert:
     return convert
 
 
+def _plain_float(value: Any) -> Any:
+    """A float the canonical fast encoder writes as repr() does."""
+    if type(value) is not float or not (value == 0.0 or 1e-4 <= abs(value) < 1e16):
+        _decline()
+    return value
+
+
 def _converter(annotation: Any) -> _Convert | None:
     """How to check one value of `annotation`, or None when the fast path does
     not handle the type (the model then always decides)."""
     origin, args = get_origin(annotation), get_args(annotation)
-    if annotation in (str, int, float, bool):
-        # Exactly: pydantic turns a bool into an int, an int into a float.
+    if annotation is float:
+        # Exactly: pydantic turns an int into a float.
+        return _plain_float
+    if annotation in (str, int, bool):
+        # Exactly: pydantic turns a bool into an int.
         return _exact(annotation)
     if origin is Literal and all(type(a) is str for a in args):
         return _literal(frozenset(args))
@@ -98,7 +115,7 @@ def _converter(annotation: Any) -> _Convert | None:
 
 
 # One field: name; the exact type a value must have to be kept as it is (str,
-# int, float, bool), or None to use the converter; the converter; whether None is
+# int, bool), or None to use the converter; the converter; whether None is
 # left out (an optional field); the dumped default, or _MISSING when a missing
 # value is left out; whether it is required.
 _Slot = tuple[str, type | None, _Convert, bool, Any, bool]
@@ -152,8 +169,10 @@ class _FastModel:
                     info.get_default(call_default_factory=True), mode="json", exclude_none=True
                 )
                 if dumped is not None:
+                    if not _plain(dumped):
+                        return None  # the writer could not seal it unwalked
                     default = dumped
-            exact = annotation if annotation in (str, int, float, bool) else None
+            exact = annotation if annotation in (str, int, bool) else None
             slots.append((name, exact, convert, optional, default, info.is_required()))
         return cls(slots)
 
@@ -199,14 +218,21 @@ def validate_event_fields(event: str, fields: Mapping[str, Any]) -> dict[str, An
     a fast path; anything else is validated by the model itself. Either way
     the result, or the `AuditRecordError`, is the model's
     (`validate_event_fields_by_model`)."""
+    return checked_event_fields(event, fields)[0]
+
+
+def checked_event_fields(event: str, fields: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """`validate_event_fields`, and whether its result came by the fast path,
+    and so is plain for `sealed_line(..., plain=True)` (else the model's
+    dump, which `sealed_line` walks)."""
     model = _model_of(event, fields)
     fast = _FAST_MODELS.get(event)
     if fast is not None:
         try:
-            return fast.convert(fields)
+            return fast.convert(fields), True
         except _ModelDecides:
             pass
-    return _dump_by_model(event, model, fields)
+    return _dump_by_model(event, model, fields), False
 
 
 def fast_event_fields(event: str, fields: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -23,11 +23,11 @@ def argv_sha256(argv: Sequence[str]) -> str:
     element's UTF-8 bytes, each followed by one NUL byte, in order (the
     strings execve(2) copies into the new program's memory). ``["sh", "-c",
     "x"]`` hashes ``b"sh\\0-c\\0x\\0"``; an empty argv hashes no bytes."""
-    digest = hashlib.sha256()
-    for element in argv:
-        digest.update(element.encode("utf-8", "surrogateescape"))
-        digest.update(b"\0")
-    return digest.hexdigest()
+    if not argv:
+        return hashlib.sha256().hexdigest()
+    # One encode of the joined text: the same bytes as element by element.
+    joined = "\0".join(argv) + "\0"
+    return hashlib.sha256(joined.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 EventName = Literal[

@@ -52,7 +52,7 @@ async def started(
 
     def noted_pending(self: AuditLog, event: str, **fields: Any) -> Any:
         if event == "process.exec":
-            events.append(("exec", fields["spawn_id"]))
+            events.append(("exec", fields.get("built", fields)["spawn_id"]))
         return pending(self, event, **fields)
 
     monkeypatch.setattr(SpawnerClient, "spawn", noted_spawn)
@@ -109,7 +109,7 @@ async def test_an_exec_record_that_cannot_be_appended_refuses_and_nothing_runs(
 
     def failing(self: AuditLog, event: str, **fields: Any) -> Any:
         if event == "process.exec":
-            events.append(("exec", fields["spawn_id"]))
+            events.append(("exec", fields.get("built", fields)["spawn_id"]))
             raise AuditUnavailable("the test's append fails")
         return pending(self, event, **fields)
 

@@ -253,6 +253,40 @@ async def _wait_warm(
     raise AssertionError(f"{n} warm children were not made within {timeout} s: {_waiting(daemon)}")
 
 
+def _asleep(pid: int, in_epoll: bool = False) -> bool:
+    """Whether process (or main thread) `pid` sleeps, in epoll_wait if asked."""
+    try:
+        state = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        wchan = Path(f"/proc/{pid}/task/{pid}/wchan").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state == "S" and (not in_epoll or wchan == "do_epoll_wait")
+
+
+async def _known_ready(daemon: Daemon, waiting: list[int], timeout: float = 10.0) -> None:
+    """Until the root side holds `waiting` as ready: each warm child sleeps
+    (waiting for its go, its ready report written), then the spawner sleeps in
+    epoll_wait (it read the reports and sent them on), then the root's loop
+    does (it took them in), each seen twice 50 ms apart. A child seen set up
+    (its uid dropped) may not be ready yet for the root: its landlock and
+    seccomp come after, and under load the two reports lag."""
+    spawner = spawner_pid(daemon)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for _ in range(2):
+            if not (
+                all(_asleep(pid) for pid in waiting)
+                and _asleep(spawner, in_epoll=True)
+                and _asleep(daemon.pid, in_epoll=True)
+            ):
+                break
+            await asyncio.sleep(0.05)
+        else:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"the root side did not settle within {timeout} s")
+
+
 def _boot_ticks() -> float:
     """Now, in clock ticks since boot (a process's starttime's unit)."""
     return float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK")
@@ -481,6 +515,7 @@ async def test_a_spawn_whose_warm_child_died_unreported_runs_fresh_once(
 ) -> None:
     daemon, warm, _ = tenants
     waiting = await _wait_warm(daemon, 2, exactly=True)
+    await _known_ready(daemon, waiting)
     spawner = spawner_pid(daemon)
     # The spawner cannot report the deaths: the front-end still holds both
     # as ready, and gives the next request to one of them.

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from hostcap_proto.build import VersionAction
+from hostcap_proto.version_action import VersionAction
 
 from hostcapd.config import Config, ConfigError, dev_config, load_config, prepare_dev_state
 from hostcapd.logsetup import FORMATS, LEVELS

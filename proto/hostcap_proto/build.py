@@ -9,9 +9,6 @@ tree that was never installed has no such file and says so.
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Callable
-
 UNKNOWN = "unknown"
 
 try:
@@ -29,24 +26,3 @@ COMMIT: str = (_commit or UNKNOWN).removeprefix("g")
 def describe() -> str:
     """`0.2.0 (commit 1a2b3c4d)`."""
     return f"{VERSION} (commit {COMMIT})"
-
-
-class VersionAction(argparse.Action):
-    """--version of hostcapd and hostcapctl: `line()` printed as is
-    (argparse's own version action would wrap it at the terminal's width)."""
-
-    def __init__(
-        self,
-        option_strings: list[str],
-        dest: str = argparse.SUPPRESS,
-        line: Callable[[], str] = describe,
-    ) -> None:
-        super().__init__(
-            option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-            help="print the version and the commit of this build, and exit",
-        )  # fmt: skip
-        self.line = line
-
-    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
-        print(self.line())
-        parser.exit()

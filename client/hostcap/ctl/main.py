@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from hostcap_proto.build import VersionAction
+from hostcap_proto.version_action import VersionAction
 
 #: Command groups; each module has register(subparsers) and sets func=handler(args) -> int.
 COMMAND_MODULES = (

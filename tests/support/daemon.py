@@ -271,13 +271,23 @@ def spawner_pid(daemon: Daemon) -> int:
     raise AssertionError("no spawner process")
 
 
+#: The spawner's children that are not sandboxes, by their names (comm).
+SPAWNER_HELPERS = frozenset({"hostcap-forker", "hostcapd-pools"})
+
+
+def frontend_pids(daemon: Daemon) -> list[int]:
+    """The daemon's front-end processes (`python -m hostcapd.frontend`)."""
+    return [pid for pid in children_of(daemon.pid) if b"hostcapd.frontend" in cmdline(pid)]
+
+
 def waiting_warm_child(pid: int) -> bool:
     """Is `pid` a warm child waiting for its request (decision 0026): a child
     of a spawner (`hostcapd-spawn`) with no child of its own? (A spawn's
     init has its command; a fresh child in set-up exists only for a moment;
-    the spawner's forker, `hostcap-forker`, which clones the inits, is none.)"""
+    the spawner's own helpers are none: its forker, `hostcap-forker`, which
+    clones the inits, and its pool maker, `hostcapd-pools`.)"""
     try:
-        if Path(f"/proc/{pid}/comm").read_text().strip() == "hostcap-forker":
+        if Path(f"/proc/{pid}/comm").read_text().strip() in SPAWNER_HELPERS:
             return False
         stat = Path(f"/proc/{pid}/stat").read_text()
         ppid = int(stat.rsplit(")", 1)[1].split()[1])

@@ -11,7 +11,7 @@ import uvloop
 from hostcapd.cli import event_loop_factory
 from hostcapd.config import ConfigError, DaemonSettings
 from pydantic import ValidationError
-from support.daemon import Daemon, daemon_config, tenant_config
+from support.daemon import Daemon, daemon_config, frontend_pids, tenant_config
 from support.process import Client, outcome
 
 
@@ -71,15 +71,6 @@ def test_the_front_ends_default_loop_is_uvloop(tmp_path: Path) -> None:
     assert settings.frontend_event_loop == "uvloop"
 
 
-def _frontends(daemon_pid: int) -> list[int]:
-    children = Path(f"/proc/{daemon_pid}/task/{daemon_pid}/children").read_text().split()
-    return [
-        int(pid)
-        for pid in children
-        if b"hostcapd.frontend" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ]
-
-
 @pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 async def test_a_front_end_serves_on_its_configured_loop(state_dir: Path, loop: str) -> None:
     """The tenant's front-end process runs the loop it was given: uvloop's
@@ -89,7 +80,7 @@ async def test_a_front_end_serves_on_its_configured_loop(state_dir: Path, loop: 
     daemon = Daemon(state_dir, config).start()
     try:
         await _serves_a_run(daemon)
-        frontends = _frontends(daemon.pid)
+        frontends = frontend_pids(daemon)
         assert frontends, "no front-end process"
         for pid in frontends:
             mapped = "/uvloop/loop." in Path(f"/proc/{pid}/maps").read_text()

@@ -11,19 +11,10 @@ import pytest
 from hostcapd.config import DaemonSettings
 from hostcapd.frontend.affinity import core_of
 from pydantic import ValidationError
-from support.daemon import Daemon, daemon_config, tenant_config
+from support.daemon import Daemon, daemon_config, frontend_pids, tenant_config
 from support.process import Client, outcome
 
 ALLOWED = os.sched_getaffinity(0)
-
-
-def _frontends(daemon_pid: int) -> list[int]:
-    children = Path(f"/proc/{daemon_pid}/task/{daemon_pid}/children").read_text().split()
-    return [
-        int(pid)
-        for pid in children
-        if b"hostcapd.frontend" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ]
 
 
 def _threads(pid: int) -> dict[int, set[int]]:
@@ -49,7 +40,7 @@ async def test_a_front_end_runs_where_it_was_told(state_dir: Path, mode: str) ->
         finally:
             await client.close()
         assert outcome(result) == "EXITED", result
-        frontends = _frontends(daemon.pid)
+        frontends = frontend_pids(daemon)
         assert frontends, "no front-end process"
         for pid in frontends:
             threads = _threads(pid)

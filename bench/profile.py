@@ -85,6 +85,8 @@ IDLE_LEAVES = (
     "clock_nanosleep",
     "futex",
 )
+#: Native frames under which a thread sleeps on a lock or condition.
+IDLE_NATIVE_WAITS = ("PyThread_acquire_lock_timed", "pthread_cond_timedwait", "pthread_cond_wait")
 #: Python frames that mean "this thread is parked waiting for work".
 IDLE_FRAMES = ("_worker (concurrent/futures/thread.py:81)", "Thread.run (threading.py:982)")
 
@@ -95,9 +97,17 @@ def idle(stack: list[str]) -> bool:
     leaf = stack[-1]
     if any(leaf.startswith(name) for name in IDLE_LEAVES):
         return True
-    python = [f for f in stack if ".py:" in f]
+    python = [i for i, f in enumerate(stack) if ".py:" in f]
+    if not python:
+        return False
     # A native leaf under a parked worker's Python frame is its futex wait.
-    return bool(python) and python[-1] in IDLE_FRAMES and ".py:" not in leaf
+    if stack[python[-1]] in IDLE_FRAMES and ".py:" not in leaf:
+        return True
+    # Below the last Python frame, a lock's or a condition's wait (a queue's
+    # get, the GIL's take-back after a blocking call) is a thread asleep in
+    # a futex, whatever libc address py-spy names as its leaf.
+    native = stack[python[-1] + 1 :]
+    return any(f.startswith(IDLE_NATIVE_WAITS) for f in native)
 
 
 def category(stack: list[str]) -> str:

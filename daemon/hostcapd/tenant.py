@@ -223,7 +223,12 @@ class TenantRuntime:
         if request.request_id:
             self._by_request[request.request_id] = spawn
         if self.warm.size:
-            spawn.started.add_done_callback(lambda _: self.warm.refill())
+            # Ordered again once its answer has left (its caller, woken by
+            # the exited event, answers first), or a while after it started
+            # if it runs on: the next child's making is off its path.
+            warm_pool = self.warm
+            spawn.done.add_done_callback(lambda _: warm_pool.refill())
+            spawn.started.add_done_callback(lambda _: warm_pool.refill(REFILL_AFTER_START))
         if self.warm.cgroups.size and warm is None:
             # Made again once its answer has left (done's callbacks run after
             # it), or a while after it started if it runs on.

@@ -11,6 +11,7 @@ is replaced, and dies with its tenant's config.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -24,7 +25,7 @@ from typing import Any
 import psutil
 import pytest
 from hostcapd.config import PROTECTION_NAMES
-from support.daemon import Daemon, audit_records, children_of, spawner_pid
+from support.daemon import Daemon, audit_records, children_of, spawner_pid, waiting_warm_child
 from support.process import Client, outcome
 
 #: What both sandboxed programs below start with: an attempt's result is
@@ -363,6 +364,35 @@ async def test_the_warm_child_is_made_before_the_request_and_used_once(
         gone = {pid for pid in waiting if not Path(f"/proc/{pid}").exists()}
         assert len(gone) == 1, (waiting, gone)
         used |= gone
+
+
+async def test_a_warm_spawn_that_runs_on_has_its_child_replaced_while_it_runs(
+    tenants: tuple[Daemon, Client, Client],
+) -> None:
+    """A spawn orders the next warm child once it has answered, or 50 ms
+    after its command started if it runs on: the pool is whole again while
+    it runs, not only after it ended."""
+    daemon, warm, _ = tenants
+    before = set(await _wait_warm(daemon, 2, exactly=True))
+    task = asyncio.ensure_future(warm.run("sleep", "30"))
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            waiting = {
+                pid
+                for pid in children_of(spawner_pid(daemon))
+                if waiting_warm_child(pid) and _set_up(pid)
+            }
+            if len(waiting) == 2 and waiting - before and not before <= waiting:
+                break
+            await asyncio.sleep(0.02)
+        else:
+            raise AssertionError(f"no warm child replaced the taken one: {before} {waiting}")
+        assert not task.done(), "the spawn ended before its warm child was replaced"
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def test_a_warm_child_killed_while_waiting_is_replaced_and_spawns_still_run(

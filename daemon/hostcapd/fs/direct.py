@@ -79,7 +79,8 @@ AUDITED_READ_REASONS = frozenset(
 )
 
 Id = Annotated[int, msgspec.Meta(ge=1, le=MAX_OFFSET)]
-Offset = Annotated[int, msgspec.Meta(ge=0, le=(1 << 64) - 1)]
+#: A uint64 (msgspec checks the lower bound; its decoder takes up to 2^64 - 1).
+Offset = Annotated[int, msgspec.Meta(ge=0)]
 Path = Annotated[str, msgspec.Meta(max_length=MAX_PATH)]
 Short = Annotated[str, msgspec.Meta(max_length=1024)]
 _HEAD = struct.Struct(">I")

@@ -86,7 +86,9 @@ async def compare(rounds: int, size: int, swap: bool) -> None:
         root = {k: cpu[k]["root"] for k in "ab"}
         print(
             f"b / a: p50 {p50['b'] / p50['a']:.2f}  daemon CPU {both['b'] / both['a']:.2f}"
-            f"  root CPU {root['b'] / root['a']:.2f}" if root["a"] else ""
+            f"  root CPU {root['b'] / root['a']:.2f}"
+            if root["a"]
+            else ""
         )
         print(f"load after: {os.getloadavg()[0]:.2f}")
     finally:

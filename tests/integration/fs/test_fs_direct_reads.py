@@ -155,7 +155,7 @@ async def test_a_refused_read_is_audited_with_its_caller_before_the_caller_hears
     async with _fs(direct_daemon) as fs:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await fs.ReadFile(fs_pb2.ReadFileRequest(path=path))
-    found = from_rpc_error(caught.value)  # type: ignore[arg-type]
+    found = from_rpc_error(caught.value)
     assert found is not None and found.reason == reason
     # Read at once: the record came before the refusal.
     denied = [
@@ -174,7 +174,7 @@ async def test_max_bytes_above_the_ceiling_is_refused_and_audited(direct_daemon:
     async with _fs(direct_daemon) as fs:
         with pytest.raises(grpc.aio.AioRpcError) as caught:
             await fs.ReadFile(fs_pb2.ReadFileRequest(path="small.txt", max_bytes=1 << 40))
-        found = from_rpc_error(caught.value)  # type: ignore[arg-type]
+        found = from_rpc_error(caught.value)
         assert found is not None and found.reason == "LIMIT_INVALID"
         reply = await fs.ReadFile(fs_pb2.ReadFileRequest(path="small.txt", max_bytes=3))
     assert (reply.data, reply.truncated) == (b"hel", True)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import mmap
 import socket
 import sys
 from dataclasses import dataclass
@@ -38,6 +39,8 @@ from hostcapd.fs import direct
 #: What a read came to: the content and its bytes, a refusal, or None
 #: (relay the call).
 Outcome = tuple[direct.Content, bytes] | Refusal | None
+#: An answer's pages past this stay resident for the next one.
+KEEP_RESIDENT = 64 << 10
 LOST = Refusal(UNAVAILABLE, "the fs worker died during the request twice; it is restarted")
 
 
@@ -60,7 +63,10 @@ class DirectReads:
         #: Reads go direct only while this holds.
         self.up = False
         self._probe = 0
-        self._buffer = bytearray(direct.MAX_ANSWER)
+        # Anonymous memory, resident only where an answer was written (an
+        # idle front-end's RSS is a tenant's cost); a large answer's pages
+        # are given back once it is copied out.
+        self._buffer = mmap.mmap(-1, direct.MAX_ANSWER)
         self._view = memoryview(self._buffer)
         self.loop.add_reader(sock.fileno(), self._readable)
         self._doubt()
@@ -140,6 +146,9 @@ class DirectReads:
                 self._doubt()
                 continue
             self._answer(answer, data)
+            del header, data
+            if size > KEEP_RESIDENT:
+                self._buffer.madvise(mmap.MADV_DONTNEED)
 
     def _answer(self, answer: direct.Answer, data: memoryview) -> None:
         if isinstance(answer, direct.Started):

@@ -95,6 +95,10 @@ class DirectServer:
             request = REQUESTS.decode(header)
         except (ValueError, msgspec.ValidationError, msgspec.DecodeError) as error:
             self._report(Malformed(what=str(error)[:1000], generation=self.generation))
+            # No more of this link: its front-end is killed for it, and the
+            # next gets a new link (and this worker is restarted). Whatever
+            # else it queued makes no more reports (nor records).
+            self.open = False
             return
         if isinstance(request, Sync):
             self._send(Synced(nonce=request.nonce))

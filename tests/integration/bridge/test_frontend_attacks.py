@@ -21,9 +21,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import psutil
 import pytest
-from hostcap_proto.v1 import process_pb2
+from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc, process_pb2
 from hostcapd.bridge.frontends import FrontendProcess, frontend_identity
 from hostcapd.config import load_config
 from hostcapd.daemon import Daemon
@@ -443,3 +444,16 @@ async def test_reads_it_asks_the_fs_worker_directly_are_checked_and_audited(
     assert not split.records("policy.deny", tenant="victim")
     hostile = split.frontend("attacker").pid
     await _violation(split, hostile, "fs read link")
+    # The real front-end started in its place reads over a new link.
+    socket_path = split.daemon.tenants["attacker"].tenant.socket
+    deadline = asyncio.get_running_loop().time() + 20
+    while True:
+        try:
+            async with grpc.aio.insecure_channel(f"unix:{socket_path}") as channel:
+                stub = fs_pb2_grpc.FsServiceStub(channel)  # type: ignore[no-untyped-call]
+                reply = await stub.ReadFile(fs_pb2.ReadFileRequest(path="own.txt"), timeout=2)
+            break
+        except grpc.aio.AioRpcError:
+            assert asyncio.get_running_loop().time() < deadline, "the attacker's socket is down"
+            await asyncio.sleep(0.1)
+    assert reply.data == b"mine\n"

@@ -157,7 +157,9 @@ class DirectServer:
 
     def _refused(self, request: Read, refusal: Refusal) -> None:
         if refusal.reason in AUDITED_READ_REASONS:
-            # The record first (the root counts it too), then the answer.
+            # The record first (the root counts it too), then the answer;
+            # the counts kept go before it, so the root has them in order.
+            self.flush()
             self._seq += 1
             seq = self._seq
             denied = Denied(

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import os
 import secrets
 import select
@@ -44,6 +44,9 @@ from hostcapd.fs.errors import refusal_from_errno
 
 _ENCODER = msgspec.msgpack.Encoder()
 _HEAD_LEN = 4
+#: Room in an answer's datagram for its header (a path of MAX_PATH
+#: characters, the hashes) and the kernel's own.
+HEADER_ROOM = 32 << 10
 
 
 class DirectServer:
@@ -62,6 +65,11 @@ class DirectServer:
         self.operations = operations
         self.max_read_bytes = max_read_bytes
         self.generation = generation
+        # What one datagram can carry on this host: the socket's send buffer
+        # bounds it (the root forces 8 MiB; a daemon not run as root gets
+        # what net.core.wmem_max allows), less room for the header.
+        sndbuf = link.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+        self.max_data = max(0, min(MAX_DATA, sndbuf - HEADER_ROOM))
         self.counts: Counter[str] = Counter()
         self._first_count = 0.0
         # A random start: an ack the root sent to an earlier worker on the
@@ -132,7 +140,7 @@ class DirectServer:
             max_bytes = request.max_bytes
         opened, fd = self.operations.open_for_read(request.path)
         try:
-            if min(max_bytes, max(int(opened["size"]) - request.offset, 0)) > MAX_DATA:
+            if min(max_bytes, max(int(opened["size"]) - request.offset, 0)) > self.max_data:
                 return Relay(id=request.id), b""
             try:
                 result = content.read_range(fd, request.offset, max_bytes, opened["name"])
@@ -140,7 +148,7 @@ class DirectServer:
                 raise Refusal("INVALID_ARGUMENT", "read: not a regular file") from None
         finally:
             os.close(fd)
-        if len(result.data) > MAX_DATA:  # it grew meanwhile
+        if len(result.data) > self.max_data:  # it grew meanwhile
             return Relay(id=request.id), b""
         answer = Content(
             id=request.id,
@@ -225,7 +233,10 @@ class DirectServer:
         # Never blocks the worker: a front-end that does not read its
         # answers (gone, or hostile) loses them.
         body = _ENCODER.encode(answer)
-        with contextlib.suppress(OSError):
+        try:
             self.link.sendmsg(
                 [len(body).to_bytes(_HEAD_LEN, "big"), body, data], [], socket.MSG_DONTWAIT
             )
+        except OSError as error:
+            if error.errno == errno.EMSGSIZE and isinstance(answer, Content):
+                self._send(Relay(id=answer.id))  # larger than this link carries

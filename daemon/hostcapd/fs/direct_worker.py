@@ -91,10 +91,12 @@ class DirectServer:
         except OSError:
             self.open = False
             return
-        if not raw and not ancillary:
+        if not raw and not ancillary and self._hung_up():
             self.open = False  # the front-end's end is gone
             return
         try:
+            if not raw:
+                raise ValueError("an empty datagram")
             if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or ancillary:
                 raise ValueError("a datagram too long, or carrying fds")
             header, data = split(raw)
@@ -112,6 +114,12 @@ class DirectServer:
             self._send(Synced(nonce=request.nonce))
             return
         self._read(request)
+
+    def _hung_up(self) -> bool:
+        """An empty read is the end of the link (else an empty datagram)."""
+        poller = select.poll()
+        poller.register(self.link, select.POLLIN)
+        return any(events & select.POLLHUP for _, events in poller.poll(0))
 
     def _read(self, request: Read) -> None:
         try:

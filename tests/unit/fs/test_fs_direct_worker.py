@@ -139,8 +139,9 @@ def test_what_the_root_refused_the_worker_refuses(
             msgspec.msgpack.encode({"op": "read", "id": 1, "path": "a" * (direct.MAX_PATH + 1)})
         ),
         b"x" * (direct.MAX_REQUEST + 1),  # longer than a request may be
+        b"",  # empty (not the end of the link)
     ],
-    ids=["cut", "not-ours", "data", "unknown-field", "id-0", "long-path", "too-long"],
+    ids=["cut", "not-ours", "data", "unknown-field", "id-0", "long-path", "too-long", "empty"],
 )
 def test_a_datagram_that_is_none_of_ours_is_reported_and_ends_the_link(
     ends: Ends, datagram: bytes
@@ -196,3 +197,12 @@ def test_a_probe_is_answered_in_order(ends: Ends) -> None:
     ends.server.serve_one()
     assert isinstance(ends.answer()[0], direct.Content)
     assert ends.answer()[0] == direct.Synced(nonce=99)
+
+
+def test_the_front_ends_end_closed_ends_the_link_without_a_report(ends: Ends) -> None:
+    ends.frontend.close()
+    ends.server.serve_one()
+    assert not ends.server.open
+    ends.root.settimeout(0.2)
+    with pytest.raises(TimeoutError):
+        ends.root.recv(1 << 16)

@@ -1,6 +1,6 @@
 """The fs worker: one process per tenant that performs its file operations.
 
-    python -I -m hostcapd.fs.worker FD
+    python -I -m hostcapd.fs.worker FD [READS_FD REPORTS_FD GENERATION]
 
 started by the daemon (`hostcapd.fs.client.FsWorker`) as a fresh
 interpreter (never a fork of the gRPC process), with one end of a
@@ -23,7 +23,9 @@ in this order:
 From then on every lookup beneath a root fd is the tenant's, under the
 kernel's permission checks and landlock; nothing above the roots needs to
 be reachable by the tenant. It answers `ready` with what it applied, and serves one request at a time
-until the link closes. Single-threaded by design: landlock_restrict_self
+until the link closes; given the front-end's read link and its report link
+(`hostcapd.fs.direct`, decision 0034), it serves the front-end's reads
+too, the two links in turn. Single-threaded by design: landlock_restrict_self
 confines the calling thread, and the frames are strictly request / reply.
 """
 

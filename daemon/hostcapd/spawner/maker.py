@@ -20,15 +20,20 @@ them itself, as before.
     maker = PoolMaker.start(close_in_child=[sock_fd])  # forked, before any child
     maker.ask_netns(); maker.ask_mntns(key, mounts)
     maker.release(fds)           # then close ours: the maker's are the last
-    for kind, key, fd, error in maker.replies(): ...
+    for kind, key, fd, error, taken in maker.replies(): ...
+
+A mount namespace is a copy of its profile's template (spawner/mntns.py),
+made by the maker's one thread itself: the maker holds the templates.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import socket
+import time
 from collections.abc import Iterator, Sequence
 
 import msgspec
@@ -36,11 +41,14 @@ import prctl
 
 from hostcapd import childsetup
 from hostcapd.spawner import netns
+from hostcapd.spawner.mntns import Templates
 
 #: ("n" network | "m" mount | "c" close, profile key, the mount steps)
 _Ask = tuple[str, str, list[childsetup.Mount]]
-#: (kind, profile key, why it failed: "" when the fd came with it)
-_Reply = tuple[str, str, str]
+#: (kind, profile key, why it failed: "" when the fd came with it, when the
+#: host trees a mount namespace shows were taken: its template's making,
+#: time.monotonic(), which the two processes share)
+_Reply = tuple[str, str, str, float]
 _asks = msgspec.msgpack.Decoder(_Ask)
 _replies = msgspec.msgpack.Decoder(_Reply)
 _MAX_MESSAGE = 1 << 20
@@ -113,10 +121,10 @@ class PoolMaker:
             if not self._send(("c", "", []), fds[at : at + _MAX_FDS]):
                 return
 
-    def replies(self) -> Iterator[tuple[str, str, int, str]]:
-        """What the maker made since: (kind, key, fd or -1, why not). Ends
-        when there is nothing more to read now; raises EOFError once the
-        maker is gone."""
+    def replies(self) -> Iterator[tuple[str, str, int, str, float]]:
+        """What the maker made since: (kind, key, fd or -1, why not, when
+        its host trees were taken). Ends when there is nothing more to read
+        now; raises EOFError once the maker is gone."""
         while True:
             try:
                 data, fds, _, _ = socket.recv_fds(self.sock, _MAX_MESSAGE, 1)
@@ -129,13 +137,13 @@ class PoolMaker:
                     os.close(fd)
                 raise EOFError("the pool maker is gone")
             try:
-                kind, key, why = _replies.decode(data)
+                kind, key, why, taken = _replies.decode(data)
             except msgspec.DecodeError:
-                kind, key, why = "?", "", "a malformed reply"
+                kind, key, why, taken = "?", "", "a malformed reply", 0.0
             fd = fds.pop(0) if fds and not why else -1
             for extra in fds:
                 os.close(extra)
-            yield kind, key, fd, why
+            yield kind, key, fd, why, taken
 
     def close(self) -> None:
         self.sock.close()
@@ -155,9 +163,16 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
         os.sched_setscheduler(0, policy, os.sched_param(0))
         os.setpriority(os.PRIO_PROCESS, 0, nice)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    sock.setblocking(True)
     pool = netns.NetnsPool(size=1)
+    templates = Templates(here=True)
+    sock.setblocking(True)
+    asks = select.poll()
+    asks.register(sock, select.POLLIN)
     while True:
+        wait = templates.next_expiry()
+        if wait is not None and not asks.poll(wait * 1000 + 1):
+            templates.expire()  # unused since: the host trees it held are let go
+            continue
         data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, _MAX_FDS)
         if not data:
             return 0
@@ -169,7 +184,7 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
             for fd in fds:
                 os.close(fd)  # the last reference: the teardown runs here
             continue
-        made, error = -1, ""
+        made, error, taken = -1, "", time.monotonic()
         if kind == "n":
             pool.fill_one()
             made = pool.take()
@@ -177,12 +192,12 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
             pool.failed = ""
         elif kind == "m":
             try:
-                made = childsetup.mount_namespace(mounts)
+                made, taken = templates.make(key, mounts)
             except (childsetup.SetupError, OSError, ValueError, TypeError) as failure:
                 error = str(failure) or type(failure).__name__
         else:
             error = f"unknown ask {kind!r}"
-        reply = msgspec.msgpack.encode((kind, key, error))
+        reply = msgspec.msgpack.encode((kind, key, error, taken))
         try:
             if made >= 0:
                 socket.send_fds(sock, [reply], [made])

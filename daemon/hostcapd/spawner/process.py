@@ -208,11 +208,11 @@ class Spawner:
         makes its own from then on)."""
         assert self.maker is not None
         try:
-            for kind, key, fd, error in self.maker.replies():
+            for kind, key, fd, error, taken in self.maker.replies():
                 if kind == "n" and self.netns is not None:
                     self.netns.made(fd, error)
                 elif kind == "m" and self.mntns is not None:
-                    self.mntns.made(key, fd, error)
+                    self.mntns.made(key, fd, error, taken)
                 elif fd >= 0:
                     os.close(fd)
         except EOFError:

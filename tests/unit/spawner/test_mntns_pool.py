@@ -51,12 +51,16 @@ PROBE = textwrap.dedent(
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, out
         mountinfo, tmp, ns, procs = out.split("---\\n")
+        # Each mount: its root, mount point, parent's mount point, options,
+        # propagation (optional fields) and source; in no order (a copy of a
+        # template lists the trees it cloned from the host first).
+        points = {line.split()[0]: line.split()[4] for line in mountinfo.splitlines()}
         shape = []
         for line in mountinfo.splitlines():
             left, right = line.split(" - ")
             f = left.split()
-            shape.append([f[3], f[4], f[5], *right.split()])
-        return {"mounts": shape, "tmp": tmp.split(), "ns": ns.strip(), "procs": int(procs)}
+            shape.append([f[3], f[4], points.get(f[1], "?"), f[5], " ".join(f[6:]), *right.split()])
+        return {"mounts": sorted(shape), "tmp": tmp.split(), "ns": ns.strip(), "procs": int(procs)}
 
     flags = namespaces.CLONE_NEWNS | namespaces.CLONE_NEWPID
     home = os.readlink("/proc/self/ns/mnt")
@@ -85,6 +89,8 @@ PROBE = textwrap.dedent(
     expiring = MountNamespacePool(max_age=0.0)
     expiring.fill_one("t", list(plan.pooled_mounts))
     expired = expiring.take("t")
+    for held in (pool, broken, expiring):  # and the templates they copied
+        held.close()
     fds_after = len(os.listdir("/proc/self/fd"))
     print(json.dumps({
         "home": home, "after": os.readlink("/proc/self/ns/mnt"), "fresh": fresh,
@@ -102,9 +108,12 @@ def test_a_pooled_namespace_is_the_same_view_used_once_and_fails_cleanly() -> No
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     fresh, (first, second) = result["fresh"], result["pooled"]
-    # The same mounts, options and order, whether built per spawn or ahead of need.
+    # The same mounts on the same parents with the same options, whether built
+    # per spawn or copied from the profile's template ahead of need; every
+    # one private (no shared or master peer group).
     assert first["mounts"] == fresh["mounts"] == second["mounts"]
-    assert any(m[1] == "/proc" and m[3] == "proc" for m in fresh["mounts"])
+    assert any(m[1] == "/proc" and m[5] == "proc" for m in fresh["mounts"])
+    assert all(m[4] == "" for m in fresh["mounts"])
     # Its own /proc shows only the spawn's pid namespace: the shell alone (its
     # glob counts without a second process, whose start would race the count).
     assert fresh["procs"] == first["procs"] == second["procs"] == 1

@@ -79,6 +79,16 @@ def _cpu_of(pids: list[int]) -> float:
     return sum(_cpu(pid) for pid in pids)
 
 
+def _with_children(pid: int) -> float:
+    """CPU seconds of `pid` and of its children it has reaped (/proc/PID/stat,
+    in ticks): the pool maker's, whose short-lived children (a mount
+    namespace's, before it made copies itself) are its work too."""
+    if pid <= 0:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def frontend_of(daemon: BenchDaemon, tenant: str) -> int:
     """The pid of the front-end serving `tenant` (its cwd is its bind
     directory, beside the tenant's socket, named after it)."""
@@ -172,12 +182,22 @@ async def compare(args: argparse.Namespace) -> None:
         per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
         fe_per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
         root_per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
+        pools = {kind: d.helper_pids().get("pools", -1) for kind, d in daemons.items()}
+        pools_own = {k: 0.0 for k in KINDS}
+        pools_all = {k: 0.0 for k in KINDS}
+        spawns = {k: 0 for k in KINDS}
         for index in range(args.windows):
             for kind in rotation(list(KINDS), index):
                 f0 = _cpu(front[kind])
                 d0 = _cpu_of(pids[kind])
                 r0 = _cpu(daemons[kind].pid)
+                p0 = _cpu(pools[kind]) if pools[kind] > 0 else 0.0
+                c0 = _with_children(pools[kind])
                 done, seconds = await daemon_rate(daemons[kind].socket(TENANT), args.seconds)
+                if pools[kind] > 0:
+                    pools_own[kind] += _cpu(pools[kind]) - p0
+                pools_all[kind] += _with_children(pools[kind]) - c0
+                spawns[kind] += done
                 root_per_spawn[kind].append((_cpu(daemons[kind].pid) - r0) * 1e3 / done)
                 per_spawn[kind].append((_cpu_of(pids[kind]) - d0) * 1e3 / done)
                 fe_per_spawn[kind].append((_cpu(front[kind]) - f0) * 1e3 / done)
@@ -193,6 +213,14 @@ async def compare(args: argparse.Namespace) -> None:
         print("  " + _ratio("daemon CPU/spawn", cpu["a"], cpu["b"], "ms", ".3f"))
         print("  " + _ratio("front-end CPU/spawn", fe["a"], fe["b"], "ms", ".3f"))
         print("  " + _ratio("root CPU/spawn", root["a"], root["b"], "ms", ".3f"))
+        if all(spawns.values()):
+            own = {k: pools_own[k] * 1e3 / spawns[k] for k in KINDS}
+            whole = {k: pools_all[k] * 1e3 / spawns[k] for k in KINDS}
+            print("  " + _ratio("pool maker CPU/spawn", own["a"], own["b"], "ms", ".3f"))
+            print(
+                "  "
+                + _ratio("pool maker + its children CPU/spawn", whole["a"], whole["b"], "ms", ".3f")
+            )
 
         if args.stream_mib:
             size = args.stream_mib * MiB

@@ -121,13 +121,14 @@ class PoolMaker:
             if not self._send(("c", "", []), fds[at : at + _MAX_FDS]):
                 return
 
-    def replies(self) -> Iterator[tuple[str, str, int, str, float]]:
+    def replies(self) -> Iterator[tuple[str, str, int, str, float, int]]:
         """What the maker made since: (kind, key, fd or -1, why not, when
-        its host trees were taken). Ends when there is nothing more to read
-        now; raises EOFError once the maker is gone."""
+        its host trees were taken, the template a mount namespace was copied
+        from or -1: sent with the first copy of each). Ends when there is
+        nothing more to read now; raises EOFError once the maker is gone."""
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(self.sock, _MAX_MESSAGE, 1)
+                data, fds, _, _ = socket.recv_fds(self.sock, _MAX_MESSAGE, 2)
             except BlockingIOError:
                 return
             except OSError as gone:
@@ -141,9 +142,10 @@ class PoolMaker:
             except msgspec.DecodeError:
                 kind, key, why, taken = "?", "", "a malformed reply", 0.0
             fd = fds.pop(0) if fds and not why else -1
+            template = fds.pop(0) if fds and kind == "m" else -1
             for extra in fds:
                 os.close(extra)
-            yield kind, key, fd, why, taken
+            yield kind, key, fd, why, taken, template
 
     def close(self) -> None:
         self.sock.close()
@@ -165,6 +167,7 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     pool = netns.NetnsPool(size=1)
     templates = Templates(here=True)
+    sent: dict[str, float] = {}  # key -> the making of the template last sent
     sock.setblocking(True)
     asks = select.poll()
     asks.register(sock, select.POLLIN)
@@ -184,7 +187,7 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
             for fd in fds:
                 os.close(fd)  # the last reference: the teardown runs here
             continue
-        made, error, taken = -1, "", time.monotonic()
+        made, error, taken, template = -1, "", time.monotonic(), -1
         if kind == "n":
             pool.fill_one()
             made = pool.take()
@@ -195,12 +198,15 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
                 made, taken = templates.make(key, mounts)
             except (childsetup.SetupError, OSError, ValueError, TypeError) as failure:
                 error = str(failure) or type(failure).__name__
+            held = templates.current(key, mounts) if made >= 0 else None
+            if held is not None and sent.get(key) != taken:
+                template, sent[key] = held[0], taken  # the spawner's to copy too
         else:
             error = f"unknown ask {kind!r}"
         reply = msgspec.msgpack.encode((kind, key, error, taken))
         try:
             if made >= 0:
-                socket.send_fds(sock, [reply], [made])
+                socket.send_fds(sock, [reply], [made] + ([template] if template >= 0 else []))
             else:
                 sock.send(reply)
         except OSError:

@@ -63,20 +63,16 @@ class Templates:
         """A namespace for one spawn of `key` with its pooled steps `mounts`
         made: (its fd, when the host trees it shows were taken). Raises as
         `childsetup.mount_namespace`."""
-        self.expire()
-        held = self._made.get(key)
-        if held is None or held[0] != list(mounts):
-            self.drop(key)
+        held = self.current(key, mounts)
+        if held is None:
             split = namespaces.template_split(mounts)
             if split is None:  # not of the template's shape: built whole
                 return childsetup.mount_namespace(mounts), time.monotonic()
             template, copy = split
             made = time.monotonic()
-            held = (list(mounts), childsetup.mount_namespace(template), made, copy)
-            self._made[key] = held
-            while len(self._made) > TEMPLATES:
-                self.drop(min(self._made, key=lambda k: self._made[k][2]))
-        _, base, made, copy = held
+            self.adopt(key, mounts, childsetup.mount_namespace(template), made, copy)
+            held = self._made[key][1], copy
+        base, copy = held
         try:
             fd = childsetup.mount_namespace(copy, base_fd=base, here=self.here)
         except childsetup.SetupError as error:
@@ -84,7 +80,38 @@ class Templates:
                 raise
             self.here = False  # a thread of its own now, say: a child does it
             fd = childsetup.mount_namespace(copy, base_fd=base)
-        return fd, made
+        return fd, self._made[key][2]
+
+    def current(self, key: str, mounts: Mounts) -> tuple[int, list[Mount]] | None:
+        """`key`'s template for `mounts`, if one is held and young enough:
+        (its fd, the steps a copy of it takes). Nothing is made."""
+        self.expire()
+        held = self._made.get(key)
+        if held is None or held[0] != list(mounts):
+            return None
+        return held[1], held[3]
+
+    def made_at(self, key: str) -> float | None:
+        held = self._made.get(key)
+        return held[2] if held is not None else None
+
+    def adopt(
+        self, key: str, mounts: Mounts, fd: int, made: float, copy: list[Mount] | None = None
+    ) -> None:
+        """Hold `fd`, a template of `key` for `mounts` made at `made` (by
+        `make`, or sent by the pool maker), instead of an older one; closed
+        if it is the older one, or `mounts` are not of the template's shape."""
+        held = self._made.get(key)
+        if copy is None:
+            split = namespaces.template_split(mounts)
+            copy = split[1] if split is not None else None
+        if copy is None or (held is not None and held[0] == list(mounts) and held[2] >= made):
+            os.close(fd)
+            return
+        self.drop(key)
+        self._made[key] = (list(mounts), fd, made, copy)
+        while len(self._made) > TEMPLATES:
+            self.drop(min(self._made, key=lambda k: self._made[k][2]))
 
     def expire(self) -> None:
         oldest = time.monotonic() - self.max_age
@@ -144,15 +171,30 @@ class MountNamespacePool:
     def asked(self, key: str) -> None:
         self.pending[key] = self.pending.get(key, 0) + 1
 
-    def made(self, key: str, fd: int, error: str = "", taken: float | None = None) -> None:
+    def made(
+        self,
+        key: str,
+        fd: int,
+        error: str = "",
+        taken: float | None = None,
+        template: int = -1,
+        mounts: Mounts = (),
+    ) -> None:
         """One the pool maker was asked for came (in the order asked): its
         fd, or why not; `taken`, when the host trees it shows were (its
-        template's making, time.monotonic()), if not just now."""
+        template's making, time.monotonic()), if not just now; `template`,
+        the template it was copied from when the maker made a new one (for
+        `mounts`, the profile's pooled steps): held for `copy_base`."""
         if self._stale.get(key, 0) > 0:  # asked for a registration since dropped
             self._stale[key] -= 1
-            if fd >= 0:
-                os.close(fd)
+            for stale in (fd, template):
+                if stale >= 0:
+                    os.close(stale)
             return
+        if template >= 0:
+            self.templates.adopt(
+                key, mounts, template, time.monotonic() if taken is None else taken
+            )
         self.pending[key] = max(0, self.pending.get(key, 0) - 1)
         if fd >= 0:
             now = time.monotonic()
@@ -160,6 +202,13 @@ class MountNamespacePool:
             self._ready.setdefault(key, deque()).append((made, fd))
         elif error:
             self.failed[key] = error
+
+    def copy_base(self, key: str, mounts: Mounts) -> tuple[int, list[Mount]] | None:
+        """For a spawn of `key` that finds the pool empty: a template to copy
+        in its own set-up (its fd, which stays the pool's, and the steps of
+        the copy, to which the spawn adds its own), if a young one is held;
+        None: it builds its namespace whole."""
+        return self.templates.current(key, mounts)
 
     def forget_pending(self) -> None:
         """The pool maker is gone: nothing asked of it will come."""

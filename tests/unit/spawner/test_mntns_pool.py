@@ -35,7 +35,7 @@ PROBE = textwrap.dedent(
         b" touch /tmp/left-behind; echo ---; set -- /proc/[0-9]*; echo $#"
     )
 
-    def run(clone_flags, mounts, mntns_fd=-1):
+    def run(clone_flags, mounts, mntns_fd=-1, copy=False):
         r, w = os.pipe()
         exe = os.open("/bin/sh", os.O_RDONLY | os.O_CLOEXEC)
         pid, _ = childsetup.spawn(childsetup.ChildPlan(
@@ -44,7 +44,7 @@ PROBE = textwrap.dedent(
             mounts=list(mounts), hostname=None, loopback_up=False, cgroup_fds=[], rlimits=[],
             oom_score_adj=None, loginuid=None, drop_caps=False, ids=None, no_new_privs=True,
             landlock_fd=-1, landlock_rules=[], seccomp_filter=b"", pdeathsig=9, cancel_fd=-1,
-            life_fd=-1, mntns_fd=mntns_fd))
+            life_fd=-1, mntns_fd=mntns_fd, mntns_copy=copy))
         os.close(w); os.close(exe)
         with os.fdopen(r) as f:
             out = f.read()
@@ -76,6 +76,12 @@ PROBE = textwrap.dedent(
     for fd in (first, second):
         pooled.append(run(namespaces.CLONE_NEWPID, plan.join_mounts, fd))
         os.close(fd)
+    # The pool empty: a spawn copies the profile's template in its own set-up
+    # (its keep steps, the root beneath /tmp, cloned before it joins).
+    base, steps = pool.copy_base("t", plan.pooled_mounts)
+    copied = [run(namespaces.CLONE_NEWPID, [*steps, *plan.join_mounts], base, copy=True)
+              for _ in range(2)]
+    template_ns = os.readlink(f"/proc/self/fd/{base}")
 
     # A set-up step that fails: the error names it, nothing is left open.
     bad = [*plan.pooled_mounts[:1], (namespaces.MOUNT_KEEP, b"/nonexistent-hostcap", None, None, 0, None, 0)]
@@ -94,7 +100,7 @@ PROBE = textwrap.dedent(
     fds_after = len(os.listdir("/proc/self/fd"))
     print(json.dumps({
         "home": home, "after": os.readlink("/proc/self/ns/mnt"), "fresh": fresh,
-        "pooled": pooled, "failure": failure, "broken": sorted(broken.failed),
+        "pooled": pooled, "copied": copied, "template": template_ns, "failure": failure, "broken": sorted(broken.failed),
         "expired": expired, "fds": [fds_before, fds_after], "enoent": errno.ENOENT,
         "root": root.name,
     }))
@@ -114,6 +120,12 @@ def test_a_pooled_namespace_is_the_same_view_used_once_and_fails_cleanly() -> No
     assert first["mounts"] == fresh["mounts"] == second["mounts"]
     assert any(m[1] == "/proc" and m[5] == "proc" for m in fresh["mounts"])
     assert all(m[4] == "" for m in fresh["mounts"])
+    # So has a spawn that copies the template itself, each in a namespace and
+    # with a /tmp of its own.
+    for copied in result["copied"]:
+        assert copied["mounts"] == fresh["mounts"]
+        assert copied["tmp"] == [result["root"]] and copied["procs"] == 1
+    assert all(c["ns"] not in (result["home"], result["template"]) for c in result["copied"])
     # Its own /proc shows only the spawn's pid namespace: the shell alone (its
     # glob counts without a second process, whose start would race the count).
     assert fresh["procs"] == first["procs"] == second["procs"] == 1

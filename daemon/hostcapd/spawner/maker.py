@@ -23,17 +23,24 @@ them itself, as before.
     for kind, key, fd, error, taken in maker.replies(): ...
 
 A mount namespace is a copy of its profile's template (spawner/mntns.py),
-made by the maker's one thread itself: the maker holds the templates.
+made by the maker's one thread itself: the maker holds the templates and
+sends each new one to the spawner with the first copy made of it (a spawn
+that finds the pool empty copies it in its own set-up). The namespaces
+handed back are closed once no ask waits: a mount namespace's teardown
+waits 1-2 ms for RCU, which delayed the next one made.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
+import mmap
 import os
 import select
 import signal
 import socket
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 import msgspec
@@ -52,10 +59,30 @@ _Reply = tuple[str, str, str, float]
 _asks = msgspec.msgpack.Decoder(_Ask)
 _replies = msgspec.msgpack.Decoder(_Reply)
 _MAX_MESSAGE = 1 << 20
+#: A reply's largest size (its why-not is a short message).
+_MAX_REPLY = 1 << 16
 #: A release sends at most this many fds in one message.
 _MAX_FDS = 64
+#: Namespaces handed over are closed once no ask waits (their teardown, a
+#: mount namespace's 1-2 ms of wall time waiting for RCU, would delay the
+#: next namespace made), but no more than this many wait for it.
+_MAX_CLOSING = 2 * _MAX_FDS
 #: The maker's scheduling: (policy, nice); see above.
 SCHEDULING = (os.SCHED_OTHER, 19)
+
+
+def _receive(
+    sock: socket.socket, buffer: mmap.mmap | bytearray, max_fds: int
+) -> tuple[memoryview, list[int], bool]:
+    """One message into `buffer`, kept for the next (socket.recv_fds takes a
+    new one of its full size each time: an mmap and munmap of 1 MiB per
+    message): (its bytes, the fds that came with it, whether it was cut)."""
+    size, ancillary, flags, _ = sock.recvmsg_into([buffer], socket.CMSG_SPACE(max_fds * 4))
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return memoryview(buffer)[:size], list(fds), bool(flags & socket.MSG_TRUNC)
 
 
 class PoolMaker:
@@ -64,6 +91,7 @@ class PoolMaker:
     def __init__(self, sock: socket.socket, pid: int) -> None:
         self.sock = sock
         self.pid = pid
+        self._buffer = bytearray(_MAX_REPLY)
 
     @classmethod
     def start(cls, close_in_child: Sequence[int] = ()) -> PoolMaker | None:
@@ -128,7 +156,7 @@ class PoolMaker:
         nothing more to read now; raises EOFError once the maker is gone."""
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(self.sock, _MAX_MESSAGE, 2)
+                data, fds, cut = _receive(self.sock, self._buffer, 2)
             except BlockingIOError:
                 return
             except OSError as gone:
@@ -138,6 +166,8 @@ class PoolMaker:
                     os.close(fd)
                 raise EOFError("the pool maker is gone")
             try:
+                if cut:
+                    raise msgspec.DecodeError("cut")
                 kind, key, why, taken = _replies.decode(data)
             except msgspec.DecodeError:
                 kind, key, why, taken = "?", "", "a malformed reply", 0.0
@@ -171,21 +201,28 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
     sock.setblocking(True)
     asks = select.poll()
     asks.register(sock, select.POLLIN)
+    buffer = mmap.mmap(-1, _MAX_MESSAGE)  # its pages taken as written
+    #: Namespaces handed over, to close (their teardown) when no ask waits.
+    closing: deque[int] = deque()
     while True:
+        if closing and (len(closing) > _MAX_CLOSING or not asks.poll(0)):
+            os.close(closing.popleft())  # the last reference: the teardown runs here
+            continue
         wait = templates.next_expiry()
         if wait is not None and not asks.poll(wait * 1000 + 1):
             templates.expire()  # unused since: the host trees it held are let go
             continue
-        data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, _MAX_FDS)
+        data, fds, cut = _receive(sock, buffer, _MAX_FDS)
         if not data:
             return 0
         try:
+            if cut:
+                raise msgspec.DecodeError("cut")
             kind, key, mounts = _asks.decode(data)
         except msgspec.DecodeError:
             kind, key, mounts = "?", "", []
         if kind == "c" or fds:
-            for fd in fds:
-                os.close(fd)  # the last reference: the teardown runs here
+            closing.extend(fds)
             continue
         made, error, taken, template = -1, "", time.monotonic(), -1
         if kind == "n":
@@ -198,8 +235,8 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
                 made, taken = templates.make(key, mounts)
             except (childsetup.SetupError, OSError, ValueError, TypeError) as failure:
                 error = str(failure) or type(failure).__name__
-            held = templates.current(key, mounts) if made >= 0 else None
-            if held is not None and sent.get(key) != taken:
+            held = templates.current(key, mounts) if made >= 0 and sent.get(key) != taken else None
+            if held is not None:
                 template, sent[key] = held[0], taken  # the spawner's to copy too
         else:
             error = f"unknown ask {kind!r}"

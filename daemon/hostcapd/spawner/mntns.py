@@ -43,6 +43,10 @@ Mounts = Sequence[Mount]
 TEMPLATE_AGE = 10.0
 #: Templates held at once (the least recently made goes first).
 TEMPLATES = 16
+#: A spawn that finds its pool empty copies its profile's template in its own
+#: set-up (MountNamespacePool.copy_base); False: it builds its new root whole
+#: (the A/B of bench/README.md, 2026-12-06).
+SPAWN_COPIES = True
 
 
 class Templates:
@@ -208,7 +212,7 @@ class MountNamespacePool:
         in its own set-up (its fd, which stays the pool's, and the steps of
         the copy, to which the spawn adds its own), if a young one is held;
         None: it builds its namespace whole."""
-        return self.templates.current(key, mounts)
+        return self.templates.current(key, mounts) if SPAWN_COPIES else None
 
     def forget_pending(self) -> None:
         """The pool maker is gone: nothing asked of it will come."""

@@ -221,3 +221,73 @@ async def test_the_init_holds_nothing_and_is_confined_as_the_command(client: Cli
             assert status["NSpid"].split()[-1] == "1"
             assert command_status["NSpid"].split()[-1] == "2"
             await client.stub.Signal(process_pb2.SignalRequest(pid=pid, signal=signal.SIGKILL))
+
+
+#: What the command tries against its init (pid 1) while it runs: its
+#: program, environment and memory, and a trace; each must be refused.
+PROBE_INIT = """
+import ctypes, os
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return os.strerror(e.errno)
+libc = ctypes.CDLL(None, use_errno=True)
+def trace():
+    if libc.ptrace(16, 1, None, None) != 0:  # PTRACE_ATTACH
+        raise OSError(ctypes.get_errno(), "ptrace")
+print(open("/proc/1/cmdline", "rb").read())
+for what, fn in (
+    ("exe", lambda: open("/proc/1/exe", "rb").read(4)),
+    ("environ", lambda: open("/proc/1/environ", "rb").read()),
+    ("mem", lambda: open("/proc/1/mem", "rb").read(1)),
+    ("maps", lambda: open("/proc/1/maps").read()),
+    ("trace", trace),
+):
+    print(what, attempt(fn))
+"""
+
+
+async def test_the_init_is_hostcap_init_and_keeps_nothing_of_the_spawner(client: Client) -> None:
+    # Once its command runs, the init is hostcap-init, exec'd from the
+    # daemon's sealed memfd: seen from the host, a few mappings and no
+    # python, libc or plan of the spawner's; seen from the command, its
+    # program, environment and memory are out of reach.
+    stream = client.stub.Spawn(
+        request(["python3", "-c", PROBE_INIT + "import time; time.sleep(30)"])
+    )
+    async for event in stream:
+        kind = event.WhichOneof("event")
+        if kind == "started":
+            pid = event.started.pid
+        elif kind == "output" and b"trace" in event.output.data:
+            init = Path(f"/proc/{pid}")
+            assert os.readlink(init / "exe").startswith("/memfd:hostcap-init")
+            maps = (init / "maps").read_text()
+            assert len(maps.splitlines()) <= 8, maps
+            assert "python" not in maps and "libc" not in maps and "[heap]" not in maps
+            assert (init / "cmdline").read_bytes() == b"hostcap-init\0"
+            status = dict(line.split(":", 1) for line in (init / "status").read_text().splitlines())
+            assert status["Name"].strip() == "hostcap-init"
+            # Its affinity is the spawner's again, as the command's is (see the
+            # test above): it was pinned to one CPU for its exec only.
+            assert set(_cpus(status["Cpus_allowed_list"])) == os.sched_getaffinity(0)
+            lines = dict(
+                line.split(" ", 1) for line in event.output.data.decode().splitlines()[1:] if line
+            )
+            assert event.output.data.splitlines()[0] == repr(b"hostcap-init\0").encode()
+            for what in ("exe", "environ", "mem", "maps", "trace"):
+                assert lines[what] in ("Permission denied", "Operation not permitted"), (
+                    what,
+                    lines,
+                )
+            await client.stub.Signal(process_pb2.SignalRequest(pid=pid, signal=signal.SIGKILL))
+
+
+def _cpus(listing: str) -> list[int]:
+    cpus: list[int] = []
+    for part in listing.strip().split(","):
+        first, _, last = part.partition("-")
+        cpus.extend(range(int(first), int(last or first) + 1))
+    return cpus

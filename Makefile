@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEB_PACKAGES := libcap-dev bubblewrap gcc python3-dev e2fsprogs util-linux curl apparmor git
-SOURCES := pyproject.toml setup.py $(wildcard daemon/hostcapd/childsetup_c/*.[ch] daemon/hostcapd/childsetup_c/pid1/*.c)
+SOURCES := pyproject.toml setup.py $(wildcard daemon/hostcapd/childsetup_c/*.[ch])
 
 .PHONY: venv frontend-user run test test-systemd systemd-root lint proto bench bench-quick soak dist clean
 

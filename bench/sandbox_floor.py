@@ -169,7 +169,6 @@ VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
     "no init": (False, {}),
     "init": (True, {}),
     "init (caller clones)": (True, {"_use_forker": False}),
-    "init (no exec)": (True, {"_use_init_exec": False}),
 }
 
 

@@ -16,8 +16,7 @@
  * This header holds the plan (what the child applies) and the step list; one
  * file per job, as nsjail keeps one per mechanism:
  *   setup.c   the set-up sequence (child_main) and its steps, to the exec
- *   init.c    the init that stays pid 1 of a spawn's pid namespace, until
- *             its command exec'd; then it execs pid1/hostcap_init.c
+ *   init.c    the init that stays pid 1 of a spawn's pid namespace
  *   warm.c    the warm child's wait for its request, and the go that sends it
  *   pools.c   the kept plan and stack, the vfork-style clone, the init's
  *             small copy of the spawner (its arena and MADV_DONTFORK marks)
@@ -249,14 +248,6 @@ struct plan {
      * writes its records to report_fd and closes report_read at once */
     int init;
     int report_fd, report_read;
-    /* >= 0: once its command exec'd, the init execs hostcap-init from this
-     * fd (see init_exec) */
-    int init_exec_fd;
-    /* A fresh init that execs hostcap-init is cloned vfork-style: until its
-     * exec it runs in the caller's memory (nothing of it is written), and
-     * the caller, pinned to its CPU for the clone, is `caller_tid` */
-    int init_shared;
-    pid_t caller_tid;
     /* A warm child (see warm_wait): its set-up stops after the filters and
      * waits on channel_fd for the request's part; the roots' fds are opened
      * (as root, after the mounts) for the cwd the request names. */
@@ -314,16 +305,6 @@ void init_report_setup(int fd, int step, int err);
 /* The parent's side: clone the init, then read its set-up record. */
 pid_t start_init_child(char *stack, struct plan *p);
 pid_t wait_init_child(pid_t pid, struct plan *p, int *report);
-/* The fd of hostcap-init's sealed memfd (made once), or -1 where there is
- * none: the init then stays the copy of the forker it was cloned as. With
- * the GIL held. */
-int init_image_fd(void);
-/* Whether an init execs hostcap-init (a switch for the bench's A/B). */
-extern int init_exec_enabled;
-/* A fresh init cloned vfork-style (it execs hostcap-init): its pid with its
- * report pipe's read end in *report, or -1 with the failure in the plan.
- * Without the GIL. */
-pid_t run_init_shared(char *stack, struct plan *p, int *report);
 
 /* ---- warm.c: a child set up ahead of need ---- */
 

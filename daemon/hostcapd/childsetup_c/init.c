@@ -14,15 +14,6 @@
  * ends, writes the command's wait status and rusage on the pipe and exits
  * with the same status as far as a pid 1 can (see init_exit).
  *
- * Once the command exec'd and the set-up record is written, the init execs
- * hostcap-init (pid1/hostcap_init.c, carried by this module as bytes in a
- * sealed memfd: see init_image_fd and init_exec), which is the same loop in
- * a fresh address space of a few pages: what the init ran on until then (a
- * copy of the forker, its plan and the strings of the command) is gone from
- * it, and its exit tears down a few pages rather than that copy. Where
- * there is no image (another machine, a host that refuses executable
- * memfds) the init stays the copy and runs init_loop below.
- *
  * The init is not a CLONE_VM child (it outlives the exec, so it needs
  * memory of its own): the spawner clones it like fork, and it clones the
  * command's process vfork-style from its own memory. It has the command's
@@ -98,15 +89,6 @@ static int64_t tv_us(struct timeval tv)
     return (int64_t)tv.tv_sec * 1000000 + tv.tv_usec;
 }
 
-/* The command's exit record: its wait status and rusage. */
-static void init_report_exit(int fd, int status, const struct rusage *ru)
-{
-    int64_t rec[9] = {INIT_EXIT_MAGIC, status, tv_us(ru->ru_utime), tv_us(ru->ru_stime),
-                      ru->ru_maxrss, ru->ru_nvcsw, ru->ru_nivcsw, ru->ru_inblock,
-                      ru->ru_oublock};
-    write_record(fd, rec, 9);
-}
-
 /* The init's life once the command runs: every signal is blocked, so each is
  * queued for it and taken here; SIGCHLD reaps, any other is forwarded. */
 static void init_loop(pid_t command, int report_fd)
@@ -135,88 +117,13 @@ static void init_loop(pid_t command, int report_fd)
                 break;
             if (w != command)
                 continue; /* an orphan reparented to us, now reaped */
-            init_report_exit(report_fd, status, &ru);
+            int64_t rec[9] = {INIT_EXIT_MAGIC, status, tv_us(ru.ru_utime), tv_us(ru.ru_stime),
+                              ru.ru_maxrss, ru.ru_nvcsw, ru.ru_nivcsw, ru.ru_inblock,
+                              ru.ru_oublock};
+            write_record(report_fd, rec, 9);
             init_exit(status);
         }
     }
-}
-
-/* hostcap-init's inputs (see pid1/hostcap_init.c): the report pipe is its
- * fd 3, its only one. */
-#define INIT_REPORT_FD 3
-
-/* The mask as hex digits, two a byte from CPU 0 (HOSTCAP_CPUS). */
-static void hex_mask(char *out, const cpu_set_t *mask)
-{
-    static const char digits[] = "0123456789abcdef";
-    const unsigned char *b = (const unsigned char *)mask;
-    size_t n = sizeof *mask;
-    while (n > 1 && b[n - 1] == 0)
-        n--;
-    for (size_t i = 0; i < n; i++) {
-        *out++ = digits[b[i] >> 4];
-        *out++ = digits[b[i] & 15];
-    }
-    *out = '\0';
-}
-
-/* The command exec'd and the caller has the set-up record: exec
- * hostcap-init, with the report pipe as its fd 3 and nothing else open, the
- * command's pid (HOSTCAP_COMMAND) and this process's affinity
- * (HOSTCAP_CPUS) in its environment, which only whom may ptrace it can
- * read: nobody in the spawn. For the exec it is pinned to the CPU it runs
- * on, so that sched_exec does not move it (a stop-machine hop to the other
- * CPU's queue, while its command starts); hostcap-init takes the affinity
- * back first thing. If the exec fails, the command is killed (it must not
- * run without its init) and its exit record says so; then the init ends. */
-static void init_exec(struct plan *p, pid_t command)
-{
-    int fd = p->report_fd;
-    int exe = p->init_exec_fd;
-    if (exe == INIT_REPORT_FD)
-        exe = fcntl(exe, F_DUPFD_CLOEXEC, INIT_REPORT_FD + 1);
-    int ok = exe >= 0;
-    if (ok && fd != INIT_REPORT_FD)
-        ok = dup2(fd, INIT_REPORT_FD) == INIT_REPORT_FD;
-    else if (ok)
-        ok = fcntl(fd, F_SETFD, 0) == 0;
-    if (ok) {
-        fd = INIT_REPORT_FD;
-        syscall(SYS_close_range, 0, INIT_REPORT_FD - 1, 0);
-        syscall(SYS_close_range, INIT_REPORT_FD + 1, ~0U, CLOSE_RANGE_CLOEXEC);
-        char env[32] = "HOSTCAP_COMMAND=";
-        char digits[12];
-        int n = 0;
-        for (unsigned v = (unsigned)command; n == 0 || v > 0; v /= 10)
-            digits[n++] = (char)('0' + v % 10);
-        size_t at = strlen(env);
-        while (n > 0)
-            env[at++] = digits[--n];
-        env[at] = '\0';
-        char cpus[16 + 2 * sizeof(cpu_set_t)] = "HOSTCAP_CPUS=";
-        cpu_set_t mine;
-        unsigned int cpu = 0;
-        if (sched_getaffinity(0, sizeof mine, &mine) == 0 &&
-            syscall(SYS_getcpu, &cpu, NULL, NULL) == 0) {
-            cpu_set_t here;
-            CPU_ZERO(&here);
-            CPU_SET(cpu, &here);
-            if (sched_setaffinity(0, sizeof here, &here) == 0)
-                hex_mask(cpus + strlen(cpus), &mine);
-        }
-        char *argv[] = {(char *)"hostcap-init", NULL};
-        char *envp[] = {env, cpus, NULL};
-        syscall(SYS_execveat, exe, "", argv, envp, AT_EMPTY_PATH);
-    }
-    syscall(SYS_kill, command, SIGKILL);
-    int status;
-    struct rusage ru;
-    while (wait4(command, &status, __WALL, &ru) < 0) {
-        if (errno != EINTR)
-            _exit(127);
-    }
-    init_report_exit(fd, status, &ru);
-    _exit(128 + SIGKILL);
 }
 
 /* The end of the set-up as pid 1: start the command's process, report, and
@@ -242,12 +149,10 @@ int init_main(struct plan *p)
     }
     /* The command runs: the init keeps its report pipe and nothing else. */
     int fd = p->report_fd;
-    init_report_setup(fd, STEP_NONE, 0);
-    if (p->init_exec_fd >= 0)
-        init_exec(p, command); /* returns only if the image is not ours */
     if (fd > 0)
         syscall(SYS_close_range, 0, fd - 1, 0);
     syscall(SYS_close_range, fd + 1, ~0U, 0);
+    init_report_setup(fd, STEP_NONE, 0);
     init_loop(command, fd);
     return 127;
 }
@@ -311,110 +216,3 @@ pid_t wait_init_child(pid_t pid, struct plan *p, int *report)
     return -1;
 }
 
-
-/* ---- hostcap-init's image ---- */
-
-#include "hostcap_init_image.h"
-
-int init_exec_enabled = 1;
-static int image_fd = -1;
-static dev_t image_dev;
-static ino_t image_ino;
-
-#ifndef MFD_EXEC
-#define MFD_EXEC 0x0010U
-#endif
-
-int init_image_fd(void)
-{
-    static int failed;
-    if (HOSTCAP_INIT_IMAGE_SIZE == 0 || failed || !init_exec_enabled)
-        return -1;
-    /* Still the memfd made below? (A caller may have closed every fd it did
-     * not know of, and the number be another file's now.) */
-    struct stat st;
-    if (image_fd >= 0 && fstat(image_fd, &st) == 0 && st.st_dev == image_dev &&
-        st.st_ino == image_ino)
-        return image_fd;
-    image_fd = -1;
-    /* Executable (MFD_EXEC; where vm.memfd_noexec refuses that, the init
-     * stays the forker's copy), sealed against any change, and mode 0111:
-     * a tenant's uid may execute it but not read it, so the exec makes the
-     * init not dumpable (fs/exec.c, would_dump). A memfd is beneath no path
-     * a landlock domain governs. */
-    int fd = (int)syscall(SYS_memfd_create, "hostcap-init",
-                          MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
-    if (fd < 0) {
-        failed = 1;
-        return -1;
-    }
-    size_t done = 0;
-    while (done < HOSTCAP_INIT_IMAGE_SIZE) {
-        ssize_t n = write(fd, hostcap_init_image + done, HOSTCAP_INIT_IMAGE_SIZE - done);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        done += (size_t)n;
-    }
-    if (done != HOSTCAP_INIT_IMAGE_SIZE || fchmod(fd, 0111) != 0 ||
-        fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) != 0 ||
-        fstat(fd, &st) != 0) {
-        close(fd);
-        failed = 1;
-        return -1;
-    }
-    image_fd = fd;
-    image_dev = st.st_dev;
-    image_ino = st.st_ino;
-    return fd;
-}
-
-/* ---- the init cloned vfork-style ---- */
-
-/* A fresh init that will exec hostcap-init needs no memory of its own until
- * then: it is cloned vfork-style as a spawn without an init is, the caller
- * waiting until it exec'd (or ended); its set-up record is on the pipe by
- * then. It is born on the caller's CPU, which the caller leaves at once to
- * wait for it (fork balancing would queue it behind whatever runs on the
- * other CPU), and keeps that pin for its command's clone and its own exec
- * (see init_exec); it gives the caller its affinity back at once
- * (child_main), the command's process takes it back first thing
- * (command_main), hostcap-init too. */
-pid_t run_init_shared(char *stack, struct plan *p, int *report)
-{
-    int fds[2];
-    *report = -1;
-    if (pipe2(fds, O_CLOEXEC) != 0) {
-        p->fail_step = STEP_INIT;
-        p->fail_errno = errno;
-        return -1;
-    }
-    p->report_read = fds[0];
-    p->report_fd = fds[1];
-    p->init_shared = 1;
-    /* The CPU is the kernel's word (getcpu): glibc's sched_getcpu reads the
-     * rseq area of the calling thread, which a vfork-style child shares. */
-    unsigned int cpu = 0;
-    if (syscall(SYS_getcpu, &cpu, NULL, NULL) == 0 &&
-        sched_getaffinity(0, sizeof p->affinity, &p->affinity) == 0) {
-        cpu_set_t here;
-        CPU_ZERO(&here);
-        CPU_SET(cpu, &here);
-        p->restore_affinity = sched_setaffinity(0, sizeof here, &here) == 0;
-    }
-    p->caller_tid = p->restore_affinity ? (pid_t)syscall(SYS_gettid) : 0;
-    pid_t pid = run_child(child_main, stack, p->clone_flags, p, 0);
-    if (p->restore_affinity) /* done already, unless the init failed first */
-        sched_setaffinity(0, sizeof p->affinity, &p->affinity);
-    close(fds[1]);
-    if (pid < 0) {
-        close(fds[0]);
-        return -1; /* the clone failed: in the plan */
-    }
-    if (p->fail_step != STEP_NONE) {
-        close(fds[0]); /* run_child reaped it */
-        return -1;
-    }
-    return wait_init_child(pid, p, report);
-}

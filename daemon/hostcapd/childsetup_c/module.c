@@ -149,7 +149,6 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->ipcns_fd = ipcns_fd;
     p->init = init;
     p->report_fd = p->report_read = -1;
-    p->init_exec_fd = init ? init_image_fd() : -1;
     p->warm = warm_channel >= 0;
     p->channel_fd = warm_channel;
     p->tty_fd = tty_fd;
@@ -258,10 +257,6 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         /* Not waited for: its set-up runs while the caller goes on, and its
          * first record (ready, or the step that failed) comes on the pipe. */
         report = pid >= 0 ? p->report_read : -1;
-    } else if (p->init && p->init_exec_fd >= 0) {
-        Py_BEGIN_ALLOW_THREADS
-        pid = run_init_shared(stack, p, &report);
-        Py_END_ALLOW_THREADS
     } else if (p->init) {
         pid = start_init_child(stack, p);
         if (pid >= 0) {
@@ -402,25 +397,8 @@ static PyObject *childsetup_use_forker(PyObject *self, PyObject *arg)
     return PyBool_FromLong(was);
 }
 
-PyDoc_STRVAR(use_init_exec_doc,
-"_use_init_exec(enabled) -> bool\n\n"
-"Whether an init execs hostcap-init once its command exec'd, as by default,\n"
-"or stays the forker's copy (the A/B of the bench); the previous setting.");
-
-static PyObject *childsetup_use_init_exec(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    int enabled = PyObject_IsTrue(arg);
-    if (enabled < 0)
-        return NULL;
-    int was = init_exec_enabled;
-    init_exec_enabled = enabled;
-    return PyBool_FromLong(was);
-}
-
 static PyMethodDef methods[] = {
     {"_use_forker", childsetup_use_forker, METH_O, use_forker_doc},
-    {"_use_init_exec", childsetup_use_init_exec, METH_O, use_init_exec_doc},
     {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
     {"go", (PyCFunction)(void (*)(void))childsetup_go, METH_VARARGS | METH_KEYWORDS, go_doc},
     {"mount_namespace", (PyCFunction)(void (*)(void))childsetup_mount_namespace,

@@ -190,12 +190,8 @@ int child_main(void *arg)
         if (p->report_read >= 0)
             close(p->report_read);
     }
-    if (p->init && !p->init_shared)
+    if (p->init)
         init_hide_cmdline();
-    /* A vfork-style init was born on its caller's CPU (run_init_shared):
-     * the caller, asleep until it execs, may run anywhere again. */
-    if (p->caller_tid > 0)
-        sched_setaffinity(p->caller_tid, sizeof p->affinity, &p->affinity);
     sigset_t none;
     sigemptyset(&none);
     if (!p->init && sigprocmask(SIG_SETMASK, &none, NULL) != 0)

@@ -97,11 +97,9 @@ void warm_wait(struct plan *p)
     /* It holds the spawner's fds as they were at the clone (its channel's
      * other end, the front-end's channel, other warm children's): only what
      * it still needs stays, so a closed channel hangs up here. */
-    int keep[MAX_ROOTS + 4], n_keep = 0;
+    int keep[MAX_ROOTS + 3], n_keep = 0;
     keep[n_keep++] = p->channel_fd;
     keep[n_keep++] = p->report_fd;
-    if (p->init_exec_fd >= 0) /* its init execs hostcap-init from it */
-        keep[n_keep++] = p->init_exec_fd;
     if (p->life_fd >= 0)
         keep[n_keep++] = p->life_fd;
     for (i = 0; i < p->n_roots; i++)

@@ -11,7 +11,6 @@ import errno
 import os
 import signal
 import time
-from collections.abc import Iterator
 
 import pytest
 from hostcapd import _childsetup, childsetup  # type: ignore[attr-defined]
@@ -32,15 +31,6 @@ BASE = bare_plan(
     pdeathsig=9,
     init=True,
 )
-
-
-@pytest.fixture(autouse=True)
-def inits_from_the_forker() -> Iterator[None]:
-    """A fresh init that execs hostcap-init is cloned vfork-style, without
-    the forker: these tests are of the forker, so of inits that do not."""
-    was = _childsetup._use_init_exec(False)
-    yield
-    _childsetup._use_init_exec(was)
 
 
 def forkers() -> list[int]:

@@ -82,10 +82,20 @@ def _now() -> str:
     return f"{_utc_second(seconds)}.{nanoseconds // 1000:06d}Z"
 
 
+#: Random bytes drawn from the kernel 4 KiB at a time: an event id takes
+#: 16 of them, so 256 records share one getrandom(2). A forked child
+#: starts without them (never the parent's next ids).
+_RANDOM = bytearray()
+os.register_at_fork(after_in_child=_RANDOM.clear)
+
+
 def _event_id() -> str:
     """A random (version 4) UUID as 32 hex digits, like ``uuid.uuid4().hex``,
     without building a UUID object."""
-    raw = bytearray(os.urandom(16))
+    if len(_RANDOM) < 16:
+        _RANDOM[:] = os.urandom(4096)
+    raw = _RANDOM[-16:]
+    del _RANDOM[-16:]
     raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
     raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
     return raw.hex()

@@ -58,6 +58,24 @@ def protections_message(
     ]
 
 
+#: id(statuses) -> (statuses, their messages): a tenant's spawns share their
+#: profile's statuses (one tuple), so its Started messages share one list.
+_PROTECTIONS: dict[int, tuple[tuple[ProtectionStatus, ...], list[messages.Protection]]] = {}
+
+
+def _protections_of(statuses: tuple[ProtectionStatus, ...]) -> list[messages.Protection]:
+    """`protections_message(statuses)`, built once per tuple (held here, so
+    its id is not reused while it is cached); never mutated by a reader."""
+    cached = _PROTECTIONS.get(id(statuses))
+    if cached is not None and cached[0] is statuses:
+        return cached[1]
+    if len(_PROTECTIONS) >= 64:  # reloads made new profiles: the old go
+        _PROTECTIONS.clear()
+    built = protections_message(statuses)
+    _PROTECTIONS[id(statuses)] = (statuses, built)
+    return built
+
+
 def started_message(
     request: SpawnRequest,
     p: Prepared,
@@ -73,7 +91,7 @@ def started_message(
             path=p.exe.path, device=p.exe.device, inode=p.exe.inode, sha256=p.exe.sha256
         ),
         limits=limits_message(p.limits),
-        protections=protections_message(p.protections),
+        protections=_protections_of(p.protections),
         cwd=p.cwd.path,
         env_names=sorted(p.env),
         dry_run=dry_run,

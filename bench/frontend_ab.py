@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import procfs
 from bench.client import TenantClient, ready_for_ab
 from bench.daemon import BenchDaemon, MiB, state_parent
 from bench.stats import Summary, rotation
@@ -77,6 +78,16 @@ def _cpu(pid: int) -> float:
 
 def _cpu_of(pids: list[int]) -> float:
     return sum(_cpu(pid) for pid in pids)
+
+
+def _with_children(pid: int) -> float:
+    """CPU seconds of `pid` and of its children it has reaped (/proc/PID/stat,
+    in ticks): the pool maker's, whose short-lived children (a mount
+    namespace's, before it made copies itself) are its work too."""
+    if pid <= 0:
+        return 0.0
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def frontend_of(daemon: BenchDaemon, tenant: str) -> int:
@@ -127,6 +138,8 @@ async def compare(args: argparse.Namespace) -> None:
         fe_cpu = {n: {k: 0.0 for k in KINDS} for n in names}
         all_cpu = {n: {k: 0.0 for k in KINDS} for n in names}
         root_cpu = {n: {k: 0.0 for k in KINDS} for n in names}
+        pools = {kind: d.helper_pids().get("pools", -1) for kind, d in daemons.items()}
+        run_pools = {k: [0.0, 0.0] for k in KINDS}  # the maker's own, with its children
         for index in range(args.rounds):
             for kind in rotation(list(KINDS), index):
                 if args.spaced:  # each daemon idle that long before its calls
@@ -136,6 +149,8 @@ async def compare(args: argparse.Namespace) -> None:
                     clients[kind].true,
                     lambda kind=kind: _read_4k(fs[kind], "frontend-4k"),
                 )
+                p0 = _cpu(pools[kind]) if pools[kind] > 0 else 0.0
+                c0 = _with_children(pools[kind])
                 for name, call in zip(names, calls, strict=True):
                     f0 = _cpu(front[kind])
                     d0 = _cpu_of(pids[kind])
@@ -144,6 +159,19 @@ async def compare(args: argparse.Namespace) -> None:
                     fe_cpu[name][kind] += _cpu(front[kind]) - f0
                     all_cpu[name][kind] += _cpu_of(pids[kind]) - d0
                     root_cpu[name][kind] += _cpu(daemons[kind].pid) - r0
+                if pools[kind] > 0:  # over the three calls: only the Run spawns
+                    run_pools[kind][0] += _cpu(pools[kind]) - p0
+                run_pools[kind][1] += _with_children(pools[kind]) - c0
+        if args.rounds:
+            n = args.rounds / 1000
+            own = {k: v[0] / n for k, v in run_pools.items()}
+            whole = {k: v[1] / n for k, v in run_pools.items()}
+            print(
+                "pool maker CPU per Run, back to back: "
+                + _ratio("own", own["a"], own["b"], "ms", ".3f")
+                + "  ;  "
+                + _ratio("with its children", whole["a"], whole["b"], "ms", ".3f")
+            )
         for name, samples in rows.items() if args.rounds else ():
             s = {kind: Summary.of(v) for kind, v in samples.items()}
             a, b = s["a"], s["b"]
@@ -172,12 +200,24 @@ async def compare(args: argparse.Namespace) -> None:
         per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
         fe_per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
         root_per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
+        pools_own = {k: 0.0 for k in KINDS}
+        pools_all = {k: 0.0 for k in KINDS}
+        spawns = {k: 0 for k in KINDS}
+        machine: dict[str, list[float]] = {k: [] for k in KINDS}
         for index in range(args.windows):
             for kind in rotation(list(KINDS), index):
                 f0 = _cpu(front[kind])
                 d0 = _cpu_of(pids[kind])
                 r0 = _cpu(daemons[kind].pid)
+                p0 = _cpu(pools[kind]) if pools[kind] > 0 else 0.0
+                c0 = _with_children(pools[kind])
+                m0 = procfs.machine_busy_seconds()
                 done, seconds = await daemon_rate(daemons[kind].socket(TENANT), args.seconds)
+                machine[kind].append((procfs.machine_busy_seconds() - m0) * 1e3 / done)
+                if pools[kind] > 0:
+                    pools_own[kind] += _cpu(pools[kind]) - p0
+                pools_all[kind] += _with_children(pools[kind]) - c0
+                spawns[kind] += done
                 root_per_spawn[kind].append((_cpu(daemons[kind].pid) - r0) * 1e3 / done)
                 per_spawn[kind].append((_cpu_of(pids[kind]) - d0) * 1e3 / done)
                 fe_per_spawn[kind].append((_cpu(front[kind]) - f0) * 1e3 / done)
@@ -193,6 +233,17 @@ async def compare(args: argparse.Namespace) -> None:
         print("  " + _ratio("daemon CPU/spawn", cpu["a"], cpu["b"], "ms", ".3f"))
         print("  " + _ratio("front-end CPU/spawn", fe["a"], fe["b"], "ms", ".3f"))
         print("  " + _ratio("root CPU/spawn", root["a"], root["b"], "ms", ".3f"))
+        if all(machine.values()):
+            busy = {k: statistics.median(v) for k, v in machine.items()}
+            print("  " + _ratio("machine CPU/spawn (all CPUs)", busy["a"], busy["b"], "ms", ".3f"))
+        if all(spawns.values()):
+            own = {k: pools_own[k] * 1e3 / spawns[k] for k in KINDS}
+            whole = {k: pools_all[k] * 1e3 / spawns[k] for k in KINDS}
+            print("  " + _ratio("pool maker CPU/spawn", own["a"], own["b"], "ms", ".3f"))
+            print(
+                "  "
+                + _ratio("pool maker + its children CPU/spawn", whole["a"], whole["b"], "ms", ".3f")
+            )
 
         if args.stream_mib:
             size = args.stream_mib * MiB

@@ -37,6 +37,14 @@ def cpu_seconds(pid: int, thread: int = 0) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def cpu_seconds_with_reaped(pid: int) -> float:
+    """User + system CPU seconds of `pid` and of the children it has reaped
+    (stat fields 14-17): the pool maker's, whose short-lived children (a
+    mount namespace's builder where no template copy serves) are its work."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / _TICK
+
+
 def cpu_seconds_of(pids: list[int]) -> float:
     """The CPU seconds of `pids` together (each its own, not its children's)."""
     return sum(cpu_seconds(pid) for pid in pids)

@@ -160,11 +160,14 @@ def spawn(plan: ChildPlan) -> tuple[int, int]:
     return int(started), -1
 
 
-def mount_namespace(mounts: Sequence[Mount], base_fd: int = -1) -> int:
+def mount_namespace(mounts: Sequence[Mount], base_fd: int = -1, here: bool = False) -> int:
     """A new mount namespace with `mounts` made in it (by a short-lived
     child), as an O_CLOEXEC fd for one spawn's `mntns_fd`: a copy of the
-    caller's, or of `base_fd`'s (an environment's). Raises SetupError."""
-    fd: int = _childsetup.mount_namespace(mounts=mounts, base_fd=base_fd)
+    caller's, or of `base_fd`'s (an environment's, a profile's template:
+    `mounts`' tree clones are then made first, in the caller's namespace).
+    `here`, with `base_fd`: by the calling thread, in a process with no other
+    thread (see _childsetup.mount_namespace). Raises SetupError."""
+    fd: int = _childsetup.mount_namespace(mounts=mounts, base_fd=base_fd, here=here)
     return fd
 
 

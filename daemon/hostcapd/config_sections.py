@@ -155,6 +155,14 @@ class DaemonSettings(Model):
     #: directly and no record names a caller (the benchmark's comparison). A
     #: front-end in the root process (frontend_processes = false) records none.
     record_callers: bool = True
+    #: Each tenant's front-end process asks its fs worker for reads
+    #: directly, not through the root process (a read of up to 1 MiB; a
+    #: larger one, a write, a listing or a stat is relayed as before): the
+    #: worker still checks every read as the tenant, and the root still
+    #: audits each refused one from the worker's report
+    #: (docs/decisions/0034-direct-reads.md). false: every read is relayed
+    #: (the benchmark's comparison).
+    fs_direct_reads: bool = True
     #: Let tenants' `network.resolve` map names to addresses (tests, offline
     #: mirrors): an address so named is connected to as given.
     allow_resolve_overrides: bool = False

@@ -303,6 +303,7 @@ class Daemon:
             daemon.record_callers,
             daemon.frontend_event_loop,
             daemon.frontend_cpu,
+            daemon.fs_direct_reads,
         )
 
     def _commit(self, service: TenantService) -> None:

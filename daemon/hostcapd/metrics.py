@@ -107,16 +107,17 @@ def fsync_done(seconds: float) -> None:
 
 
 @_safe
-def rpc_finished(tenant: str, service: str, method: str, result: str) -> None:
-    """A call of a tenant socket ended: `result` OK, CANCELLED, or the reason
-    it was refused with (frontend/handlers.py)."""
+def rpc_finished(tenant: str, service: str, method: str, result: str, calls: int = 1) -> None:
+    """A call of a tenant socket ended (or `calls` of them, counted by the
+    fs worker: decision 0034): `result` OK, CANCELLED, or the reason it was
+    refused with."""
     m = _live
     if m is None:
         return
     if result not in ("OK", "CANCELLED"):
-        m.refusals.labels(tenant, service, result).inc()
+        m.refusals.labels(tenant, service, result).inc(calls)
     if service == "FsService":
-        m.fs_operations.labels(tenant, method, result).inc()
+        m.fs_operations.labels(tenant, method, result).inc(calls)
 
 
 @_safe

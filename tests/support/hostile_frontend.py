@@ -164,6 +164,7 @@ def kernel(link: Channel, targets: Result) -> Result:
         sockets.append([fd, oct(st.st_mode)])
     out["fds"] = sockets
     out["channel_fd"] = link.sock.fileno()
+    out["read_link_fd"] = READ_LINK[0]
     return out
 
 
@@ -257,7 +258,52 @@ def over_budget(link: Channel, targets: Result) -> Result:
     return {"first": link.answer(1), "second": second}
 
 
+def _answers(link: socket.socket, wanted: set[int]) -> dict[int, Any]:
+    """The worker's answers to the reads `wanted` (others skipped)."""
+    from hostcapd.fs import direct
+
+    got: dict[int, Any] = {}
+    link.settimeout(20)
+    while wanted - set(got):
+        header, data = direct.split(link.recv(direct.MAX_ANSWER))
+        answer = direct.ANSWERS.decode(header)
+        if getattr(answer, "id", None) in wanted:
+            got[answer.id] = {**msgspec.to_builtins(answer), "data": bytes(data).hex()}
+    return got
+
+
+def direct_reads(link: Channel, targets: Result) -> Result:
+    """Reads sent to the tenant's fs worker on the front-end's read link
+    (decision 0034), crafted: a path outside the roots and another tenant's
+    file with a forged caller, a max_bytes past the tenant's ceiling, and a
+    read of its own file (the control); then a datagram with an unknown
+    field, which must be reported to the root as a violation."""
+    from hostcapd.fs import direct
+
+    read_link = socket.socket(fileno=READ_LINK[0])
+    forged = {"uid": 0, "gid": 0, "pid": 1}
+    reads = {
+        1: {"path": "../../../../etc/shadow", "caller": forged},
+        2: {"path": targets["victim_file"], "caller": forged},
+        3: {"path": "own.txt", "max_bytes": 1 << 40},
+        4: {"path": "own.txt", "offset": 1 << 63},
+        5: {"path": "own.txt"},
+    }
+    for ident, fields in reads.items():
+        read_link.send(direct.encode(msgspec.convert({"id": ident, **fields}, direct.Read)))
+    out: Result = {"answers": _answers(read_link, set(reads))}
+    print(json.dumps(out), flush=True)
+    # None of ours: an unknown field.
+    body = msgspec.msgpack.encode({"op": "read", "id": 9, "path": "own.txt", "tenant": "victim"})
+    read_link.send(len(body).to_bytes(4, "big") + body)
+    return out
+
+
+#: The read link's fd, when the daemon gave one (its second argument).
+READ_LINK: list[int] = [-1]
+
 ATTACKS: dict[str, Callable[[Channel, Result], Result]] = {
+    "direct_reads": direct_reads,
     "over_budget": over_budget,
     "sparse_memfd": sparse_memfd,
     "not_a_memfd": not_a_memfd,
@@ -270,6 +316,8 @@ ATTACKS: dict[str, Callable[[Channel, Result], Result]] = {
 
 def main() -> int:
     attack, targets_json, fd = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    if len(sys.argv) > 4:
+        READ_LINK[0] = int(sys.argv[4])
     targets = json.loads(targets_json)
     sock = socket.socket(fileno=fd)
     hello, protections, _ = confined(sock)  # exactly the front-end's confinement

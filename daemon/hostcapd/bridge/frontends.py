@@ -220,6 +220,9 @@ class FrontendProcess:
         #: Makes the started process its tenant's cost (its cgroups, its
         #: oom_score_adj: TenantProfile.place_daemon_side); raises OSError.
         self.place: Callable[[int], None] | None = None
+        #: Gives a starting front-end process its end of the read link to
+        #: its tenant's fs worker (decision 0034), or None: reads relayed.
+        self.read_link: Callable[[], Any] | None = None
 
     @property
     def pid(self) -> int:
@@ -294,9 +297,19 @@ class FrontendProcess:
             raise
 
     def _start_process(self, theirs: Any, hello: messages.Hello, bind_dir: Path) -> None:
+        link = self.read_link() if self.read_link is not None else None
+        extra = () if link is None else (link.fileno(),)
+        try:
+            self._popen(theirs, extra, bind_dir)
+        finally:
+            if link is not None:
+                link.close()  # the process has its own
+        self._started(theirs, hello)
+
+    def _popen(self, theirs: Any, extra: tuple[int, ...], bind_dir: Path) -> None:
         self.proc = subprocess.Popen(
-            [*self.command, str(theirs.fileno())],
-            pass_fds=(theirs.fileno(),),
+            [*self.command, str(theirs.fileno()), *(str(fd) for fd in extra)],
+            pass_fds=(theirs.fileno(), *extra),
             stdin=subprocess.DEVNULL,
             stdout=self.stdout,
             # What it prints (an error before it serves, a crash's
@@ -315,6 +328,9 @@ class FrontendProcess:
             # PDEATHSIG), instead of each dying first and being restarted.
             start_new_session=True,
         )
+
+    def _started(self, theirs: Any, hello: messages.Hello) -> None:
+        assert self.proc is not None
         theirs.close()
         if self.place is not None:
             try:

@@ -355,5 +355,8 @@ void forker_hide(int hide);
 /* Run p->mounts in a new mount namespace; its fd in p->mntns_fd, or the
  * failure in the plan. */
 void mntns_make(struct plan *p, char *stack);
+/* The same for a copy of the base p->mntns_fd (p->mntns_copy), made by the
+ * calling thread itself, which must have no other thread (see there). */
+void mntns_copy_here(struct plan *p);
 
 #endif

@@ -328,22 +328,30 @@ static PyObject *childsetup_go(PyObject *self, PyObject *args, PyObject *kwargs)
 }
 
 PyDoc_STRVAR(mount_namespace_doc,
-"mount_namespace(*, mounts[, base_fd]) -> fd\n\n"
+"mount_namespace(*, mounts[, base_fd, here]) -> fd\n\n"
 "Make a new mount namespace and run `mounts` (as spawn() takes them) in it,\n"
 "in a short-lived child; return an O_CLOEXEC fd of the namespace, for one\n"
 "spawn's mntns_fd. The new namespace is a copy of the caller's, or of\n"
-"base_fd's (an environment's: the copy a spawn in it would make).\n"
+"base_fd's (an environment's, a profile's template: the copy a spawn in it\n"
+"would make; its tree clones, `mounts`' keep steps, are made first, in the\n"
+"caller's namespace). here (with base_fd): made by the calling thread, no\n"
+"child; the process must have no other thread (setns fails: EINVAL), and\n"
+"is aborted if it cannot go back to its own namespace.\n"
 "Raises SetupError(step, errno) if a step fails.");
 
 static PyObject *childsetup_mount_namespace(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *kwlist[] = {"mounts", "base_fd", NULL};
+    static char *kwlist[] = {"mounts", "base_fd", "here", NULL};
     PyObject *mounts = NULL;
-    int base_fd = -1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$Oi:mount_namespace", kwlist, &mounts,
-                                     &base_fd))
+    int base_fd = -1, here = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$Oip:mount_namespace", kwlist, &mounts,
+                                     &base_fd, &here))
         return NULL;
+    if (here && base_fd < 0) {
+        PyErr_SetString(PyExc_ValueError, "mount_namespace(here=True) needs a base_fd");
+        return NULL;
+    }
     if (!mounts) {
         PyErr_SetString(PyExc_TypeError, "mount_namespace() needs mounts");
         return NULL;
@@ -361,12 +369,16 @@ static PyObject *childsetup_mount_namespace(PyObject *self, PyObject *args, PyOb
         p->trees[i] = -1;
     if (parse_mounts(mounts, p, keep) != 0)
         goto done;
-    if (!(stack = take_stack()))
-        goto done;
-
-    Py_BEGIN_ALLOW_THREADS
-    mntns_make(p, stack);
-    Py_END_ALLOW_THREADS
+    if (here) {
+        /* With the GIL: the process is in the copy until the call returns. */
+        mntns_copy_here(p);
+    } else {
+        if (!(stack = take_stack()))
+            goto done;
+        Py_BEGIN_ALLOW_THREADS
+        mntns_make(p, stack);
+        Py_END_ALLOW_THREADS
+    }
     if (p->fail_step != STEP_NONE) {
         raise_setup_error(p);
         goto done;

@@ -209,6 +209,14 @@ int child_main(void *arg)
             FAIL(STEP_CGROUP);
     }
 
+    /* A copy of a base (mntns_copy: an environment's namespace, a profile's
+     * template) clones the trees its steps show in the spawner's view first,
+     * as mount_namespace does (mntns.c). */
+    int copy = p->mntns_fd >= 0 && p->mntns_copy;
+    for (i = 0; copy && i < p->n_mounts; i++) {
+        if (p->mounts[i].kind == MOUNT_KEEP && do_mount(p, &p->mounts[i]) != 0)
+            FAIL(STEP_MOUNT);
+    }
     /* A mount namespace made ahead of need, its new root assembled (see
      * mount_namespace); the mounts left are this spawn's own (its /proc). */
     if (p->mntns_fd >= 0 && syscall(SYS_setns, p->mntns_fd, CLONE_NEWNS) != 0)
@@ -221,7 +229,7 @@ int child_main(void *arg)
         FAIL(STEP_IPCNS);
     /* Mounts (private propagation first, the new root, /tmp, ...). */
     for (i = 0; i < p->n_mounts; i++) {
-        if (do_mount(p, &p->mounts[i]) != 0)
+        if ((!copy || p->mounts[i].kind != MOUNT_KEEP) && do_mount(p, &p->mounts[i]) != 0)
             FAIL(STEP_MOUNT);
     }
     for (i = 0; i < MAX_TREES; i++) {

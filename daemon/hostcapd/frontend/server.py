@@ -60,7 +60,7 @@ from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd.applied import Unavailable
 from hostcapd.bridge import channel, messages
-from hostcapd.frontend import affinity, convert
+from hostcapd.frontend import affinity, convert, reads
 from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
 from hostcapd.frontend.options import HealthReporter, new_health, server_options
 from hostcapd.frontend.peers import INNER_URI, Peers
@@ -261,7 +261,12 @@ def _no_caller(context: Any) -> messages.Caller | None:
 
 
 def _handler(
-    relay: Relay, model: type[messages.Request], name: str, method: Any, caller_of: CallerOf
+    relay: Relay,
+    model: type[messages.Request],
+    name: str,
+    method: Any,
+    caller_of: CallerOf,
+    direct: reads.DirectReads | None = None,
 ) -> Any:
     request_type, streaming = GetMessageClass(method.input_type), method.server_streaming
 
@@ -278,8 +283,15 @@ def _handler(
     # frame) must not keep them alive until the cyclic collector runs.
     async def unary(raw: bytes, context: Any) -> Any:
         large = len(raw) >= TRIM_AFTER_BYTES
-        request, payload = await parse(raw, context)
+        parsed = [await parse(raw, context)]
         del raw
+        return await relayed(parsed, context, large)
+
+    async def relayed(
+        parsed: list[tuple[messages.Request, bytes]], context: Any, large: bool = False
+    ) -> Any:
+        """Relay a parsed call (its request taken out of `parsed`)."""
+        request, payload = parsed.pop()
         call_id, call = relay.open(request, payload, caller_of(context))
         del request, payload
         past: WireError | None = None
@@ -359,6 +371,20 @@ def _handler(
 
     if streaming:
         return grpc.unary_stream_rpc_method_handler(stream, response_serializer=convert.serialize)
+    if name == "FsService.ReadFile" and direct is not None:
+        asked = direct
+
+        # Asked of the fs worker directly (decision 0034); relayed when the
+        # link says so, or is in doubt.
+        async def read_file(raw: bytes, context: Any) -> Any:
+            request, payload = await parse(raw, context)
+            assert isinstance(request, messages.ReadFileCall)
+            outcome = await asked.read(request, caller_of(context))
+            if outcome is None:
+                return await relayed([(request, payload)], context)
+            return await reads.reply(outcome, context)
+
+        return grpc.unary_unary_rpc_method_handler(read_file, response_serializer=convert.serialize)
     return grpc.unary_unary_rpc_method_handler(unary, response_serializer=convert.serialize)
 
 
@@ -373,7 +399,10 @@ def _tails(call: _Call) -> Iterator[bytes]:
 
 
 def _handlers(
-    relay: Relay, kind: str, caller_of: CallerOf = _no_caller
+    relay: Relay,
+    kind: str,
+    caller_of: CallerOf = _no_caller,
+    direct: reads.DirectReads | None = None,
 ) -> list[grpc.GenericRpcHandler[Any, Any]]:
     generic = []
     models = messages.REQUESTS[kind]
@@ -383,7 +412,7 @@ def _handlers(
         # (UNIMPLEMENTED), rather than keeping the whole front-end down.
         table = {
             m.name: _handler(
-                relay, models[f"{service}.{m.name}"], f"{service}.{m.name}", m, caller_of
+                relay, models[f"{service}.{m.name}"], f"{service}.{m.name}", m, caller_of, direct
             )
             for m in descriptor.methods
             if f"{service}.{m.name}" in models
@@ -393,11 +422,17 @@ def _handlers(
 
 
 async def serve(
-    sock: socket.socket, hello: messages.Hello, protections: list[messages.Protection]
+    sock: socket.socket,
+    hello: messages.Hello,
+    protections: list[messages.Protection],
+    read_link: socket.socket | None = None,
 ) -> int:
+    """Serve until the channel closes or a Drain ends it; `read_link`: the
+    fs worker's, for the reads asked of it directly (decision 0034)."""
     _keep_heap()
     stopped = asyncio.Event()
     relay = Relay(sock, stopped, hello.kind)
+    direct = reads.DirectReads(read_link) if read_link is not None else None
     relay.output_budget = hello.output_budget
     server = grpc.aio.server(options=server_options(hello.max_receive, hello.max_send))
     # Who asked (decision 0033): the front-end accepts the socket itself and
@@ -405,7 +440,7 @@ async def serve(
     peers = Peers() if hello.record_callers else None
     try:
         caller_of = peers.caller_of if peers is not None else _no_caller
-        server.add_generic_rpc_handlers(_handlers(relay, hello.kind, caller_of))
+        server.add_generic_rpc_handlers(_handlers(relay, hello.kind, caller_of, direct))
         health_servicer: HealthReporter = new_health()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         names = [m.DESCRIPTOR.services_by_name[s].full_name for m, s in SERVICES[hello.kind]]
@@ -470,6 +505,8 @@ async def serve(
             await peers.close()
         await server.stop(0)
         relay.link.close()
+        if direct is not None:
+            direct.close()
 
 
 def _hello(sock: socket.socket) -> messages.Hello:
@@ -559,10 +596,14 @@ def confined(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    if len(args) != 1 or not args[0].isdigit():
-        print("usage: python -m hostcapd.frontend FD (started by hostcapd)", file=sys.stderr)
+    if len(args) not in (1, 2) or not all(arg.isdigit() for arg in args):
+        print(
+            "usage: python -m hostcapd.frontend FD [READ_LINK_FD] (started by hostcapd)",
+            file=sys.stderr,
+        )
         return 2
     sock = socket.socket(fileno=int(args[0]))
+    read_link = socket.socket(fileno=int(args[1])) if len(args) == 2 else None
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the root side decides when it stops
     try:
         hello, protections, factory = confined(sock)
@@ -572,7 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"hostcapd front-end: {error}", file=sys.stderr)
         return 1
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(serve(sock, hello, protections))
+        return runner.run(serve(sock, hello, protections, read_link))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -38,11 +39,16 @@ from typing import Any
 from hostcapd.applied import Applied, Unavailable
 from hostcapd.errors import UNAVAILABLE, Refusal
 from hostcapd.fs import messages
+from hostcapd.fs.direct import Links
 from hostcapd.fs.protocol import FrameLink, ProtocolError, make_link
 from hostcapd.fs.worker import WorkerSettings, prepare_handover
 
 START_TIMEOUT_S = 30.0
 CLOSE_GRACE_S = 2.0
+#: A worker with a front-end's read link that died is started again at
+#: once (its front-end's reads wait for it), then after this back-off.
+REVIVE_BACKOFF_S = (0.1, 10.0)
+log = logging.getLogger("hostcapd.fs")
 
 
 @dataclass
@@ -84,6 +90,14 @@ class FsWorker:
         #: Makes a started worker its tenant's cost (cgroups, oom_score_adj);
         #: raises OSError.
         self.place: Callable[[int], None] | None = None
+        #: The front-end's read link and the report link (decision 0034):
+        #: their worker ends go to every worker started, which is then
+        #: started again as soon as it dies.
+        self.links: Links | None = None
+        #: The read link's generation the running worker holds.
+        self._generation = 0
+        self._revive: asyncio.Task[None] | None = None
+        self._backoff = REVIVE_BACKOFF_S[0]
 
     @property
     def pid(self) -> int | None:
@@ -100,11 +114,23 @@ class FsWorker:
         except Unavailable as error:
             raise FsWorkerUnavailable(str(error)) from None
         front, child = make_link()
+        direct: tuple[int, ...] = ()
+        if self.links is not None:
+            direct = self.links.worker_fds()
+            self._generation = self.links.generation
         try:
             # -I: no PYTHON* variables, no user site, no cwd on sys.path.
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-m", "hostcapd.fs.worker", str(child.fileno())],
-                pass_fds=(child.fileno(), *handover.fds()),
+                [
+                    sys.executable,
+                    "-I",
+                    "-m",
+                    "hostcapd.fs.worker",
+                    str(child.fileno()),
+                    *(str(fd) for fd in direct),
+                    *([str(self._generation)] if direct else []),
+                ],
+                pass_fds=(child.fileno(), *handover.fds(), *direct),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 cwd="/",
@@ -143,6 +169,8 @@ class FsWorker:
             why = ready.message if isinstance(ready, messages.Refused) else "an unexpected answer"
             raise FsWorkerUnavailable(why)
         self.protections = tuple(ready.protections)
+        if self.links is not None:
+            self._watch(proc)
 
     async def _discard(self) -> None:
         """Kill and reap the worker; whatever it was doing is lost."""
@@ -154,6 +182,61 @@ class FsWorker:
             with contextlib.suppress(ProcessLookupError):
                 proc.send_signal(signal.SIGKILL)
             await asyncio.to_thread(proc.wait)
+            self._revive_soon(0.0)
+
+    # --- a worker its front-end reads from directly ---------------------------
+
+    def _watch(self, proc: subprocess.Popen[bytes]) -> None:
+        """Start it again as soon as it dies: its front-end's reads wait."""
+        loop = asyncio.get_running_loop()
+        pidfd = os.pidfd_open(proc.pid)
+
+        def exited() -> None:
+            loop.remove_reader(pidfd)
+            os.close(pidfd)
+            if proc is self._proc:
+                self._revive_soon(0.0)
+
+        loop.add_reader(pidfd, exited)
+
+    def _revive_soon(self, delay: float) -> None:
+        if self.links is None or self._closed:
+            return
+        if self._revive is None or self._revive.done():
+            self._revive = asyncio.ensure_future(self._revived(delay))
+
+    async def _revived(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        # Shielded: a close() meanwhile waits for the lock, and finds (and
+        # stops) a worker this started, rather than one half started.
+        await asyncio.shield(self._revive_now())
+
+    async def _revive_now(self) -> None:
+        try:
+            async with self._lock:
+                if self._closed:
+                    return
+                running = self._proc is not None and self._proc.poll() is None
+                current = self.links is None or self._generation == self.links.generation
+                if running and current:
+                    return
+                if self._proc is not None:
+                    await self._discard()
+                await self._spawn()
+        except FsWorkerUnavailable as error:
+            log.warning(
+                "tenant %s: its fs worker could not be restarted: %s", self.settings.tenant, error
+            )
+            delay, self._backoff = self._backoff, min(self._backoff * 2, REVIVE_BACKOFF_S[1])
+            self._revive = None
+            self._revive_soon(delay)
+            return
+        self._backoff = REVIVE_BACKOFF_S[0]
+
+    def relink(self) -> None:
+        """The read link was renewed (a new front-end): start the worker
+        again with its new end."""
+        self._revive_soon(0.0)
 
     @contextlib.asynccontextmanager
     async def session(self) -> AsyncIterator[WorkerSession]:
@@ -216,6 +299,8 @@ class FsWorker:
         """Stop the worker: EOF first (it aborts a pending write and exits),
         SIGKILL after a grace period. Waits for any session in progress."""
         self._closed = True
+        if self._revive is not None:
+            self._revive.cancel()
         async with self._lock:
             proc, link = self._proc, self._link
             self._proc = self._link = None

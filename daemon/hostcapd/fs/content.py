@@ -4,8 +4,10 @@
     sniff(b"print('hi')\\n", "main.py", cut_start=False, cut_end=False)
     # -> Sniffed(is_binary=False, media_type="text/x-python")
 
-`read_range` runs in the daemon on a file the fs worker opened and
-checked as the tenant (it resolves nothing: the fd is the authority).
+`read_range` runs on a file the fs worker opened and checked as the
+tenant (it resolves nothing: the fd is the authority): in the worker for a
+read its front-end asked directly (decision 0034), in the daemon for a
+relayed one.
 
 Text means: no NUL byte and valid UTF-8, allowing one character split at
 either edge when the chunk was cut out of a larger file (an offset or a

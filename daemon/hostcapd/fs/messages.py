@@ -57,6 +57,9 @@ class WorkerSettings:
     parent_pid: int
     #: The profile's test hook: protections to treat as unavailable.
     simulate_unavailable: tuple[str, ...] = ()
+    #: The tenant's read ceiling: a read the front-end asks directly
+    #: (`hostcapd.fs.direct`) is held to it.
+    max_read_bytes: int = 0
 
     def to_hello(self) -> dict[str, Any]:
         """Its fields as plain values (a test passes them on a command line)."""

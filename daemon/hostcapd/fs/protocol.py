@@ -11,7 +11,9 @@ file descriptor (SCM_RIGHTS, on its first byte, `hostcapd.framing`):
 The header carries the small structured part and the raw bytes carry write
 content, so content is never encoded. A read's content does not travel here
 at all: the worker sends the file it opened and checked, as the tenant, and
-the daemon preads it (one copy, straight into the reply). Both ends bound
+the daemon preads it (one copy, straight into the reply); a read the
+front-end asks the worker directly (decision 0034, `hostcapd.fs.direct`)
+does not cross this link at all. Both ends bound
 what they accept; a frame over the bound, or a header that is not one of the
 messages, is a protocol error, and the reader drops the link rather than
 buffering it.

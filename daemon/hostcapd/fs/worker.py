@@ -1,6 +1,6 @@
 """The fs worker: one process per tenant that performs its file operations.
 
-    python -I -m hostcapd.fs.worker FD
+    python -I -m hostcapd.fs.worker FD [READS_FD REPORTS_FD GENERATION]
 
 started by the daemon (`hostcapd.fs.client.FsWorker`) as a fresh
 interpreter (never a fork of the gRPC process), with one end of a
@@ -23,15 +23,19 @@ in this order:
 From then on every lookup beneath a root fd is the tenant's, under the
 kernel's permission checks and landlock; nothing above the roots needs to
 be reachable by the tenant. It answers `ready` with what it applied, and serves one request at a time
-until the link closes. Single-threaded by design: landlock_restrict_self
+until the link closes; given the front-end's read link and its report link
+(`hostcapd.fs.direct`, decision 0034), it serves the front-end's reads
+too, the two links in turn. Single-threaded by design: landlock_restrict_self
 confines the calling thread, and the frames are strictly request / reply.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import resource
+import select
 import signal
 import socket
 import sys
@@ -44,7 +48,8 @@ import prctl
 from hostcapd import linux
 from hostcapd.applied import Applied, Unavailable
 from hostcapd.errors import Refusal
-from hostcapd.fs import messages
+from hostcapd.fs import content, messages
+from hostcapd.fs.direct_worker import DirectServer
 from hostcapd.fs.messages import ProtocolError
 from hostcapd.fs.messages import WorkerSettings as WorkerSettings  # callers import it from here
 from hostcapd.fs.ops import FsOperations
@@ -203,6 +208,7 @@ def _paths(roots: Sequence[RootSpec], read_only: bool) -> list[Path]:
 
 def confine(settings: WorkerSettings, handover: Handover) -> tuple[list[Applied], FsOperations]:
     """The confinement sequence of the module docstring; raises Unavailable."""
+    _warm_content()
     os.umask(settings.umask)
     applied = [_drop_identity(settings)]
     prctl.set_pdeathsig(signal.SIGKILL)
@@ -232,6 +238,14 @@ def confine(settings: WorkerSettings, handover: Handover) -> tuple[list[Applied]
         umask=settings.umask,
     )
     return applied, operations
+
+
+def _warm_content() -> None:
+    """What a read touches that landlock would later deny: the media type
+    table (`mimetypes` reads /etc/mime.types once, whatever it is asked),
+    hashlib's provider and the UTF-8 decoder, loaded now."""
+    content.sniff(b"x\n", "x.py", cut_start=False, cut_end=False)  # builds the table
+    hashlib.sha256(b"").hexdigest()
 
 
 Reply = tuple[messages.Answer, bytes | bytearray, int | None]
@@ -279,28 +293,73 @@ def handle(operations: FsOperations, request: messages.Request, data: bytearray)
         return messages.Refused("INTERNAL", f"{op}: unexpected {name}"), b"", None
 
 
-def serve(sock: socket.socket, operations: FsOperations, max_data: int) -> None:
+def serve(
+    sock: socket.socket,
+    operations: FsOperations,
+    max_data: int,
+    direct: DirectServer | None = None,
+) -> None:
     """Until the link closes; a request that is not one of ours ends it
-    (ProtocolError: the daemon restarts the worker)."""
+    (ProtocolError: the daemon restarts the worker). With `direct`, the
+    front-end's reads are served too, the two links in turn."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    if direct is not None:
+        poller.register(direct.link, select.POLLIN)
+        direct.announce()
     while True:
+        if direct is not None:
+            timeout = direct.idle_timeout()
+            ready = {fd for fd, _ in poller.poll(None if timeout is None else timeout * 1000)}
+            if not ready:
+                direct.flush()
+                continue
+            if direct.link.fileno() in ready:
+                direct.serve_one()
+                if not direct.open:
+                    poller.unregister(direct.link)
+                    direct.flush()
+                    direct = None
+            if sock.fileno() not in ready:
+                continue
         try:
             header, data = read_frame(sock, max_data)
         except EOFError:
             break
-        answer, content, fd = handle(operations, messages.decode_request(header), data)
+        answer, content_, fd = handle(operations, messages.decode_request(header), data)
         del data
         try:
-            write_frame(sock, answer, content, fd)
+            write_frame(sock, answer, content_, fd)
         finally:
             if fd is not None:
                 os.close(fd)
     operations.abort_write()
+    if direct is not None:
+        direct.flush()
+
+
+def _direct(args: list[str], operations: FsOperations, max_read_bytes: int) -> DirectServer | None:
+    """The front-end's read link and the report link, when given (decision 0034)."""
+    if not args:
+        return None
+    link, reports, generation = (int(arg) for arg in args)
+    return DirectServer(
+        socket.socket(fileno=link),
+        socket.socket(fileno=reports),
+        operations,
+        max_read_bytes,
+        generation,
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
-    if len(args) != 1 or not args[0].isdigit():
-        print("usage: python -m hostcapd.fs.worker FD (started by hostcapd)", file=sys.stderr)
+    if len(args) not in (1, 4) or not all(arg.isdigit() for arg in args):
+        print(
+            "usage: python -m hostcapd.fs.worker FD [READS_FD REPORTS_FD GENERATION]"
+            " (started by hostcapd)",
+            file=sys.stderr,
+        )
         return 2
     sock = socket.socket(fileno=int(args[0]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the daemon decides when it stops
@@ -316,9 +375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ProtocolError, ValueError) as error:
         write_frame(sock, messages.Refused("INTERNAL", f"bad hello frame: {error}"))
         return 2
+    direct = _direct(args[1:], operations, hello.settings.max_read_bytes)
     write_frame(sock, messages.Ready(os.getpid(), applied))
     try:
-        serve(sock, operations, hello.settings.max_write_bytes)
+        serve(sock, operations, hello.settings.max_write_bytes, direct)
     except (ProtocolError, ConnectionError):
         return 2
     return 0

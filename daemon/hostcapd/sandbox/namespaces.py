@@ -5,6 +5,7 @@ private /tmp and /dev/shm, everything read-only but the writable roots)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -190,6 +191,63 @@ def _mounts(
             (MOUNT_CALL, b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, 0)
         )
     return m
+
+
+def _at_or_beneath(path: bytes | None, top: bytes | None) -> bool:
+    if path is None or top is None:
+        return False
+    return path == top or top == b"/" or path.startswith(top.rstrip(b"/") + b"/")
+
+
+def template_split(pooled: Sequence[Mount]) -> tuple[list[Mount], list[Mount]] | None:
+    """The pooled steps of a spawn's own namespace (`NamespacePlan.pooled_mounts`,
+    from `_mounts`) as (template, copy): the template's steps build, once
+    per profile, the new root of host trees (everything up to `pivot_root`,
+    and the read-only locks on it); a copy of that namespace (setns into it,
+    unshare: `childsetup.mount_namespace(copy, base_fd=template)`) then takes
+    the copy's steps, everything mounted after the pivot, fresh for each
+    spawn (its /tmp with the roots beneath it, its /dev/shm) and the locks
+    on those. Copy and built namespace have the same mounts with the same
+    flags, all private (the test compares their mount tables). The trees of
+    roots beneath /tmp are cloned in the host's view before the copy is
+    entered (the copy's keep steps run first), so the copy makes them
+    private again (a clone of a host mount that is shared would be its
+    peer). None if `pooled` is not of that shape (it is then built whole
+    for each spawn, as before)."""
+    kinds = [step[0] for step in pooled]
+    if kinds.count(MOUNT_PIVOT) != 1:
+        return None
+    pivot = kinds.index(MOUNT_PIVOT)
+    late = {step[4] for step in pooled[pivot + 1 :] if step[0] == MOUNT_RESTORE}
+    template: list[Mount] = []
+    copy: list[Mount] = []
+    for step in pooled[: pivot + 1]:
+        (copy if step[0] == MOUNT_KEEP and step[4] in late else template).append(step)
+    fresh: list[bytes] = []  # where the copy mounts
+    for step in pooled[pivot + 1 :]:
+        kind, source, target = step[0], step[1], step[2]
+        if target is None:
+            return None
+        if kind == MOUNT_RESTORE or (kind == MOUNT_CALL and source is not None):
+            copy.append(step)
+            fresh.append(target)
+            if kind == MOUNT_RESTORE:  # a tree cloned in the host's view
+                copy.append((MOUNT_CALL, None, target, None, MS_REC | MS_PRIVATE, None, 0))
+        elif kind in (MOUNT_SETATTR, MOUNT_SETATTR_TREE):
+            if any(_at_or_beneath(target, f) for f in fresh):
+                copy.append(step)
+                continue
+            template.append(step)
+            if kind == MOUNT_SETATTR_TREE:  # what it did to the copy's own mounts
+                tops = [f for f in fresh if not any(f != g and _at_or_beneath(f, g) for g in fresh)]
+                copy += [
+                    (kind, None, f, None, step[4], None, step[6])
+                    for f in tops
+                    if _at_or_beneath(f, target)
+                ]
+        else:
+            return None  # a step on the new root after its pivot: not of this shape
+    return template, copy
 
 
 def plan(

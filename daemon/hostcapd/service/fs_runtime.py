@@ -13,14 +13,17 @@ run-as identity); the message says which, for the start-up error.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 
 from hostcapd.applied import Applied
 from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant, Tier
 from hostcapd.fs.client import FsWorker
+from hostcapd.fs.direct import Links
 from hostcapd.fs.scope import RootSpec
 from hostcapd.fs.worker import WorkerSettings
+from hostcapd.service.fs_reports import ReadReports
 from hostcapd.service.fs_service import FsService
 
 #: A file operation taking longer than this is presumed hung: the worker is
@@ -32,9 +35,26 @@ OP_TIMEOUT_S = 120.0
 class FsRuntime:
     """Owns the tenant's fs worker; `service` serves FsService over it."""
 
-    def __init__(self, service: FsService, worker: FsWorker) -> None:
+    def __init__(
+        self, service: FsService, worker: FsWorker, reports: ReadReports | None = None
+    ) -> None:
         self.service = service
         self.worker = worker
+        #: The worker's reports of the reads its front-end asks directly
+        #: (decision 0034); None when the front-end does not.
+        self.reports = reports
+
+    def read_link(self) -> socket.socket | None:
+        """The read link's end for a front-end about to start (the caller
+        closes its copy once the process holds it); None without direct
+        reads. A later front-end gets a new link, and the worker is started
+        again with its end."""
+        if self.reports is None:
+            return None
+        given, renewed = self.reports.links.for_frontend()
+        if renewed:
+            self.worker.relink()
+        return given
 
     @property
     def protections(self) -> tuple[Applied, ...]:
@@ -43,6 +63,9 @@ class FsRuntime:
 
     async def close(self) -> None:
         await self.worker.close()
+        if self.reports is not None:
+            self.reports.close()
+            self.reports.links.close()
 
 
 def worker_settings(tenant: Tenant) -> WorkerSettings:
@@ -60,6 +83,7 @@ def worker_settings(tenant: Tenant) -> WorkerSettings:
         dir_mode=fs.dir_mode,
         umask=fs.umask,
         max_write_bytes=fs.max_write_bytes,
+        max_read_bytes=fs.max_read_bytes,
         uid_drop=tenant.sandbox.uid_drop.value,
         landlock=tenant.sandbox.landlock.value,
         parent_pid=os.getpid(),
@@ -73,10 +97,24 @@ async def start_fs_service(
     *,
     op_timeout_s: float = OP_TIMEOUT_S,
     place: Callable[[int], None] | None = None,
+    direct_reads: bool = False,
 ) -> FsRuntime:
     """Start `tenant`'s fs worker and the service bound to it; `place`
-    makes each worker started the tenant's cost."""
+    makes each worker started the tenant's cost. With `direct_reads`, the
+    worker also serves the reads its front-end asks directly (decision
+    0034: `FsRuntime.read_link`)."""
     worker = FsWorker(worker_settings(tenant), op_timeout_s=op_timeout_s)
     worker.place = place
-    await worker.start()
-    return FsRuntime(FsService(tenant, audit, worker), worker)
+    reports: ReadReports | None = None
+    if direct_reads:
+        links = Links()
+        worker.links = links
+        reports = ReadReports(tenant.name, audit, links)
+    try:
+        await worker.start()
+    except BaseException:
+        if reports is not None:
+            reports.close()
+            reports.links.close()
+        raise
+    return FsRuntime(FsService(tenant, audit, worker), worker, reports)

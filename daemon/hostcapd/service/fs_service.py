@@ -36,6 +36,7 @@ from hostcapd.errors import Refusal
 from hostcapd.fs import content
 from hostcapd.fs import messages as fs_messages
 from hostcapd.fs.client import FsWorker, FsWorkerUnavailable
+from hostcapd.fs.direct import AUDITED_READ_REASONS
 from hostcapd.fs.errors import refusal_from_errno
 from hostcapd.labels import validate_correlation
 from hostcapd.service.refusals import refuse
@@ -46,20 +47,6 @@ MAX_OFFSET = (1 << 63) - 1
 #: Reads up to this size are read and hashed on the loop; larger ones in a thread.
 INLINE_READ_BYTES = 256 << 10
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-
-#: Refusals of reads, listings and stats that are worth an audit line (a
-#: missing file is not; every refused write is).
-AUDITED_READ_REASONS = frozenset(
-    {
-        "PATH_ESCAPES_ROOT",
-        "SYMLINK_REFUSED",
-        "SECRET_PATH",
-        "PROTECTED_PATH",
-        "READ_ONLY_TIER",
-        "LIMIT_INVALID",
-        "ACCESS_DENIED",
-    }
-)
 
 #: The worker's file types as the wire names them (hostcap.v1.FileType).
 _FILE_TYPES = {

@@ -141,17 +141,24 @@ async def serve_tenant(
     record_callers: bool = True,
     event_loop: str = "asyncio",
     cpu: str = "any",
+    fs_direct_reads: bool = True,
 ) -> TenantService:
     """Start a tenant's fs worker here and its front-end (a process of its
     own, or with `frontend_process` False the same code in this process),
     which binds under a temporary name; the services run here, on what the
-    front-end relays. Takes ownership of the runtime's profile: on failure
-    nothing is left behind."""
+    front-end relays. A front-end process asks the worker for reads
+    directly with `fs_direct_reads` (decision 0034). Takes ownership of the
+    runtime's profile: on failure nothing is left behind."""
     tenant, profile = runtime.tenant, runtime.profile
     fs_runtime: FsRuntime | None = None
     frontend: FrontendProcess | None = None
     try:
-        fs_runtime = await start_fs_service(tenant, runtime.audit, place=profile.place_daemon_side)
+        fs_runtime = await start_fs_service(
+            tenant,
+            runtime.audit,
+            place=profile.place_daemon_side,
+            direct_reads=fs_direct_reads and frontend_process,
+        )
         runtime.fs = fs_runtime
         frontend = FrontendProcess(
             Endpoint.of_tenant(tenant, MAX_MESSAGE_BYTES, send_limit(tenant)),
@@ -165,6 +172,9 @@ async def serve_tenant(
         )
         runtime.frontend = frontend
         frontend.place = profile.place_daemon_side
+        if fs_runtime.reports is not None:
+            frontend.read_link = fs_runtime.read_link
+            fs_runtime.reports.on_violation = frontend.bridge.violation
         temp = await frontend.start()
         if runtime.deps.egress is not None:
             try:

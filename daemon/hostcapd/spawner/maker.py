@@ -20,15 +20,27 @@ them itself, as before.
     maker = PoolMaker.start(close_in_child=[sock_fd])  # forked, before any child
     maker.ask_netns(); maker.ask_mntns(key, mounts)
     maker.release(fds)           # then close ours: the maker's are the last
-    for kind, key, fd, error in maker.replies(): ...
+    for kind, key, fd, error, taken in maker.replies(): ...
+
+A mount namespace is a copy of its profile's template (spawner/mntns.py),
+made by the maker's one thread itself: the maker holds the templates and
+sends each new one to the spawner with the first copy made of it (a spawn
+that finds the pool empty copies it in its own set-up). The namespaces
+handed back are closed once no ask waits: a mount namespace's teardown
+waits 1-2 ms for RCU, which delayed the next one made.
 """
 
 from __future__ import annotations
 
+import array
 import contextlib
+import mmap
 import os
+import select
 import signal
 import socket
+import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 
 import msgspec
@@ -36,18 +48,41 @@ import prctl
 
 from hostcapd import childsetup
 from hostcapd.spawner import netns
+from hostcapd.spawner.mntns import Templates
 
 #: ("n" network | "m" mount | "c" close, profile key, the mount steps)
 _Ask = tuple[str, str, list[childsetup.Mount]]
-#: (kind, profile key, why it failed: "" when the fd came with it)
-_Reply = tuple[str, str, str]
+#: (kind, profile key, why it failed: "" when the fd came with it, when the
+#: host trees a mount namespace shows were taken: its template's making,
+#: time.monotonic(), which the two processes share)
+_Reply = tuple[str, str, str, float]
 _asks = msgspec.msgpack.Decoder(_Ask)
 _replies = msgspec.msgpack.Decoder(_Reply)
 _MAX_MESSAGE = 1 << 20
+#: A reply's largest size (its why-not is a short message).
+_MAX_REPLY = 1 << 16
 #: A release sends at most this many fds in one message.
 _MAX_FDS = 64
+#: Namespaces handed over are closed once no ask waits (their teardown, a
+#: mount namespace's 1-2 ms of wall time waiting for RCU, would delay the
+#: next namespace made), but no more than this many wait for it.
+_MAX_CLOSING = 2 * _MAX_FDS
 #: The maker's scheduling: (policy, nice); see above.
 SCHEDULING = (os.SCHED_OTHER, 19)
+
+
+def _receive(
+    sock: socket.socket, buffer: mmap.mmap | bytearray, max_fds: int
+) -> tuple[memoryview, list[int], bool]:
+    """One message into `buffer`, kept for the next (socket.recv_fds takes a
+    new one of its full size each time: an mmap and munmap of 1 MiB per
+    message): (its bytes, the fds that came with it, whether it was cut)."""
+    size, ancillary, flags, _ = sock.recvmsg_into([buffer], socket.CMSG_SPACE(max_fds * 4))
+    fds = array.array("i")
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return memoryview(buffer)[:size], list(fds), bool(flags & socket.MSG_TRUNC)
 
 
 class PoolMaker:
@@ -56,6 +91,7 @@ class PoolMaker:
     def __init__(self, sock: socket.socket, pid: int) -> None:
         self.sock = sock
         self.pid = pid
+        self._buffer = bytearray(_MAX_REPLY)
 
     @classmethod
     def start(cls, close_in_child: Sequence[int] = ()) -> PoolMaker | None:
@@ -113,13 +149,14 @@ class PoolMaker:
             if not self._send(("c", "", []), fds[at : at + _MAX_FDS]):
                 return
 
-    def replies(self) -> Iterator[tuple[str, str, int, str]]:
-        """What the maker made since: (kind, key, fd or -1, why not). Ends
-        when there is nothing more to read now; raises EOFError once the
-        maker is gone."""
+    def replies(self) -> Iterator[tuple[str, str, int, str, float, int]]:
+        """What the maker made since: (kind, key, fd or -1, why not, when
+        its host trees were taken, the template a mount namespace was copied
+        from or -1: sent with the first copy of each). Ends when there is
+        nothing more to read now; raises EOFError once the maker is gone."""
         while True:
             try:
-                data, fds, _, _ = socket.recv_fds(self.sock, _MAX_MESSAGE, 1)
+                data, fds, cut = _receive(self.sock, self._buffer, 2)
             except BlockingIOError:
                 return
             except OSError as gone:
@@ -129,13 +166,16 @@ class PoolMaker:
                     os.close(fd)
                 raise EOFError("the pool maker is gone")
             try:
-                kind, key, why = _replies.decode(data)
+                if cut:
+                    raise msgspec.DecodeError("cut")
+                kind, key, why, taken = _replies.decode(data)
             except msgspec.DecodeError:
-                kind, key, why = "?", "", "a malformed reply"
+                kind, key, why, taken = "?", "", "a malformed reply", 0.0
             fd = fds.pop(0) if fds and not why else -1
+            template = fds.pop(0) if fds and kind == "m" else -1
             for extra in fds:
                 os.close(extra)
-            yield kind, key, fd, why
+            yield kind, key, fd, why, taken, template
 
     def close(self) -> None:
         self.sock.close()
@@ -155,21 +195,36 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
         os.sched_setscheduler(0, policy, os.sched_param(0))
         os.setpriority(os.PRIO_PROCESS, 0, nice)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    sock.setblocking(True)
     pool = netns.NetnsPool(size=1)
+    templates = Templates(here=True)
+    sent: dict[str, float] = {}  # key -> the making of the template last sent
+    sock.setblocking(True)
+    asks = select.poll()
+    asks.register(sock, select.POLLIN)
+    buffer = mmap.mmap(-1, _MAX_MESSAGE)  # its pages taken as written
+    #: Namespaces handed over, to close (their teardown) when no ask waits.
+    closing: deque[int] = deque()
     while True:
-        data, fds, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, _MAX_FDS)
+        if closing and (len(closing) > _MAX_CLOSING or not asks.poll(0)):
+            os.close(closing.popleft())  # the last reference: the teardown runs here
+            continue
+        wait = templates.next_expiry()
+        if wait is not None and not asks.poll(wait * 1000 + 1):
+            templates.expire()  # unused since: the host trees it held are let go
+            continue
+        data, fds, cut = _receive(sock, buffer, _MAX_FDS)
         if not data:
             return 0
         try:
+            if cut:
+                raise msgspec.DecodeError("cut")
             kind, key, mounts = _asks.decode(data)
         except msgspec.DecodeError:
             kind, key, mounts = "?", "", []
         if kind == "c" or fds:
-            for fd in fds:
-                os.close(fd)  # the last reference: the teardown runs here
+            closing.extend(fds)
             continue
-        made, error = -1, ""
+        made, error, taken, template = -1, "", time.monotonic(), -1
         if kind == "n":
             pool.fill_one()
             made = pool.take()
@@ -177,15 +232,18 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
             pool.failed = ""
         elif kind == "m":
             try:
-                made = childsetup.mount_namespace(mounts)
+                made, taken = templates.make(key, mounts)
             except (childsetup.SetupError, OSError, ValueError, TypeError) as failure:
                 error = str(failure) or type(failure).__name__
+            held = templates.current(key, mounts) if made >= 0 and sent.get(key) != taken else None
+            if held is not None:
+                template, sent[key] = held[0], taken  # the spawner's to copy too
         else:
             error = f"unknown ask {kind!r}"
-        reply = msgspec.msgpack.encode((kind, key, error))
+        reply = msgspec.msgpack.encode((kind, key, error, taken))
         try:
             if made >= 0:
-                socket.send_fds(sock, [reply], [made])
+                socket.send_fds(sock, [reply], [made] + ([template] if template >= 0 else []))
             else:
                 sock.send(reply)
         except OSError:

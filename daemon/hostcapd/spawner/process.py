@@ -208,11 +208,12 @@ class Spawner:
         makes its own from then on)."""
         assert self.maker is not None
         try:
-            for kind, key, fd, error in self.maker.replies():
+            for kind, key, fd, error, taken, template in self.maker.replies():
                 if kind == "n" and self.netns is not None:
                     self.netns.made(fd, error)
                 elif kind == "m" and self.mntns is not None:
-                    self.mntns.made(key, fd, error)
+                    mounts = self.poolable_mounts.get(key, ())
+                    self.mntns.made(key, fd, error, taken, template, mounts)
                 elif fd >= 0:
                     os.close(fd)
         except EOFError:
@@ -295,10 +296,12 @@ class Spawner:
 
     def namespaces(
         self, profile: RegisterProfile, key: str, given_netns: int = -1
-    ) -> tuple[int, bool, int, Sequence[childsetup.Mount], int, bool]:
-        """(clone flags, loopback up, netns fd, mounts, mntns fd, init) of a
-        child of `profile`: pooled namespaces where there are, else its own;
-        `given_netns`, the order's (the egress proxy's listener in it), first."""
+    ) -> tuple[int, bool, int, Sequence[childsetup.Mount], int, bool, int]:
+        """(clone flags, loopback up, netns fd, mounts, mntns fd, init, the
+        template to copy or -1) of a child of `profile`: pooled namespaces
+        where there are, else its own (a copy of its profile's template if
+        one is held); `given_netns`, the order's (the egress proxy's
+        listener in it), first."""
         clone_flags, loopback, netns_fd = profile.clone_flags, profile.loopback_up, -1
         if given_netns >= 0:
             netns_fd = given_netns
@@ -309,15 +312,20 @@ class Spawner:
             if netns_fd >= 0:  # a fresh namespace made while idle, loopback up
                 clone_flags &= ~netns.CLONE_NEWNET
                 loopback = False
-        mounts, mntns_fd = profile.mounts, -1
+        mounts, mntns_fd, base = profile.mounts, -1, -1
         if clone_flags & CLONE_NEWNS and self.mntns is not None:
             mntns_fd = self.mntns.take(key)
             if mntns_fd >= 0:  # its new root assembled while idle
                 clone_flags &= ~CLONE_NEWNS
                 mounts = profile.join_mounts
+            elif (copy := self.mntns.copy_base(key, profile.pooled_mounts)) is not None:
+                # None ready: a copy of its template, made in its own set-up.
+                base, steps = copy
+                clone_flags &= ~CLONE_NEWNS
+                mounts = (*steps, *profile.join_mounts)
         # With a pid namespace the child stays as its pid 1, a minimal init.
         init = bool(clone_flags & CLONE_NEWPID)
-        return clone_flags, loopback, netns_fd, mounts, mntns_fd, init
+        return clone_flags, loopback, netns_fd, mounts, mntns_fd, init, base
 
     def plan(
         self,
@@ -347,7 +355,7 @@ class Spawner:
             # A copy of its mount namespace, if one was ready, is this spawn's.
             held = (-1, -1 if namespaces["mntns_copy"] else namespaces["mntns_fd"])
         else:
-            clone_flags, loopback, netns_fd, mounts, mntns_fd, init = self.namespaces(
+            clone_flags, loopback, netns_fd, mounts, mntns_fd, init, base = self.namespaces(
                 profile, key, given_netns
             )
             namespaces = {
@@ -355,7 +363,8 @@ class Spawner:
                 "mounts": mounts,
                 "loopback_up": loopback,
                 "netns_fd": netns_fd,
-                "mntns_fd": mntns_fd,
+                "mntns_fd": mntns_fd if base < 0 else base,  # a template stays the pool's
+                "mntns_copy": base >= 0,
                 "init": init,
             }
             held = (netns_fd, mntns_fd)

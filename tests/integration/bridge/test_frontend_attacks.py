@@ -21,9 +21,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import psutil
 import pytest
-from hostcap_proto.v1 import process_pb2
+from hostcap_proto.v1 import fs_pb2, fs_pb2_grpc, process_pb2
 from hostcapd.bridge.frontends import FrontendProcess, frontend_identity
 from hostcapd.config import load_config
 from hostcapd.daemon import Daemon
@@ -258,9 +259,11 @@ async def test_the_kernel_refuses_it_the_audit_log_other_sockets_processes_and_p
     assert result["setuid_root"] == "EPERM"
     assert result["exec"] == "EPERM"
     assert result["userns"] == "EPERM"
-    # It holds its channel, its listening socket, and nothing of the root side.
+    # It holds its channel, its listening socket, its read link to its fs
+    # worker (decision 0034), and nothing of the root side.
     held = {fd for fd, _ in result["fds"]}
-    assert result["channel_fd"] in held and len(held) <= 2, result["fds"]
+    assert result["channel_fd"] in held and result["read_link_fd"] in held, result["fds"]
+    assert len(held) <= 3, result["fds"]
     # And it is the front-end user, not root.
     assert frontend_identity()[0] != 0
 
@@ -408,3 +411,49 @@ async def test_a_call_past_the_tenants_in_flight_budget_is_refused_unread(
     assert denial["reason"] == "QUOTA_EXCEEDED" and denial["method"] == "ProcessService.Run"
     assert len(split.records("process.exec", tenant="attacker")) == 1
     await _wait(lambda: bridge.in_flight.used == 0, 10)
+
+
+async def test_reads_it_asks_the_fs_worker_directly_are_checked_and_audited(
+    split: Split, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decision 0034: the worker trusts nothing from the front-end. A path
+    outside the roots, another tenant's file and a max_bytes past the
+    ceiling are refused, each refusal audited by the root naming the
+    attacker; an unknown field is a violation: the front-end is killed."""
+    victim_file = split.daemon.tenants["victim"].tenant.roots[0].path / "secret.txt"
+    victim_file.write_text("the victim's\n")
+    own = split.daemon.tenants["attacker"].tenant.roots[0].path / "own.txt"
+    own.write_text("mine\n")
+    os.chown(own, NOBODY, NOBODY)
+    result = await split.hostile(monkeypatch, "direct_reads", {"victim_file": str(victim_file)})
+    answers = result["answers"]
+    assert answers["1"]["reason"] == "PATH_ESCAPES_ROOT", answers
+    assert answers["2"]["reason"] == "PATH_ESCAPES_ROOT", answers
+    assert answers["3"]["reason"] == "LIMIT_INVALID", answers
+    assert answers["4"]["reason"] == "INVALID_ARGUMENT", answers
+    assert bytes.fromhex(answers["5"]["data"]) == b"mine\n"  # the control
+    denied = {
+        (r["path"], r["reason"])
+        for r in split.records("policy.deny", tenant="attacker", method="ReadFile")
+    }
+    assert {
+        ("../../../../etc/shadow", "PATH_ESCAPES_ROOT"),
+        (str(victim_file), "PATH_ESCAPES_ROOT"),
+        ("own.txt", "LIMIT_INVALID"),
+    } <= denied, denied
+    assert not split.records("policy.deny", tenant="victim")
+    hostile = split.frontend("attacker").pid
+    await _violation(split, hostile, "fs read link")
+    # The real front-end started in its place reads over a new link.
+    socket_path = split.daemon.tenants["attacker"].tenant.socket
+    deadline = asyncio.get_running_loop().time() + 20
+    while True:
+        try:
+            async with grpc.aio.insecure_channel(f"unix:{socket_path}") as channel:
+                stub = fs_pb2_grpc.FsServiceStub(channel)  # type: ignore[no-untyped-call]
+                reply = await stub.ReadFile(fs_pb2.ReadFileRequest(path="own.txt"), timeout=2)
+            break
+        except grpc.aio.AioRpcError:
+            assert asyncio.get_running_loop().time() < deadline, "the attacker's socket is down"
+            await asyncio.sleep(0.1)
+    assert reply.data == b"mine\n"

@@ -176,11 +176,13 @@ def _normalize(report: dict[str, Any], tenant: str, state: Path) -> dict[str, An
     # NSpid's depth (one namespace below the host's) is state; its values are not.
     report["ns_depth"] = [len(s.split()) for s in status if s.startswith("NSpid:")]
     # Mount ids, parent ids and the device numbers of anonymous mounts (each
-    # tmpfs and proc its own) are the spawn's; the rest is the mount's state.
-    report["mountinfo"] = [
+    # tmpfs and proc its own) are the spawn's; the rest is the mount's state,
+    # in no order (a copy of a profile's template lists the trees it cloned
+    # from the host first: unit/spawner/test_mntns_pool.py compares parents).
+    report["mountinfo"] = sorted(
         text(re.sub(r"^0:\d+ ", "0:N ", " ".join(line.split()[2:])))
         for line in report["mountinfo"].splitlines()
-    ]
+    )
     report["cgroup"] = text(report["cgroup"])
     report["fds"] = {fd: text(target) for fd, target in report["fds"].items()}
     report["cwd"] = text(report["cwd"])

@@ -35,7 +35,7 @@ PROBE = textwrap.dedent(
         b" touch /tmp/left-behind; echo ---; set -- /proc/[0-9]*; echo $#"
     )
 
-    def run(clone_flags, mounts, mntns_fd=-1):
+    def run(clone_flags, mounts, mntns_fd=-1, copy=False):
         r, w = os.pipe()
         exe = os.open("/bin/sh", os.O_RDONLY | os.O_CLOEXEC)
         pid, _ = childsetup.spawn(childsetup.ChildPlan(
@@ -44,19 +44,23 @@ PROBE = textwrap.dedent(
             mounts=list(mounts), hostname=None, loopback_up=False, cgroup_fds=[], rlimits=[],
             oom_score_adj=None, loginuid=None, drop_caps=False, ids=None, no_new_privs=True,
             landlock_fd=-1, landlock_rules=[], seccomp_filter=b"", pdeathsig=9, cancel_fd=-1,
-            life_fd=-1, mntns_fd=mntns_fd))
+            life_fd=-1, mntns_fd=mntns_fd, mntns_copy=copy))
         os.close(w); os.close(exe)
         with os.fdopen(r) as f:
             out = f.read()
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0, out
         mountinfo, tmp, ns, procs = out.split("---\\n")
+        # Each mount: its root, mount point, parent's mount point, options,
+        # propagation (optional fields) and source; in no order (a copy of a
+        # template lists the trees it cloned from the host first).
+        points = {line.split()[0]: line.split()[4] for line in mountinfo.splitlines()}
         shape = []
         for line in mountinfo.splitlines():
             left, right = line.split(" - ")
             f = left.split()
-            shape.append([f[3], f[4], f[5], *right.split()])
-        return {"mounts": shape, "tmp": tmp.split(), "ns": ns.strip(), "procs": int(procs)}
+            shape.append([f[3], f[4], points.get(f[1], "?"), f[5], " ".join(f[6:]), *right.split()])
+        return {"mounts": sorted(shape), "tmp": tmp.split(), "ns": ns.strip(), "procs": int(procs)}
 
     flags = namespaces.CLONE_NEWNS | namespaces.CLONE_NEWPID
     home = os.readlink("/proc/self/ns/mnt")
@@ -72,6 +76,12 @@ PROBE = textwrap.dedent(
     for fd in (first, second):
         pooled.append(run(namespaces.CLONE_NEWPID, plan.join_mounts, fd))
         os.close(fd)
+    # The pool empty: a spawn copies the profile's template in its own set-up
+    # (its keep steps, the root beneath /tmp, cloned before it joins).
+    base, steps = pool.copy_base("t", plan.pooled_mounts)
+    copied = [run(namespaces.CLONE_NEWPID, [*steps, *plan.join_mounts], base, copy=True)
+              for _ in range(2)]
+    template_ns = os.readlink(f"/proc/self/fd/{base}")
 
     # A set-up step that fails: the error names it, nothing is left open.
     bad = [*plan.pooled_mounts[:1], (namespaces.MOUNT_KEEP, b"/nonexistent-hostcap", None, None, 0, None, 0)]
@@ -85,10 +95,12 @@ PROBE = textwrap.dedent(
     expiring = MountNamespacePool(max_age=0.0)
     expiring.fill_one("t", list(plan.pooled_mounts))
     expired = expiring.take("t")
+    for held in (pool, broken, expiring):  # and the templates they copied
+        held.close()
     fds_after = len(os.listdir("/proc/self/fd"))
     print(json.dumps({
         "home": home, "after": os.readlink("/proc/self/ns/mnt"), "fresh": fresh,
-        "pooled": pooled, "failure": failure, "broken": sorted(broken.failed),
+        "pooled": pooled, "copied": copied, "template": template_ns, "failure": failure, "broken": sorted(broken.failed),
         "expired": expired, "fds": [fds_before, fds_after], "enoent": errno.ENOENT,
         "root": root.name,
     }))
@@ -102,9 +114,18 @@ def test_a_pooled_namespace_is_the_same_view_used_once_and_fails_cleanly() -> No
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     fresh, (first, second) = result["fresh"], result["pooled"]
-    # The same mounts, options and order, whether built per spawn or ahead of need.
+    # The same mounts on the same parents with the same options, whether built
+    # per spawn or copied from the profile's template ahead of need; every
+    # one private (no shared or master peer group).
     assert first["mounts"] == fresh["mounts"] == second["mounts"]
-    assert any(m[1] == "/proc" and m[3] == "proc" for m in fresh["mounts"])
+    assert any(m[1] == "/proc" and m[5] == "proc" for m in fresh["mounts"])
+    assert all(m[4] == "" for m in fresh["mounts"])
+    # So has a spawn that copies the template itself, each in a namespace and
+    # with a /tmp of its own.
+    for copied in result["copied"]:
+        assert copied["mounts"] == fresh["mounts"]
+        assert copied["tmp"] == [result["root"]] and copied["procs"] == 1
+    assert all(c["ns"] not in (result["home"], result["template"]) for c in result["copied"])
     # Its own /proc shows only the spawn's pid namespace: the shell alone (its
     # glob counts without a second process, whose start would race the count).
     assert fresh["procs"] == first["procs"] == second["procs"] == 1

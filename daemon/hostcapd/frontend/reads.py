@@ -1,0 +1,211 @@
+"""A tenant front-end's reads asked of its fs worker directly (decision 0034).
+
+    reads = DirectReads(link)                   # the read link the root side gave
+    outcome = await reads.read(request, caller) # None: relay the call instead
+    return await reads.reply(outcome, context)  # the reply, or the call aborted
+
+The worker answers each `Read` with the file's content in one datagram, or
+a typed refusal (audited by the root side from the worker's report before
+the answer is sent), or `Relay` for a read too large for a datagram. On any
+doubt about the link the call is relayed through the root side as every
+read was before: until the link is known to be up (the worker's `Started`,
+or the answer to a `Sync` probe), with as many reads in flight as it
+carries at once, for a path or a request it does not carry, when the
+link cannot take the request, and for a read not answered within
+ANSWER_TIMEOUT_S (the link is then in doubt until a probe is answered).
+
+A worker that dies loses the read it was doing; the one started in its
+place says `Started`, and each read in flight is asked again, once (a read
+changes nothing); a second loss fails it UNAVAILABLE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import mmap
+import socket
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from hostcapd.bridge import messages
+from hostcapd.errors import UNAVAILABLE, Refusal
+from hostcapd.frontend import convert
+from hostcapd.fs import direct
+
+#: What a read came to: the content and its bytes, a refusal, or None
+#: (relay the call).
+Outcome = tuple[direct.Content, bytes] | Refusal | None
+#: An answer's pages past this stay resident for the next one.
+KEEP_RESIDENT = 64 << 10
+LOST = Refusal(UNAVAILABLE, "the fs worker died during the request twice; it is restarted")
+
+
+@dataclass
+class _Pending:
+    future: asyncio.Future[Outcome]
+    datagram: bytes
+    asked_again: bool = False
+
+
+class DirectReads:
+    """The front-end's end of its read link, on the running loop."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.loop = asyncio.get_running_loop()
+        self.pending: dict[int, _Pending] = {}
+        self._ids = itertools.count(1)
+        #: Reads go direct only while this holds.
+        self.up = False
+        self._probe = 0
+        # Anonymous memory, resident only where an answer was written (an
+        # idle front-end's RSS is a tenant's cost); a large answer's pages
+        # are given back once it is copied out.
+        self._buffer = mmap.mmap(-1, direct.MAX_ANSWER)
+        self._view = memoryview(self._buffer)
+        self.loop.add_reader(sock.fileno(), self._readable)
+        self._doubt()
+
+    def close(self) -> None:
+        if self.sock.fileno() >= 0:
+            self.loop.remove_reader(self.sock.fileno())
+            self.sock.close()
+        self.up = False
+
+    # --- asking -------------------------------------------------------------
+
+    async def read(self, request: messages.ReadFileCall, caller: messages.Caller | None) -> Outcome:
+        if not self.up or len(self.pending) >= direct.IN_FLIGHT:
+            return None
+        if len(request.path) > direct.MAX_PATH:
+            return None
+        ident = next(self._ids)
+        datagram = direct.encode(
+            direct.Read(
+                id=ident,
+                path=request.path,
+                offset=request.offset,
+                max_bytes=request.max_bytes,
+                caller=caller,
+            )
+        )
+        if len(datagram) > direct.MAX_REQUEST or not self._send(datagram):
+            return None
+        pending = self.pending[ident] = _Pending(self.loop.create_future(), datagram)
+        try:
+            async with asyncio.timeout(direct.ANSWER_TIMEOUT_S):
+                return await pending.future
+        except TimeoutError:
+            self._doubt()
+            return None
+        finally:
+            self.pending.pop(ident, None)
+
+    def _send(self, datagram: bytes) -> bool:
+        try:
+            self.sock.send(datagram)
+        except OSError:  # full (a worker that does not read), or gone
+            self.up = False
+            return False
+        return True
+
+    def _doubt(self) -> None:
+        """Relay until a probe is answered (everything before it was)."""
+        self.up = False
+        self._probe = next(self._ids)
+        self._send(direct.encode(direct.Sync(nonce=self._probe)))
+
+    # --- answers ------------------------------------------------------------
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                size, _, flags, _ = self.sock.recvmsg_into([self._buffer])
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                size, flags = 0, 0
+            if size == 0:
+                self.close()  # the worker's end is gone: relay from now on
+                self._lost_all()
+                return
+            try:
+                if flags & socket.MSG_TRUNC:
+                    raise ValueError("an answer longer than the link carries")
+                header, data = direct.split(self._view[:size])
+                answer = direct.ANSWERS.decode(header)
+            except (ValueError, msgspec.ValidationError, msgspec.DecodeError) as error:
+                print(
+                    f"hostcapd front-end: a bad answer on the read link: {error}", file=sys.stderr
+                )
+                self._doubt()
+                continue
+            self._answer(answer, data)
+            del header, data
+            if size > KEEP_RESIDENT:
+                self._buffer.madvise(mmap.MADV_DONTNEED)
+
+    def _answer(self, answer: direct.Answer, data: memoryview) -> None:
+        if isinstance(answer, direct.Started):
+            self.up = True
+            for pending in list(self.pending.values()):
+                if pending.asked_again:
+                    _settle(pending.future, LOST)
+                else:
+                    pending.asked_again = True
+                    if not self._send(pending.datagram):
+                        _settle(pending.future, None)
+            return
+        if isinstance(answer, direct.Synced):
+            if answer.nonce == self._probe:
+                self.up = True
+            return
+        waiting = self.pending.get(answer.id)
+        if waiting is None:
+            return  # a read given up, or asked twice and answered once already
+        if isinstance(answer, direct.Content):
+            _settle(waiting.future, (answer, bytes(data)))
+        elif isinstance(answer, direct.Refused):
+            _settle(waiting.future, Refusal(Refusal.reason_of(answer.reason), answer.message))
+        else:
+            _settle(waiting.future, None)
+
+    def _lost_all(self) -> None:
+        for pending in self.pending.values():
+            _settle(pending.future, None)
+
+
+def _settle(future: asyncio.Future[Outcome], outcome: Outcome) -> None:
+    if not future.done():
+        future.set_result(outcome)
+
+
+async def reply(outcome: tuple[direct.Content, bytes] | Refusal, context: Any) -> Any:
+    """A direct read's answer on the wire, or the call ended with its refusal."""
+    if isinstance(outcome, Refusal):
+        abort = messages.Abort(
+            call=1,
+            code=outcome.code,
+            message=outcome.message,
+            reason=outcome.reason if outcome.on_the_wire else "",
+        )
+        await convert.abort(context, abort)
+        raise AssertionError("abort returned")
+    found, data = outcome
+    answer = messages.ReadFileResponse(
+        path=found.path,
+        data=data,
+        size=found.size,
+        offset=found.offset,
+        truncated=found.truncated,
+        is_binary=found.is_binary,
+        media_type=found.media_type,
+        sha256=found.sha256,
+        file_sha256=found.file_sha256,
+    )
+    return convert.unary_reply(answer, None)

@@ -23,11 +23,9 @@ import asyncio
 import collections
 import contextlib
 import errno
-import functools
 import hashlib
 import logging
 import os
-import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -62,33 +60,12 @@ from hostcapd.audit.journal import JOURNAL_SOCKET, JournalMirror
 from hostcapd.audit.ledger import file_ledger, orphan_exit, resolve_summaries, summary
 from hostcapd.audit.redact import MAX_ARGV_CHARS, bound_argv, redact_argv, seal_input
 from hostcapd.audit.retention import Retention
+from hostcapd.audit.stamps import event_id as _event_id
+from hostcapd.audit.stamps import now as _now
 from hostcapd.audit.subscriptions import AuditSubscription
 from hostcapd.config import AuditSettings
 
 _log = logging.getLogger("hostcapd.audit")
-
-
-@functools.lru_cache(maxsize=2)
-def _utc_second(seconds: int) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
-
-
-def _now() -> str:
-    """The current UTC time as RFC 3339 with microseconds, ``2026-12-02T12:49:35.006190Z``.
-
-    Records come many a second: the date and time of day are formatted once
-    a second, only the microseconds each time."""
-    seconds, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
-    return f"{_utc_second(seconds)}.{nanoseconds // 1000:06d}Z"
-
-
-def _event_id() -> str:
-    """A random (version 4) UUID as 32 hex digits, like ``uuid.uuid4().hex``,
-    without building a UUID object."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # the RFC 4122 variant
-    return raw.hex()
 
 
 #: Below this many free bytes on its volume the log counts as unwritable

@@ -12,6 +12,7 @@ output stays in the root, in an `OutputLog`, for ReadOutput.
 from __future__ import annotations
 
 import asyncio
+import select
 from collections import deque
 from collections.abc import Callable
 
@@ -343,3 +344,19 @@ def _append(pieces: deque[tuple[int, bytes | bytearray]], stream: int, data: byt
             last += data
             return
     pieces.append((stream, bytearray(data) if len(data) < TAIL_PIECE else bytes(data)))
+
+
+def ended_pipes(fds: list[int]) -> set[int]:
+    """The pipes of `fds` already at their end of file (every write end
+    closed, nothing left to read), in one poll(2): a command that ended
+    before its output was watched (most of a short one's stderr, all of
+    /bin/true's) costs no watch, no wake-up and no read of its pipe."""
+    if not fds:
+        return set()
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return {fd for fd, events in poller.poll(0) if events & _HUP_ONLY == select.POLLHUP}
+
+
+_HUP_ONLY = select.POLLHUP | select.POLLIN | select.POLLERR | select.POLLNVAL

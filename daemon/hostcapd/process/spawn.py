@@ -30,7 +30,7 @@ from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.input import SpawnInput, feed_stdin
 from hostcapd.process.launch import FreshLaunch, Launch, launch_for
 from hostcapd.process.order import plan_rlimits, spawn_order
-from hostcapd.process.output import OutputLog, StreamCount, StreamTally
+from hostcapd.process.output import OutputLog, StreamCount, StreamTally, ended_pipes
 from hostcapd.process.report import Outcome, Report, classify
 from hostcapd.process.request import Prepared, SpawnRequest
 from hostcapd.sandbox.cgroups import CgroupError, CgroupStats, SpawnCgroup
@@ -378,10 +378,16 @@ class Spawn:
     def _stream(self) -> asyncio.Future[None] | None:
         loop = self._loop
         # A terminal's one end (its output is stdout), or the two pipes.
+        ended = ended_pipes(self._read_ends) if self.request.tty is None else ()
         for fd, stream in zip(self._read_ends, (1, 2), strict=False):
+            if fd in ended:  # its writers are gone, nothing is in it: its end of file
+                os.close(fd)
+                continue
             self._readers[fd] = stream
             loop.add_reader(fd, self._on_readable, fd)
         self._read_ends.clear()
+        if not self._readers:
+            self._eof.set()
         stdin_task = None
         if self._stdin_w >= 0 and self.request.stdin_open:
             self.input = SpawnInput(self._stdin_w, tty=False)

@@ -100,10 +100,10 @@ def subtree_path(own: Path, mount: Path, parent: str) -> Path:
     return base.joinpath(*parts)
 
 
-def read(path: str | os.PathLike[str]) -> str:
+def read(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> str:
     # os-level reads: a text-mode open() costs several times the read itself,
     # and a spawn reads a handful of these files on its way out.
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         chunks = []
         while chunk := os.read(fd, 65536):
@@ -113,8 +113,8 @@ def read(path: str | os.PathLike[str]) -> str:
     return b"".join(chunks).decode()
 
 
-def write(path: str | os.PathLike[str], value: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+def write(path: str | os.PathLike[str], value: str, *, dir_fd: int | None = None) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
         os.write(fd, value.encode())
     finally:

@@ -60,7 +60,7 @@ from hostcapd.sandbox.cgroupfs import (
     within,
     write,
 )
-from hostcapd.sandbox.spawn_cgroup import CgroupStats, Hierarchy, SpawnCgroup
+from hostcapd.sandbox.spawn_cgroup import CgroupStats, Hierarchy, ParentDirs, SpawnCgroup
 
 __all__ = [
     "SUBTREE",
@@ -106,6 +106,8 @@ class CgroupHost:
     support: CgroupSupport
     hierarchies: tuple[Hierarchy, ...] = ()
     _prepared: bool = field(default=False, repr=False)
+    #: Its subtrees' fds, opened at its first `create` (each view its own).
+    _parents: ParentDirs | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def probe(cls, parent: str = "", *, unified_kill: bool = True) -> CgroupHost:
@@ -363,6 +365,7 @@ class CgroupHost:
         return replace(
             self,
             hierarchies=tuple(replace(h, subtree=h.subtree / directory) for h in self.hierarchies),
+            _parents=None,
         )
 
     # -- per tenant ----------------------------------------------------------
@@ -413,10 +416,28 @@ class CgroupHost:
 
     # -- per spawn ---------------------------------------------------------
 
-    def _spawn(self, name: str, prefix: str = SPAWN_PREFIX) -> SpawnCgroup:
+    def _spawn(
+        self, name: str, prefix: str = SPAWN_PREFIX, parents: ParentDirs | None = None
+    ) -> SpawnCgroup:
         return SpawnCgroup(
-            name, tuple((h, f"{h.subtree}/{prefix}{name}") for h in self.hierarchies)
+            name, tuple((h, f"{h.subtree}/{prefix}{name}") for h in self.hierarchies), parents
         )
+
+    def close(self) -> None:
+        """Let go of the subtrees' fds: closed once no cgroup made through
+        this view is left (a `create` after it opens them again)."""
+        self._parents = None
+
+    def _parent_dirs(self) -> ParentDirs:
+        """The subtrees' fds, which this view's spawn cgroups are made in."""
+        if self._parents is None:
+            try:
+                self._parents = ParentDirs(tuple(os.fspath(h.subtree) for h in self.hierarchies))
+            except OSError as error:
+                raise CgroupError(
+                    f"cannot open the spawn cgroups' parent {error.filename}: {error.strerror}"
+                ) from None
+        return self._parents
 
     def create(
         self,
@@ -438,20 +459,23 @@ class CgroupHost:
             raise CgroupError(f"memory limit must be positive, not {memory_bytes}")
         if pids is not None and pids <= 0:
             raise CgroupError(f"pids limit must be positive, not {pids}")
-        cgroup = self._spawn(name, WARM_PREFIX if warm else READY_PREFIX if ahead else SPAWN_PREFIX)
-        made: list[str] = []
+        prefix = WARM_PREFIX if warm else READY_PREFIX if ahead else SPAWN_PREFIX
+        cgroup = self._spawn(name, prefix, self._parent_dirs())
+        made: list[tuple[int | None, str]] = []
         try:
-            for directory in cgroup.paths:
+            for (dir_fd, directory), path in zip(cgroup.at, cgroup.paths, strict=True):
                 try:
-                    os.mkdir(directory)
+                    os.mkdir(directory, dir_fd=dir_fd)
                 except FileExistsError:
-                    raise CgroupError(f"cgroup {directory} already exists") from None
-                made.append(directory)
+                    raise CgroupError(f"cgroup {path} already exists") from None
+                except OSError as error:
+                    raise CgroupError(f"cgroup {name}: {error.strerror}: {path}") from None
+                made.append((dir_fd, directory))
             self._limit(cgroup, memory_bytes, pids)
         except BaseException as error:
-            for directory in reversed(made):
+            for dir_fd, directory in reversed(made):
                 with contextlib.suppress(OSError):
-                    os.rmdir(directory)
+                    os.rmdir(directory, dir_fd=dir_fd)
             if isinstance(error, OSError):
                 raise CgroupError(f"cgroup {name}: {error.strerror}: {error.filename}") from None
             raise
@@ -475,36 +499,38 @@ class CgroupHost:
 
     @staticmethod
     def _limit(cgroup: SpawnCgroup, memory_bytes: int | None, pids: int | None) -> None:
-        memory = cgroup._role("memory")
+        memory = cgroup.role_at("memory")
         if memory is not None and memory_bytes is not None:
-            version, directory = memory
+            version, dir_fd, directory, absolute = memory
             if version == 2:
-                write(f"{directory}/memory.max", str(memory_bytes))
-                if has_file(directory, "memory.swap.max"):
-                    write(f"{directory}/memory.swap.max", "0")
+                write(f"{directory}/memory.max", str(memory_bytes), dir_fd=dir_fd)
+                if has_file(absolute, "memory.swap.max"):
+                    write(f"{directory}/memory.swap.max", "0", dir_fd=dir_fd)
             else:
-                _memory_v1(directory, memory_bytes)
-        pids_role = cgroup._role("pids")
-        if pids_role is not None and pids is not None:
-            write(f"{pids_role[1]}/pids.max", str(pids))
+                _memory_v1(directory, memory_bytes, dir_fd, has_file(absolute, _MEMSW))
+        pids_at = cgroup.role_at("pids")
+        if pids_at is not None and pids is not None:
+            write(f"{pids_at[2]}/pids.max", str(pids), dir_fd=pids_at[1])
 
 
-def _memory_v1(directory: str, value: int) -> None:
+_MEMSW = "memory.memsw.limit_in_bytes"
+
+
+def _memory_v1(directory: str, value: int, dir_fd: int | None, has_memsw: bool) -> None:
     """memory.limit_in_bytes and memory.memsw.limit_in_bytes (memory + swap:
     equal to the limit means no swap). The kernel keeps limit <= memsw, so
     raising a limit (a tenant's, at a reload) writes memsw first."""
-    limit, memsw = f"{directory}/memory.limit_in_bytes", f"{directory}/memory.memsw.limit_in_bytes"
-    has_memsw = has_file(directory, "memory.memsw.limit_in_bytes")
+    limit, memsw = f"{directory}/memory.limit_in_bytes", f"{directory}/{_MEMSW}"
     try:
-        write(limit, str(value))
+        write(limit, str(value), dir_fd=dir_fd)
     except OSError as error:
         if error.errno != errno.EINVAL or not has_memsw:
             raise
-        write(memsw, str(value))
-        write(limit, str(value))
+        write(memsw, str(value), dir_fd=dir_fd)
+        write(limit, str(value), dir_fd=dir_fd)
         return
     if has_memsw:
-        write(memsw, str(value))
+        write(memsw, str(value), dir_fd=dir_fd)
 
 
 def _entries(subtree: Path) -> list[tuple[str, str]]:

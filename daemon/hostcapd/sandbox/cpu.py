@@ -64,17 +64,35 @@ class TenantShare:
         write(self.directory / "cgroup.procs", str(pid))
 
     @functools.cached_property
-    def _procs(self) -> str:
-        return f"{self.directory}/cgroup.procs"  # (once: not a Path built per spawn)
-
-    def procs_fds(self) -> list[int]:
-        """A fresh O_WRONLY|O_CLOEXEC fd of the tenant cgroup's cgroup.procs."""
+    def _procs(self) -> _KeptFd:
+        """Its cgroup.procs, opened once (O_WRONLY|O_CLOEXEC), closed with it."""
         try:
-            return [os.open(self._procs, os.O_WRONLY | os.O_CLOEXEC)]
+            return _KeptFd(os.open(self.directory / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
         except OSError as error:
             raise CgroupError(
                 f"cpu cgroup {self.directory}: cannot open cgroup.procs: {error.strerror}"
             ) from None
+
+    def procs_fds(self) -> list[int]:
+        """An O_WRONLY|O_CLOEXEC fd of the tenant cgroup's cgroup.procs, the
+        caller's to close: a dup of the one opened once (every spawn joins
+        this one cgroup; a dup is one syscall where an open was a lookup of
+        each of nine path components)."""
+        return [os.dup(self._procs.fd)]
+
+
+class _KeptFd:
+    """An fd closed when the last holder lets go of it (never while a
+    caller may still dup it)."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __del__(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
 
 
 @dataclass

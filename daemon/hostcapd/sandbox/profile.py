@@ -244,6 +244,8 @@ class TenantProfile:
         if self.landlock is not None:
             self.landlock.close()
             self.landlock = None
+        if self.cgroups is not None:
+            self.cgroups.close()  # its spawns' cgroups in flight keep what they need
 
 
 def _landlock_rules(tenant: Tenant, applied: set[str]) -> landlock.LandlockRules:

@@ -1,5 +1,6 @@
 """One spawn's cgroup: a directory in each hierarchy the daemon uses, owned by
-that spawn (`hostcapd.sandbox.cgroups.CgroupHost.create` makes it).
+that spawn (`hostcapd.sandbox.cgroups.CgroupHost.create` makes it, relative
+to its tenant directories' fds: `ParentDirs`).
 
     fds = cg.procs_fds()       # the child writes "0" into each, then the caller closes them
     cg.kill(); stats = cg.stats(); cg.remove()
@@ -57,6 +58,36 @@ class Hierarchy:
 # ---- one spawn's cgroup ------------------------------------------------------
 
 
+class ParentDirs:
+    """O_PATH fds of the directories a host view makes its spawn cgroups in,
+    one per hierarchy. A spawn's cgroup is made, its files opened and it is
+    removed relative to them: a path of one or two components, where the
+    absolute one under /sys/fs/cgroup is nine or ten, each looked up in
+    kernfs (about a tenth of a cgroup's life in the root: bench/README.md,
+    "the root's CPU per spawn, third pass"). Held by the view and by every
+    cgroup made through it; closed once the last of them is gone, so an fd
+    number is never used after its close."""
+
+    __slots__ = ("fds",)
+
+    def __init__(self, directories: tuple[str, ...]) -> None:
+        fds: list[int] = []
+        try:
+            for directory in directories:
+                fds.append(os.open(directory, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        self.fds = tuple(fds)
+
+    def __del__(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds = ()
+
+
 class SpawnCgroup:
     """The cgroup of one spawn, one directory per hierarchy; owned by that spawn.
 
@@ -65,11 +96,27 @@ class SpawnCgroup:
     each file cost more than the file operations' Python (bench/README.md,
     "The root's CPU per spawn")."""
 
-    def __init__(self, name: str, members: tuple[tuple[Hierarchy, Path | str], ...]) -> None:
+    def __init__(
+        self,
+        name: str,
+        members: tuple[tuple[Hierarchy, Path | str], ...],
+        parents: ParentDirs | None = None,
+    ) -> None:
         self.name = name
         self._hierarchies = tuple(h for h, _ in members)
         #: Every directory, in the order the child joins them.
         self.paths = tuple(os.fspath(directory) for _, directory in members)
+        #: Each directory as (its parent's fd, its name) when made through a
+        #: view's `ParentDirs` (kept alive with it), else (None, its path).
+        self._parents = parents
+        self.at: tuple[tuple[int | None, str], ...] = (
+            tuple(
+                (fd, os.path.basename(path))
+                for fd, path in zip(parents.fds, self.paths, strict=True)
+            )
+            if parents is not None
+            else tuple((None, path) for path in self.paths)
+        )
         #: The files `stats` reads, opened ahead of need (`open_stats`).
         self._stat_fds: dict[str, int] = {}
 
@@ -89,13 +136,26 @@ class SpawnCgroup:
                 return h.version, directory
         return None
 
+    def role_at(self, role: str) -> tuple[int, int | None, str, str] | None:
+        """(cgroup version, dir fd, directory relative to it, absolute
+        directory) of the hierarchy playing `role`: its files are opened
+        with `dir_fd` (see `ParentDirs`)."""
+        for h, (fd, relative), directory in zip(
+            self._hierarchies, self.at, self.paths, strict=True
+        ):
+            if role in h.roles:
+                return h.version, fd, relative, directory
+        return None
+
     def procs_fds(self) -> list[int]:
         """Fresh O_WRONLY|O_CLOEXEC fds of each cgroup.procs, for the child to write "0"
         into; the caller closes them once the child is placed."""
         fds: list[int] = []
         try:
-            for directory in self.paths:
-                fds.append(os.open(f"{directory}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
+            for dir_fd, directory in self.at:
+                fds.append(
+                    os.open(f"{directory}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+                )
         except OSError as error:
             for fd in fds:
                 os.close(fd)
@@ -128,12 +188,13 @@ class SpawnCgroup:
         CgroupError if processes are still there after `timeout` seconds. A
         cgroup already removed has nothing to kill.
         """
-        kill_role = self._role("kill")
-        if not wait and kill_role is not None:
-            # The kernel finds the members itself: no walk before the kill.
-            with contextlib.suppress(FileNotFoundError):  # removed: nothing left
-                write(f"{kill_role[1]}/cgroup.kill", "1")
-            return
+        if not wait:
+            kill_at = self.role_at("kill")
+            if kill_at is not None:
+                # The kernel finds the members itself: no walk before the kill.
+                with contextlib.suppress(FileNotFoundError):  # removed: nothing left
+                    write(f"{kill_at[2]}/cgroup.kill", "1", dir_fd=kill_at[1])
+                return
         deadline = time.monotonic() + timeout
         pause = 0.0002
         while True:
@@ -181,39 +242,44 @@ class SpawnCgroup:
                 os.close(pidfd)
 
     @functools.cached_property
-    def _stat_files(self) -> dict[str, str]:
-        files: dict[str, str] = {}
-        memory = self._role("memory")
+    def _stat_files(self) -> dict[str, tuple[int | None, str]]:
+        """Each file `stats` reads: (dir fd, path relative to it)."""
+        files: dict[str, tuple[int | None, str]] = {}
+        memory = self.role_at("memory")
         if memory is not None:
-            version, memory_dir = memory
+            version, fd, memory_dir, _ = memory
             peak = "memory.peak" if version == 2 else "memory.max_usage_in_bytes"
-            files["peak"] = f"{memory_dir}/{peak}"
+            files["peak"] = (fd, f"{memory_dir}/{peak}")
             oom = "memory.events" if version == 2 else "memory.oom_control"
-            files["oom"] = f"{memory_dir}/{oom}"
-        pids = self._role("pids")
+            files["oom"] = (fd, f"{memory_dir}/{oom}")
+        pids = self.role_at("pids")
         if pids is not None:
-            files["pids"] = f"{pids[1]}/pids.events"
+            files["pids"] = (pids[1], f"{pids[2]}/pids.events")
         return files
 
     def open_stats(self) -> None:
         """Open the files `stats` reads now, ahead of need (a cgroup made
         before its spawn): at the spawn's end each is then one pread, not an
         open, a read and a close on its answer's path. Closed by `remove`."""
-        for name, path in self._stat_files.items():
+        for name, (dir_fd, path) in self._stat_files.items():
             if name not in self._stat_fds:
                 with contextlib.suppress(OSError):  # stats opens it then
-                    self._stat_fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    self._stat_fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
 
     def _close_stats(self) -> None:
         fds, self._stat_fds = self._stat_fds, {}
         for fd in fds.values():
             os.close(fd)
 
-    def _stat(self, name: str, path: str) -> str | None:
+    def _stat(self, name: str, where: tuple[int | None, str]) -> str | None:
         """A stat file's text (None if it does not exist)."""
         fd = self._stat_fds.get(name)
         try:
-            return os.pread(fd, 65536, 0).decode() if fd is not None else read(path)
+            return (
+                os.pread(fd, 65536, 0).decode()
+                if fd is not None
+                else read(where[1], dir_fd=where[0])
+            )
         except FileNotFoundError:
             return None
 
@@ -239,9 +305,9 @@ class SpawnCgroup:
         self._close_stats()
         # The common case: no nested cgroups, nothing left inside.
         try:
-            for path in self.paths:
+            for dir_fd, path in self.at:
                 with contextlib.suppress(FileNotFoundError):
-                    os.rmdir(path)
+                    os.rmdir(path, dir_fd=dir_fd)
             return
         except OSError:
             pass

@@ -28,6 +28,23 @@ def limits_message(limits: Limits) -> messages.Limits:
     return messages.Limits(**{name: value for name, value in limits if value is not None})
 
 
+#: id(limits) -> (limits, its message): a spawn's merged limits are one
+#: frozen model per set of values (process/limits.py), so its messages are
+#: built once for each (held here, so its id is not reused while cached).
+_LIMITS: dict[int, tuple[Limits, messages.Limits]] = {}
+
+
+def _limits_of(limits: Limits) -> messages.Limits:
+    cached = _LIMITS.get(id(limits))
+    if cached is not None and cached[0] is limits:
+        return cached[1]
+    if len(_LIMITS) >= 256:
+        _LIMITS.clear()
+    built = limits_message(limits)
+    _LIMITS[id(limits)] = (limits, built)
+    return built
+
+
 def spawn_request(call: messages.SpawnCall, stdin: bytes | None) -> SpawnRequest:
     return SpawnRequest(
         argv=tuple(call.argv),
@@ -58,6 +75,24 @@ def protections_message(
     ]
 
 
+#: id(statuses) -> (statuses, their messages): a tenant's spawns share their
+#: profile's statuses (one tuple), so its Started messages share one list.
+_PROTECTIONS: dict[int, tuple[tuple[ProtectionStatus, ...], list[messages.Protection]]] = {}
+
+
+def _protections_of(statuses: tuple[ProtectionStatus, ...]) -> list[messages.Protection]:
+    """`protections_message(statuses)`, built once per tuple (held here, so
+    its id is not reused while it is cached); never mutated by a reader."""
+    cached = _PROTECTIONS.get(id(statuses))
+    if cached is not None and cached[0] is statuses:
+        return cached[1]
+    if len(_PROTECTIONS) >= 64:  # reloads made new profiles: the old go
+        _PROTECTIONS.clear()
+    built = protections_message(statuses)
+    _PROTECTIONS[id(statuses)] = (statuses, built)
+    return built
+
+
 def started_message(
     request: SpawnRequest,
     p: Prepared,
@@ -72,8 +107,8 @@ def started_message(
         executable=messages.Executable(
             path=p.exe.path, device=p.exe.device, inode=p.exe.inode, sha256=p.exe.sha256
         ),
-        limits=limits_message(p.limits),
-        protections=protections_message(p.protections),
+        limits=_limits_of(p.limits),
+        protections=_protections_of(p.protections),
         cwd=p.cwd.path,
         env_names=sorted(p.env),
         dry_run=dry_run,
@@ -125,7 +160,7 @@ def spawn_info(spawn: Spawn, argv: list[str] | None = None) -> messages.SpawnInf
         pid=spawn.pid,
         argv=list(spawn.prepared.argv) if argv is None else argv,
         age_seconds=spawn.age(),
-        limits=limits_message(spawn.prepared.limits),
+        limits=_limits_of(spawn.prepared.limits),
         labels=dict(spawn.request.labels),
         request_id=spawn.request.request_id,
         detached=spawn.request.detached,

@@ -49,6 +49,7 @@ def host(kill_mode: str) -> Iterator[cgroups.CgroupHost]:
     prepared = _host(parent, kill_mode)
     prepared.prepare()
     yield prepared
+    prepared.close()  # the subtrees' fds its creates opened
     prepared.sweep_stale()
     for h in prepared.hierarchies:
         with contextlib.suppress(FileNotFoundError):
@@ -200,6 +201,34 @@ def test_remove_refuses_while_processes_live_then_succeeds(host: cgroups.CgroupH
     child.wait(timeout=10)
     cg.remove()
     assert not any(d.exists() for d in cg.directories)
+
+
+@pytest.mark.usefixtures("no_fd_leak")
+def test_a_spawn_cgroup_is_made_used_and_removed_through_its_parents_fds(
+    host: cgroups.CgroupHost,
+) -> None:
+    cg = host.create("relative", memory_bytes=16 * MiB, pids=4)
+    parents = [fd for fd, _ in cg.at]
+    # Each directory is made beneath its hierarchy's subtree, through the
+    # view's O_PATH fd of that subtree, and named relative to it.
+    for (fd, leaf), h, directory in zip(cg.at, host.hierarchies, cg.directories, strict=True):
+        assert fd is not None and os.readlink(f"/proc/self/fd/{fd}") == os.fspath(h.subtree)
+        assert leaf == directory.name and directory.is_dir()
+    memory = cg._role("memory")
+    assert memory is not None
+    limit = "memory.max" if memory[0] == 2 else "memory.limit_in_bytes"
+    assert int((Path(memory[1]) / limit).read_text()) == 16 * MiB
+    cg.open_stats()
+    host.close()  # the view lets go; the cgroup keeps its parents' fds
+    for fd in parents:
+        os.fstat(fd)
+    procs = cg.procs_fds()
+    for fd in procs:
+        os.close(fd)
+    assert cg.stats().oom_kills == 0
+    cg.remove()
+    assert not any(d.exists() for d in cg.directories)
+    del cg  # the last holder: the parents' fds close (no_fd_leak checks)
 
 
 def test_procs_fds_are_write_only_and_close_on_exec(host: cgroups.CgroupHost) -> None:

@@ -207,7 +207,7 @@ async def measure(
     row.lines.append(
         Line(
             "2",
-            "daemon CPU per spawn (root + front-ends + spawner) / bwrap's machine CPU per spawn",
+            "daemon CPU per spawn (root + front-ends + spawner + pool maker) / bwrap's machine CPU per spawn",
             daemon_ms / machine["bwrap"],
             f"{daemon_ms:.2f} ms",
             f"bwrap {machine['bwrap']:.2f} ms",

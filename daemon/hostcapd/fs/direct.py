@@ -41,6 +41,7 @@ import msgspec
 
 from hostcapd import framing
 from hostcapd.bridge.values import Caller
+from hostcapd.errors import Refusal
 
 #: The most content one answer carries; a larger read is relayed.
 MAX_DATA = 1 << 20
@@ -63,6 +64,24 @@ ACK_TIMEOUT_S = 5.0
 COUNT_IDLE_S = 0.05
 COUNT_EVERY_S = 0.5
 MAX_OFFSET = (1 << 63) - 1
+
+
+def read_bounds(offset: int, max_bytes: int | None, ceiling: int) -> int:
+    """The bytes a read may take: `max_bytes` if given (1 to the tenant's
+    read ceiling), else the ceiling; a refusal as the root gave it for an
+    offset past 2^63 - 1 or a `max_bytes` out of range. The one check of a
+    read's bounds, relayed (the root) or direct (the worker)."""
+    if offset > MAX_OFFSET:
+        raise Refusal("INVALID_ARGUMENT", "offset is too large")
+    if max_bytes is None:
+        return ceiling
+    if max_bytes == 0 or max_bytes > ceiling:
+        raise Refusal(
+            "LIMIT_INVALID",
+            f"max_bytes must be between 1 and the tenant's read ceiling of {ceiling}",
+        )
+    return max_bytes
+
 
 #: Refusals of reads, listings and stats that are worth an audit line (a
 #: missing file is not; every refused write is).

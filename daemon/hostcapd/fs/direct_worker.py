@@ -23,7 +23,6 @@ from hostcapd.fs.direct import (
     COUNT_EVERY_S,
     COUNT_IDLE_S,
     MAX_DATA,
-    MAX_OFFSET,
     MAX_REQUEST,
     REQUESTS,
     Answer,
@@ -38,6 +37,7 @@ from hostcapd.fs.direct import (
     Sync,
     Synced,
     encode,
+    read_bounds,
     split,
 )
 from hostcapd.fs.errors import refusal_from_errno
@@ -135,17 +135,7 @@ class DirectServer:
         self._send(answer, data)
 
     def _content(self, request: Read) -> tuple[Content | Relay, bytes]:
-        if request.offset > MAX_OFFSET:
-            raise Refusal("INVALID_ARGUMENT", "offset is too large")
-        ceiling = self.max_read_bytes
-        max_bytes = ceiling
-        if request.max_bytes is not None:
-            if request.max_bytes == 0 or request.max_bytes > ceiling:
-                raise Refusal(
-                    "LIMIT_INVALID",
-                    f"max_bytes must be between 1 and the tenant's read ceiling of {ceiling}",
-                )
-            max_bytes = request.max_bytes
+        max_bytes = read_bounds(request.offset, request.max_bytes, self.max_read_bytes)
         opened, fd = self.operations.open_for_read(request.path)
         try:
             if min(max_bytes, max(int(opened["size"]) - request.offset, 0)) > self.max_data:

@@ -36,14 +36,13 @@ from hostcapd.errors import Refusal
 from hostcapd.fs import content
 from hostcapd.fs import messages as fs_messages
 from hostcapd.fs.client import FsWorker, FsWorkerUnavailable
-from hostcapd.fs.direct import AUDITED_READ_REASONS
+from hostcapd.fs.direct import AUDITED_READ_REASONS, read_bounds
 from hostcapd.fs.errors import refusal_from_errno
 from hostcapd.labels import validate_correlation
 from hostcapd.service.refusals import refuse
 
 T = TypeVar("T")
 
-MAX_OFFSET = (1 << 63) - 1
 #: Reads up to this size are read and hashed on the loop; larger ones in a thread.
 INLINE_READ_BYTES = 256 << 10
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -72,16 +71,7 @@ class FsService:
         self, request: messages.ReadFileCall, call: RelayedCall
     ) -> messages.ReadFileResponse:
         try:
-            if request.offset > MAX_OFFSET:
-                raise Refusal("INVALID_ARGUMENT", "offset is too large")
-            max_bytes = self._fs.max_read_bytes
-            if request.max_bytes is not None:
-                if request.max_bytes == 0 or request.max_bytes > max_bytes:
-                    raise Refusal(
-                        "LIMIT_INVALID",
-                        f"max_bytes must be between 1 and the tenant's read ceiling of {max_bytes}",
-                    )
-                max_bytes = request.max_bytes
+            max_bytes = read_bounds(request.offset, request.max_bytes, self._fs.max_read_bytes)
             path, result = await _run_to_end(self._read(request.path, request.offset, max_bytes))
         except Refusal as failure:
             self._refuse("ReadFile", request.path, failure)

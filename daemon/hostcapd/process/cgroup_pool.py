@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hostcapd.logsetup import fields
@@ -43,13 +44,36 @@ DEFAULT_SIZE = 2
 REFILL_AFTER_START = 0.05
 
 
+class PendingFill:
+    """A pool's one pending fill: run `fill` in a later turn of the loop, or
+    `delay` seconds from now; a fill asked sooner replaces a later one, a
+    later one leaves a sooner one be. Shared by the cgroup and warm pools."""
+
+    def __init__(self, fill: Callable[[], None]) -> None:
+        self._fill = fill
+        self._handle: asyncio.Handle | None = None
+
+    def ask(self, delay: float = 0.0) -> None:
+        if self._handle is not None:
+            if delay:
+                return  # one comes as soon
+            self._handle.cancel()
+        loop = asyncio.get_running_loop()
+        self._handle = loop.call_later(delay, self._fill) if delay else loop.call_soon(self._fill)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+
 class CgroupPool:
     def __init__(self, deps: SpawnDeps, size: int = DEFAULT_SIZE) -> None:
         self.deps = deps
         self.size = size if deps.profile.has("cgroup") else 0
         self._ready: list[SpawnCgroup] = []
         self._closed = False
-        self._fill: asyncio.Handle | None = None
+        self._pending = PendingFill(self.fill)
         #: For the bench and the tests: cgroups taken, and takes that found none.
         self.taken = 0
         self.missed = 0
@@ -73,19 +97,12 @@ class CgroupPool:
         from now (a refill sooner replaces a later one)."""
         if self._closed or len(self._ready) >= self.size:
             return
-        if self._fill is not None:
-            if delay:
-                return  # one comes as soon
-            self._fill.cancel()
-        loop = asyncio.get_running_loop()
-        self._fill = loop.call_later(delay, self.fill) if delay else loop.call_soon(self.fill)
+        self._pending.ask(delay)
 
     def fill(self) -> None:
         """Make the missing cgroups; a failure leaves the pool short (logged,
         never raised: a spawn then makes its own, and says why if it cannot)."""
-        if self._fill is not None:
-            self._fill.cancel()
-            self._fill = None
+        self._pending.cancel()
         while not self._closed and len(self._ready) < self.size:
             try:
                 cgroup = self.deps.cgroups.create(uuid.uuid4().hex, None, None, ahead=True)
@@ -104,9 +121,7 @@ class CgroupPool:
     def close(self) -> None:
         """Remove the untaken cgroups; no more are made."""
         self._closed = True
-        if self._fill is not None:
-            self._fill.cancel()
-            self._fill = None
+        self._pending.cancel()
         ready, self._ready = self._ready, []
         for cgroup in ready:
             with contextlib.suppress(CgroupError):

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from hostcapd.childsetup import WARM_BUFFER, RLimit
 from hostcapd.egress.supervisor import EgressUnavailable
 from hostcapd.logsetup import fields
-from hostcapd.process.cgroup_pool import CgroupPool
+from hostcapd.process.cgroup_pool import CgroupPool, PendingFill
 from hostcapd.sandbox import identity
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
 from hostcapd.spawner.client import SetupFailed, SpawnerLost
@@ -84,7 +84,7 @@ class WarmPool:
         self.size = size
         self._entries: dict[str, WarmEntry] = {}
         self._closed = False
-        self._fill: asyncio.Handle | None = None
+        self._pending = PendingFill(self.fill)
         #: Entries whose egress namespace is being made (a proxy-mode tenant's).
         self._opening = 0
         self._tasks: set[asyncio.Future[None]] = set()
@@ -168,24 +168,13 @@ class WarmPool:
         started if it runs on: the next child's cgroup, ruleset and order
         (0.5-0.8 ms of the loop) are off its path, and so is the spawner's
         clone of it (bench/README.md, "Issue 35 item 2, a warm path that pays")."""
-        if self._closed:
-            return
-        if self._fill is not None:
-            if delay:
-                return  # one comes as soon
-            self._fill.cancel()
-        loop = asyncio.get_running_loop()
-        self._fill = loop.call_later(delay, self.fill) if delay else loop.call_soon(self.fill)
-
-    def _schedule_fill(self) -> None:
-        self.refill()
+        if not self._closed:
+            self._pending.ask(delay)
 
     def fill(self) -> None:
         """Order the entries missing; a failure leaves the pool short until
         the next take (logged, never raised: the fresh path still works)."""
-        if self._fill is not None:
-            self._fill.cancel()
-            self._fill = None
+        self._pending.cancel()
         if self.deps.egress is not None:
             while not self._closed and len(self._entries) + self._opening < self.size:
                 self._opening += 1
@@ -289,14 +278,12 @@ class WarmPool:
         entry = self._entries.pop(warm_id, None)
         if entry is not None:
             self.discard(entry)
-            self._schedule_fill()
+            self.refill()
 
     def close(self) -> None:
         """Kill every waiting child and remove its cgroup; no more are made."""
         self._closed = True
-        if self._fill is not None:
-            self._fill.cancel()
-            self._fill = None
+        self._pending.cancel()
         self.cgroups.close()
         entries, self._entries = self._entries, {}
         for entry in entries.values():

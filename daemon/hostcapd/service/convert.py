@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -28,21 +28,31 @@ def limits_message(limits: Limits) -> messages.Limits:
     return messages.Limits(**{name: value for name, value in limits if value is not None})
 
 
-#: id(limits) -> (limits, its message): a spawn's merged limits are one
-#: frozen model per set of values (process/limits.py), so its messages are
-#: built once for each (held here, so its id is not reused while cached).
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _once_per_object(cache: dict[int, tuple[K, V]], key: K, build: Callable[[K], V], cap: int) -> V:
+    """`build(key)`, built once per object `key` (held in `cache` beside its
+    result, so its id is not reused while cached; the cache is emptied at
+    `cap` entries). Only for immutable keys whose result no reader mutates."""
+    cached = cache.get(id(key))
+    if cached is not None and cached[0] is key:
+        return cached[1]
+    if len(cache) >= cap:
+        cache.clear()
+    built = build(key)
+    cache[id(key)] = (key, built)
+    return built
+
+
+#: A spawn's merged limits are one frozen model per set of values
+#: (process/limits.py), so its message is built once for each.
 _LIMITS: dict[int, tuple[Limits, messages.Limits]] = {}
 
 
 def _limits_of(limits: Limits) -> messages.Limits:
-    cached = _LIMITS.get(id(limits))
-    if cached is not None and cached[0] is limits:
-        return cached[1]
-    if len(_LIMITS) >= 256:
-        _LIMITS.clear()
-    built = limits_message(limits)
-    _LIMITS[id(limits)] = (limits, built)
-    return built
+    return _once_per_object(_LIMITS, limits, limits_message, 256)
 
 
 def spawn_request(call: messages.SpawnCall, stdin: bytes | None) -> SpawnRequest:
@@ -75,22 +85,13 @@ def protections_message(
     ]
 
 
-#: id(statuses) -> (statuses, their messages): a tenant's spawns share their
-#: profile's statuses (one tuple), so its Started messages share one list.
+#: A tenant's spawns share their profile's statuses (one tuple), so its
+#: Started messages share one list (reloads make new profiles: at 64 the old go).
 _PROTECTIONS: dict[int, tuple[tuple[ProtectionStatus, ...], list[messages.Protection]]] = {}
 
 
 def _protections_of(statuses: tuple[ProtectionStatus, ...]) -> list[messages.Protection]:
-    """`protections_message(statuses)`, built once per tuple (held here, so
-    its id is not reused while it is cached); never mutated by a reader."""
-    cached = _PROTECTIONS.get(id(statuses))
-    if cached is not None and cached[0] is statuses:
-        return cached[1]
-    if len(_PROTECTIONS) >= 64:  # reloads made new profiles: the old go
-        _PROTECTIONS.clear()
-    built = protections_message(statuses)
-    _PROTECTIONS[id(statuses)] = (statuses, built)
-    return built
+    return _once_per_object(_PROTECTIONS, statuses, protections_message, 64)
 
 
 def started_message(

@@ -61,7 +61,7 @@ class Templates:
         self.max_age = max_age
         #: key -> (the pooled steps it was made for, its fd, made at, the
         #: steps of a copy)
-        self._made: dict[str, tuple[list[Mount], int, float, list[Mount]]] = {}
+        self._made: dict[str, tuple[tuple[Mount, ...], int, float, list[Mount]]] = {}
 
     def make(self, key: str, mounts: Mounts) -> tuple[int, float]:
         """A namespace for one spawn of `key` with its pooled steps `mounts`
@@ -91,7 +91,7 @@ class Templates:
         (its fd, the steps a copy of it takes). Nothing is made."""
         self.expire()
         held = self._made.get(key)
-        if held is None or held[0] != list(mounts):
+        if held is None or held[0] != tuple(mounts):  # no copy of a tuple's
             return None
         return held[1], held[3]
 
@@ -109,11 +109,11 @@ class Templates:
         if copy is None:
             split = namespaces.template_split(mounts)
             copy = split[1] if split is not None else None
-        if copy is None or (held is not None and held[0] == list(mounts) and held[2] >= made):
+        if copy is None or (held is not None and held[0] == tuple(mounts) and held[2] >= made):
             os.close(fd)
             return
         self.drop(key)
-        self._made[key] = (list(mounts), fd, made, copy)
+        self._made[key] = (tuple(mounts), fd, made, copy)
         while len(self._made) > TEMPLATES:
             self.drop(min(self._made, key=lambda k: self._made[k][2]))
 

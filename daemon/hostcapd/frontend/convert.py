@@ -46,51 +46,65 @@ def message_class(full_name: str) -> type[protobuf_message.Message]:
 #: How a request field is read: its value as is, a map's as a dict, a
 #: repeated field's as a list, a nested message's as a dict of its fields.
 _SCALAR, _MAP, _LIST, _NESTED = range(4)
-#: A message's fields as (name, has presence, how, the nested fields' (name,
-#: has presence)), by the message's full name: read from the descriptor once.
-_Plan = list[tuple[str, bool, int, tuple[tuple[str, bool], ...]]]
-_PLANS: dict[str, _Plan] = {}
 
 
-def _plan(descriptor: Any) -> _Plan:
-    found = _PLANS.get(descriptor.full_name)
-    if found is not None:
-        return found
-    plan: _Plan = []
-    for field in descriptor.fields:
-        nested: tuple[tuple[str, bool], ...] = ()
-        if field.message_type is not None and field.message_type.GetOptions().map_entry:
-            how = _MAP
-        elif field.message_type is not None and not field.is_repeated:
-            how = _NESTED
-            nested = tuple((f.name, f.has_presence) for f in field.message_type.fields)
-        elif field.is_repeated:
-            how = _LIST
-        else:
-            how = _SCALAR
-        plan.append((field.name, field.has_presence, how, nested))
-    _PLANS[descriptor.full_name] = plan
-    return plan
+class _Plan:
+    """How a request message's fields are read, made once per message from
+    its descriptor: by field name, how each is read; and whether its
+    payload field (if any) has presence."""
+
+    def __init__(self, descriptor: Any, payload_field: str | None) -> None:
+        self.how: dict[str, int] = {}
+        for field in descriptor.fields:
+            if field.message_type is not None and field.message_type.GetOptions().map_entry:
+                self.how[field.name] = _MAP
+            elif field.message_type is not None and not field.is_repeated:
+                self.how[field.name] = _NESTED
+            elif field.is_repeated:
+                self.how[field.name] = _LIST
+            else:
+                self.how[field.name] = _SCALAR
+        payload = descriptor.fields_by_name.get(payload_field) if payload_field else None
+        #: A payload field without presence is always given (b"" when empty).
+        self.payload_always = payload is not None and not payload.has_presence
+
+
+_PLANS: dict[tuple[str, str | None], _Plan] = {}
+
+
+def _plan(descriptor: Any, payload_field: str | None) -> _Plan:
+    key = (descriptor.full_name, payload_field)
+    found = _PLANS.get(key)
+    if found is None:
+        found = _PLANS[key] = _Plan(descriptor, payload_field)
+    return found
 
 
 def request_of(
     model: type[messages.Request], message: protobuf_message.Message
 ) -> tuple[messages.Request, bytes]:
     """The struct of a parsed request message and its payload; raises
-    msgspec.ValidationError (or ValueError) for a value the struct refuses."""
+    msgspec.ValidationError (or ValueError) for a value the struct refuses.
+
+    Only the fields the message has are read (`ListFields`: a field with
+    presence if present, any other if not its default): a field left out
+    takes the struct's default, which for every request is what its wire
+    default converts to (tests/unit/frontend/test_convert.py checks each)."""
+    payload_field = model.payload_field
+    plan = _plan(message.DESCRIPTOR, payload_field)
     values: dict[str, Any] = {}
     payload = b""
-    payload_field = model.payload_field
-    for name, presence, how, nested in _plan(message.DESCRIPTOR):
-        if presence and not message.HasField(name):
-            continue
-        value = getattr(message, name)
+    if plan.payload_always:
+        values["payload"] = True
+    for field, value in message.ListFields():
+        name = field.name
+        how = plan.how[name]
         if name == payload_field:
             payload, values["payload"] = value, True
         elif how == _SCALAR:
             values[name] = value
         elif how == _NESTED:
-            values[name] = {n: getattr(value, n) for n, p in nested if not p or value.HasField(n)}
+            values[name] = {f.name: v for f, v in value.ListFields()}
         elif how == _MAP:
             values[name] = dict(value)
         else:
@@ -134,7 +148,46 @@ def unary_reply(
         pieces = {1: [answer.stdout], 2: [answer.stderr]} if kept is None else kept
         if any(any(p) for p in pieces.values()):
             return run_result(answer, pieces)
+        return started_apart(answer)
     return to_proto(answer)
+
+
+#: The most protection lists whose wire bytes are kept (a tenant has one per
+#: profile and host state; past it the cache starts again).
+MAX_PROTECTION_LISTS = 64
+_PROTECTIONS: dict[tuple[str, tuple[messages.Protection, ...]], bytes] = {}
+
+
+def started_apart(answer: messages.RunResult | messages.SpawnEvent) -> bytes:
+    """The wire bytes of an answer whose `started` names its protections:
+    the answer without them, serialized, then the same message holding only
+    them, serialized once per list and kept (every spawn of a profile has
+    the same list, about half of the answer's conversion). Protobuf parses
+    concatenated messages as one: the two `started` merge, the repeated
+    field's elements in order."""
+    started = answer.started
+    if started is None or not started.protections:
+        return to_proto(answer).SerializeToString()
+    key = (answer.proto, tuple(started.protections))
+    tail = _PROTECTIONS.get(key)
+    if tail is None:
+        if len(_PROTECTIONS) >= MAX_PROTECTION_LISTS:
+            _PROTECTIONS.clear()
+        protections = msgspec.to_builtins(started.protections)
+        alone = message_class(answer.proto)(started={"protections": protections})
+        tail = _PROTECTIONS[key] = alone.SerializeToString()
+    rest = msgspec.structs.replace(answer, started=msgspec.structs.replace(started, protections=[]))
+    return to_proto(rest).SerializeToString() + tail
+
+
+_READ_FILE_RESPONSE = "hostcap.v1.ReadFileResponse"
+
+
+def read_file_response(**fields: Any) -> protobuf_message.Message:
+    """A direct read's answer (`hostcapd.frontend.reads`) as its wire message,
+    built from the worker's fields at once: no `ReadFileResponse` struct made
+    to be turned back into a dict (every field is a plain value, none None)."""
+    return message_class(_READ_FILE_RESPONSE)(**fields)
 
 
 def run_result(result: messages.RunResult, kept: Kept) -> bytes:
@@ -142,8 +195,8 @@ def run_result(result: messages.RunResult, kept: Kept) -> bytes:
     protobuf, then stdout (field 2) and stderr (field 3) from their pieces,
     each a tag, its length and the bytes themselves (a parser takes fields
     in any order), joined once."""
-    small = to_proto(msgspec.structs.replace(result, stdout=b"", stderr=b""))
-    parts: list[bytes | bytearray] = [small.SerializeToString()]
+    small = started_apart(msgspec.structs.replace(result, stdout=b"", stderr=b""))
+    parts: list[bytes | bytearray] = [small]
     for stream, tag in ((1, b"\x12"), (2, b"\x1a")):
         pieces = kept.get(stream, ())
         size = sum(len(p) for p in pieces)
@@ -185,6 +238,8 @@ def streamed(item: messages.Streamed) -> bytes | protobuf_message.Message:
     """A streamed answer as gRPC sends it (an output event as its bytes)."""
     if isinstance(item, messages.SpawnEvent) and item.output is not None:
         return output_event(_STREAMS[item.output.stream], item.output.data)
+    if isinstance(item, messages.SpawnEvent) and item.started is not None:
+        return started_apart(item)
     return to_proto(item)
 
 

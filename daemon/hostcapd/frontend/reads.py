@@ -197,7 +197,7 @@ async def reply(outcome: tuple[direct.Content, bytes] | Refusal, context: Any) -
         await convert.abort(context, abort)
         raise AssertionError("abort returned")
     found, data = outcome
-    answer = messages.ReadFileResponse(
+    return convert.read_file_response(
         path=found.path,
         data=data,
         size=found.size,
@@ -208,4 +208,3 @@ async def reply(outcome: tuple[direct.Content, bytes] | Refusal, context: Any) -
         sha256=found.sha256,
         file_sha256=found.file_sha256,
     )
-    return convert.unary_reply(answer, None)

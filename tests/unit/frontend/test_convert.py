@@ -12,7 +12,16 @@ import msgspec
 import pytest
 from hostcap_proto.v1 import fs_pb2, host_pb2, process_pb2
 from hostcapd.bridge import messages
-from hostcapd.frontend.convert import _present, message_class, request_of, request_proto, to_proto
+from hostcapd.frontend import convert
+from hostcapd.frontend.convert import (
+    _present,
+    message_class,
+    request_of,
+    request_proto,
+    streamed,
+    to_proto,
+    unary_reply,
+)
 
 
 def _answer_types() -> list[type[msgspec.Struct]]:
@@ -122,3 +131,124 @@ def test_request_plans_read_every_kind_of_field() -> None:
 def test_other_requests_round_trip(model: type[messages.Request], wire: Any) -> None:
     request, payload = request_of(model, wire)
     assert request_proto(request, payload) == wire
+
+
+def _wire_default(field: Any) -> Any:
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        return {}
+    return [] if field.is_repeated else field.default_value
+
+
+def _requests() -> list[tuple[str, type[messages.Request]]]:
+    return [
+        (name, model) for models in messages.REQUESTS.values() for name, model in models.items()
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "model"), _requests(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_a_field_left_at_its_wire_default_reads_as_the_structs_default(
+    name: str, model: type[messages.Request]
+) -> None:
+    """`request_of` reads only the fields a message has (`ListFields`): a
+    field at its wire default is left out, so the struct's default must be
+    what that wire default converts to, and valid (else a request the
+    struct refuses, or reads otherwise, would pass as its default)."""
+    descriptor = message_class(model.proto).DESCRIPTOR
+    nested = [
+        f
+        for f in descriptor.fields
+        if f.message_type is not None
+        and not f.is_repeated
+        and not f.message_type.GetOptions().map_entry
+    ]
+    scopes: list[tuple[Any, Any]] = [(descriptor, lambda v: v)]
+    scopes += [(f.message_type, lambda v, n=f.name: {n: v}) for f in nested]
+    for scope, wrap in scopes:
+        left_out = msgspec.convert(wrap({}), model)
+        for field in scope.fields:
+            if field.name == model.payload_field or (field.has_presence and not field.is_repeated):
+                continue
+            given = msgspec.convert(wrap({field.name: _wire_default(field)}), model)
+            assert given == left_out, f"{name}: {field.full_name} at its wire default"
+
+
+@pytest.mark.parametrize(
+    ("name", "model"), _requests(), ids=lambda v: v if isinstance(v, str) else ""
+)
+def test_an_empty_request_reads_as_its_structs_defaults(
+    name: str, model: type[messages.Request]
+) -> None:
+    request, payload = request_of(model, message_class(model.proto)())
+    assert payload == b""
+    # A payload field without presence is always given (its bytes may be empty).
+    field = message_class(model.proto).DESCRIPTOR.fields_by_name.get(model.payload_field or "")
+    assert getattr(request, "payload", False) is (field is not None and not field.has_presence)
+
+
+PROTECTIONS = [
+    messages.Protection(name="cgroup", applied=False, reason="why", required=False),
+    messages.Protection(name="seccomp", applied=True, reason="", required=True),
+]
+STARTED = messages.Started(spawn_id="s1", pid=7, protections=PROTECTIONS, env_names=["A"])
+EXITED = messages.Exited(outcome="EXITED", exit_code=0)
+
+
+@pytest.mark.parametrize(
+    ("answer", "kept"),
+    [
+        (messages.RunResult(started=STARTED, exited=EXITED), None),
+        (messages.RunResult(started=STARTED, exited=EXITED), {1: [b"out", b"put"], 2: [b"e"]}),
+        (messages.RunResult(started=STARTED, stdout=b"o", exited=EXITED), None),
+        (messages.RunResult(exited=EXITED), None),
+    ],
+)
+def test_a_run_results_bytes_parse_as_its_message(
+    answer: messages.RunResult, kept: dict[int, list[bytes]] | None
+) -> None:
+    """The protections travel apart (their bytes kept per list), and the
+    client's parser merges them back: twice, the second from the cache."""
+    expected = to_proto(answer)
+    if kept is not None:
+        expected.stdout, expected.stderr = b"output", b"e"  # type: ignore[attr-defined]
+    for _ in range(2):
+        reply = unary_reply(answer, kept)
+        assert isinstance(reply, bytes)
+        assert process_pb2.RunResult.FromString(reply) == expected
+
+
+def test_a_started_event_parses_as_its_message_and_its_list_is_kept() -> None:
+    event = messages.SpawnEvent(started=STARTED)
+    first = streamed(event)
+    assert isinstance(first, bytes)
+    assert process_pb2.SpawnEvent.FromString(first) == to_proto(event)
+    other = msgspec.structs.replace(STARTED, spawn_id="s2", protections=list(PROTECTIONS[:1]))
+    second = streamed(messages.SpawnEvent(started=other))
+    assert isinstance(second, bytes)
+    parsed = process_pb2.SpawnEvent.FromString(second)
+    assert parsed.started.spawn_id == "s2" and len(parsed.started.protections) == 1
+    assert process_pb2.SpawnEvent.FromString(streamed(event)) == to_proto(event)  # type: ignore[arg-type]
+
+
+def test_the_kept_protection_lists_are_bounded() -> None:
+    for n in range(convert.MAX_PROTECTION_LISTS * 2):
+        listed = [messages.Protection(name="cgroup", applied=True, reason=str(n), required=True)]
+        started = msgspec.structs.replace(STARTED, protections=listed)
+        streamed(messages.SpawnEvent(started=started))
+        assert len(convert._PROTECTIONS) <= convert.MAX_PROTECTION_LISTS
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"path": "a/b", "data": b"x" * 10, "size": 10, "offset": 0, "truncated": False},
+        {"path": "p", "data": b"", "size": 0, "offset": 7, "truncated": True, "is_binary": True},
+    ],
+)
+def test_a_direct_reads_answer_is_what_its_struct_converts_to(fields: dict[str, Any]) -> None:
+    full: dict[str, Any] = {"media_type": "text/plain", "sha256": "ab", "file_sha256": "cd"}
+    full["is_binary"] = False
+    full.update(fields)
+    expected = to_proto(messages.ReadFileResponse(**full)).SerializeToString()
+    assert convert.read_file_response(**full).SerializeToString() == expected

@@ -49,6 +49,8 @@ MAX_PAYLOAD = 1024 * 1024 * 1024
 BUFFER = 8 * 1024 * 1024
 _PREFIX = struct.Struct("=IQ")
 _DATAGRAM = _PREFIX.size + INLINE_PAYLOAD
+#: Datagrams a link reads per wake-up by default (`Link`'s `reads`).
+BURST_READS = 64
 #: Bytes queued for a peer that does not read, above which the link is broken.
 MAX_QUEUED = 512 * 1024 * 1024
 
@@ -166,7 +168,14 @@ class Link:
     a malformed one to `on_error(ChannelError)` (the link stays open: the
     owner decides); EOF or a broken socket once to `on_closed()`. A message
     is at most `limit` bytes; `admit` (see `decode`) decides whether its
-    payload is read, and a payload it refused arrives as None."""
+    payload is read, and a payload it refused arrives as None.
+
+    `reads` is the most datagrams read per wake-up of the loop (then it
+    lets the loop run others; the reader is level-triggered, so what is
+    left is read on its next pass). Past one, the last read of each
+    wake-up is the one that finds nothing: a side whose messages come one
+    at a time (a front-end's: each answers its own call, or is acknowledged
+    before the next) reads one and saves that system call."""
 
     def __init__(
         self,
@@ -177,8 +186,10 @@ class Link:
         on_closed: Callable[[], None],
         limit: int = MAX_PAYLOAD,
         admit: Admit | None = None,
+        reads: int = BURST_READS,
     ) -> None:
         sock.setblocking(False)
+        self._reads = reads
         self.sock = sock
         self._decoder = decoder
         self._limit = limit
@@ -238,7 +249,7 @@ class Link:
     # --- receiving -----------------------------------------------------------
 
     def _readable(self) -> None:
-        for _ in range(64):  # then let the loop run others
+        for _ in range(self._reads):  # then let the loop run others
             if self.closed:
                 return
             try:

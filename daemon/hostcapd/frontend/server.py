@@ -165,8 +165,10 @@ class Relay:
         self.stopped = stopped
         self.drain: Callable[[messages.Drain], None] = lambda _: None
         self.serving: Callable[[messages.Serving], None] = lambda _: None
+        # One datagram per wake-up: the root side's messages come one at a
+        # time (bench/README.md, "The front-end's per-call Python").
         self.link = channel.Link(
-            sock, messages.TO_FRONTEND, self._on_message, self._on_error, self._on_closed
+            sock, messages.TO_FRONTEND, self._on_message, self._on_error, self._on_closed, reads=1
         )
 
     def keep(

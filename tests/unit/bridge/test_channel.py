@@ -189,7 +189,8 @@ def test_truncated_prefix_and_header_are_refused() -> None:
         )
 
 
-async def test_the_link_delivers_in_order_and_reports_errors_without_closing() -> None:
+@pytest.mark.parametrize("reads", [channel.BURST_READS, 1])
+async def test_the_link_delivers_in_order_and_reports_errors_without_closing(reads: int) -> None:
     a, b = channel.socketpair()
     got: list[object] = []
     errors: list[str] = []
@@ -200,6 +201,7 @@ async def test_the_link_delivers_in_order_and_reports_errors_without_closing() -
         lambda m, p: got.append((m, p)),
         lambda e: errors.append(str(e)),
         closed.set,
+        reads=reads,
     )
     sender = channel.Link(a, messages.TO_FRONTEND, lambda m, p: None, lambda e: None, lambda: None)
     for n in range(1, 50):
@@ -215,6 +217,31 @@ async def test_the_link_delivers_in_order_and_reports_errors_without_closing() -
     assert len(errors) == 1 and not link.closed
     sender.close()
     await asyncio.wait_for(closed.wait(), 2)
+
+
+async def test_a_link_reading_one_per_wake_up_reads_one_and_leaves_the_rest() -> None:
+    """The one read finds its datagram: no read is spent finding nothing,
+    and what is left waits for the next pass (the reader is level-triggered)."""
+    a, b = channel.socketpair()
+    got: list[int] = []
+    link = channel.Link(
+        b,
+        messages.FROM_FRONTEND["tenant"],
+        lambda m, p: got.append(m.call),
+        lambda e: None,
+        lambda: None,
+        reads=1,
+    )
+    asyncio.get_running_loop().remove_reader(b.fileno())  # this test is the loop
+    sender = channel.Link(a, messages.TO_FRONTEND, lambda m, p: None, lambda e: None, lambda: None)
+    for n in (1, 2, 3):
+        sender.send(messages.Ack(call=n))
+    for expected in ([1], [1, 2], [1, 2, 3], [1, 2, 3]):
+        link._readable()
+        assert got == expected
+    sender.close()
+    link._readable()  # EOF
+    assert link.closed
 
 
 def test_a_header_too_large_for_a_datagram_travels_in_the_memfd() -> None:

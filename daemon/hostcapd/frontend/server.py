@@ -166,7 +166,7 @@ class Relay:
         self.drain: Callable[[messages.Drain], None] = lambda _: None
         self.serving: Callable[[messages.Serving], None] = lambda _: None
         # One datagram per wake-up: the root side's messages come one at a
-        # time (bench/README.md, "The front-end's per-call Python").
+        # time (bench/README.md, "The tenant front-end's per-call Python, fourth pass").
         self.link = channel.Link(
             sock, messages.TO_FRONTEND, self._on_message, self._on_error, self._on_closed, reads=1
         )

@@ -202,6 +202,8 @@ async def compare(args: argparse.Namespace) -> None:
         root_per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
         pools_own = {k: 0.0 for k in KINDS}
         pools_all = {k: 0.0 for k in KINDS}
+        spawner = {k: d.helper_pids()["spawner"] for k, d in daemons.items()}
+        spawner_own = {k: 0.0 for k in KINDS}
         spawns = {k: 0 for k in KINDS}
         machine: dict[str, list[float]] = {k: [] for k in KINDS}
         for index in range(args.windows):
@@ -211,9 +213,11 @@ async def compare(args: argparse.Namespace) -> None:
                 r0 = _cpu(daemons[kind].pid)
                 p0 = _cpu(pools[kind]) if pools[kind] > 0 else 0.0
                 c0 = _with_children(pools[kind])
+                s0 = _cpu(spawner[kind])
                 m0 = procfs.machine_busy_seconds()
                 done, seconds = await daemon_rate(daemons[kind].socket(TENANT), args.seconds)
                 machine[kind].append((procfs.machine_busy_seconds() - m0) * 1e3 / done)
+                spawner_own[kind] += _cpu(spawner[kind]) - s0
                 if pools[kind] > 0:
                     pools_own[kind] += _cpu(pools[kind]) - p0
                 pools_all[kind] += _with_children(pools[kind]) - c0
@@ -240,6 +244,8 @@ async def compare(args: argparse.Namespace) -> None:
             own = {k: pools_own[k] * 1e3 / spawns[k] for k in KINDS}
             whole = {k: pools_all[k] * 1e3 / spawns[k] for k in KINDS}
             print("  " + _ratio("pool maker CPU/spawn", own["a"], own["b"], "ms", ".3f"))
+            mine = {k: spawner_own[k] * 1e3 / spawns[k] for k in KINDS}
+            print("  " + _ratio("spawner CPU/spawn", mine["a"], mine["b"], "ms", ".3f"))
             print(
                 "  "
                 + _ratio("pool maker + its children CPU/spawn", whole["a"], whole["b"], "ms", ".3f")

@@ -29,7 +29,7 @@ from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
 from hostcapd.spawner import channel, environments, init_report, messages, netns
 from hostcapd.spawner.fresh import ChildStart, FreshStart, close_fds
-from hostcapd.spawner.maker import PoolMaker
+from hostcapd.spawner.maker import MAX_ASKS, MAX_HANDED, PoolMaker
 from hostcapd.spawner.messages import MalformedMessage, RegisterProfile, WarmOrder
 from hostcapd.spawner.mntns import MountNamespacePool, Mounts
 from hostcapd.spawner.warm import WarmChildren
@@ -144,12 +144,15 @@ class Spawner:
     def idle_work(self) -> bool:
         """Release the namespaces of reaped children, or make one namespace
         ahead of need; False when there is nothing to do now."""
-        if self.released:
-            self.close_released()
-            return True
         # A pool found empty is asked for at once, beside a young child too
         # (ASK_AT_ONCE): a spawn that finds it empty makes its own namespace
-        # on its path. A pool only short waits for a quiet moment.
+        # on its path. A pool only short waits for a quiet moment. The
+        # reaped children's namespaces go to the maker with the asks, in
+        # one message.
+        if self.released:
+            if not (ASK_AT_ONCE and self.ask_maker(empty_only=True, release=True)):
+                self.close_released()
+            return True
         if ASK_AT_ONCE and self.ask_maker(empty_only=True):
             return True
         if self.fill_deferred() > 0:
@@ -173,27 +176,39 @@ class Spawner:
                 return True
         return False
 
-    def ask_maker(self, empty_only: bool = False) -> bool:
-        """Ask the pool maker for one namespace a pool wants (one that is
-        empty, nothing asked for it either, if `empty_only`); False if none
-        is wanted or it cannot be asked (the caller makes it itself)."""
-        if self.maker is None:
+    def ask_maker(self, empty_only: bool = False, release: bool = False) -> bool:
+        """Ask the pool maker, in one message, for what the pools want now
+        (one for each that is empty, nothing asked for it either, if
+        `empty_only`; else up to each pool's size), and with `release`
+        hand it the reaped children's namespaces too (even with no ask);
+        False if there is nothing to send or it cannot be sent (the caller
+        makes them, or closes them, itself)."""
+        if self.maker is None or (release and len(self.released) > MAX_HANDED):
             return False
-        netns_wanted = self.netns is not None and (
-            self.netns.empty if empty_only else self.netns.wants_more
-        )
-        if self.netns is not None and netns_wanted and self.uses_netns:
-            if self.maker.ask_netns():
-                self.netns.pending += 1
-                return True
-            return False
+        asks: list[tuple[str, str, Mounts]] = []
+        nets = 0
+        if self.netns is not None and self.uses_netns:
+            nets = self.netns.wanted(empty_only)
+            asks += [("n", "", ())] * nets
+        keys: list[str] = []
         if self.mntns is not None:
             poolable = self.poolable_mounts
-            key = self.mntns.wanted(poolable, empty_only)
-            if key is not None and self.maker.ask_mntns(key, poolable[key]):
+            keys = self.mntns.wanted_all(poolable, empty_only)
+            asks += [("m", key, poolable[key]) for key in keys]
+        asks = asks[:MAX_ASKS]
+        if not asks and not (release and self.released):
+            return False
+        if not self.maker.ask(asks, self.released if release else ()):
+            return False
+        if release:
+            close_fds(*self.released)  # the maker's are the last references now
+            self.released.clear()
+        if self.netns is not None:
+            self.netns.pending += min(nets, len(asks))
+        if self.mntns is not None:
+            for key in keys[: max(0, len(asks) - nets)]:
                 self.mntns.asked(key)
-                return True
-        return False
+        return True
 
     def close_released(self) -> None:
         """Drop our reference to reaped children's namespaces: the last one,
@@ -508,19 +523,17 @@ def main(argv: list[str]) -> int:
                 if callable(key.data):  # a child's record (see spawner/warm.py)
                     key.data()
                 elif key.data == "wake":
-                    try:
-                        while os.read(wake_read, 4096):
-                            pass
-                    except BlockingIOError:
-                        pass
-                    spawner.reap()
+                    # One read: a byte per SIGCHLD, far fewer than 4096 come
+                    # between two selects (any left wake the next one).
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_read, 4096)
+                    spawner.reap()  # every exit comes with its SIGCHLD's byte
                 else:
                     received = channel.receive(sock)
                     if received is None:
                         spawner.running = False
                         break
                     spawner.handle(*received)
-            spawner.reap()
     finally:
         spawner.kill_all()
         spawner.reap(block=True)

@@ -110,15 +110,12 @@ class ChildPlan:
     tty_size: tuple[int, int] = (0, 0)
 
 
-def spawn(plan: ChildPlan, wait: bool = True) -> tuple[int, int]:
+def spawn(plan: ChildPlan) -> tuple[int, int]:
     """Clone a child that applies `plan` in order and execs; (its pid once the
     command has exec'd, the init's report fd or -1 without an init). A warm
     plan returns once the child waits for its request: (its pid, its report
-    fd). An init plan with `wait` False returns once the init is cloned: its
-    set-up record (init_report.parse_exec's) comes first on the report fd,
-    and the caller reaps it. Raises SetupError(step, errno) if a step failed
-    (the child is reaped), ValueError or TypeError for a plan the C refuses
-    before cloning."""
+    fd). Raises SetupError(step, errno) if a step failed (the child is
+    reaped), ValueError or TypeError for a plan the C refuses before cloning."""
     started = _childsetup.spawn(
         exe_fd=plan.exe_fd,
         exe_path=plan.exe_path,
@@ -156,7 +153,6 @@ def spawn(plan: ChildPlan, wait: bool = True) -> tuple[int, int]:
         mntns_copy=plan.mntns_copy,
         tty_fd=plan.tty_fd,
         tty_size=plan.tty_size,
-        wait=wait,
     )
     if plan.init or plan.warm_channel >= 0:
         pid, report = started

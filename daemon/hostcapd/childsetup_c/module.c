@@ -41,7 +41,7 @@ PyDoc_STRVAR(spawn_doc,
 "      hostname, loopback_up, cgroup_fds, rlimits, oom_score_adj, loginuid,\n"
 "      drop_caps, ids, no_new_privs, landlock_fd, landlock_rules,\n"
 "      seccomp_filter, pdeathsig, cancel_fd, life_fd[, go_fd, go_timeout_ms, netns_fd,\n"
-"      mntns_fd, init, warm_channel, roots, ipcns_fd, mntns_copy, tty_fd, tty_size, wait])\n"
+"      mntns_fd, init, warm_channel, roots, ipcns_fd, mntns_copy, tty_fd, tty_size])\n"
 "      -> pid, or (pid, report_fd)\n"
 "      with init\n\n"
 "Clone a child that applies the prepared set-up in order and execs.\n"
@@ -68,9 +68,7 @@ PyDoc_STRVAR(spawn_doc,
 "  (a cancel or the spawner's death ends the wait: nothing is executed).\n"
 "init (needs CLONE_NEWPID): the child stays as pid 1, a minimal init, and\n"
 "  the command runs as its pid 2; report_fd (O_CLOEXEC, the caller's) gives\n"
-"  the init's exit record once it ended (see init_main). wait=False: returns\n"
-"  once the init is cloned; its set-up record (the exec, or the step that\n"
-"  failed) comes first on report_fd, the caller reads it and reaps.\n"
+"  the init's exit record once it ended (see init_main).\n"
 "tty_fd >= 0 (a socket), tty_size (rows, cols): the command runs on a terminal of a\n"
 "  devpts instance mounted in its mount namespace, in a session of its own;\n"
 "  the master is sent on tty_fd (SCM_RIGHTS) before the exec (see pty.c).\n"
@@ -85,7 +83,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
         "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", "netns_fd",
         "mntns_fd", "init", "warm_channel", "roots", "ipcns_fd", "mntns_copy", "tty_fd", "tty_size",
-        "wait", NULL,
+        NULL,
     };
     /* Every argument but go_fd and go_timeout_ms is required: the sentinels
      * below say which one a call left out (the format makes all optional). */
@@ -94,21 +92,21 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     int drop_caps = unset, no_new_privs = unset, landlock_fd = unset, pdeathsig = unset;
     int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000, netns_fd = -1;
     int mntns_fd = -1, init = 0, warm_channel = -1, ipcns_fd = -1, mntns_copy = 0;
-    int tty_fd = -1, wait = 1;
+    int tty_fd = -1;
     PyObject *tty_size = NULL;
     PyObject *warm_roots = NULL;
     PyObject *exe_path = NULL, *argv = NULL, *envp = NULL, *stdio = NULL, *cwd_root = NULL;
     PyObject *cwd = NULL, *mounts = NULL, *hostname = NULL, *cgroup_fds = NULL, *rlimits = NULL;
     PyObject *oom = NULL, *loginuid = NULL, *ids = NULL, *landlock_rules = NULL;
     Py_buffer filter = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiipiOipiOp:spawn", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiipiOipiO:spawn", kwlist,
                                      &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
                                      &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
                                      &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
                                      &no_new_privs, &landlock_fd, &landlock_rules, &filter,
                                      &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms, &netns_fd,
                                      &mntns_fd, &init, &warm_channel, &warm_roots, &ipcns_fd,
-                                     &mntns_copy, &tty_fd, &tty_size, &wait))
+                                     &mntns_copy, &tty_fd, &tty_size))
         return NULL;
     if (exe_fd == unset || umask_value == unset || clone_flags == unset || loopback == unset ||
         drop_caps == unset || no_new_privs == unset || landlock_fd == unset ||
@@ -258,11 +256,6 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         p->warm_buf = NULL;
         /* Not waited for: its set-up runs while the caller goes on, and its
          * first record (ready, or the step that failed) comes on the pipe. */
-        report = pid >= 0 ? p->report_read : -1;
-    } else if (p->init && !wait) {
-        /* Not waited for (the caller watches the pipe): the set-up record
-         * comes on it once the command exec'd or a step failed. */
-        pid = start_init_child(stack, p);
         report = pid >= 0 ? p->report_read : -1;
     } else if (p->init) {
         pid = start_init_child(stack, p);

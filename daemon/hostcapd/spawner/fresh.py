@@ -13,18 +13,12 @@ from typing import Any, Protocol
 
 from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
-from hostcapd.spawner import init_report, messages
+from hostcapd.spawner import messages
 from hostcapd.spawner.messages import RegisterProfile
 
 #: Longest a child waits, right before exec, for the daemon's go (its
-#: write-ahead audit record is durable).
+#: write-ahead audit record is durable); the spawner is blocked meanwhile.
 GO_TIMEOUT_MS = 30_000
-#: A child with an init is not waited for until it exec'd: the spawner
-#: watches its report pipe for the set-up record and goes on with its next
-#: order meanwhile (its set-up and the daemon's durable append of its exec
-#: record overlap the next spawn's). False: it waits (the A/B of
-#: bench/README.md, 2026-12-06); so does a spawner without a selector.
-EXEC_WATCHED = True
 
 
 class Parent(Protocol):
@@ -40,8 +34,6 @@ class Parent(Protocol):
     inits: dict[int, int]
     #: Namespace fds of reaped children, closed while idle.
     released: list[int]
-    #: pid -> spawn id of a child whose set-up record has not come yet
-    setting_up: dict[int, str]
     last_start: float
     selector: selectors.BaseSelector | None
 
@@ -121,9 +113,8 @@ class FreshStart:
                 os.close(given_netns)
             spawner.report(messages.Failed(spawn_id, step, err, str(detail[0]) if detail else ""))
             return
-        watched = EXEC_WATCHED and plan.init and spawner.selector is not None
         try:
-            pid, report_fd = childsetup.spawn(plan, wait=not watched)
+            pid, report_fd = childsetup.spawn(plan)
         except childsetup.SetupError as error:
             close_fds(netns_fd, mntns_fd)
             step, err = error.args
@@ -144,37 +135,7 @@ class FreshStart:
         spawner.held[pid] = (netns_fd, mntns_fd)
         spawner.children[pid] = spawn_id
         spawner.last_start = time.monotonic()
-        if watched and spawner.selector is not None:
-            spawner.setting_up[pid] = spawn_id
-            spawner.selector.register(report_fd, selectors.EVENT_READ, lambda: self.set_up(pid))
-            return
         spawner.report(messages.Started(spawn_id, pid))
-
-    def set_up(self, pid: int) -> None:
-        """The set-up record of `pid`, an init not waited for, came (or the
-        init is gone: then it is read at its reap): Started once its command
-        exec'd; else Failed, and its exit is not reported."""
-        spawner = self.spawner
-        spawn_id = spawner.setting_up.pop(pid, None)
-        report_fd = spawner.inits.get(pid, -1)
-        if spawn_id is None or report_fd < 0:
-            return
-        if spawner.selector is not None:
-            spawner.selector.unregister(report_fd)
-        try:
-            # One write of the whole record (< PIPE_BUF), before the exit's.
-            data = os.read(report_fd, init_report.SETUP_RECORD_SIZE)
-        except OSError:
-            data = b""
-        failed = init_report.parse_exec(data)
-        if failed is None:
-            spawner.report(messages.Started(spawn_id, pid))
-            return
-        # Its init exits (or is gone): reaped without an exit report.
-        del spawner.children[pid]
-        os.close(spawner.inits.pop(pid))
-        step, err = failed
-        spawner.report(messages.Failed(spawn_id, step, err))
 
 
 def close_fds(*fds: int) -> None:

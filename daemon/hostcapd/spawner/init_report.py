@@ -62,8 +62,6 @@ def read_and_close(fd: int) -> CommandExit | None:
 
 
 _SETUP = struct.Struct("=3q")
-#: The size of a set-up record ({magic, step, errno}).
-SETUP_RECORD_SIZE = _SETUP.size
 
 
 def _setup_record(data: bytes, done_magic: int, missing: str) -> tuple[str, int] | None:

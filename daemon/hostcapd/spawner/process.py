@@ -68,9 +68,6 @@ class Spawner:
     held: dict[int, tuple[int, int]] = field(default_factory=dict)
     #: pid -> the report pipe of the child that is an init (pid namespace)
     inits: dict[int, int] = field(default_factory=dict)
-    #: pid -> spawn id of an init whose set-up record has not come yet
-    #: (spawner/fresh.py, EXEC_WATCHED): Started or Failed is still to say.
-    setting_up: dict[int, str] = field(default_factory=dict)
     #: Namespace fds of reaped children, closed while idle (see `reap`).
     released: list[int] = field(default_factory=list)
     #: Session environments' namespaces, by environment id (issue 30).
@@ -85,15 +82,12 @@ class Spawner:
     maker: PoolMaker | None = None
     #: Children set up ahead of need (spawner/warm.py).
     warm: WarmChildren = field(init=False)
-    #: Children cloned for their order (spawner/fresh.py).
-    fresh: FreshStart = field(init=False)
     #: How an order starts its child: fresh, or by its warm child.
     starts: dict[bool, ChildStart] = field(init=False)
 
     def __post_init__(self) -> None:
         self.warm = WarmChildren(self)
-        self.fresh = FreshStart(self)
-        self.starts = {False: self.fresh, True: self.warm}
+        self.starts = {False: FreshStart(self), True: self.warm}
 
     # --- orders from the daemon ---
 
@@ -439,8 +433,6 @@ class Spawner:
             self.released.extend(fd for fd in self.held.pop(pid, ()) if fd >= 0)
             if was_waiting:
                 continue
-            if pid in self.setting_up:  # its set-up record first (Started or Failed)
-                self.fresh.set_up(pid)
             spawn_id = self.children.pop(pid, None)
             report_fd = self.inits.pop(pid, -1)
             if spawn_id is None:

@@ -84,6 +84,8 @@ class Spawner:
     warm: WarmChildren = field(init=False)
     #: How an order starts its child: fresh, or by its warm child.
     starts: dict[bool, ChildStart] = field(init=False)
+    #: `_pools()`, kept until a profile is added or dropped.
+    _pooled: tuple[bool, dict[str, Mounts]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.warm = WarmChildren(self)
@@ -112,6 +114,7 @@ class Spawner:
                 self.add_profile(message)
             elif isinstance(message, messages.DropProfile):
                 self.profiles.pop(message.key, None)
+                self._pooled = None
                 if self.mntns is not None:
                     self.mntns.drop(message.key)
                 self.warm.drop(message.key)
@@ -130,16 +133,26 @@ class Spawner:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
+    def _pools(self) -> tuple[bool, dict[str, Mounts]]:
+        """(uses_netns, poolable_mounts), made again after a profile changed."""
+        if self._pooled is None:
+            nets = any(p.clone_flags & netns.CLONE_NEWNET for p in self.profiles.values())
+            mounts: dict[str, Mounts] = {
+                key: p.pooled_mounts
+                for key, p in self.profiles.items()
+                if p.clone_flags & CLONE_NEWNS
+            }
+            self._pooled = (nets, mounts)
+        return self._pooled
+
     @property
     def uses_netns(self) -> bool:
-        return any(p.clone_flags & netns.CLONE_NEWNET for p in self.profiles.values())
+        return self._pools()[0]
 
     @property
     def poolable_mounts(self) -> dict[str, Mounts]:
         """profile key -> the mount steps a pooled namespace is made with."""
-        return {
-            key: p.pooled_mounts for key, p in self.profiles.items() if p.clone_flags & CLONE_NEWNS
-        }
+        return self._pools()[1]
 
     def idle_work(self) -> bool:
         """Release the namespaces of reaped children, or make one namespace
@@ -273,6 +286,7 @@ class Spawner:
         if self.mntns is not None:
             self.mntns.drop(profile.key)  # made from an older registration
         self.profiles[profile.key] = profile
+        self._pooled = None
 
     def env_plan(self, profile: RegisterProfile, env_id: str) -> dict[str, Any]:
         """A child's namespaces in environment `env_id`: the environment's

@@ -74,18 +74,20 @@ def drive(pairs: int, late: bool) -> None:
         fields = Path(f"/proc/{maker.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
-    # A maker that takes its asks and the namespaces handed back in one
-    # message (PoolMaker.ask) is driven as the spawner drives it: the pair
-    # taken is handed back with the next asks.
+    # A maker that takes what is asked at one time in one message
+    # (PoolMaker.ask) is driven as the spawner drives it: the pair taken is
+    # handed back (one message), then both are asked for (one message).
     batch = hasattr(maker, "ask")
     held: list[int] = []
 
     def pair() -> None:
         if batch:
-            maker.ask([("n", "", ()), ("m", "k", pooled)], held)
-            for fd in held:
-                os.close(fd)
-            held.clear()
+            if held:
+                maker.release(held)
+                for fd in held:
+                    os.close(fd)
+                held.clear()
+            maker.ask([("n", "", ()), ("m", "k", pooled)])
         else:
             maker.ask_netns()
             maker.ask_mntns("k", pooled)

@@ -29,7 +29,7 @@ from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
 from hostcapd.spawner import channel, environments, init_report, messages, netns
 from hostcapd.spawner.fresh import ChildStart, FreshStart, close_fds
-from hostcapd.spawner.maker import MAX_ASKS, MAX_HANDED, PoolMaker
+from hostcapd.spawner.maker import MAX_ASKS, PoolMaker
 from hostcapd.spawner.messages import MalformedMessage, RegisterProfile, WarmOrder
 from hostcapd.spawner.mntns import MountNamespacePool, Mounts
 from hostcapd.spawner.warm import WarmChildren
@@ -159,12 +159,10 @@ class Spawner:
         ahead of need; False when there is nothing to do now."""
         # A pool found empty is asked for at once, beside a young child too
         # (ASK_AT_ONCE): a spawn that finds it empty makes its own namespace
-        # on its path. A pool only short waits for a quiet moment. The
-        # reaped children's namespaces go to the maker with the asks, in
-        # one message.
+        # on its path. A pool only short waits for a quiet moment. What is
+        # asked at one time goes to the maker in one message.
         if self.released:
-            if not (ASK_AT_ONCE and self.ask_maker(empty_only=True, release=True)):
-                self.close_released()
+            self.close_released()
             return True
         if ASK_AT_ONCE and self.ask_maker(empty_only=True):
             return True
@@ -189,14 +187,12 @@ class Spawner:
                 return True
         return False
 
-    def ask_maker(self, empty_only: bool = False, release: bool = False) -> bool:
+    def ask_maker(self, empty_only: bool = False) -> bool:
         """Ask the pool maker, in one message, for what the pools want now
         (one for each that is empty, nothing asked for it either, if
-        `empty_only`; else up to each pool's size), and with `release`
-        hand it the reaped children's namespaces too (even with no ask);
-        False if there is nothing to send or it cannot be sent (the caller
-        makes them, or closes them, itself)."""
-        if self.maker is None or (release and len(self.released) > MAX_HANDED):
+        `empty_only`; else up to each pool's size); False if nothing is
+        wanted or it cannot be sent (the caller makes them itself)."""
+        if self.maker is None:
             return False
         asks: list[tuple[str, str, Mounts]] = []
         nets = 0
@@ -209,13 +205,8 @@ class Spawner:
             keys = self.mntns.wanted_all(poolable, empty_only)
             asks += [("m", key, poolable[key]) for key in keys]
         asks = asks[:MAX_ASKS]
-        if not asks and not (release and self.released):
+        if not asks or not self.maker.ask(asks):
             return False
-        if not self.maker.ask(asks, self.released if release else ()):
-            return False
-        if release:
-            close_fds(*self.released)  # the maker's are the last references now
-            self.released.clear()
         if self.netns is not None:
             self.netns.pending += min(nets, len(asks))
         if self.mntns is not None:

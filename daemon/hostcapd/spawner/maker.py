@@ -18,15 +18,16 @@ maker is gone (or was never started: the tests' spawners) the spawner makes
 them itself, as before.
 
     maker = PoolMaker.start(close_in_child=[sock_fd])  # forked, before any child
-    maker.ask([("n", "", ()), ("m", key, mounts)], release=fds)  # one message
-    # ... then close ours: the maker's are the last
+    maker.release(fds)           # then close ours: the maker's are the last
+    maker.ask([("n", "", ()), ("m", key, mounts)])  # one message
     for kind, key, fd, error, taken, template in maker.replies(): ...
 
-What is asked at one time, and the reaped children's namespaces handed over
-with it, go in one message, and the maker answers all of its asks in one
-reply: each message is a wake-up of the other process (a spawn's refill was
-five messages, a release and two asks and their two replies). A profile's
-mount steps are sent with its first ask only (and again if they change).
+What is asked at one time goes in one message (which may carry fds to
+close as well), and the maker answers all of its asks in one reply: each
+message is a wake-up of the other process (a spawn's refill was five
+messages, a release and two asks and their two replies; now three). A
+profile's mount steps are sent with its first ask only (and again if they
+change).
 
 A mount namespace is a copy of its profile's template (spawner/mntns.py),
 made by the maker's one thread itself: the maker holds the templates and

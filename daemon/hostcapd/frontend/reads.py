@@ -123,32 +123,32 @@ class DirectReads:
     # --- answers ------------------------------------------------------------
 
     def _readable(self) -> None:
-        while True:
-            try:
-                size, _, flags, _ = self.sock.recvmsg_into([self._buffer])
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                size, flags = 0, 0
-            if size == 0:
-                self.close()  # the worker's end is gone: relay from now on
-                self._lost_all()
-                return
-            try:
-                if flags & socket.MSG_TRUNC:
-                    raise ValueError("an answer longer than the link carries")
-                header, data = direct.split(self._view[:size])
-                answer = direct.ANSWERS.decode(header)
-            except (ValueError, msgspec.ValidationError, msgspec.DecodeError) as error:
-                print(
-                    f"hostcapd front-end: a bad answer on the read link: {error}", file=sys.stderr
-                )
-                self._doubt()
-                continue
-            self._answer(answer, data)
-            del header, data
-            if size > KEEP_RESIDENT:
-                self._buffer.madvise(mmap.MADV_DONTNEED)
+        # One answer a wake-up: each answers one read, so reading on until
+        # a read finds nothing would cost a system call a read; the reader is
+        # level-triggered, and what is left is read on the loop's next pass.
+        try:
+            size, _, flags, _ = self.sock.recvmsg_into([self._buffer])
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            size, flags = 0, 0
+        if size == 0:
+            self.close()  # the worker's end is gone: relay from now on
+            self._lost_all()
+            return
+        try:
+            if flags & socket.MSG_TRUNC:
+                raise ValueError("an answer longer than the link carries")
+            header, data = direct.split(self._view[:size])
+            answer = direct.ANSWERS.decode(header)
+        except (ValueError, msgspec.ValidationError, msgspec.DecodeError) as error:
+            print(f"hostcapd front-end: a bad answer on the read link: {error}", file=sys.stderr)
+            self._doubt()
+            return
+        self._answer(answer, data)
+        del header, data
+        if size > KEEP_RESIDENT:
+            self._buffer.madvise(mmap.MADV_DONTNEED)
 
     def _answer(self, answer: direct.Answer, data: memoryview) -> None:
         if isinstance(answer, direct.Started):

@@ -169,3 +169,28 @@ async def test_what_the_link_does_not_carry_is_relayed(
     worker.send(direct.Relay(id=asked.id))  # too large for a datagram
     assert await call is None
     assert frontend.up  # a Relay is no doubt about the link
+
+
+async def test_one_answer_is_read_a_wake_up_and_the_next_on_the_next(
+    link: tuple[reads.DirectReads, Worker],
+) -> None:
+    """No read a wake-up is spent finding nothing: each takes one answer,
+    and the one left waits for the next pass (the reader is level-triggered)."""
+    frontend, worker = link
+    await _up(frontend, worker)
+    first = asyncio.ensure_future(frontend.read(REQUEST, None))
+    second = asyncio.ensure_future(frontend.read(REQUEST, None))
+    asked = [await worker.receive(), await worker.receive()]
+    asyncio.get_running_loop().remove_reader(frontend.sock.fileno())  # this test is the loop
+    for request in asked:
+        assert isinstance(request, direct.Read)
+        worker.send(_content(request.id, b"hi"), b"hi")
+    frontend._readable()
+    await asyncio.sleep(0)
+    assert first.done() and not second.done()
+    frontend._readable()
+    await asyncio.sleep(0)
+    assert second.done()
+    for task in (first, second):
+        found = task.result()
+        assert isinstance(found, tuple) and found[1] == b"hi"

@@ -150,6 +150,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->init = init;
     p->report_fd = p->report_read = -1;
     p->warm = warm_channel >= 0;
+    p->preclone = warm_preclone;
     p->channel_fd = warm_channel;
     p->tty_fd = tty_fd;
     p->tty_rows = p->tty_cols = 0;
@@ -290,34 +291,42 @@ done:
 }
 
 PyDoc_STRVAR(go_doc,
-"go(*, channel_fd, payload, fds) -> None\n\n"
+"go(*, channel_fd, payload, fds, exec_fd=-1) -> None\n\n"
 "Give a warm child (made by spawn with warm_channel) its request: `payload`\n"
 "(childsetup.pack_request's layout) and `fds` (stdin, stdout, stderr,\n"
 "cancel, go[, executable]) on `channel_fd`, without blocking: the channel's\n"
 "buffer holds the whole request (OSError EAGAIN if it cannot). What became of\n"
 "it comes on its report pipe: with an init, the init's set-up record; without,\n"
-"a record if a step failed, else the pipe hangs up at the exec.");
+"a record if a step failed, else the pipe hangs up at the exec. exec_fd (a\n"
+"warm child with an init: the write end of a pipe) goes to its command's\n"
+"process instead, which alone holds it: a record there if a step failed,\n"
+"else it hangs up at the exec (the init then writes no set-up record).");
 
 static PyObject *childsetup_go(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *kwlist[] = {"channel_fd", "payload", "fds", NULL};
-    int channel = -1;
+    static char *kwlist[] = {"channel_fd", "payload", "fds", "exec_fd", NULL};
+    int channel = -1, exec_fd = -1;
     Py_buffer payload = {0};
     PyObject *fd_seq = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$iy*O:go", kwlist, &channel, &payload,
-                                     &fd_seq))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iy*Oi:go", kwlist, &channel, &payload,
+                                     &fd_seq, &exec_fd))
         return NULL;
+    if (!fd_seq || !payload.buf) {
+        PyBuffer_Release(&payload);
+        PyErr_SetString(PyExc_TypeError, "go needs channel_fd, payload and fds");
+        return NULL;
+    }
     int fds[WARM_FDS];
     const char *bad = "go needs 5 or 6 fds and a payload that fits";
-    Py_ssize_t n = payload.len > WARM_BUFFER ? -1 : parse_fds(fd_seq, fds, 5, WARM_FDS, bad);
+    Py_ssize_t n = payload.len > WARM_BUFFER ? -1 : parse_fds(fd_seq, fds, 5, WARM_FDS - 1, bad);
     if (n < 0) {
         PyBuffer_Release(&payload);
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, bad);
         return NULL;
     }
-    int rc = warm_send(channel, payload.buf, (size_t)payload.len, fds, (int)n);
+    int rc = warm_send(channel, payload.buf, (size_t)payload.len, fds, (int)n, exec_fd);
     int err = errno;
     PyBuffer_Release(&payload);
     if (rc != 0) {
@@ -409,7 +418,25 @@ static PyObject *childsetup_use_forker(PyObject *self, PyObject *arg)
     return PyBool_FromLong(was);
 }
 
+PyDoc_STRVAR(warm_preclone_doc,
+"_warm_preclone(enabled) -> bool\n\n"
+"Whether a warm child with an init clones its command's process before the\n"
+"request (init.c), as by default, or after it (the A/B of the bench); the\n"
+"previous setting.");
+
+static PyObject *childsetup_warm_preclone(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    int was = warm_preclone;
+    warm_preclone = enabled;
+    return PyBool_FromLong(was);
+}
+
 static PyMethodDef methods[] = {
+    {"_warm_preclone", childsetup_warm_preclone, METH_O, warm_preclone_doc},
     {"_use_forker", childsetup_use_forker, METH_O, use_forker_doc},
     {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
     {"go", (PyCFunction)(void (*)(void))childsetup_go, METH_VARARGS | METH_KEYWORDS, go_doc},

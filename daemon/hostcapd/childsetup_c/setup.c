@@ -147,8 +147,12 @@ void fail_now(struct plan *p, int step)
 {
     p->fail_step = step;
     p->fail_errno = errno;
-    if (p->init || p->warm)
+    if (p->in_command) {
+        if (p->exec_fd >= 0)
+            init_report_setup(p->exec_fd, step, p->fail_errno);
+    } else if (p->init || p->warm) {
         init_report_setup(p->report_fd, step, p->fail_errno);
+    }
     _exit(127);
 }
 
@@ -331,8 +335,9 @@ int child_main(void *arg)
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p->seccomp) != 0)
         FAIL(STEP_SECCOMP);
 
-    /* A warm child waits here for its request and applies its part. */
-    if (p->warm)
+    /* A warm child waits here for its request and applies its part; a warm
+     * init's command process does, once cloned (see init_main). */
+    if (p->warm && !(p->init && p->preclone))
         warm_wait(p);
     /* With an init, the command's own process (its pid 2) runs the rest. */
     if (p->init)
@@ -436,6 +441,9 @@ int last_steps(struct plan *p)
         break; /* only go is ready */
     }
 
+    /* An init reports its command exec'd unless it failed or was killed
+     * before this point (see init_main). */
+    p->fail_step = STEP_NONE;
     if (p->exe_fd >= 0)
         syscall(SYS_execveat, p->exe_fd, "", p->argv, p->envp, AT_EMPTY_PATH);
     else

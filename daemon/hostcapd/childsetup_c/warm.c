@@ -18,7 +18,16 @@
  * pointers in place; a layout that does not fit is refused (step "warm").
  * Then it applies that part and goes on to the last steps as a fresh child
  * does. It is used once: the channel is closed at exec. A channel or life
- * pipe that hangs up before a request ends it without a record. */
+ * pipe that hangs up before a request ends it without a record.
+ *
+ * A warm child with an init (pid 1 of its pid namespace) clones its
+ * command's process (pid 2) before it waits, in its own session: that
+ * process waits for the request (warm_receive) while the init waits for its
+ * exec (init_main), so the clone and the new session are not on the
+ * request's path. Its request may carry its exec pipe (header
+ * {WARM_EXEC_MAGIC, size}, the pipe's write end before the other fds): it
+ * alone holds it, so the pipe hangs up at its exec, which wakes the spawner
+ * without the init's hop; a failure's record is written there first. */
 
 static void warm_fail(struct plan *p, int err)
 {
@@ -89,7 +98,24 @@ static void close_all_but(int *keep, int n)
     syscall(SYS_close_range, from, ~0U, 0);
 }
 
+int warm_preclone = 1;
+
+/* Dropped, or the spawner is gone: nothing to say. */
+static void warm_dropped(struct plan *p)
+{
+    if (p->in_command)
+        p->fail_step = STEP_DROPPED; /* nor will its init */
+    _exit(127);
+}
+
 void warm_wait(struct plan *p)
+{
+    warm_prepare(p);
+    warm_receive(p);
+}
+
+/* What the process that waits keeps: the spawner's fds it still needs. */
+void warm_prepare(struct plan *p)
 {
     int i;
     /* Not dumpable (the uid change made it so already; this says it). */
@@ -105,6 +131,12 @@ void warm_wait(struct plan *p)
     for (i = 0; i < p->n_roots; i++)
         keep[n_keep++] = p->root_fds[i];
     close_all_but(keep, n_keep);
+}
+
+/* The ready record, the wait, the request and its part applied. */
+void warm_receive(struct plan *p)
+{
+    int i;
     int64_t ready[3] = {WARM_MAGIC, 0, 0};
     write_record(p->report_fd, ready, 3);
 
@@ -114,7 +146,7 @@ void warm_wait(struct plan *p)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 || pfd[1].revents || !(pfd[0].revents & POLLIN))
-            _exit(127); /* dropped, or the spawner is gone: nothing to say */
+            warm_dropped(p);
         break;
     }
     int64_t header[2] = {0, 0};
@@ -134,18 +166,30 @@ void warm_wait(struct plan *p)
         got = recvmsg(p->channel_fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
     } while (got < 0 && errno == EINTR);
     if (got == 0)
-        _exit(127); /* dropped */
-    if (got != (ssize_t)sizeof header || header[0] != WARM_MAGIC || (msg.msg_flags & MSG_CTRUNC))
+        warm_dropped(p);
+    int with_exec = got == (ssize_t)sizeof header && header[0] == WARM_EXEC_MAGIC;
+    if (got != (ssize_t)sizeof header || (header[0] != WARM_MAGIC && !with_exec) ||
+        (msg.msg_flags & MSG_CTRUNC))
         warm_fail(p, EPROTO);
-    int fds[WARM_FDS], n_fds = 0;
+    int all[WARM_FDS], n_fds = 0;
+    int *fds = all;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
             continue;
         int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
         if (n_fds + n > WARM_FDS)
             warm_fail(p, EPROTO);
-        memcpy(fds + n_fds, CMSG_DATA(c), (size_t)n * sizeof(int));
+        memcpy(all + n_fds, CMSG_DATA(c), (size_t)n * sizeof(int));
         n_fds += n;
+    }
+    if (with_exec) {
+        /* Only a process its init does not share a fd table with (and that
+         * reports its failures there: in_command) hangs it up at its exec. */
+        if (n_fds < 1 || !p->in_command)
+            warm_fail(p, EPROTO);
+        p->exec_fd = all[0];
+        fds = all + 1;
+        n_fds--;
     }
     size_t size = (size_t)header[1];
     if (header[1] < (int64_t)(WARM_WORDS * sizeof(int64_t)) || size > WARM_BUFFER ||
@@ -210,9 +254,19 @@ void warm_wait(struct plan *p)
 
 /* Send the request's part without blocking (the caller made the channel's
  * buffer large enough); 0, or -1 with errno (EAGAIN: it did not fit). */
-int warm_send(int channel, const char *payload, size_t size, const int *fds, int n_fds)
+int warm_send(int channel, const char *payload, size_t size, const int *given, int n_given,
+              int exec_fd)
 {
-    int64_t header[2] = {WARM_MAGIC, (int64_t)size};
+    int64_t header[2] = {exec_fd >= 0 ? WARM_EXEC_MAGIC : WARM_MAGIC, (int64_t)size};
+    int fds[WARM_FDS], n_fds = 0;
+    if (exec_fd >= 0)
+        fds[n_fds++] = exec_fd;
+    if (n_given < 0 || n_fds + n_given > WARM_FDS) {
+        errno = EINVAL;
+        return -1;
+    }
+    memcpy(fds + n_fds, given, (size_t)n_given * sizeof(int));
+    n_fds += n_given;
     union {
         char buf[CMSG_SPACE(WARM_FDS * sizeof(int))];
         struct cmsghdr align;

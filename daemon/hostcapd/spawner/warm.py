@@ -7,6 +7,12 @@ spawner's `ChildStart`), and its report pipe says when the command exec'd.
     warm.make(order, fds)        # while idle: clone it; "ready" comes on its pipe
     warm.start(spawn_order, fds) # give it the request; Started/Failed follow
     warm.reaped(pid)             # True if it was a waiting one (WarmLost sent)
+
+A warm child with an init has cloned its command's process ahead, and that
+process waits for the request (childsetup_c/warm.c): the request gives it
+an exec pipe, which hangs up at its exec (or holds the record of the step
+that failed), so the spawner is woken by the exec itself, not by the init
+after it.
 """
 
 from __future__ import annotations
@@ -54,11 +60,15 @@ class WarmChild:
     #: killed for missing that.
     deadline: float = 0.0
     killed: bool = False
+    #: With an init: a pidfd of the command's process cloned ahead (found
+    #: once ready), and, given a request, the read end of its exec pipe.
+    command: int = -1
+    exec_fd: int = -1
 
     def close(self) -> None:
         self.channel.close()
-        close_fds(self.report_fd)
-        self.report_fd = -1
+        close_fds(self.report_fd, self.command, self.exec_fd)
+        self.report_fd = self.command = self.exec_fd = -1
 
 
 def _exited(pid: int) -> bool:
@@ -68,6 +78,26 @@ def _exited(pid: int) -> bool:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True  # reaped already
+
+
+def _command_of(pid: int) -> int:
+    """A pidfd of the command's process warm init `pid` cloned ahead (its one
+    child, waiting for the request), or -1."""
+    try:
+        fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            children = os.read(fd, 64).split()
+        finally:
+            os.close(fd)
+        if len(children) != 1:
+            return -1
+        command = os.pidfd_open(int(children[0]))
+    except (OSError, ValueError):
+        return -1
+    if _exited(pid):  # its init is gone: that pid may be another's by now
+        os.close(command)
+        return -1
+    return command
 
 
 class WarmChildren:
@@ -190,6 +220,8 @@ class WarmChildren:
         failure = init_report.parse_ready(data)
         if failure is None:
             child.ready = True
+            if child.init:
+                child.command = _command_of(child.pid)
             self.spawner.report(messages.Warmed(warm_id, child.pid))
             return
         del self.waiting[warm_id]
@@ -239,7 +271,14 @@ class WarmChildren:
             child_fds = [stdin, stdout, stderr, cancel_fd, go_fd]
             if m.by_fd:
                 child_fds.append(exe_fd)
-            childsetup.go(child.channel.fileno(), payload, child_fds)
+            if child.command >= 0:
+                child.exec_fd, exec_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+                try:
+                    childsetup.go(child.channel.fileno(), payload, child_fds, exec_write)
+                finally:
+                    os.close(exec_write)
+            else:
+                childsetup.go(child.channel.fileno(), payload, child_fds)
         except (OSError, ValueError) as error:
             self._kill(child)
             spawner.report(
@@ -247,13 +286,20 @@ class WarmChildren:
             )
             return
         # A process of its uid outside any sandbox may have stopped it while
-        # it waited (a sandboxed one cannot signal it: landlock's scope).
+        # it waited (a sandboxed one cannot signal it: landlock's scope), or
+        # the command's process its init cloned ahead.
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signal.SIGCONT)
+        if child.command >= 0:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(child.command, signal.SIGCONT)
+            close_fds(child.command)
+            child.command = -1
         child.channel.close()
         child.deadline = time.monotonic() + GO_TIMEOUT_MS / 1000 + GO_MARGIN
         self.going[child.pid] = child
-        self._watch(child.report_fd, partial(self.went, child.pid))
+        watched = child.exec_fd if child.exec_fd >= 0 else child.report_fd
+        self._watch(watched, partial(self.went, child.pid))
         spawner.last_start = time.monotonic()
 
     def went(self, pid: int) -> None:
@@ -264,14 +310,21 @@ class WarmChildren:
             return
         spawner = self.spawner
         spawn_id = child.id
-        self._unwatch(child.report_fd)
+        exec_fd = child.exec_fd
+        watched = exec_fd if exec_fd >= 0 else child.report_fd
+        self._unwatch(watched)
         try:
-            os.set_blocking(child.report_fd, False)
-            data = os.read(child.report_fd, 24)  # the set-up record only
+            os.set_blocking(watched, False)
+            data = os.read(watched, 24)  # the set-up record only
         except OSError:
             data = b""
+        if exec_fd >= 0:
+            close_fds(exec_fd)
+            child.exec_fd = -1
         if child.killed:
             failure: tuple[str, int] | None = ("warm", errno.ETIMEDOUT)
+        elif exec_fd >= 0:  # hung up at the exec, or a record says why not
+            failure = None if data == b"" else init_report.parse_exec(data) or ("warm", 0)
         elif child.init:
             failure = init_report.parse_exec(data)
         else:  # the pipe hung up at the exec, or a record says why not

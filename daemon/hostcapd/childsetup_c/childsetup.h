@@ -261,6 +261,9 @@ struct plan {
     /* warm_preclone as it was when the plan was made (the forker's copy of
      * the global is its own). */
     int preclone;
+    /* init_setsid_enabled as it was: an init in a session of its own (the
+     * A/B's old way), or only a process group (see child_main). */
+    int init_setsid;
     int channel_fd;
     const char *roots[MAX_ROOTS];
     int root_fds[MAX_ROOTS];
@@ -331,6 +334,8 @@ void warm_receive(struct plan *p);
 /* A warm init clones its command's process before the request (see
  * init_main); a switch for the A/B. */
 extern int warm_preclone;
+/* Whether an init makes a session of its own (see child_main): the A/B's. */
+extern int init_setsid_enabled;
 /* A warm init's command process, dropped before its request: fail_step. */
 #define STEP_DROPPED (-1)
 /* The parent's side: send it; 0, or -1 with errno. */

@@ -27,6 +27,8 @@
  * Every field is an int64 in the machine's byte order. */
 #define COMMAND_STACK_SIZE (32 * 1024)
 
+int init_setsid_enabled = 0;
+
 void write_record(int fd, const int64_t *rec, size_t n)
 {
     ssize_t r;

@@ -201,8 +201,12 @@ int child_main(void *arg)
     if (!p->init && sigprocmask(SIG_SETMASK, &none, NULL) != 0)
         FAIL(STEP_SIGNALS);
 
-    /* New session and process group. */
-    if (setsid() < 0)
+    /* New session and process group. An init takes a process group of its
+     * own only: its command's process makes the spawn's session (init.c),
+     * and a session is a scheduling group of its own with the kernel's
+     * autogroup, whose making (setsid) reschedules the caller: under load,
+     * a second one on the spawn's path is a second wait for a CPU. */
+    if (p->init && !p->init_setsid ? setpgid(0, 0) != 0 : setsid() < 0)
         FAIL(STEP_SETSID);
     if (p->pdeathsig && prctl(PR_SET_PDEATHSIG, p->pdeathsig, 0, 0, 0) != 0)
         FAIL(STEP_PDEATHSIG);

@@ -214,10 +214,9 @@ def pack_request(
     return struct.pack(f"={len(head)}q", *head) + bytes(strings)
 
 
-def go(channel_fd: int, payload: bytes, fds: Sequence[int], exec_fd: int = -1) -> None:
+def go(channel_fd: int, payload: bytes, fds: Sequence[int]) -> None:
     """Give a warm child its request (`pack_request`'s payload; fds: stdin,
     stdout, stderr, cancel, go[, the executable when by_fd]) without blocking;
     OSError (EAGAIN: the channel's buffer could not hold it). What became of
-    it comes on the child's report pipe, or (`exec_fd`, a warm child with an
-    init) on that pipe's read end (see _childsetup.go)."""
-    _childsetup.go(channel_fd=channel_fd, payload=payload, fds=list(fds), exec_fd=exec_fd)
+    it comes on the child's report pipe (see _childsetup.go)."""
+    _childsetup.go(channel_fd=channel_fd, payload=payload, fds=list(fds))

@@ -106,7 +106,7 @@
 #define MAX_ROOTS 8
 /* A warm child's buffer for its request's part (see warm_wait). */
 #define WARM_BUFFER (4 * 1024 * 1024)
-#define WARM_FDS 7
+#define WARM_FDS 6
 
 
 /* The steps a set-up can fail at: the enum and the names SetupError carries
@@ -253,11 +253,8 @@ struct plan {
      * (as root, after the mounts) for the cwd the request names. */
     int warm;
     /* Set in a warm init's command process (see init_main): its failures
-     * go to its exec pipe if it has one, and are left in the plan for the
-     * init, which reports them on its own pipe. */
+     * are left in the plan for the init to report, not written. */
     int in_command;
-    /* Its exec pipe, if the request gave one (see warm_receive). */
-    int exec_fd;
     /* warm_preclone as it was when the plan was made (the forker's copy of
      * the global is its own). */
     int preclone;
@@ -321,8 +318,6 @@ pid_t wait_init_child(pid_t pid, struct plan *p, int *report);
 /* ---- warm.c: a child set up ahead of need ---- */
 
 #define WARM_MAGIC 0x31574348 /* "HCW1" */
-/* The same, with an exec pipe before the fds (see warm_receive). */
-#define WARM_EXEC_MAGIC 0x32574348 /* "HCW2" */
 #define WARM_WORDS 7
 
 /* The child's side: wait for the request's part and apply it. */
@@ -339,8 +334,7 @@ extern int init_setsid_enabled;
 /* A warm init's command process, dropped before its request: fail_step. */
 #define STEP_DROPPED (-1)
 /* The parent's side: send it; 0, or -1 with errno. */
-int warm_send(int channel, const char *payload, size_t size, const int *fds, int n_fds,
-              int exec_fd);
+int warm_send(int channel, const char *payload, size_t size, const int *fds, int n_fds);
 
 /* ---- pools.c: the plan, the stack and the clones ---- */
 

@@ -67,8 +67,6 @@ static int command_main(void *arg)
     }
     p->fail_step = step;
     p->fail_errno = errno;
-    if (p->exec_fd >= 0)
-        init_report_setup(p->exec_fd, step, p->fail_errno);
     _exit(127);
 }
 
@@ -175,9 +173,7 @@ int init_main(struct plan *p)
     if (fd > 0)
         syscall(SYS_close_range, 0, fd - 1, 0);
     syscall(SYS_close_range, fd + 1, ~0U, 0);
-    /* Given an exec pipe (warm_receive), the command's exec said so. */
-    if (p->exec_fd < 0)
-        init_report_setup(fd, STEP_NONE, 0);
+    init_report_setup(fd, STEP_NONE, 0);
     init_loop(command, fd);
     return 127;
 }

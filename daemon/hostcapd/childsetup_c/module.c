@@ -292,42 +292,34 @@ done:
 }
 
 PyDoc_STRVAR(go_doc,
-"go(*, channel_fd, payload, fds, exec_fd=-1) -> None\n\n"
+"go(*, channel_fd, payload, fds) -> None\n\n"
 "Give a warm child (made by spawn with warm_channel) its request: `payload`\n"
 "(childsetup.pack_request's layout) and `fds` (stdin, stdout, stderr,\n"
 "cancel, go[, executable]) on `channel_fd`, without blocking: the channel's\n"
 "buffer holds the whole request (OSError EAGAIN if it cannot). What became of\n"
 "it comes on its report pipe: with an init, the init's set-up record; without,\n"
-"a record if a step failed, else the pipe hangs up at the exec. exec_fd (a\n"
-"warm child with an init: the write end of a pipe) goes to its command's\n"
-"process instead, which alone holds it: a record there if a step failed,\n"
-"else it hangs up at the exec (the init then writes no set-up record).");
+"a record if a step failed, else the pipe hangs up at the exec.");
 
 static PyObject *childsetup_go(PyObject *self, PyObject *args, PyObject *kwargs)
 {
     (void)self;
-    static char *kwlist[] = {"channel_fd", "payload", "fds", "exec_fd", NULL};
-    int channel = -1, exec_fd = -1;
+    static char *kwlist[] = {"channel_fd", "payload", "fds", NULL};
+    int channel = -1;
     Py_buffer payload = {0};
     PyObject *fd_seq = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iy*Oi:go", kwlist, &channel, &payload,
-                                     &fd_seq, &exec_fd))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "$iy*O:go", kwlist, &channel, &payload,
+                                     &fd_seq))
         return NULL;
-    if (!fd_seq || !payload.buf) {
-        PyBuffer_Release(&payload);
-        PyErr_SetString(PyExc_TypeError, "go needs channel_fd, payload and fds");
-        return NULL;
-    }
     int fds[WARM_FDS];
     const char *bad = "go needs 5 or 6 fds and a payload that fits";
-    Py_ssize_t n = payload.len > WARM_BUFFER ? -1 : parse_fds(fd_seq, fds, 5, WARM_FDS - 1, bad);
+    Py_ssize_t n = payload.len > WARM_BUFFER ? -1 : parse_fds(fd_seq, fds, 5, WARM_FDS, bad);
     if (n < 0) {
         PyBuffer_Release(&payload);
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_ValueError, bad);
         return NULL;
     }
-    int rc = warm_send(channel, payload.buf, (size_t)payload.len, fds, (int)n, exec_fd);
+    int rc = warm_send(channel, payload.buf, (size_t)payload.len, fds, (int)n);
     int err = errno;
     PyBuffer_Release(&payload);
     if (rc != 0) {

@@ -24,7 +24,6 @@ struct plan *plan_take(void)
             return NULL;
     }
     memset(p, 0, sizeof *p);
-    p->exec_fd = -1;
     return p;
 }
 

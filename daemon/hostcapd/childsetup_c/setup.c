@@ -147,12 +147,8 @@ void fail_now(struct plan *p, int step)
 {
     p->fail_step = step;
     p->fail_errno = errno;
-    if (p->in_command) {
-        if (p->exec_fd >= 0)
-            init_report_setup(p->exec_fd, step, p->fail_errno);
-    } else if (p->init || p->warm) {
+    if ((p->init || p->warm) && !p->in_command)
         init_report_setup(p->report_fd, step, p->fail_errno);
-    }
     _exit(127);
 }
 

@@ -24,10 +24,8 @@
  * command's process (pid 2) before it waits, in its own session: that
  * process waits for the request (warm_receive) while the init waits for its
  * exec (init_main), so the clone and the new session are not on the
- * request's path. Its request may carry its exec pipe (header
- * {WARM_EXEC_MAGIC, size}, the pipe's write end before the other fds): it
- * alone holds it, so the pipe hangs up at its exec, which wakes the spawner
- * without the init's hop; a failure's record is written there first. */
+ * request's path. Its failures are the init's to report, as after a
+ * fresh init's clone. */
 
 static void warm_fail(struct plan *p, int err)
 {
@@ -167,29 +165,17 @@ void warm_receive(struct plan *p)
     } while (got < 0 && errno == EINTR);
     if (got == 0)
         warm_dropped(p);
-    int with_exec = got == (ssize_t)sizeof header && header[0] == WARM_EXEC_MAGIC;
-    if (got != (ssize_t)sizeof header || (header[0] != WARM_MAGIC && !with_exec) ||
-        (msg.msg_flags & MSG_CTRUNC))
+    if (got != (ssize_t)sizeof header || header[0] != WARM_MAGIC || (msg.msg_flags & MSG_CTRUNC))
         warm_fail(p, EPROTO);
-    int all[WARM_FDS], n_fds = 0;
-    int *fds = all;
+    int fds[WARM_FDS], n_fds = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
             continue;
         int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
         if (n_fds + n > WARM_FDS)
             warm_fail(p, EPROTO);
-        memcpy(all + n_fds, CMSG_DATA(c), (size_t)n * sizeof(int));
+        memcpy(fds + n_fds, CMSG_DATA(c), (size_t)n * sizeof(int));
         n_fds += n;
-    }
-    if (with_exec) {
-        /* Only a process its init does not share a fd table with (and that
-         * reports its failures there: in_command) hangs it up at its exec. */
-        if (n_fds < 1 || !p->in_command)
-            warm_fail(p, EPROTO);
-        p->exec_fd = all[0];
-        fds = all + 1;
-        n_fds--;
     }
     size_t size = (size_t)header[1];
     if (header[1] < (int64_t)(WARM_WORDS * sizeof(int64_t)) || size > WARM_BUFFER ||
@@ -254,19 +240,9 @@ void warm_receive(struct plan *p)
 
 /* Send the request's part without blocking (the caller made the channel's
  * buffer large enough); 0, or -1 with errno (EAGAIN: it did not fit). */
-int warm_send(int channel, const char *payload, size_t size, const int *given, int n_given,
-              int exec_fd)
+int warm_send(int channel, const char *payload, size_t size, const int *fds, int n_fds)
 {
-    int64_t header[2] = {exec_fd >= 0 ? WARM_EXEC_MAGIC : WARM_MAGIC, (int64_t)size};
-    int fds[WARM_FDS], n_fds = 0;
-    if (exec_fd >= 0)
-        fds[n_fds++] = exec_fd;
-    if (n_given < 0 || n_fds + n_given > WARM_FDS) {
-        errno = EINVAL;
-        return -1;
-    }
-    memcpy(fds + n_fds, given, (size_t)n_given * sizeof(int));
-    n_fds += n_given;
+    int64_t header[2] = {WARM_MAGIC, (int64_t)size};
     union {
         char buf[CMSG_SPACE(WARM_FDS * sizeof(int))];
         struct cmsghdr align;

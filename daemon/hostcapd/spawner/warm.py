@@ -9,10 +9,8 @@ spawner's `ChildStart`), and its report pipe says when the command exec'd.
     warm.reaped(pid)             # True if it was a waiting one (WarmLost sent)
 
 A warm child with an init has cloned its command's process ahead, and that
-process waits for the request (childsetup_c/warm.c): the request gives it
-an exec pipe, which hangs up at its exec (or holds the record of the step
-that failed), so the spawner is woken by the exec itself, not by the init
-after it.
+process waits for the request in its own session (childsetup_c/warm.c): the
+spawner holds a pidfd of it, to resume it if it was stopped.
 """
 
 from __future__ import annotations
@@ -60,15 +58,14 @@ class WarmChild:
     #: killed for missing that.
     deadline: float = 0.0
     killed: bool = False
-    #: With an init: a pidfd of the command's process cloned ahead (found
-    #: once ready), and, given a request, the read end of its exec pipe.
+    #: With an init: a pidfd of the command's process it cloned ahead
+    #: (found once ready), until the request is given.
     command: int = -1
-    exec_fd: int = -1
 
     def close(self) -> None:
         self.channel.close()
-        close_fds(self.report_fd, self.command, self.exec_fd)
-        self.report_fd = self.command = self.exec_fd = -1
+        close_fds(self.report_fd, self.command)
+        self.report_fd = self.command = -1
 
 
 def _exited(pid: int) -> bool:
@@ -271,14 +268,7 @@ class WarmChildren:
             child_fds = [stdin, stdout, stderr, cancel_fd, go_fd]
             if m.by_fd:
                 child_fds.append(exe_fd)
-            if child.command >= 0:
-                child.exec_fd, exec_write = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-                try:
-                    childsetup.go(child.channel.fileno(), payload, child_fds, exec_write)
-                finally:
-                    os.close(exec_write)
-            else:
-                childsetup.go(child.channel.fileno(), payload, child_fds)
+            childsetup.go(child.channel.fileno(), payload, child_fds)
         except (OSError, ValueError) as error:
             self._kill(child)
             spawner.report(
@@ -298,8 +288,7 @@ class WarmChildren:
         child.channel.close()
         child.deadline = time.monotonic() + GO_TIMEOUT_MS / 1000 + GO_MARGIN
         self.going[child.pid] = child
-        watched = child.exec_fd if child.exec_fd >= 0 else child.report_fd
-        self._watch(watched, partial(self.went, child.pid))
+        self._watch(child.report_fd, partial(self.went, child.pid))
         spawner.last_start = time.monotonic()
 
     def went(self, pid: int) -> None:
@@ -310,21 +299,14 @@ class WarmChildren:
             return
         spawner = self.spawner
         spawn_id = child.id
-        exec_fd = child.exec_fd
-        watched = exec_fd if exec_fd >= 0 else child.report_fd
-        self._unwatch(watched)
+        self._unwatch(child.report_fd)
         try:
-            os.set_blocking(watched, False)
-            data = os.read(watched, 24)  # the set-up record only
+            os.set_blocking(child.report_fd, False)
+            data = os.read(child.report_fd, 24)  # the set-up record only
         except OSError:
             data = b""
-        if exec_fd >= 0:
-            close_fds(exec_fd)
-            child.exec_fd = -1
         if child.killed:
             failure: tuple[str, int] | None = ("warm", errno.ETIMEDOUT)
-        elif exec_fd >= 0:  # hung up at the exec, or a record says why not
-            failure = None if data == b"" else init_report.parse_exec(data) or ("warm", 0)
         elif child.init:
             failure = init_report.parse_exec(data)
         else:  # the pipe hung up at the exec, or a record says why not

@@ -156,21 +156,18 @@ def _children(pid: int) -> list[int]:
 
 
 @pytest.mark.parametrize("cwd", [b".", b"no-such-directory"], ids=["exec", "chdir_fails"])
-def test_an_init_waits_with_its_command_process_and_its_exec_pipe_says_what_became_of_it(
-    cwd: bytes,
-) -> None:
+def test_an_init_waits_with_its_command_process_cloned_ahead(cwd: bytes) -> None:
     """With an init, the command's process is cloned before the request and
-    waits for it; its exec pipe hangs up at the exec, while the command runs
-    (the init then writes no set-up record: its report pipe carries the exit
-    record only), or holds the record of the step that failed, and nothing
-    ran."""
+    waits for it in its own session; given it, it runs it (the init says so
+    once it exec'd, while it runs), or the init says which step failed, once,
+    and nothing ran."""
     pid, channel, report = _init_warm()
     try:
         [command] = _children(pid)  # cloned ahead, waiting for the request
         assert _children(command) == []
+        assert os.getsid(command) == command != os.getsid(pid)
         r, w = os.pipe2(os.O_CLOEXEC)
         stdin, hold = os.pipe2(os.O_CLOEXEC)
-        exec_read, exec_write = os.pipe2(os.O_CLOEXEC)
         payload = childsetup.pack_request(
             by_fd=False,
             root=0,
@@ -183,10 +180,10 @@ def test_an_init_waits_with_its_command_process_and_its_exec_pipe_says_what_beca
         fds = _fds(w, None)
         os.close(fds[0])
         fds[0] = stdin
-        childsetup.go(channel.fileno(), payload, fds, exec_write)
-        for fd in {*fds, exec_write}:
+        childsetup.go(channel.fileno(), payload, fds)
+        for fd in set(fds):
             os.close(fd)
-        said = os.read(exec_read, 24)
+        said = init_report.parse_exec(os.read(report, 24))
         running = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
         with contextlib.suppress(BrokenPipeError):  # nothing ran to read it
             os.write(hold, b"go\n")
@@ -196,15 +193,14 @@ def test_an_init_waits_with_its_command_process_and_its_exec_pipe_says_what_beca
             out += chunk
         _, status = os.waitpid(pid, 0)
         os.close(r)
-        os.close(exec_read)
         if cwd == b".":
-            assert (said, running, out) == (b"", True, b"ran go\n")
+            assert (said, running, out) == (None, True, b"ran go\n")
             command_exit = init_report.read_and_close(report)
             assert command_exit is not None and command_exit.status == 0
             assert os.waitstatus_to_exitcode(status) == 0
         else:
-            assert init_report.parse_exec(said) == ("chdir", errno.ENOENT)
-            assert out == b""
+            assert (said, out) == (("chdir", errno.ENOENT), b"")
+            assert os.read(report, 100) == b""  # one record: the init's
             os.close(report)
             assert os.waitstatus_to_exitcode(status) == 127
         report = -1
@@ -232,26 +228,3 @@ def test_an_init_whose_command_process_is_killed_waiting_says_so_and_ends() -> N
     finally:
         channel.close()
         os.close(report)
-
-
-@pytest.mark.parametrize("warm", [False], indirect=True, ids=["no_init"])
-def test_an_exec_pipe_to_a_warm_child_without_an_init_is_refused(
-    warm: tuple[int, socket.socket, int, bool],
-) -> None:
-    """Only a command's process its init does not share fds with can hang
-    the pipe up at its exec: a warm child without an init refuses it."""
-    pid, channel, report, init = warm
-    exec_read, exec_write = os.pipe2(os.O_CLOEXEC)
-    fds = _fds(os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC), None)
-    payload = childsetup.pack_request(
-        by_fd=False, root=-1, cwd=None, exe_path=b"/bin/true", rlimits=[], argv=[b"true"], envp=[]
-    )
-    # It refuses the header at once: the payload may find it gone.
-    with contextlib.suppress(BrokenPipeError):
-        childsetup.go(channel.fileno(), payload, fds, exec_write)
-    for fd in {*fds, exec_write}:
-        os.close(fd)
-    assert _outcome(pid, report, init) == ("warm", errno.EPROTO)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 127
-    os.close(exec_read)

@@ -9,8 +9,9 @@ spawner's `ChildStart`), and its report pipe says when the command exec'd.
     warm.reaped(pid)             # True if it was a waiting one (WarmLost sent)
 
 A warm child with an init has cloned its command's process ahead, and that
-process waits for the request in its own session (childsetup_c/warm.c): the
-spawner holds a pidfd of it, to resume it if it was stopped.
+process waits for the request in its own session (childsetup_c/warm.c): if
+it has not exec'd NUDGE_AFTER after its request, the spawner resumes it, in
+case it was stopped (the SIGCONT to the init does not reach it).
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from hostcapd.spawner.messages import WarmOrder
 SO_SNDBUFFORCE = 32
 #: A warm child given its request has GO_TIMEOUT_MS and this long to exec.
 GO_MARGIN = 5.0
+#: An init's command process not exec'd this long after its request is
+#: resumed (see resume_command).
+NUDGE_AFTER = 0.1
 
 
 @dataclass
@@ -58,14 +62,14 @@ class WarmChild:
     #: killed for missing that.
     deadline: float = 0.0
     killed: bool = False
-    #: With an init: a pidfd of the command's process it cloned ahead
-    #: (found once ready), until the request is given.
-    command: int = -1
+    #: With an init, given a request: when its command's process is resumed
+    #: if it has not exec'd by then (once).
+    nudge: float = math.inf
 
     def close(self) -> None:
         self.channel.close()
-        close_fds(self.report_fd, self.command)
-        self.report_fd = self.command = -1
+        close_fds(self.report_fd)
+        self.report_fd = -1
 
 
 def _exited(pid: int) -> bool:
@@ -77,24 +81,21 @@ def _exited(pid: int) -> bool:
         return True  # reaped already
 
 
-def _command_of(pid: int) -> int:
-    """A pidfd of the command's process warm init `pid` cloned ahead (its one
-    child, waiting for the request), or -1."""
+def resume_command(pid: int) -> None:
+    """SIGCONT to the command's process warm init `pid` cloned ahead (its one
+    child: a process of its uid outside any sandbox may have stopped it while
+    it waited; the init, waiting for its exec, cannot resume it). A live
+    init's child is not reaped before the init ends, so its pid is its own."""
     try:
         fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY | os.O_CLOEXEC)
         try:
             children = os.read(fd, 64).split()
         finally:
             os.close(fd)
-        if len(children) != 1:
-            return -1
-        command = os.pidfd_open(int(children[0]))
+        if len(children) == 1 and not _exited(pid):
+            os.kill(int(children[0]), signal.SIGCONT)
     except (OSError, ValueError):
-        return -1
-    if _exited(pid):  # its init is gone: that pid may be another's by now
-        os.close(command)
-        return -1
-    return command
+        pass
 
 
 class WarmChildren:
@@ -217,8 +218,6 @@ class WarmChildren:
         failure = init_report.parse_ready(data)
         if failure is None:
             child.ready = True
-            if child.init:
-                child.command = _command_of(child.pid)
             self.spawner.report(messages.Warmed(warm_id, child.pid))
             return
         del self.waiting[warm_id]
@@ -276,17 +275,15 @@ class WarmChildren:
             )
             return
         # A process of its uid outside any sandbox may have stopped it while
-        # it waited (a sandboxed one cannot signal it: landlock's scope), or
-        # the command's process its init cloned ahead.
+        # it waited (a sandboxed one cannot signal it: landlock's scope); its
+        # init's command process, if it has not exec'd soon (overdue).
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signal.SIGCONT)
-        if child.command >= 0:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(child.command, signal.SIGCONT)
-            close_fds(child.command)
-            child.command = -1
         child.channel.close()
-        child.deadline = time.monotonic() + GO_TIMEOUT_MS / 1000 + GO_MARGIN
+        now = time.monotonic()
+        child.deadline = now + GO_TIMEOUT_MS / 1000 + GO_MARGIN
+        if child.init:
+            child.nudge = now + NUDGE_AFTER
         self.going[child.pid] = child
         self._watch(child.report_fd, partial(self.went, child.pid))
         spawner.last_start = time.monotonic()
@@ -325,8 +322,9 @@ class WarmChildren:
         spawner.report(messages.Started(spawn_id, pid))
 
     def overdue(self) -> float:
-        """Kill warm children given a request that did not exec in time; the
-        seconds until the next such deadline (inf if none)."""
+        """Kill warm children given a request that did not exec in time, and
+        resume an init's command process not exec'd NUDGE_AFTER after its
+        request; the seconds until the next such moment (inf if none)."""
         now, wait = time.monotonic(), math.inf
         for pid, child in self.going.items():
             if child.deadline <= now and not child.killed:
@@ -334,7 +332,10 @@ class WarmChildren:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             elif not child.killed:
-                wait = min(wait, child.deadline - now)
+                if child.nudge <= now:
+                    child.nudge = math.inf
+                    resume_command(pid)
+                wait = min(wait, child.deadline - now, child.nudge - now)
         return wait
 
     def _kill(self, child: WarmChild) -> None:

@@ -9,9 +9,10 @@ spawner's `ChildStart`), and its report pipe says when the command exec'd.
     warm.reaped(pid)             # True if it was a waiting one (WarmLost sent)
 
 A warm child with an init has cloned its command's process ahead, and that
-process waits for the request in its own session (childsetup_c/warm.c): if
-it has not exec'd NUDGE_AFTER after its request, the spawner resumes it, in
-case it was stopped (the SIGCONT to the init does not reach it).
+process waits for the request in its own session (childsetup_c/warm.c). A
+process of its uid outside any sandbox may have stopped either while they
+waited: a warm child that has not said what became of its request
+NUDGE_AFTER after it is resumed (both processes; see `overdue`).
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ from hostcapd.spawner.messages import WarmOrder
 SO_SNDBUFFORCE = 32
 #: A warm child given its request has GO_TIMEOUT_MS and this long to exec.
 GO_MARGIN = 5.0
-#: An init's command process not exec'd this long after its request is
-#: resumed (see resume_command).
+#: A warm child that has not said what became of its request this long
+#: after it is resumed, in case it was stopped (see overdue).
 NUDGE_AFTER = 0.1
 
 
@@ -62,8 +63,7 @@ class WarmChild:
     #: killed for missing that.
     deadline: float = 0.0
     killed: bool = False
-    #: With an init, given a request: when its command's process is resumed
-    #: if it has not exec'd by then (once).
+    #: Given a request: when it is resumed if it has not said by then (once).
     nudge: float = math.inf
 
     def close(self) -> None:
@@ -274,16 +274,12 @@ class WarmChildren:
                 messages.Failed(m.id, "warm", getattr(error, "errno", 0) or 0, str(error))
             )
             return
-        # A process of its uid outside any sandbox may have stopped it while
-        # it waited (a sandboxed one cannot signal it: landlock's scope); its
-        # init's command process, if it has not exec'd soon (overdue).
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGCONT)
         child.channel.close()
         now = time.monotonic()
         child.deadline = now + GO_TIMEOUT_MS / 1000 + GO_MARGIN
-        if child.init:
-            child.nudge = now + NUDGE_AFTER
+        # Stopped while it waited? Resumed if it has not said soon (overdue):
+        # no signal on the request's path, none the command would get.
+        child.nudge = now + NUDGE_AFTER
         self.going[child.pid] = child
         self._watch(child.report_fd, partial(self.went, child.pid))
         spawner.last_start = time.monotonic()
@@ -323,8 +319,10 @@ class WarmChildren:
 
     def overdue(self) -> float:
         """Kill warm children given a request that did not exec in time, and
-        resume an init's command process not exec'd NUDGE_AFTER after its
-        request; the seconds until the next such moment (inf if none)."""
+        resume those that have not said what became of it NUDGE_AFTER after
+        it (a process of its uid outside any sandbox may have stopped them
+        while they waited; a sandboxed one cannot signal them: landlock's
+        scope); the seconds until the next such moment (inf if none)."""
         now, wait = time.monotonic(), math.inf
         for pid, child in self.going.items():
             if child.deadline <= now and not child.killed:
@@ -334,7 +332,10 @@ class WarmChildren:
             elif not child.killed:
                 if child.nudge <= now:
                     child.nudge = math.inf
-                    resume_command(pid)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+                    if child.init:
+                        resume_command(pid)
                 wait = min(wait, child.deadline - now, child.nudge - now)
         return wait
 

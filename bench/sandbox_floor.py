@@ -169,6 +169,7 @@ VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
     "no init": (False, {}),
     "init": (True, {}),
     "init (caller clones)": (True, {"_use_forker": False}),
+    "init (its own session)": (True, {"_init_setsid": True}),
 }
 
 

@@ -202,12 +202,13 @@ def _members(cgroup: Path) -> list[str]:
 
 
 def _waiting(cgroup: Path) -> bool:
-    """A warm child waits in it: its one member."""
+    """A warm child waits in it: its members (its init and the command's
+    process cloned ahead, or the child alone)."""
     try:
         members = (cgroup / "cgroup.procs").read_text().split()
     except OSError:
         return False
-    return len(members) == 1 and waiting_warm_child(int(members[0]))
+    return 1 <= len(members) <= 2 and all(waiting_warm_child(int(m)) for m in members)
 
 
 def wait_cgroups_gone(subtrees: list[Path], timeout: float) -> set[str]:

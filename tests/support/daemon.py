@@ -280,21 +280,39 @@ def frontend_pids(daemon: Daemon) -> list[int]:
     return [pid for pid in children_of(daemon.pid) if b"hostcapd.frontend" in cmdline(pid)]
 
 
+def _comm_and_parent(pid: int) -> tuple[str, int]:
+    comm = Path(f"/proc/{pid}/comm").read_text().strip()
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return comm, int(stat.rsplit(")", 1)[1].split()[1])
+
+
 def waiting_warm_child(pid: int) -> bool:
-    """Is `pid` a warm child waiting for its request (decision 0026): a child
-    of a spawner (`hostcapd-spawn`) with no child of its own? (A spawn's
-    init has its command; a fresh child in set-up exists only for a moment;
-    the spawner's own helpers are none: its forker, `hostcap-forker`, which
-    clones the inits, and its pool maker, `hostcapd-pools`.)"""
+    """Is `pid` a warm child waiting for its request (decision 0026), or the
+    command's process its init cloned ahead (childsetup_c/init.c), which
+    waits for it: a child of a spawner (`hostcapd-spawn`) with no child of
+    its own but such a process, or such a process (named `hostcap-init`
+    until its exec, a child of one)? (A spawn's init has its command, which
+    exec'd; a fresh child in set-up exists only for a moment; the spawner's
+    own helpers are none: its forker, `hostcap-forker`, which clones the
+    inits, and its pool maker, `hostcapd-pools`.)"""
     try:
-        if Path(f"/proc/{pid}/comm").read_text().strip() in SPAWNER_HELPERS:
+        comm, ppid = _comm_and_parent(pid)
+        if comm in SPAWNER_HELPERS:
             return False
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parent = Path(f"/proc/{ppid}/comm").read_text().strip()
+        parent, _ = _comm_and_parent(ppid)
+        if parent == "hostcap-init" and comm == "hostcap-init":
+            return not children_of(pid) and waiting_warm_child(ppid)
+        if parent != "hostcapd-spawn":
+            return False
+        children = children_of(pid)
+        if not children:
+            return True
+        if len(children) != 1:
+            return False
+        command, _ = _comm_and_parent(children[0])
     except (OSError, ValueError, IndexError):
         return False
-    return parent == "hostcapd-spawn" and not children_of(pid)
+    return command == "hostcap-init" and not children_of(children[0])
 
 
 def environ(pid: int) -> bytes:

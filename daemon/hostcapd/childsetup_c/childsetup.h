@@ -252,6 +252,15 @@ struct plan {
      * waits on channel_fd for the request's part; the roots' fds are opened
      * (as root, after the mounts) for the cwd the request names. */
     int warm;
+    /* Set in a warm init's command process (see init_main): its failures
+     * are left in the plan for the init to report, not written. */
+    int in_command;
+    /* warm_preclone as it was when the plan was made (the forker's copy of
+     * the global is its own). */
+    int preclone;
+    /* init_setsid_enabled as it was: an init in a session of its own (the
+     * A/B's old way), or only a process group (see child_main). */
+    int init_setsid;
     int channel_fd;
     const char *roots[MAX_ROOTS];
     int root_fds[MAX_ROOTS];
@@ -313,6 +322,17 @@ pid_t wait_init_child(pid_t pid, struct plan *p, int *report);
 
 /* The child's side: wait for the request's part and apply it. */
 void warm_wait(struct plan *p);
+/* warm_wait's two halves: what the process that waits keeps (in a warm
+ * init, before it clones its command's process), and the wait itself. */
+void warm_prepare(struct plan *p);
+void warm_receive(struct plan *p);
+/* A warm init clones its command's process before the request (see
+ * init_main); a switch for the A/B. */
+extern int warm_preclone;
+/* Whether an init makes a session of its own (see child_main): the A/B's. */
+extern int init_setsid_enabled;
+/* A warm init's command process, dropped before its request: fail_step. */
+#define STEP_DROPPED (-1)
 /* The parent's side: send it; 0, or -1 with errno. */
 int warm_send(int channel, const char *payload, size_t size, const int *fds, int n_fds);
 

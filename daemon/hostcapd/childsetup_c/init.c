@@ -27,6 +27,8 @@
  * Every field is an int64 in the machine's byte order. */
 #define COMMAND_STACK_SIZE (32 * 1024)
 
+int init_setsid_enabled = 0;
+
 void write_record(int fd, const int64_t *rec, size_t n)
 {
     ssize_t r;
@@ -51,6 +53,12 @@ static int command_main(void *arg)
     if (p->restore_affinity)
         sched_setaffinity(0, sizeof p->affinity, &p->affinity);
     if (setsid() >= 0) {
+        /* A warm init's command process waits for the request here, in its
+         * own session already, its signals still blocked (see init_main). */
+        if (p->warm && p->preclone) {
+            p->in_command = 1;
+            warm_receive(p);
+        }
         sigset_t none;
         sigemptyset(&none);
         step = STEP_SIGNALS;
@@ -135,8 +143,21 @@ int init_main(struct plan *p)
      * name that says what it is. Best effort: neither is a protection. */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     prctl(PR_SET_NAME, "hostcap-init", 0, 0, 0);
-    p->fail_step = STEP_NONE;
+    /* A warm init clones its command's process before the request, which
+     * that process waits for in its own session (warm_receive): the clone
+     * and the new session (a scheduling group of its own, with the kernel's
+     * autogroup) are off the request's path; the init waits for its exec as
+     * for a fresh one's. What the init keeps is warm_wait's. */
+    if (p->warm && p->preclone)
+        warm_prepare(p);
+    /* "none" only once the command's process reached its exec (last_steps):
+     * killed before it, the init says so. */
+    p->fail_step = STEP_INIT;
+    p->fail_errno = 0;
     pid_t command = clone(command_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, p);
+    p->in_command = 0;
+    if (p->fail_step == STEP_DROPPED)
+        _exit(127); /* dropped before its request (warm_receive) */
     /* Born on this CPU too (the init waits for its exec); both take back
      * the spawner's affinity (see clone_init_small). */
     if (p->restore_affinity)

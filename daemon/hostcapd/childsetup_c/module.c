@@ -150,6 +150,8 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->init = init;
     p->report_fd = p->report_read = -1;
     p->warm = warm_channel >= 0;
+    p->preclone = warm_preclone;
+    p->init_setsid = init_setsid_enabled;
     p->channel_fd = warm_channel;
     p->tty_fd = tty_fd;
     p->tty_rows = p->tty_cols = 0;
@@ -409,7 +411,43 @@ static PyObject *childsetup_use_forker(PyObject *self, PyObject *arg)
     return PyBool_FromLong(was);
 }
 
+PyDoc_STRVAR(warm_preclone_doc,
+"_warm_preclone(enabled) -> bool\n\n"
+"Whether a warm child with an init clones its command's process before the\n"
+"request (init.c), as by default, or after it (the A/B of the bench); the\n"
+"previous setting.");
+
+static PyObject *childsetup_warm_preclone(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    int was = warm_preclone;
+    warm_preclone = enabled;
+    return PyBool_FromLong(was);
+}
+
+PyDoc_STRVAR(init_setsid_doc,
+"_init_setsid(enabled) -> bool\n\n"
+"Whether an init makes a session of its own (setsid), or only a process\n"
+"group, as by default (its command's process makes the spawn's session);\n"
+"the A/B of the bench; the previous setting.");
+
+static PyObject *childsetup_init_setsid(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    int was = init_setsid_enabled;
+    init_setsid_enabled = enabled;
+    return PyBool_FromLong(was);
+}
+
 static PyMethodDef methods[] = {
+    {"_init_setsid", childsetup_init_setsid, METH_O, init_setsid_doc},
+    {"_warm_preclone", childsetup_warm_preclone, METH_O, warm_preclone_doc},
     {"_use_forker", childsetup_use_forker, METH_O, use_forker_doc},
     {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
     {"go", (PyCFunction)(void (*)(void))childsetup_go, METH_VARARGS | METH_KEYWORDS, go_doc},

@@ -147,7 +147,7 @@ void fail_now(struct plan *p, int step)
 {
     p->fail_step = step;
     p->fail_errno = errno;
-    if (p->init || p->warm)
+    if ((p->init || p->warm) && !p->in_command)
         init_report_setup(p->report_fd, step, p->fail_errno);
     _exit(127);
 }
@@ -197,8 +197,12 @@ int child_main(void *arg)
     if (!p->init && sigprocmask(SIG_SETMASK, &none, NULL) != 0)
         FAIL(STEP_SIGNALS);
 
-    /* New session and process group. */
-    if (setsid() < 0)
+    /* New session and process group. An init takes a process group of its
+     * own only: its command's process makes the spawn's session (init.c),
+     * and a session is a scheduling group of its own with the kernel's
+     * autogroup, whose making (setsid) reschedules the caller: under load,
+     * a second one on the spawn's path is a second wait for a CPU. */
+    if (p->init && !p->init_setsid ? setpgid(0, 0) != 0 : setsid() < 0)
         FAIL(STEP_SETSID);
     if (p->pdeathsig && prctl(PR_SET_PDEATHSIG, p->pdeathsig, 0, 0, 0) != 0)
         FAIL(STEP_PDEATHSIG);
@@ -331,8 +335,9 @@ int child_main(void *arg)
         syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &p->seccomp) != 0)
         FAIL(STEP_SECCOMP);
 
-    /* A warm child waits here for its request and applies its part. */
-    if (p->warm)
+    /* A warm child waits here for its request and applies its part; a warm
+     * init's command process does, once cloned (see init_main). */
+    if (p->warm && !(p->init && p->preclone))
         warm_wait(p);
     /* With an init, the command's own process (its pid 2) runs the rest. */
     if (p->init)
@@ -436,6 +441,9 @@ int last_steps(struct plan *p)
         break; /* only go is ready */
     }
 
+    /* An init reports its command exec'd unless it failed or was killed
+     * before this point (see init_main). */
+    p->fail_step = STEP_NONE;
     if (p->exe_fd >= 0)
         syscall(SYS_execveat, p->exe_fd, "", p->argv, p->envp, AT_EMPTY_PATH);
     else

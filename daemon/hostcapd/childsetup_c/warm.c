@@ -18,7 +18,14 @@
  * pointers in place; a layout that does not fit is refused (step "warm").
  * Then it applies that part and goes on to the last steps as a fresh child
  * does. It is used once: the channel is closed at exec. A channel or life
- * pipe that hangs up before a request ends it without a record. */
+ * pipe that hangs up before a request ends it without a record.
+ *
+ * A warm child with an init (pid 1 of its pid namespace) clones its
+ * command's process (pid 2) before it waits, in its own session: that
+ * process waits for the request (warm_receive) while the init waits for its
+ * exec (init_main), so the clone and the new session are not on the
+ * request's path. Its failures are the init's to report, as after a
+ * fresh init's clone. */
 
 static void warm_fail(struct plan *p, int err)
 {
@@ -89,7 +96,24 @@ static void close_all_but(int *keep, int n)
     syscall(SYS_close_range, from, ~0U, 0);
 }
 
+int warm_preclone = 1;
+
+/* Dropped, or the spawner is gone: nothing to say. */
+static void warm_dropped(struct plan *p)
+{
+    if (p->in_command)
+        p->fail_step = STEP_DROPPED; /* nor will its init */
+    _exit(127);
+}
+
 void warm_wait(struct plan *p)
+{
+    warm_prepare(p);
+    warm_receive(p);
+}
+
+/* What the process that waits keeps: the spawner's fds it still needs. */
+void warm_prepare(struct plan *p)
 {
     int i;
     /* Not dumpable (the uid change made it so already; this says it). */
@@ -105,6 +129,12 @@ void warm_wait(struct plan *p)
     for (i = 0; i < p->n_roots; i++)
         keep[n_keep++] = p->root_fds[i];
     close_all_but(keep, n_keep);
+}
+
+/* The ready record, the wait, the request and its part applied. */
+void warm_receive(struct plan *p)
+{
+    int i;
     int64_t ready[3] = {WARM_MAGIC, 0, 0};
     write_record(p->report_fd, ready, 3);
 
@@ -114,7 +144,7 @@ void warm_wait(struct plan *p)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 || pfd[1].revents || !(pfd[0].revents & POLLIN))
-            _exit(127); /* dropped, or the spawner is gone: nothing to say */
+            warm_dropped(p);
         break;
     }
     int64_t header[2] = {0, 0};
@@ -134,7 +164,7 @@ void warm_wait(struct plan *p)
         got = recvmsg(p->channel_fd, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
     } while (got < 0 && errno == EINTR);
     if (got == 0)
-        _exit(127); /* dropped */
+        warm_dropped(p);
     if (got != (ssize_t)sizeof header || header[0] != WARM_MAGIC || (msg.msg_flags & MSG_CTRUNC))
         warm_fail(p, EPROTO);
     int fds[WARM_FDS], n_fds = 0;

@@ -7,6 +7,12 @@ spawner's `ChildStart`), and its report pipe says when the command exec'd.
     warm.make(order, fds)        # while idle: clone it; "ready" comes on its pipe
     warm.start(spawn_order, fds) # give it the request; Started/Failed follow
     warm.reaped(pid)             # True if it was a waiting one (WarmLost sent)
+
+A warm child with an init has cloned its command's process ahead, and that
+process waits for the request in its own session (childsetup_c/warm.c). A
+process of its uid outside any sandbox may have stopped either while they
+waited: a warm child that has not said what became of its request
+NUDGE_AFTER after it is resumed (both processes; see `overdue`).
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ from hostcapd.spawner.messages import WarmOrder
 SO_SNDBUFFORCE = 32
 #: A warm child given its request has GO_TIMEOUT_MS and this long to exec.
 GO_MARGIN = 5.0
+#: A warm child that has not said what became of its request this long
+#: after it is resumed, in case it was stopped (see overdue).
+NUDGE_AFTER = 0.1
 
 
 @dataclass
@@ -54,6 +63,8 @@ class WarmChild:
     #: killed for missing that.
     deadline: float = 0.0
     killed: bool = False
+    #: Given a request: when it is resumed if it has not said by then (once).
+    nudge: float = math.inf
 
     def close(self) -> None:
         self.channel.close()
@@ -68,6 +79,23 @@ def _exited(pid: int) -> bool:
         return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
     except ChildProcessError:
         return True  # reaped already
+
+
+def resume_command(pid: int) -> None:
+    """SIGCONT to the command's process warm init `pid` cloned ahead (its one
+    child: a process of its uid outside any sandbox may have stopped it while
+    it waited; the init, waiting for its exec, cannot resume it). A live
+    init's child is not reaped before the init ends, so its pid is its own."""
+    try:
+        fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            children = os.read(fd, 64).split()
+        finally:
+            os.close(fd)
+        if len(children) == 1 and not _exited(pid):
+            os.kill(int(children[0]), signal.SIGCONT)
+    except (OSError, ValueError):
+        pass
 
 
 class WarmChildren:
@@ -246,12 +274,12 @@ class WarmChildren:
                 messages.Failed(m.id, "warm", getattr(error, "errno", 0) or 0, str(error))
             )
             return
-        # A process of its uid outside any sandbox may have stopped it while
-        # it waited (a sandboxed one cannot signal it: landlock's scope).
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(child.pid, signal.SIGCONT)
         child.channel.close()
-        child.deadline = time.monotonic() + GO_TIMEOUT_MS / 1000 + GO_MARGIN
+        now = time.monotonic()
+        child.deadline = now + GO_TIMEOUT_MS / 1000 + GO_MARGIN
+        # Stopped while it waited? Resumed if it has not said soon (overdue):
+        # no signal on the request's path, none the command would get.
+        child.nudge = now + NUDGE_AFTER
         self.going[child.pid] = child
         self._watch(child.report_fd, partial(self.went, child.pid))
         spawner.last_start = time.monotonic()
@@ -290,8 +318,11 @@ class WarmChildren:
         spawner.report(messages.Started(spawn_id, pid))
 
     def overdue(self) -> float:
-        """Kill warm children given a request that did not exec in time; the
-        seconds until the next such deadline (inf if none)."""
+        """Kill warm children given a request that did not exec in time, and
+        resume those that have not said what became of it NUDGE_AFTER after
+        it (a process of its uid outside any sandbox may have stopped them
+        while they waited; a sandboxed one cannot signal them: landlock's
+        scope); the seconds until the next such moment (inf if none)."""
         now, wait = time.monotonic(), math.inf
         for pid, child in self.going.items():
             if child.deadline <= now and not child.killed:
@@ -299,7 +330,13 @@ class WarmChildren:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             elif not child.killed:
-                wait = min(wait, child.deadline - now)
+                if child.nudge <= now:
+                    child.nudge = math.inf
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGCONT)
+                    if child.init:
+                        resume_command(pid)
+                wait = min(wait, child.deadline - now, child.nudge - now)
         return wait
 
     def _kill(self, child: WarmChild) -> None:

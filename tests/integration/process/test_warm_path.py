@@ -272,7 +272,7 @@ def _asleep(pid: int, in_epoll: bool = False) -> bool:
 
 async def _known_ready(daemon: Daemon, waiting: list[int], timeout: float = 10.0) -> None:
     """Until the root side holds `waiting` as ready: each warm child sleeps
-    (waiting for its go, its ready report written), then the spawner sleeps in
+    (waiting for its request, its ready report written), then the spawner sleeps in
     epoll_wait (it read the reports and sent them on), then the root's loop
     does (it took them in), each seen twice 50 ms apart. A child seen set up
     (its uid dropped) may not be ready yet for the root: its landlock and
@@ -282,7 +282,8 @@ async def _known_ready(daemon: Daemon, waiting: list[int], timeout: float = 10.0
     while time.monotonic() < deadline:
         for _ in range(2):
             if not (
-                all(_asleep(pid) for pid in waiting)
+                # an init's command process waits (the init, for its exec)
+                all(_asleep(w) for pid in waiting for w in children_of(pid) or [pid])
                 and _asleep(spawner, in_epoll=True)
                 and _asleep(daemon.pid, in_epoll=True)
             ):
@@ -524,11 +525,15 @@ async def test_a_warm_child_stopped_from_outside_the_sandbox_still_runs_its_requ
     tenants: tuple[Daemon, Client, Client],
 ) -> None:
     daemon, warm, fresh = tenants
-    waiting = await _wait_warm(daemon, 2, exactly=True)
+    inits = await _wait_warm(daemon, 2, exactly=True)
+    # With an init, the command's process it cloned ahead waits for the
+    # request; the init waits for its exec (and stops only after it).
+    commands = [c for pid in inits for c in children_of(pid)]
+    waiting = commands or inits
     # A process of the tenant's uid that no sandbox confines stops them all.
     subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "kill", "-STOP"]
-        + [str(pid) for pid in waiting],
+        + [str(pid) for pid in inits + commands],
         check=True,
     )
     # A stop takes effect when the stopped process next runs: on a loaded

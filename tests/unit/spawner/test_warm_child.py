@@ -5,6 +5,7 @@ closed."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import socket
@@ -130,3 +131,100 @@ def test_pack_request_refuses_a_nul_in_a_string() -> None:
         childsetup.pack_request(
             by_fd=True, root=-1, cwd=None, exe_path=None, rlimits=[], argv=[b"a\0b"], envp=[]
         )
+
+
+def _init_warm() -> tuple[int, socket.socket, int]:
+    ours, theirs = socket.socketpair()
+    plan = bare_plan(
+        warm_channel=theirs.fileno(),
+        roots=[b"/tmp"],
+        ids=(65534, 65534),
+        drop_caps=True,
+        no_new_privs=True,
+        clone_flags=CLONE_NEWPID,
+        init=True,
+    )
+    pid, report = childsetup.spawn(plan)
+    theirs.close()
+    assert init_report.parse_ready(os.read(report, 24)) is None
+    return pid, ours, report
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        return [int(c) for c in f.read().split()]
+
+
+@pytest.mark.parametrize("cwd", [b".", b"no-such-directory"], ids=["exec", "chdir_fails"])
+def test_an_init_waits_with_its_command_process_cloned_ahead(cwd: bytes) -> None:
+    """With an init, the command's process is cloned before the request and
+    waits for it in its own session; given it, it runs it (the init says so
+    once it exec'd, while it runs), or the init says which step failed, once,
+    and nothing ran."""
+    pid, channel, report = _init_warm()
+    try:
+        [command] = _children(pid)  # cloned ahead, waiting for the request
+        assert _children(command) == []
+        assert os.getsid(command) == command != os.getsid(pid)
+        r, w = os.pipe2(os.O_CLOEXEC)
+        stdin, hold = os.pipe2(os.O_CLOEXEC)
+        payload = childsetup.pack_request(
+            by_fd=False,
+            root=0,
+            cwd=cwd,
+            exe_path=b"/bin/sh",
+            rlimits=[],
+            argv=[b"sh", b"-c", b"read line; echo ran $line"],
+            envp=[b"PATH=/usr/bin:/bin"],
+        )
+        fds = _fds(w, None)
+        os.close(fds[0])
+        fds[0] = stdin
+        childsetup.go(channel.fileno(), payload, fds)
+        for fd in set(fds):
+            os.close(fd)
+        said = init_report.parse_exec(os.read(report, 24))
+        running = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+        with contextlib.suppress(BrokenPipeError):  # nothing ran to read it
+            os.write(hold, b"go\n")
+        os.close(hold)
+        out = b""
+        while chunk := os.read(r, 4096):
+            out += chunk
+        _, status = os.waitpid(pid, 0)
+        os.close(r)
+        if cwd == b".":
+            assert (said, running, out) == (None, True, b"ran go\n")
+            command_exit = init_report.read_and_close(report)
+            assert command_exit is not None and command_exit.status == 0
+            assert os.waitstatus_to_exitcode(status) == 0
+        else:
+            assert (said, out) == (("chdir", errno.ENOENT), b"")
+            assert os.read(report, 100) == b""  # one record: the init's
+            os.close(report)
+            assert os.waitstatus_to_exitcode(status) == 127
+        report = -1
+    finally:
+        channel.close()
+        if report >= 0:
+            os.close(report)
+        try:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+def test_an_init_whose_command_process_is_killed_waiting_says_so_and_ends() -> None:
+    """Killed from outside while it waits, the command's process ends its
+    init, which says "init" (not that the command exec'd)."""
+    pid, channel, report = _init_warm()
+    try:
+        [command] = _children(pid)
+        os.kill(command, 9)
+        _, status = os.waitpid(pid, 0)
+        assert init_report.parse_exec(os.read(report, 24)) == ("init", 0)
+        assert os.waitstatus_to_exitcode(status) == 127
+    finally:
+        channel.close()
+        os.close(report)

@@ -140,6 +140,8 @@ async def compare(args: argparse.Namespace) -> None:
         root_cpu = {n: {k: 0.0 for k in KINDS} for n in names}
         pools = {kind: d.helper_pids().get("pools", -1) for kind, d in daemons.items()}
         run_pools = {k: [0.0, 0.0] for k in KINDS}  # the maker's own, with its children
+        spawner = {k: d.helper_pids()["spawner"] for k, d in daemons.items()}
+        run_spawner = {k: 0.0 for k in KINDS}
         for index in range(args.rounds):
             for kind in rotation(list(KINDS), index):
                 if args.spaced:  # each daemon idle that long before its calls
@@ -151,6 +153,7 @@ async def compare(args: argparse.Namespace) -> None:
                 )
                 p0 = _cpu(pools[kind]) if pools[kind] > 0 else 0.0
                 c0 = _with_children(pools[kind])
+                s0 = _cpu(spawner[kind])
                 for name, call in zip(names, calls, strict=True):
                     f0 = _cpu(front[kind])
                     d0 = _cpu_of(pids[kind])
@@ -162,6 +165,7 @@ async def compare(args: argparse.Namespace) -> None:
                 if pools[kind] > 0:  # over the three calls: only the Run spawns
                     run_pools[kind][0] += _cpu(pools[kind]) - p0
                 run_pools[kind][1] += _with_children(pools[kind]) - c0
+                run_spawner[kind] += _cpu(spawner[kind]) - s0
         if args.rounds:
             n = args.rounds / 1000
             own = {k: v[0] / n for k, v in run_pools.items()}
@@ -172,6 +176,8 @@ async def compare(args: argparse.Namespace) -> None:
                 + "  ;  "
                 + _ratio("with its children", whole["a"], whole["b"], "ms", ".3f")
             )
+            mine = {k: v / n for k, v in run_spawner.items()}
+            print("spawner CPU per Run: " + _ratio("own", mine["a"], mine["b"], "ms", ".3f"))
         for name, samples in rows.items() if args.rounds else ():
             s = {kind: Summary.of(v) for kind, v in samples.items()}
             a, b = s["a"], s["b"]
@@ -202,6 +208,7 @@ async def compare(args: argparse.Namespace) -> None:
         root_per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
         pools_own = {k: 0.0 for k in KINDS}
         pools_all = {k: 0.0 for k in KINDS}
+        spawner_own = {k: 0.0 for k in KINDS}
         spawns = {k: 0 for k in KINDS}
         machine: dict[str, list[float]] = {k: [] for k in KINDS}
         for index in range(args.windows):
@@ -211,9 +218,11 @@ async def compare(args: argparse.Namespace) -> None:
                 r0 = _cpu(daemons[kind].pid)
                 p0 = _cpu(pools[kind]) if pools[kind] > 0 else 0.0
                 c0 = _with_children(pools[kind])
+                s0 = _cpu(spawner[kind])
                 m0 = procfs.machine_busy_seconds()
                 done, seconds = await daemon_rate(daemons[kind].socket(TENANT), args.seconds)
                 machine[kind].append((procfs.machine_busy_seconds() - m0) * 1e3 / done)
+                spawner_own[kind] += _cpu(spawner[kind]) - s0
                 if pools[kind] > 0:
                     pools_own[kind] += _cpu(pools[kind]) - p0
                 pools_all[kind] += _with_children(pools[kind]) - c0
@@ -240,6 +249,8 @@ async def compare(args: argparse.Namespace) -> None:
             own = {k: pools_own[k] * 1e3 / spawns[k] for k in KINDS}
             whole = {k: pools_all[k] * 1e3 / spawns[k] for k in KINDS}
             print("  " + _ratio("pool maker CPU/spawn", own["a"], own["b"], "ms", ".3f"))
+            mine = {k: spawner_own[k] * 1e3 / spawns[k] for k in KINDS}
+            print("  " + _ratio("spawner CPU/spawn", mine["a"], mine["b"], "ms", ".3f"))
             print(
                 "  "
                 + _ratio("pool maker + its children CPU/spawn", whole["a"], whole["b"], "ms", ".3f")

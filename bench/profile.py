@@ -44,6 +44,7 @@ CATEGORIES: tuple[tuple[str, str], ...] = (
     ("spawner/channel.py", "spawner channel (msgspec, sendmsg/recvmsg)"),
     ("spawner/client.py", "spawner channel (msgspec, sendmsg/recvmsg)"),
     ("_childsetup", "C set-up (clone .. exec)"),
+    ("hostcapd/childsetup.py", "C set-up (clone .. exec)"),
     ("childsetup_c/", "C set-up (clone .. exec)"),
     ("spawner/maker.py", "pool maker (namespaces made, torn down)"),
     ("spawner/process.py", "spawner loop (wait4, reports)"),
@@ -85,8 +86,17 @@ IDLE_LEAVES = (
     "clock_nanosleep",
     "futex",
 )
-#: Native frames under which a thread sleeps on a lock or condition.
-IDLE_NATIVE_WAITS = ("PyThread_acquire_lock_timed", "pthread_cond_timedwait", "pthread_cond_wait")
+#: Native frames under which a thread sleeps on a lock or condition; and
+#: the spawner's C set-up asleep until the forker cloned an init (a futex,
+#: through libc's syscall()) and until the init's set-up record came (a
+#: read of its pipe, until the command exec'd).
+IDLE_NATIVE_WAITS = (
+    "PyThread_acquire_lock_timed",
+    "pthread_cond_timedwait",
+    "pthread_cond_wait",
+    "forker_wait (",
+    "wait_init_child (",
+)
 #: Python frames that mean "this thread is parked waiting for work".
 IDLE_FRAMES = ("_worker (concurrent/futures/thread.py:81)", "Thread.run (threading.py:982)")
 

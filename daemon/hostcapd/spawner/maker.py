@@ -18,9 +18,16 @@ maker is gone (or was never started: the tests' spawners) the spawner makes
 them itself, as before.
 
     maker = PoolMaker.start(close_in_child=[sock_fd])  # forked, before any child
-    maker.ask_netns(); maker.ask_mntns(key, mounts)
     maker.release(fds)           # then close ours: the maker's are the last
-    for kind, key, fd, error, taken in maker.replies(): ...
+    maker.ask([("n", "", ()), ("m", key, mounts)])  # one message
+    for kind, key, fd, error, taken, template in maker.replies(): ...
+
+What is asked at one time goes in one message (which may carry fds to
+close as well), and the maker answers all of its asks in one reply: each
+message is a wake-up of the other process (a spawn's refill was five
+messages, a release and two asks and their two replies; now three). A
+profile's mount steps are sent with its first ask only (and again if they
+change).
 
 A mount namespace is a copy of its profile's template (spawner/mntns.py),
 made by the maker's one thread itself: the maker holds the templates and
@@ -50,19 +57,25 @@ from hostcapd import childsetup
 from hostcapd.spawner import netns
 from hostcapd.spawner.mntns import Templates
 
-#: ("n" network | "m" mount | "c" close, profile key, the mount steps)
+#: ("n" network | "m" mount, profile key, the mount steps: empty for a
+#: key's steps as last sent)
 _Ask = tuple[str, str, list[childsetup.Mount]]
 #: (kind, profile key, why it failed: "" when the fd came with it, when the
 #: host trees a mount namespace shows were taken: its template's making,
-#: time.monotonic(), which the two processes share)
-_Reply = tuple[str, str, str, float]
-_asks = msgspec.msgpack.Decoder(_Ask)
-_replies = msgspec.msgpack.Decoder(_Reply)
+#: time.monotonic(), which the two processes share; whether the template it
+#: was copied from came too, after it)
+_Reply = tuple[str, str, str, float, bool]
+#: One message: what is asked (the fds beside it: namespaces to close).
+_asks = msgspec.msgpack.Decoder(list[_Ask])
+#: One reply: each ask's, in the order asked (their fds beside it, in order).
+_replies = msgspec.msgpack.Decoder(list[_Reply])
 _MAX_MESSAGE = 1 << 20
-#: A reply's largest size (its why-not is a short message).
+#: A reply's largest size (its why-nots are short messages).
 _MAX_REPLY = 1 << 16
-#: A release sends at most this many fds in one message.
-_MAX_FDS = 64
+#: A message hands over at most this many fds.
+MAX_HANDED = _MAX_FDS = 64
+#: At most this many asks go in one message (a reply's fds: two each).
+MAX_ASKS = 8
 #: Namespaces handed over are closed once no ask waits (their teardown, a
 #: mount namespace's 1-2 ms of wall time waiting for RCU, would delay the
 #: next namespace made), but no more than this many wait for it.
@@ -92,6 +105,8 @@ class PoolMaker:
         self.sock = sock
         self.pid = pid
         self._buffer = bytearray(_MAX_REPLY)
+        #: profile key -> the mount steps last sent for it (the maker keeps them)
+        self._told: dict[str, tuple[childsetup.Mount, ...]] = {}
 
     @classmethod
     def start(cls, close_in_child: Sequence[int] = ()) -> PoolMaker | None:
@@ -122,31 +137,49 @@ class PoolMaker:
         ours.setblocking(False)
         return cls(ours, pid)
 
-    def _send(self, ask: _Ask, fds: Sequence[int] = ()) -> bool:
+    def ask(
+        self,
+        asks: Sequence[tuple[str, str, Sequence[childsetup.Mount]]],
+        release: Sequence[int] = (),
+    ) -> bool:
+        """Ask for namespaces, one message: ("n", "", ()) a network namespace,
+        loopback up; ("m", key, mounts) a mount namespace with `key`'s new
+        root. `release`: references to hand over with it (see `release`).
+        False if it could not be sent (the maker is starved or gone): the
+        caller makes them itself, and the fds stay its last."""
+        wire: list[_Ask] = []
+        told: dict[str, tuple[childsetup.Mount, ...]] = {}
+        for kind, key, mounts in asks:
+            steps = tuple(mounts)
+            known = self._told.get(key) == steps or told.get(key) == steps
+            wire.append((kind, key, [] if kind != "m" or known else list(steps)))
+            if kind == "m":
+                told[key] = steps
         try:
-            data = msgspec.msgpack.encode(ask)
-            if fds:
-                socket.send_fds(self.sock, [data], list(fds))
+            data = msgspec.msgpack.encode(wire)
+            if release:
+                socket.send_fds(self.sock, [data], list(release))
             else:
                 self.sock.send(data)
         except OSError:
             return False  # full (it is starved) or gone: the caller does it itself
+        self._told.update(told)
         return True
 
     def ask_netns(self) -> bool:
         """Ask for a network namespace, loopback up; False if it cannot be asked."""
-        return self._send(("n", "", []))
+        return self.ask([("n", "", ())])
 
     def ask_mntns(self, key: str, mounts: Sequence[childsetup.Mount]) -> bool:
         """Ask for a mount namespace with `key`'s new root (`mounts`)."""
-        return self._send(("m", key, list(mounts)))
+        return self.ask([("m", key, mounts)])
 
     def release(self, fds: Sequence[int]) -> None:
         """Hand over references to `fds`: the maker closes them, so once the
         caller has closed its own, the namespaces' teardown is the maker's
         work. Those that could not be sent stay the caller's last."""
         for at in range(0, len(fds), _MAX_FDS):
-            if not self._send(("c", "", []), fds[at : at + _MAX_FDS]):
+            if not self.ask([], fds[at : at + _MAX_FDS]):
                 return
 
     def replies(self) -> Iterator[tuple[str, str, int, str, float, int]]:
@@ -156,7 +189,7 @@ class PoolMaker:
         nothing more to read now; raises EOFError once the maker is gone."""
         while True:
             try:
-                data, fds, cut = _receive(self.sock, self._buffer, 2)
+                data, fds, cut = _receive(self.sock, self._buffer, 2 * MAX_ASKS)
             except BlockingIOError:
                 return
             except OSError as gone:
@@ -168,14 +201,15 @@ class PoolMaker:
             try:
                 if cut:
                     raise msgspec.DecodeError("cut")
-                kind, key, why, taken = _replies.decode(data)
+                replies = _replies.decode(data)
             except msgspec.DecodeError:
-                kind, key, why, taken = "?", "", "a malformed reply", 0.0
-            fd = fds.pop(0) if fds and not why else -1
-            template = fds.pop(0) if fds and kind == "m" else -1
+                replies = [("?", "", "a malformed reply", 0.0, False)]
+            for kind, key, why, taken, with_template in replies:
+                fd = fds.pop(0) if fds and not why else -1
+                template = fds.pop(0) if fds and with_template else -1
+                yield kind, key, fd, why, taken, template
             for extra in fds:
                 os.close(extra)
-            yield kind, key, fd, why, taken, template
 
     def close(self) -> None:
         self.sock.close()
@@ -198,6 +232,7 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
     pool = netns.NetnsPool(size=1)
     templates = Templates(here=True)
     sent: dict[str, float] = {}  # key -> the making of the template last sent
+    known: dict[str, list[childsetup.Mount]] = {}  # key -> its mount steps, as last sent
     sock.setblocking(True)
     asks = select.poll()
     asks.register(sock, select.POLLIN)
@@ -215,39 +250,68 @@ def _serve(sock: socket.socket, parent: int) -> int:  # pragma: no cover (in the
         data, fds, cut = _receive(sock, buffer, _MAX_FDS)
         if not data:
             return 0
+        closing.extend(fds)  # handed over: closed when no ask waits
         try:
             if cut:
                 raise msgspec.DecodeError("cut")
-            kind, key, mounts = _asks.decode(data)
+            wanted = _asks.decode(data)[:MAX_ASKS]
         except msgspec.DecodeError:
-            kind, key, mounts = "?", "", []
-        if kind == "c" or fds:
-            closing.extend(fds)
-            continue
-        made, error, taken, template = -1, "", time.monotonic(), -1
-        if kind == "n":
-            pool.fill_one()
-            made = pool.take()
-            error = pool.failed or ("" if made >= 0 else "no namespace")
-            pool.failed = ""
-        elif kind == "m":
-            try:
-                made, taken = templates.make(key, mounts)
-            except (childsetup.SetupError, OSError, ValueError, TypeError) as failure:
-                error = str(failure) or type(failure).__name__
-            held = templates.current(key, mounts) if made >= 0 and sent.get(key) != taken else None
-            if held is not None:
-                template, sent[key] = held[0], taken  # the spawner's to copy too
-        else:
-            error = f"unknown ask {kind!r}"
-        reply = msgspec.msgpack.encode((kind, key, error, taken))
+            wanted = [("?", "", [])]
+        replies: list[_Reply] = []
+        out: list[int] = []  # the reply's fds, in order
+        made_here: list[int] = []  # those of them closed once sent (not templates)
         try:
-            if made >= 0:
-                socket.send_fds(sock, [reply], [made] + ([template] if template >= 0 else []))
-            else:
-                sock.send(reply)
+            for kind, key, steps in wanted:
+                made, template, reply = _make(kind, key, steps, pool, templates, known, sent)
+                replies.append(reply)
+                out.extend(fd for fd in (made, template) if fd >= 0)
+                if made >= 0:
+                    made_here.append(made)
+            if replies:
+                answer = msgspec.msgpack.encode(replies)
+                if out:
+                    socket.send_fds(sock, [answer], out)
+                else:
+                    sock.send(answer)
         except OSError:
             return 0
         finally:
-            if made >= 0:
-                os.close(made)
+            for fd in made_here:
+                os.close(fd)
+
+
+def _make(  # pragma: no cover (in the maker)
+    kind: str,
+    key: str,
+    steps: list[childsetup.Mount],
+    pool: netns.NetnsPool,
+    templates: Templates,
+    known: dict[str, list[childsetup.Mount]],
+    sent: dict[str, float],
+) -> tuple[int, int, _Reply]:
+    """One ask: (the namespace made or -1, the template to send with it or
+    -1, the reply)."""
+    made, error, taken, template = -1, "", time.monotonic(), -1
+    if kind == "n":
+        pool.fill_one()
+        made = pool.take()
+        error = pool.failed or ("" if made >= 0 else "no namespace")
+        pool.failed = ""
+    elif kind == "m":
+        if steps:
+            known[key] = steps
+        mounts = known.get(key)
+        try:
+            if mounts is None:
+                raise ValueError(f"no mount steps known for {key!r}")
+            made, taken = templates.make(key, mounts)
+        except (childsetup.SetupError, OSError, ValueError, TypeError) as failure:
+            error = str(failure) or type(failure).__name__
+        held = (
+            templates.current(key, mounts or ()) if made >= 0 and sent.get(key) != taken else None
+        )
+        if held is not None:
+            template, sent[key] = held[0], taken  # the spawner's to copy too
+    else:
+        error = f"unknown ask {kind!r}"
+    return made, template, (kind, key, error, taken, template >= 0)

@@ -172,6 +172,19 @@ class MountNamespacePool:
                 return key
         return None
 
+    def wanted_all(self, profiles: dict[str, Mounts], empty_only: bool = False) -> list[str]:
+        """The profile keys to ask a namespace for now, one entry per
+        namespace: each key's shortfall up to the pool's size (one for each
+        key with none ready nor asked for, if `empty_only`)."""
+        self._expire()
+        keys: list[str] = []
+        for key, mounts in profiles.items():
+            if not mounts or key in self.failed:
+                continue
+            have = len(self._ready.get(key, ())) + self.pending.get(key, 0)
+            keys += [key] * ((1 if have == 0 else 0) if empty_only else max(0, self.size - have))
+        return keys
+
     def asked(self, key: str) -> None:
         self.pending[key] = self.pending.get(key, 0) + 1
 

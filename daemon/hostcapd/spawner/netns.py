@@ -60,6 +60,15 @@ class NetnsPool:
     def wants_more(self) -> bool:
         return not self.failed and len(self._fds) + self.pending < self.size
 
+    def wanted(self, empty_only: bool = False) -> int:
+        """How many to ask for now: up to the pool's size (one if it is
+        empty, nothing asked for either, and none else if `empty_only`)."""
+        if self.failed:
+            return 0
+        if empty_only:
+            return 1 if self.empty else 0
+        return max(0, self.size - len(self._fds) - self.pending)
+
     @property
     def empty(self) -> bool:
         """Nothing ready, nothing asked for, and it could be made."""

@@ -29,7 +29,7 @@ from hostcapd import childsetup
 from hostcapd.childsetup import ChildPlan
 from hostcapd.spawner import channel, environments, init_report, messages, netns
 from hostcapd.spawner.fresh import ChildStart, FreshStart, close_fds
-from hostcapd.spawner.maker import PoolMaker
+from hostcapd.spawner.maker import MAX_ASKS, PoolMaker
 from hostcapd.spawner.messages import MalformedMessage, RegisterProfile, WarmOrder
 from hostcapd.spawner.mntns import MountNamespacePool, Mounts
 from hostcapd.spawner.warm import WarmChildren
@@ -84,6 +84,8 @@ class Spawner:
     warm: WarmChildren = field(init=False)
     #: How an order starts its child: fresh, or by its warm child.
     starts: dict[bool, ChildStart] = field(init=False)
+    #: `_pools()`, kept until a profile is added or dropped.
+    _pooled: tuple[bool, dict[str, Mounts]] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.warm = WarmChildren(self)
@@ -112,6 +114,7 @@ class Spawner:
                 self.add_profile(message)
             elif isinstance(message, messages.DropProfile):
                 self.profiles.pop(message.key, None)
+                self._pooled = None
                 if self.mntns is not None:
                     self.mntns.drop(message.key)
                 self.warm.drop(message.key)
@@ -130,26 +133,37 @@ class Spawner:
                 with contextlib.suppress(OSError):
                     os.close(fd)
 
+    def _pools(self) -> tuple[bool, dict[str, Mounts]]:
+        """(uses_netns, poolable_mounts), made again after a profile changed."""
+        if self._pooled is None:
+            nets = any(p.clone_flags & netns.CLONE_NEWNET for p in self.profiles.values())
+            mounts: dict[str, Mounts] = {
+                key: p.pooled_mounts
+                for key, p in self.profiles.items()
+                if p.clone_flags & CLONE_NEWNS
+            }
+            self._pooled = (nets, mounts)
+        return self._pooled
+
     @property
     def uses_netns(self) -> bool:
-        return any(p.clone_flags & netns.CLONE_NEWNET for p in self.profiles.values())
+        return self._pools()[0]
 
     @property
     def poolable_mounts(self) -> dict[str, Mounts]:
         """profile key -> the mount steps a pooled namespace is made with."""
-        return {
-            key: p.pooled_mounts for key, p in self.profiles.items() if p.clone_flags & CLONE_NEWNS
-        }
+        return self._pools()[1]
 
     def idle_work(self) -> bool:
         """Release the namespaces of reaped children, or make one namespace
         ahead of need; False when there is nothing to do now."""
+        # A pool found empty is asked for at once, beside a young child too
+        # (ASK_AT_ONCE): a spawn that finds it empty makes its own namespace
+        # on its path. A pool only short waits for a quiet moment. What is
+        # asked at one time goes to the maker in one message.
         if self.released:
             self.close_released()
             return True
-        # A pool found empty is asked for at once, beside a young child too
-        # (ASK_AT_ONCE): a spawn that finds it empty makes its own namespace
-        # on its path. A pool only short waits for a quiet moment.
         if ASK_AT_ONCE and self.ask_maker(empty_only=True):
             return True
         if self.fill_deferred() > 0:
@@ -174,26 +188,31 @@ class Spawner:
         return False
 
     def ask_maker(self, empty_only: bool = False) -> bool:
-        """Ask the pool maker for one namespace a pool wants (one that is
-        empty, nothing asked for it either, if `empty_only`); False if none
-        is wanted or it cannot be asked (the caller makes it itself)."""
+        """Ask the pool maker, in one message, for what the pools want now
+        (one for each that is empty, nothing asked for it either, if
+        `empty_only`; else up to each pool's size); False if nothing is
+        wanted or it cannot be sent (the caller makes them itself)."""
         if self.maker is None:
             return False
-        netns_wanted = self.netns is not None and (
-            self.netns.empty if empty_only else self.netns.wants_more
-        )
-        if self.netns is not None and netns_wanted and self.uses_netns:
-            if self.maker.ask_netns():
-                self.netns.pending += 1
-                return True
-            return False
+        asks: list[tuple[str, str, Mounts]] = []
+        nets = 0
+        if self.netns is not None and self.uses_netns:
+            nets = self.netns.wanted(empty_only)
+            asks += [("n", "", ())] * nets
+        keys: list[str] = []
         if self.mntns is not None:
             poolable = self.poolable_mounts
-            key = self.mntns.wanted(poolable, empty_only)
-            if key is not None and self.maker.ask_mntns(key, poolable[key]):
+            keys = self.mntns.wanted_all(poolable, empty_only)
+            asks += [("m", key, poolable[key]) for key in keys]
+        asks = asks[:MAX_ASKS]
+        if not asks or not self.maker.ask(asks):
+            return False
+        if self.netns is not None:
+            self.netns.pending += min(nets, len(asks))
+        if self.mntns is not None:
+            for key in keys[: max(0, len(asks) - nets)]:
                 self.mntns.asked(key)
-                return True
-        return False
+        return True
 
     def close_released(self) -> None:
         """Drop our reference to reaped children's namespaces: the last one,
@@ -258,6 +277,7 @@ class Spawner:
         if self.mntns is not None:
             self.mntns.drop(profile.key)  # made from an older registration
         self.profiles[profile.key] = profile
+        self._pooled = None
 
     def env_plan(self, profile: RegisterProfile, env_id: str) -> dict[str, Any]:
         """A child's namespaces in environment `env_id`: the environment's
@@ -508,19 +528,17 @@ def main(argv: list[str]) -> int:
                 if callable(key.data):  # a child's record (see spawner/warm.py)
                     key.data()
                 elif key.data == "wake":
-                    try:
-                        while os.read(wake_read, 4096):
-                            pass
-                    except BlockingIOError:
-                        pass
-                    spawner.reap()
+                    # One read: a byte per SIGCHLD, far fewer than 4096 come
+                    # between two selects (any left wake the next one).
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(wake_read, 4096)
+                    spawner.reap()  # every exit comes with its SIGCHLD's byte
                 else:
                     received = channel.receive(sock)
                     if received is None:
                         spawner.running = False
                         break
                     spawner.handle(*received)
-            spawner.reap()
     finally:
         spawner.kill_all()
         spawner.reap(block=True)

@@ -7,6 +7,7 @@ else: no request can name another tenant.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections import OrderedDict
@@ -17,7 +18,7 @@ from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
 from hostcapd.errors import Refusal
 from hostcapd.process import request as request_mod
-from hostcapd.process.cgroup_pool import REFILL_AFTER_START
+from hostcapd.process.cgroup_pool import REFILL_AFTER_START, CgroupPool
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.environments import EnvironmentTable
 from hostcapd.process.executable import HashCache
@@ -222,28 +223,29 @@ class TenantRuntime:
         metrics.spawn_started(self.name)
         if request.request_id:
             self._by_request[request.request_id] = spawn
+        # Its pools fill again once its answer has left (its caller, woken
+        # by the exited event, answers first; done's callbacks run after it,
+        # and fill there, not a turn later), or a while after it started if
+        # it runs on (asked in the turn it started): the next warm child's
+        # or cgroup's making is off its path.
+        pools: list[WarmPool | CgroupPool] = []
         if self.warm.size:
-            # Ordered again once its answer has left (its caller, woken by
-            # the exited event, answers first), or a while after it started
-            # if it runs on: the next child's making is off its path.
-            warm_pool = self.warm
-            spawn.done.add_done_callback(lambda _: warm_pool.refill())
-            spawn.started.add_done_callback(lambda _: warm_pool.refill(REFILL_AFTER_START))
+            pools.append(self.warm)
         if self.warm.cgroups.size and warm is None:
-            # Made again once its answer has left (done's callbacks run after
-            # it), or a while after it started if it runs on.
-            pool = self.warm.cgroups
-            spawn.done.add_done_callback(lambda _: pool.refill())
-            spawn.started.add_done_callback(lambda _: pool.refill(REFILL_AFTER_START))
+            pools.append(self.warm.cgroups)
+        for pool in pools:
+            spawn.on_started.append(functools.partial(pool.refill, REFILL_AFTER_START))
+        if pools:
+            spawn.done.add_done_callback(functools.partial(_fill_after, pools))
         task = asyncio.ensure_future(self._run(spawn))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.add(task)  # discarded by its own end (no done callback's turn)
         return spawn
 
     async def _run(self, spawn: Spawn) -> Report | None:
         try:
             return await spawn.run()
         finally:
+            self._tasks.discard(asyncio.current_task())
             self.spawns.pop(spawn.id, None)
             if spawn.request.environment_id:
                 self.environments.left(spawn.request.environment_id, spawn)
@@ -282,6 +284,13 @@ class TenantRuntime:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self.deps.egress is not None:
             await self.deps.egress.stop()
+
+
+def _fill_after(pools: list[WarmPool | CgroupPool], _: object) -> None:
+    """A spawn's done callback: its pools make what they miss now (its
+    caller's answer has left), not a turn later."""
+    for pool in pools:
+        pool.fill()
 
 
 class DetachedTable:

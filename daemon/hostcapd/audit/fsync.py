@@ -170,6 +170,9 @@ class Waiter:
     future: asyncio.Future[None]
     #: Its eventfd (a dup, ours) until an fsync covering it takes it; -1 then.
     release_fd: int = -1
+    #: Called in the turn its future is settled, with its error or None
+    #: (`write_pending(settled=...)`): no done callback's turn of the loop.
+    settled: Callable[[BaseException | None], None] | None = None
 
     def close_fd(self) -> None:
         if self.release_fd >= 0:
@@ -283,14 +286,22 @@ class GroupCommit:
             if waiter.future.done():
                 waiter.close_fd()
                 continue  # its caller went away
+            error: AuditUnavailable | None = None
             if self._failure is not None:
                 waiter.close_fd()
-                waiter.future.set_exception(AuditUnavailable(self._failure))
+                error = AuditUnavailable(self._failure)
+                waiter.future.set_exception(error)
             elif waiter.generation <= self._synced:
                 waiter.close_fd()
                 waiter.future.set_result(None)
             else:
                 still.append(waiter)
+                continue
+            if waiter.settled is not None:
+                try:
+                    waiter.settled(error)
+                except Exception:  # its caller's: never the writer's
+                    _log.exception("a durable write's settled hook failed")
         self._waiters = still
 
     def _schedule_batch_sync(self) -> None:

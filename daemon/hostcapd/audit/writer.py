@@ -27,7 +27,7 @@ import hashlib
 import logging
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -323,6 +323,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         *,
         release_fd: int = -1,
         built: Mapping[str, Any] | None = None,
+        settled: Callable[[BaseException | None], None] | None = None,
         **fields: Any,
     ) -> tuple[dict[str, Any], asyncio.Future[None]]:
         """Append a record now; the future returned completes once it is
@@ -333,7 +334,11 @@ class AuditLog(DeferredQueue, GroupCommit):
         `release_fd`: an eventfd the fsync thread writes 1 into the moment
         the record is durable, before the loop hears of it (never when the
         fsync fails); the writer keeps a dup of it, the caller its own.
-        `built`: the fields, as for `write_built` (then no other fields)."""
+        `built`: the fields, as for `write_built` (then no other fields).
+        `settled`: called with None or the `AuditUnavailable` in the very
+        turn the future is settled (before its done callbacks and awaiters,
+        a turn later), for a caller that need not await it (a spawn: its
+        go or its cancel)."""
         if built is not None:
             if fields:
                 raise TypeError("write_pending takes built fields or keyword fields, not both")
@@ -341,6 +346,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         else:
             record = self._write_record(event, fields)
         waiter = Waiter(self._appended, asyncio.get_running_loop().create_future())
+        waiter.settled = settled
         if release_fd >= 0:
             waiter.release_fd = os.dup(release_fd)
         self._waiters.append(waiter)
@@ -389,7 +395,7 @@ class AuditLog(DeferredQueue, GroupCommit):
             self._write_header_if_pending()
             record, line = self._line(event, body, plain)
         self._append(record, line)
-        return dict(record)
+        return record  # the sealed copy: the ledger and subscribers have their own
 
     def _line(
         self, event: str, body: Mapping[str, Any], plain: bool = False

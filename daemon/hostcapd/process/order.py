@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from hostcapd.childsetup import RLimit
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 def spawn_order(spawn: Spawn, *, landlock: bool, warm: bool) -> SpawnOrder:
     """`spawn`'s order; `landlock` and `warm` are its launch's to say."""
     p, deps = spawn.prepared, spawn.deps
-    ident = identity.plan(deps.tenant.uid, deps.tenant.gid, set(deps.profile.applied))
+    ident = _identity(deps.tenant.uid, deps.tenant.gid, deps.profile.applied)
     return SpawnOrder(
         id=spawn.id,
         profile=deps.profile_key,
@@ -37,6 +38,12 @@ def spawn_order(spawn: Spawn, *, landlock: bool, warm: bool) -> SpawnOrder:
         env=spawn.request.environment_id,
         tty=spawn.request.tty,
     )
+
+
+@functools.lru_cache(maxsize=64)
+def _identity(uid: int, gid: int, applied: frozenset[str]) -> identity.IdentityPlan:
+    """A runtime's identity plan (frozen), made once, not per order."""
+    return identity.plan(uid, gid, set(applied))
 
 
 def plan_rlimits(profile: TenantProfile, prepared: Prepared) -> list[RLimit]:

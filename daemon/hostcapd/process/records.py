@@ -29,6 +29,7 @@ from hostcapd.process.output import StreamCount, StreamTally
 from hostcapd.process.report import Report, signal_name
 from hostcapd.process.request import Prepared, SpawnRequest
 from hostcapd.sandbox.fschanges import Changes
+from hostcapd.sandbox.profile import ProtectionStatus
 
 log = logging.getLogger("hostcapd.spawn")
 
@@ -61,12 +62,25 @@ def exec_record(tenant: Tenant, spawn_id: str, request: SpawnRequest, p: Prepare
         "uid": tenant.uid,
         "gid": tenant.gid,
         "limits": limits,
-        "protections": [
-            {"name": s.name, "applied": s.applied, "reason": s.reason} for s in p.protections
-        ],
+        "protections": _protections(p.protections),
         **caller_field(),
     }
     return Built(fields, plain=fast_encodable(limits))
+
+
+#: The last protections' records: a runtime's statuses are one tuple, which
+#: every exec record of its spawns lists alike (the writer and the ledger
+#: only read it).
+_LAST_PROTECTIONS: list[tuple[tuple[ProtectionStatus, ...], list[dict[str, Any]]]] = []
+
+
+def _protections(statuses: tuple[ProtectionStatus, ...]) -> list[dict[str, Any]]:
+    for known, listed in _LAST_PROTECTIONS:
+        if known is statuses:
+            return listed
+    listed = [{"name": s.name, "applied": s.applied, "reason": s.reason} for s in statuses]
+    _LAST_PROTECTIONS[:] = [(statuses, listed), *_LAST_PROTECTIONS[:7]]
+    return listed
 
 
 def _bounded(text: str) -> str:

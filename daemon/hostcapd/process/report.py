@@ -4,14 +4,18 @@ into them."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 from dataclasses import dataclass
+from typing import Any
 
 from hostcap_proto.names import NO_USAGE, Rusage
 from hostcap_proto.names import Outcome as Outcome  # callers import it from here
 
+from hostcapd.audit import AuditUnavailable
 from hostcapd.config import Limits
+from hostcapd.errors import Refusal
 from hostcapd.process import killing
 from hostcapd.sandbox.cgroups import CgroupStats
 from hostcapd.spawner.client import ExitStatus
@@ -90,3 +94,30 @@ def classify(
         oom_kills=stats.oom_kills,
         duration=duration,
     )
+
+
+# A spawn's own ends before it ran (`hostcapd.process.spawn`).
+
+
+class Cancelled(Exception):
+    """Cancelled before its order left."""
+
+
+class Refused(Exception):
+    def __init__(self, refusal: Refusal, audit: AuditUnavailable | None = None) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+        #: The audit log's failure, when that is why.
+        self.audit = audit
+
+
+def audit_refusal(error: AuditUnavailable) -> Refusal:
+    return Refusal(
+        "AUDIT_UNAVAILABLE", f"the audit log cannot be written, nothing was run: {error}"
+    )
+
+
+def retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark a future's exception as seen (its owner reports it otherwise)."""
+    if not future.cancelled():
+        future.exception()

@@ -18,6 +18,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from hostcapd import metrics
@@ -31,7 +32,15 @@ from hostcapd.process.input import SpawnInput, feed_stdin
 from hostcapd.process.launch import FreshLaunch, Launch, launch_for
 from hostcapd.process.order import plan_rlimits, spawn_order
 from hostcapd.process.output import OutputLog, StreamCount, StreamTally, ended_pipes
-from hostcapd.process.report import Outcome, Report, classify
+from hostcapd.process.report import (
+    Cancelled,
+    Outcome,
+    Refused,
+    Report,
+    audit_refusal,
+    classify,
+    retrieve,
+)
 from hostcapd.process.request import Prepared, SpawnRequest
 from hostcapd.sandbox.cgroups import CgroupError, CgroupStats, SpawnCgroup
 from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost
@@ -88,6 +97,10 @@ class Spawn:
         self._loop = loop = asyncio.get_running_loop()
         self.done, self.started = loop.create_future(), loop.create_future()
         self._started_waiters: list[asyncio.Future[int]] = []
+        #: Called in the turn `started` is settled (its pools' refills: no
+        #: done callback's turn each); the exec record's durability.
+        self.on_started: list[Callable[[], None]] = []
+        self._synced: asyncio.Future[Any] | None = None
         self._kill_reason: Outcome | None = None
         self._kill_message = ""
         self._kill_task: asyncio.Task[None] | None = None
@@ -134,6 +147,7 @@ class Spawn:
         return waiter
 
     def _settle_started(self, pid: int, refusal: Refusal | None = None) -> None:
+        first = not self.started.done()
         waiters, self._started_waiters = self._started_waiters, []
         for future in [self.started, *waiters]:
             if future.done():
@@ -142,7 +156,13 @@ class Spawn:
                 future.set_result(pid)
             else:
                 future.set_exception(refusal)
-                future.add_done_callback(_retrieve)
+                future.add_done_callback(retrieve)
+        hooks, self.on_started = (self.on_started, []) if first else ((), self.on_started)
+        for hook in hooks:
+            try:
+                hook()
+            except Exception:  # a pool's refill: never the spawn's end
+                log.exception("spawn %s: a hook on its start failed", self.id)
 
     @property
     def out_counts(self) -> StreamTally | StreamCount:
@@ -185,14 +205,16 @@ class Spawn:
     async def run(self) -> Report | None:
         """The spawn sequence; None when refused before anything ran."""
         try:
+            # Its go (or cancel) is written in the turn the exec record's
+            # fsync is known to have ended (`_on_durable`): the child execs
+            # only once it is durable, and this waits for its start alone.
             if self.deps.order_first and isinstance(self.launch, FreshLaunch):
-                synced = await self._order_then_record()
+                await self._order_then_record()
             else:
-                synced = self._write_exec_record()
+                self._write_exec_record()
                 self._make_cgroup()
                 self._make_pipes()
                 await self._send_order()
-            await self._release_on_durable(synced)
             self.pid = await self.launch.started()
             if self._tty_channel is not None:
                 self._take_terminal(self._tty_channel)
@@ -207,14 +229,16 @@ class Spawn:
                     stdin_task.cancel()
             await changes.record(self.deps, self.id, self.request, self.pid)
             return self._finish(status)
-        except _Refused as refused:
+        except Refused as refused:
             self._refuse(refused.refusal)
             return None
-        except _Cancelled:
+        except Cancelled:
             return self._finish_unstarted(Outcome.CANCELLED, "", 0, self._kill_message)
         except (SetupFailed, SpawnerLost) as error:
+            if self._synced is not None and not self._synced.done():
+                await asyncio.wait((self._synced,))  # is it the record's failure?
             if self._audit_failure is not None:  # its child never had its go
-                self._refuse(_audit_refusal(self._audit_failure))
+                self._refuse(audit_refusal(self._audit_failure))
                 return None
             if isinstance(error, SpawnerLost):
                 return self._finish_unstarted(
@@ -262,29 +286,45 @@ class Spawn:
     # Step 2: the write-ahead exec record, fsynced while the child's set-up
     # runs; the child waits right before exec for its go. No record, no exec.
 
-    def _write_exec_record(self) -> asyncio.Future[Any]:
-        synced = self._append_exec_record()
+    def _write_exec_record(self) -> None:
+        self._append_exec_record()
         if self._kill_reason is not None:
-            raise _Cancelled()
-        return synced
+            raise Cancelled()
 
-    def _append_exec_record(self) -> asyncio.Future[Any]:
+    def _append_exec_record(self) -> None:
         deps = self.deps  # the fsync thread writes its go once durable (audit/fsync.py)
         if self._go_fd < 0:
             self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         try:
-            _, synced = deps.audit.write_pending(
+            _, self._synced = deps.audit.write_pending(
                 "process.exec",
                 release_fd=self._go_fd,
                 built=records.exec_record(deps.tenant, self.id, self.request, self.prepared),
+                settled=self._on_durable,
             )
         except AuditUnavailable as error:
-            raise _Refused(_audit_refusal(error), error) from None
-        synced.add_done_callback(_retrieve)
+            raise Refused(audit_refusal(error), error) from None
         self._exec_audited = True
-        return synced
 
-    async def _order_then_record(self) -> asyncio.Future[Any]:
+    def _on_durable(self, error: BaseException | None) -> None:
+        """The exec record's fsync ended (called in that turn): the go, or,
+        not durable, a cancel (the child must not run; the spawn is refused)."""
+        if error is None:
+            # Written already by the fsync thread; again, harmlessly, in case
+            # it was made durable another way (a later fsync, the log's close).
+            if self._go_fd >= 0:
+                os.eventfd_write(self._go_fd, 1)
+            return
+        assert isinstance(error, AuditUnavailable)
+        self._exec_audited = False
+        self._audit_failure = error
+        if self._synced is not None:
+            retrieve(self._synced)
+        if self._cancel_fd >= 0:
+            with contextlib.suppress(OSError):
+                os.eventfd_write(self._cancel_fd, 1)
+
+    async def _order_then_record(self) -> None:
         """A fresh spawn's order leaves before its exec record is built and
         appended (the C set-up overlaps them); its child still waits for the
         go, written once the record is durable. A failure before the append
@@ -292,25 +332,22 @@ class Spawn:
         append that fails cancels the child, and the spawn is refused. (A
         warm child's last steps are too short to gain: bench/README.md.)"""
         if self._kill_reason is not None:  # cancelled before it began
-            return self._write_exec_record()
+            return self._write_exec_record()  # (raises Cancelled)
         self._go_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         try:
             self._make_cgroup()
             self._make_pipes()
             await self._send_order()
         except BaseException:
-            self._append_exec_record()  # _Refused replaces the error, as before
+            self._append_exec_record()  # Refused replaces the error, as before
             raise
         try:
-            return self._append_exec_record()
-        except _Refused as refused:
+            self._append_exec_record()
+        except Refused as refused:
             # The child waits in its set-up for a go it will never have:
-            # _release_on_durable cancels it, as for a failed fsync.
+            # cancelled, as for a failed fsync.
             assert refused.audit is not None
-            failed: asyncio.Future[Any] = self._loop.create_future()
-            failed.set_exception(refused.audit)
-            failed.add_done_callback(_retrieve)
-            return failed
+            self._on_durable(refused.audit)
 
     def _make_cgroup(self) -> None:
         if not self.deps.profile.has("cgroup"):
@@ -357,21 +394,6 @@ class Spawn:
             fds.append(self._tty_child)  # the terminal's channel (see SpawnOrder)
         self.launch.labels = dict(self.request.labels)
         await self.launch.send(functools.partial(spawn_order, self), fds)
-
-    async def _release_on_durable(self, synced: asyncio.Future[Any]) -> None:
-        """The go once the exec record is durable; a cancel if it cannot be."""
-        try:
-            await synced
-        except AuditUnavailable as error:
-            # Not durable: the child must not run. Cancel it and refuse.
-            self._exec_audited = False
-            self._audit_failure = error
-            with contextlib.suppress(OSError):
-                os.eventfd_write(self._cancel_fd, 1)
-        else:
-            # Written already by the fsync thread; again, harmlessly, in case
-            # the record was made durable by another way (the log's close).
-            os.eventfd_write(self._go_fd, 1)
 
     # Step 4: stream output, feed stdin, run the wall clock.
 
@@ -462,6 +484,9 @@ class Spawn:
             self._go_fd = -1
         self._stop_timers()
         self.prepared.close()
+        synced, self._synced = self._synced, None
+        if synced is not None:  # not awaited: its error is `_on_durable`'s
+            retrieve(synced) if synced.done() else synced.add_done_callback(retrieve)
         # A cgroup it made but the spawn never took (a warm child's) goes too.
         self._cgroup = self.launch.release(ran=bool(self.pid)) or self._cgroup
         if self._cgroup is not None:
@@ -579,7 +604,7 @@ class Spawn:
         """Nothing ran: the caller learns it from `started` (None is run()'s answer)."""
         self._settle_started(0, refusal)
         self.done.set_exception(refusal)
-        self.done.add_done_callback(_retrieve)
+        self.done.add_done_callback(retrieve)
 
     def _finish_unstarted(self, outcome: Outcome, step: str, err: int, message: str) -> Report:
         return self._complete(Report(outcome, failed_step=step, errno=err, message=message))
@@ -623,27 +648,3 @@ class Spawn:
 
     def age(self) -> float:
         return time.monotonic() - self.started_at
-
-
-class _Cancelled(Exception):
-    """Cancelled before its order left."""
-
-
-def _audit_refusal(error: AuditUnavailable) -> Refusal:
-    return Refusal(
-        "AUDIT_UNAVAILABLE", f"the audit log cannot be written, nothing was run: {error}"
-    )
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark a future's exception as seen (its owner reports it otherwise)."""
-    if not future.cancelled():
-        future.exception()
-
-
-class _Refused(Exception):
-    def __init__(self, refusal: Refusal, audit: AuditUnavailable | None = None) -> None:
-        super().__init__(refusal.message)
-        self.refusal = refusal
-        #: The audit log's failure, when that is why.
-        self.audit = audit

@@ -11,13 +11,16 @@ cannot be appended refuses the spawn and nothing runs."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from hostcapd.audit import AuditLog, AuditUnavailable
+from hostcapd.audit import fsync as fsync_module
 from hostcapd.config import load_config
 from hostcapd.daemon import Daemon
 from hostcapd.sandbox.cgroups import CgroupError, CgroupHost
@@ -191,3 +194,52 @@ async def test_a_spawn_cancelled_before_its_order_left_is_recorded_as_cancelled(
         if r.get("spawn_id") == spawn_id and r["event"] == "process.exit"
     )  # fmt: skip
     assert exit_record["outcome"] == "CANCELLED", exit_record
+
+
+async def test_an_exec_record_whose_fsync_fails_refuses_and_nothing_runs(
+    started: tuple[Daemon, Client, Path, Events, bool],
+    monkeypatch: pytest.MonkeyPatch,
+    marker: str,
+) -> None:
+    """The record is appended but its fsync fails (EIO): the go is never
+    written, the cancel is (in the turn the fsync's end reaches the loop,
+    `AuditLog.write_pending(settled=...)`), the child never execs, and the
+    spawn is refused AUDIT_UNAVAILABLE; the log fails closed."""
+    daemon, client, audit, events, _ = started
+    workspace = audit.parents[1] / "dev" / "workspace"  # tenant_config's
+    real = fsync_module.sync_files
+
+    def failing(
+        retired: list[int],
+        directory: Path | None,
+        fd: int,
+        release: tuple[int, ...] = (),
+        **kw: Any,
+    ) -> None:
+        if not release:  # a batched fsync: as it is
+            return real(retired, directory, fd, release, **kw)
+        for owned in [*release, fd] if kw.get("own_fd") else release:
+            os.close(owned)  # (the job's to close), no go written into them
+        raise OSError(errno.EIO, "the test's fdatasync fails")
+
+    monkeypatch.setattr(fsync_module, "sync_files", failing)
+    try:
+        asked = time.monotonic()
+        reason = await client.refusal(
+            "sh", "-c", "touch ran; sleep 1000", env={"TEST_MARKER": marker}
+        )
+        assert reason == "AUDIT_UNAVAILABLE"
+        # Ended by its cancel, not by the set-up's own 30 s wait for a go
+        # (which fails closed too, but only then): a bound on the mechanism.
+        assert time.monotonic() - asked < 15
+        (spawn_id,) = {sid for kind, sid in events if kind == "exec"}
+        assert wait_gone(marker, 3.0) == []
+        assert not (workspace / "ran").exists()
+        # Appended, never made durable, never closed by an exit record.
+        assert records_of(audit, spawn_id) == ["process.exec"]
+        assert daemon.audit is not None and daemon.audit.unwritable()  # failed closed
+    finally:
+        monkeypatch.setattr(fsync_module, "sync_files", real)
+        if daemon.audit is not None:
+            # A restart would reopen it; the fixture's stop needs a log to close.
+            daemon.audit._failure = None

@@ -111,12 +111,19 @@ _FSYNC_FAILS = textwrap.dedent(
         if sys.argv[2] == "fail":
             fail_fsync()  # the fsync thread is created later and inherits it
         go = os.eventfd(0, os.EFD_NONBLOCK)
+        futures, seen = [], []
+        def settled(error):  # in the turn its future is settled, before its awaiter
+            seen.append((type(error).__name__ if error else None, futures[0].done()))
         try:
-            _, durable = log.write_pending("daemon.start", release_fd=go, version="x")
+            _, durable = log.write_pending(
+                "daemon.start", release_fd=go, settled=settled, version="x"
+            )
+            futures.append(durable)
             await durable
             print("durable: returned")
         except AuditUnavailable as error:
             print("durable: AuditUnavailable", error)
+        print("settled:", seen)
         try:
             print("go:", os.eventfd_read(go))
         except BlockingIOError:
@@ -146,6 +153,7 @@ def test_write_durable_returns_only_after_its_fsync_succeeded(tmp_path: Path, mo
     if mode == "ok":
         assert "durable: returned" in result.stdout
         assert "go: 1" in result.stdout  # written once, by the fsync thread
+        assert "settled: [(None, True)]" in result.stdout  # once, before the await returned
         assert "write after: ok" in result.stdout
     else:
         # Its go (what a spawn's child waits on before exec) was never written.
@@ -154,6 +162,7 @@ def test_write_durable_returns_only_after_its_fsync_succeeded(tmp_path: Path, mo
         # log fails closed (after a failed fsync nothing unsynced can be trusted).
         assert "durable: AuditUnavailable" in result.stdout
         assert "fsync failed" in result.stdout
+        assert "settled: [('AuditUnavailable', True)]" in result.stdout
         assert "write after: AuditUnavailable" in result.stdout
 
 

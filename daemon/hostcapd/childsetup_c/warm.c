@@ -96,7 +96,13 @@ static void close_all_but(int *keep, int n)
     syscall(SYS_close_range, from, ~0U, 0);
 }
 
-int warm_preclone = 1;
+/* Off by default: an init that cloned its command's process ahead waits in
+ * the kernel's vfork wait (uninterruptible, killable) until that process
+ * execs, so every waiting warm child would count 1 in the host's load
+ * average and show as "D" in ps for as long as it waits (bench/README.md,
+ * "The command's process cloned ahead, switched off"). Kept behind the
+ * switch for the A/B and tested so. */
+int warm_preclone = 0;
 
 /* Dropped, or the spawner is gone: nothing to say. */
 static void warm_dropped(struct plan *p)

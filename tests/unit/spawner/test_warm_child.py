@@ -13,7 +13,7 @@ import struct
 from collections.abc import Iterator
 
 import pytest
-from hostcapd import childsetup
+from hostcapd import _childsetup, childsetup
 from hostcapd.spawner import init_report
 from support.childplans import bare_plan
 
@@ -150,13 +150,23 @@ def _init_warm() -> tuple[int, socket.socket, int]:
     return pid, ours, report
 
 
+@pytest.fixture
+def preclone() -> Iterator[None]:
+    """The command's process cloned ahead (off by default: see warm.c)."""
+    was = _childsetup._warm_preclone(True)
+    try:
+        yield
+    finally:
+        _childsetup._warm_preclone(was)
+
+
 def _children(pid: int) -> list[int]:
     with open(f"/proc/{pid}/task/{pid}/children") as f:
         return [int(c) for c in f.read().split()]
 
 
 @pytest.mark.parametrize("cwd", [b".", b"no-such-directory"], ids=["exec", "chdir_fails"])
-def test_an_init_waits_with_its_command_process_cloned_ahead(cwd: bytes) -> None:
+def test_an_init_waits_with_its_command_process_cloned_ahead(cwd: bytes, preclone: None) -> None:
     """With an init, the command's process is cloned before the request and
     waits for it in its own session; given it, it runs it (the init says so
     once it exec'd, while it runs), or the init says which step failed, once,
@@ -215,7 +225,7 @@ def test_an_init_waits_with_its_command_process_cloned_ahead(cwd: bytes) -> None
             pass
 
 
-def test_an_init_whose_command_process_is_killed_waiting_says_so_and_ends() -> None:
+def test_an_init_whose_command_process_is_killed_waiting_says_so_and_ends(preclone: None) -> None:
     """Killed from outside while it waits, the command's process ends its
     init, which says "init" (not that the command exec'd)."""
     pid, channel, report = _init_warm()

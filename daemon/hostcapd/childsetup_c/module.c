@@ -395,6 +395,17 @@ done:
 }
 
 
+/* An A/B switch of the bench: set `flag` from `arg`; its previous setting. */
+static PyObject *set_switch(int *flag, PyObject *arg)
+{
+    int enabled = PyObject_IsTrue(arg);
+    if (enabled < 0)
+        return NULL;
+    int was = *flag;
+    *flag = enabled;
+    return PyBool_FromLong(was);
+}
+
 PyDoc_STRVAR(use_forker_doc,
 "_use_forker(enabled) -> bool\n\n"
 "Whether inits are cloned through the forker (forker.c), as by default, or by\n"
@@ -403,29 +414,19 @@ PyDoc_STRVAR(use_forker_doc,
 static PyObject *childsetup_use_forker(PyObject *self, PyObject *arg)
 {
     (void)self;
-    int enabled = PyObject_IsTrue(arg);
-    if (enabled < 0)
-        return NULL;
-    int was = forker_enabled;
-    forker_enabled = enabled;
-    return PyBool_FromLong(was);
+    return set_switch(&forker_enabled, arg);
 }
 
 PyDoc_STRVAR(warm_preclone_doc,
 "_warm_preclone(enabled) -> bool\n\n"
 "Whether a warm child with an init clones its command's process before the\n"
-"request (init.c), as by default, or after it (the A/B of the bench); the\n"
+"request (init.c), or after it, as by default (warm.c says why); the\n"
 "previous setting.");
 
 static PyObject *childsetup_warm_preclone(PyObject *self, PyObject *arg)
 {
     (void)self;
-    int enabled = PyObject_IsTrue(arg);
-    if (enabled < 0)
-        return NULL;
-    int was = warm_preclone;
-    warm_preclone = enabled;
-    return PyBool_FromLong(was);
+    return set_switch(&warm_preclone, arg);
 }
 
 PyDoc_STRVAR(init_setsid_doc,
@@ -437,12 +438,7 @@ PyDoc_STRVAR(init_setsid_doc,
 static PyObject *childsetup_init_setsid(PyObject *self, PyObject *arg)
 {
     (void)self;
-    int enabled = PyObject_IsTrue(arg);
-    if (enabled < 0)
-        return NULL;
-    int was = init_setsid_enabled;
-    init_setsid_enabled = enabled;
-    return PyBool_FromLong(was);
+    return set_switch(&init_setsid_enabled, arg);
 }
 
 static PyMethodDef methods[] = {

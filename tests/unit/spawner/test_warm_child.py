@@ -20,9 +20,9 @@ from support.childplans import bare_plan
 CLONE_NEWPID = 0x20000000
 
 
-@pytest.fixture(params=[False, True], ids=["no_init", "init"])
-def warm(request: pytest.FixtureRequest) -> Iterator[tuple[int, socket.socket, int, bool]]:
-    init: bool = request.param
+def _made_warm(init: bool) -> tuple[int, socket.socket, int]:
+    """A warm child (with an init as pid 1 of a new pid namespace, if
+    `init`), waiting: its pid, our end of its channel, its report pipe."""
     ours, theirs = socket.socketpair()
     plan = bare_plan(
         warm_channel=theirs.fileno(),
@@ -36,6 +36,13 @@ def warm(request: pytest.FixtureRequest) -> Iterator[tuple[int, socket.socket, i
     pid, report = childsetup.spawn(plan)
     theirs.close()
     assert init_report.parse_ready(os.read(report, 24)) is None  # it waits
+    return pid, ours, report
+
+
+@pytest.fixture(params=[False, True], ids=["no_init", "init"])
+def warm(request: pytest.FixtureRequest) -> Iterator[tuple[int, socket.socket, int, bool]]:
+    init: bool = request.param
+    pid, ours, report = _made_warm(init)
     yield pid, ours, report, init
     ours.close()
     os.close(report)
@@ -134,20 +141,7 @@ def test_pack_request_refuses_a_nul_in_a_string() -> None:
 
 
 def _init_warm() -> tuple[int, socket.socket, int]:
-    ours, theirs = socket.socketpair()
-    plan = bare_plan(
-        warm_channel=theirs.fileno(),
-        roots=[b"/tmp"],
-        ids=(65534, 65534),
-        drop_caps=True,
-        no_new_privs=True,
-        clone_flags=CLONE_NEWPID,
-        init=True,
-    )
-    pid, report = childsetup.spawn(plan)
-    theirs.close()
-    assert init_report.parse_ready(os.read(report, 24)) is None
-    return pid, ours, report
+    return _made_warm(init=True)
 
 
 @pytest.fixture

@@ -89,8 +89,8 @@ def drive(pairs: int, late: bool) -> None:
                 held.clear()
             maker.ask([("n", "", ()), ("m", "k", pooled)])
         else:
-            maker.ask_netns()
-            maker.ask_mntns("k", pooled)
+            maker.ask([("n", "", ())])  # one message an ask, as before
+            maker.ask([("m", "k", pooled)])
         got: list[int] = []
         while len(got) < 2:
             select.select([maker.sock], [], [], 5)

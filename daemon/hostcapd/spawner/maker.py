@@ -166,14 +166,6 @@ class PoolMaker:
         self._told.update(told)
         return True
 
-    def ask_netns(self) -> bool:
-        """Ask for a network namespace, loopback up; False if it cannot be asked."""
-        return self.ask([("n", "", ())])
-
-    def ask_mntns(self, key: str, mounts: Sequence[childsetup.Mount]) -> bool:
-        """Ask for a mount namespace with `key`'s new root (`mounts`)."""
-        return self.ask([("m", key, mounts)])
-
     def release(self, fds: Sequence[int]) -> None:
         """Hand over references to `fds`: the maker closes them, so once the
         caller has closed its own, the namespaces' teardown is the maker's

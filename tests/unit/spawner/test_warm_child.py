@@ -39,6 +39,15 @@ def _made_warm(init: bool) -> tuple[int, socket.socket, int]:
     return pid, ours, report
 
 
+def _end(pid: int) -> None:
+    """Kill and reap `pid` if it is still there."""
+    try:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
+
+
 @pytest.fixture(params=[False, True], ids=["no_init", "init"])
 def warm(request: pytest.FixtureRequest) -> Iterator[tuple[int, socket.socket, int, bool]]:
     init: bool = request.param
@@ -46,11 +55,7 @@ def warm(request: pytest.FixtureRequest) -> Iterator[tuple[int, socket.socket, i
     yield pid, ours, report, init
     ours.close()
     os.close(report)
-    try:
-        os.kill(pid, 9)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass
+    _end(pid)
 
 
 def _fds(out: int, exe: int | None) -> list[int]:
@@ -212,11 +217,7 @@ def test_an_init_waits_with_its_command_process_cloned_ahead(cwd: bytes, preclon
         channel.close()
         if report >= 0:
             os.close(report)
-        try:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
+        _end(pid)
 
 
 def test_an_init_whose_command_process_is_killed_waiting_says_so_and_ends(preclone: None) -> None:

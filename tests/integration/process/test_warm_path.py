@@ -420,6 +420,37 @@ async def test_a_warm_child_killed_while_waiting_is_replaced_and_spawns_still_ru
     assert not set(replaced) & set(killed)
 
 
+def _descendants(pid: int) -> list[int]:
+    out = [pid]
+    for child in children_of(pid):
+        out += _descendants(child)
+    return out
+
+
+async def test_an_idle_daemon_with_warm_children_has_no_process_in_d_state(
+    tenants: tuple[Daemon, Client, Client],
+) -> None:
+    """A waiting warm child's init (whose command's process is cloned ahead)
+    sleeps interruptibly: no process of an idle daemon is in "D"
+    (uninterruptible: each would count 1 in the host's load average and look
+    hung to its operators), sampled while it idles."""
+    daemon, warm, _ = tenants
+    await warm.run("true")  # one used and replaced: the steady state
+    inits = await _wait_warm(daemon, 2, exactly=True)
+    await _known_ready(daemon, inits)
+    # Not vacuous: each init has its command's process, waiting.
+    assert all(len(children_of(pid)) == 1 for pid in inits), inits
+    assert daemon.proc is not None
+    seen: dict[int, str] = {}
+    for _ in range(20):
+        for pid in _descendants(daemon.proc.pid):
+            with contextlib.suppress(OSError):
+                seen[pid] = _state(pid)
+                assert seen[pid] != "D", (pid, Path(f"/proc/{pid}/comm").read_text())
+        await asyncio.sleep(0.025)
+    assert set(inits) <= set(seen)
+
+
 async def test_warm_children_die_with_their_tenants_config(
     tenants: tuple[Daemon, Client, Client],
 ) -> None:

@@ -6,6 +6,7 @@ closed."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import socket
@@ -236,6 +237,11 @@ def test_an_init_whose_command_process_is_killed_waiting_says_so_and_ends(preclo
         os.close(report)
 
 
+_libc = ctypes.CDLL(None, use_errno=True)
+SYS_KCMP = {"x86_64": 312, "aarch64": 272}[os.uname().machine]
+KCMP_VM = 1
+
+
 def _state(pid: int) -> str:
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0]
@@ -251,6 +257,9 @@ def test_an_init_waiting_for_its_command_process_cloned_ahead_sleeps_interruptib
     pid, channel, report = _init_warm()
     try:
         [command] = _children(pid)
+        # It shares the init's memory (no copy of an address space per
+        # waiting child): kcmp(KCMP_VM) is 0 for one mm.
+        assert _libc.syscall(SYS_KCMP, pid, command, KCMP_VM, 0, 0) == 0
         states = []
         for _ in range(20):
             states.append((_state(pid), _state(command)))

@@ -44,6 +44,14 @@ void init_report_setup(int fd, int step, int err)
     write_record(fd, rec, 3);
 }
 
+/* Every fd of the init's but its report pipe, closed. */
+static void close_all_but_report(int fd)
+{
+    if (fd > 0)
+        syscall(SYS_close_range, 0, fd - 1, 0);
+    syscall(SYS_close_range, fd + 1, ~0U, 0);
+}
+
 /* The command's process: a vfork-style child of the init (its memory, its
  * stack below), in its own session, signals unblocked, then the last steps.
  * A failure is left in the plan (the init's memory) for the init to send. */
@@ -54,14 +62,7 @@ static int command_main(void *arg)
     if (p->restore_affinity)
         sched_setaffinity(0, sizeof p->affinity, &p->affinity);
     if (setsid() >= 0) {
-        static void close_all_but_report(int fd)
-{
-    if (fd > 0)
-        syscall(SYS_close_range, 0, fd - 1, 0);
-    syscall(SYS_close_range, fd + 1, ~0U, 0);
-}
-
-/* A warm init's command process waits for the request here, in its
+        /* A warm init's command process waits for the request here, in its
          * own session already, its signals still blocked (see init_main). */
         if (p->warm && p->preclone) {
             p->in_command = 1;

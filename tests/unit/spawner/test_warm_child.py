@@ -260,6 +260,8 @@ def test_an_init_waiting_for_its_command_process_cloned_ahead_sleeps_interruptib
         # It shares the init's memory (no copy of an address space per
         # waiting child): kcmp(KCMP_VM) is 0 for one mm.
         assert _libc.syscall(SYS_KCMP, pid, command, KCMP_VM, 0, 0) == 0
+        # The init holds its report pipe and nothing else while it waits.
+        assert len(os.listdir(f"/proc/{pid}/fd")) == 1
         states = []
         for _ in range(20):
             states.append((_state(pid), _state(command)))

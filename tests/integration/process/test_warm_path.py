@@ -431,24 +431,30 @@ async def test_an_idle_daemon_with_warm_children_has_no_process_in_d_state(
     tenants: tuple[Daemon, Client, Client],
 ) -> None:
     """A waiting warm child's init (whose command's process is cloned ahead)
-    sleeps interruptibly: no process of an idle daemon is in "D"
-    (uninterruptible: each would count 1 in the host's load average and look
-    hung to its operators), sampled while it idles."""
+    sleeps interruptibly: no process of an idle daemon stays in "D"
+    (uninterruptible: each would count 1 in the host's load average for as
+    long as it waits, and look hung to its operators). Sampled while it
+    idles: the warm children never, the daemon's other processes not in most
+    samples (the pool maker may wait a moment for the kernel, e.g. for RCU
+    in a namespace's teardown)."""
     daemon, warm, _ = tenants
     await warm.run("true")  # one used and replaced: the steady state
     inits = await _wait_warm(daemon, 2, exactly=True)
     await _known_ready(daemon, inits)
     # Not vacuous: each init has its command's process, waiting.
-    assert all(len(children_of(pid)) == 1 for pid in inits), inits
+    commands = [c for pid in inits for c in children_of(pid)]
+    assert len(commands) == len(inits), (inits, commands)
     assert daemon.proc is not None
-    seen: dict[int, str] = {}
-    for _ in range(20):
+    samples = 20
+    in_d: dict[int, int] = {}
+    for _ in range(samples):
         for pid in _descendants(daemon.proc.pid):
             with contextlib.suppress(OSError):
-                seen[pid] = _state(pid)
-                assert seen[pid] != "D", (pid, Path(f"/proc/{pid}/comm").read_text())
+                in_d[pid] = in_d.get(pid, 0) + (_state(pid) == "D")
         await asyncio.sleep(0.025)
-    assert set(inits) <= set(seen)
+    assert set(inits + commands) <= set(in_d)
+    assert not [pid for pid in inits + commands if in_d[pid]], in_d
+    assert not [pid for pid, n in in_d.items() if n > samples // 2], in_d
 
 
 async def test_warm_children_die_with_their_tenants_config(

@@ -102,11 +102,16 @@ out = {
     "loginuid": read("/proc/self/loginuid"),
     "affinity": sorted(os.sched_getaffinity(0)),
     "priority": os.getpriority(os.PRIO_PROCESS, 0),
-    # A warm child sets itself up at SCHED_IDLE: the command, and its init,
-    # run as a fresh spawn's do (SCHED_OTHER, 0).
+    # A warm child sets itself up at nice 19 (spawner/warm.py): the command,
+    # and its init, run as a fresh spawn's do (SCHED_OTHER, nice 0), as
+    # /proc/self/stat says (fields 19 and 41), and cannot raise their own.
+    "stat_nice": read("/proc/self/stat").rsplit(")", 1)[1].split()[16],
     "policy": os.sched_getscheduler(0),
     "init_policy": (lambda t: t.rsplit(")", 1)[1].split()[38] if ")" in t else t)(
         read("/proc/1/stat")),
+    "init_nice": (lambda t: t.rsplit(")", 1)[1].split()[16] if ")" in t else t)(
+        read("/proc/1/stat")),
+    "raise_priority": attempt(lambda: os.setpriority(os.PRIO_PROCESS, 0, -1)),
     "sid_is_pid": os.getsid(0) == os.getpid(),
     "pgid_is_pid": os.getpgid(0) == os.getpid(),
     "pid": os.getpid(),
@@ -339,8 +344,12 @@ async def test_a_warm_spawn_ends_in_the_state_of_a_fresh_one(
     # Not vacuous: what the profile applies is there in both.
     assert a["fd_probe"] == []  # nothing open but stdio
     assert a["policy"] == os.SCHED_OTHER
+    assert a["priority"] == os.getpriority(os.PRIO_PROCESS, spawner_pid(daemon))
+    assert a["stat_nice"] == str(a["priority"])
+    assert a["raise_priority"] in ("EACCES", "EPERM")  # refused
     if "pid_namespace" not in PROFILES[profile]:  # its init is the warm child
         assert a["init_policy"] == str(os.SCHED_OTHER)
+        assert a["init_nice"] == str(a["priority"])
     assert a["ids"] == [[65534] * 3, [65534] * 3, []]
     assert a["landlock"]["write_workspace"] == "ok"
     if profile != "minimal":

@@ -94,32 +94,34 @@ def _exited(pid: int) -> bool:
         return True  # reaped already
 
 
-def _command_pid(pid: int) -> int | None:
-    """The command's process warm init `pid` cloned ahead (its one child), or
-    None. A live init's child is not reaped before the init ends, so its pid
-    is its own."""
+def _children(pid: int) -> list[int] | None:
+    """The children of our child `pid` (a warm init: the command's process
+    it cloned ahead, if it did), or None if it has exited. A live init's
+    child is not reaped before the init ends, so its pid is its own."""
     try:
         fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            children = os.read(fd, 64).split()
+            children = [int(c) for c in os.read(fd, 64).split()]
         finally:
             os.close(fd)
-        return int(children[0]) if len(children) == 1 and not _exited(pid) else None
     except (OSError, ValueError):
         return None
+    return None if _exited(pid) else children
 
 
 def normal_priority(child: WarmChild) -> bool:
-    """Give a warm child made at WARM_NICE (and its init's command process)
-    the spawner's own nice, what a fresh child inherits; False if it could
-    not be (the child is gone, or its command's process is not there)."""
+    """Give a warm child made at WARM_NICE (and the command's process its init
+    cloned ahead) the spawner's own nice, what a fresh child inherits; False
+    if it could not be (the child is gone). An init that clones its command's
+    process after the request (`_childsetup._warm_preclone` off) has none
+    yet: that one inherits the init's."""
     nice = os.getpriority(os.PRIO_PROCESS, 0)
     pids = [child.pid]
     if child.init:
-        command = _command_pid(child.pid)
-        if command is None:
+        children = _children(child.pid)
+        if children is None or len(children) > 1:
             return False
-        pids.append(command)
+        pids += children
     try:
         for pid in pids:
             os.setpriority(os.PRIO_PROCESS, pid, nice)
@@ -133,10 +135,10 @@ def resume_command(pid: int) -> None:
     """SIGCONT to the command's process warm init `pid` cloned ahead (a
     process of its uid outside any sandbox may have stopped it while it
     waited; the init, waiting for its exec, cannot resume it)."""
-    command = _command_pid(pid)
-    if command is not None:
+    children = _children(pid)
+    if children is not None and len(children) == 1:
         with contextlib.suppress(OSError):
-            os.kill(command, signal.SIGCONT)
+            os.kill(children[0], signal.SIGCONT)
 
 
 class WarmChildren:

@@ -109,18 +109,27 @@ def _nice(pid: int) -> int:
 
 
 @pytest.mark.parametrize("given_back", [False, True], ids=["kept", "given_back"])
-@pytest.mark.parametrize("init", [False, True], ids=["no_init", "init"])
+@pytest.mark.parametrize(
+    ("init", "preclone"),
+    [(False, True), (True, True), (True, False)],
+    ids=["no_init", "init", "init_cloned_after"],
+)
 def test_a_warm_child_made_at_low_priority_cannot_raise_it_itself(
-    init: bool, given_back: bool
+    init: bool, preclone: bool, given_back: bool
 ) -> None:
     """Made at nice 19, every process of the warm child waits at 19; its
     command cannot take a higher priority itself (no CAP_SYS_NICE); the
-    spawner's normal_priority gives the whole tree the spawner's nice."""
-    pid, channel, report = _made_warm(init, nice=19)
+    spawner's normal_priority gives the whole tree the spawner's nice (an
+    init's command process cloned after the request inherits the init's)."""
+    was = _childsetup._warm_preclone(preclone)
+    try:
+        pid, channel, report = _made_warm(init, nice=19)
+    finally:
+        _childsetup._warm_preclone(was)
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
             tree = [pid, *(int(c) for c in f.read().split())]
-        assert len(tree) == (2 if init else 1)
+        assert len(tree) == (2 if init and preclone else 1)
         assert [_nice(p) for p in tree] == [19] * len(tree)
         if given_back:
             child = WarmChild("w", pid, "p", channel, report, init, (-1, -1), ())

@@ -108,9 +108,6 @@ class ChildPlan:
     tty_fd: int = -1
     #: (rows, cols) of that terminal.
     tty_size: tuple[int, int] = (0, 0)
-    #: != 0: the child's nice value from its first step (a warm child's
-    #: set-up at low priority: spawner/warm.py gives its normal one back).
-    nice: int = 0
 
 
 def spawn(plan: ChildPlan) -> tuple[int, int]:
@@ -156,7 +153,6 @@ def spawn(plan: ChildPlan) -> tuple[int, int]:
         mntns_copy=plan.mntns_copy,
         tty_fd=plan.tty_fd,
         tty_size=plan.tty_size,
-        nice=plan.nice,
     )
     if plan.init or plan.warm_channel >= 0:
         pid, report = started

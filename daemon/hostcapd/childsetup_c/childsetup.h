@@ -265,10 +265,6 @@ struct plan {
     /* init_setsid_enabled as it was: an init in a session of its own (the
      * A/B's old way), or only a process group (see child_main). */
     int init_setsid;
-    /* != 0: the child's nice value from its first step (setpriority on
-     * itself; its init's command process inherits it). The spawner gives
-     * a warm child its normal priority back when it is ready. */
-    int nice;
     int channel_fd;
     const char *roots[MAX_ROOTS];
     int root_fds[MAX_ROOTS];

@@ -41,7 +41,7 @@ PyDoc_STRVAR(spawn_doc,
 "      hostname, loopback_up, cgroup_fds, rlimits, oom_score_adj, loginuid,\n"
 "      drop_caps, ids, no_new_privs, landlock_fd, landlock_rules,\n"
 "      seccomp_filter, pdeathsig, cancel_fd, life_fd[, go_fd, go_timeout_ms, netns_fd,\n"
-"      mntns_fd, init, warm_channel, roots, ipcns_fd, mntns_copy, tty_fd, tty_size, nice])\n"
+"      mntns_fd, init, warm_channel, roots, ipcns_fd, mntns_copy, tty_fd, tty_size])\n"
 "      -> pid, or (pid, report_fd)\n"
 "      with init\n\n"
 "Clone a child that applies the prepared set-up in order and execs.\n"
@@ -72,8 +72,6 @@ PyDoc_STRVAR(spawn_doc,
 "tty_fd >= 0 (a socket), tty_size (rows, cols): the command runs on a terminal of a\n"
 "  devpts instance mounted in its mount namespace, in a session of its own;\n"
 "  the master is sent on tty_fd (SCM_RIGHTS) before the exec (see pty.c).\n"
-"nice != 0: the child sets its nice value to it as its first step (a warm\n"
-"  child's set-up at low priority; the caller gives it back, see warm.py).\n"
 "Raises SetupError(step, errno) if a step fails (the child is reaped).");
 
 static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwargs)
@@ -85,7 +83,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         "loginuid", "drop_caps", "ids", "no_new_privs", "landlock_fd", "landlock_rules",
         "seccomp_filter", "pdeathsig", "cancel_fd", "life_fd", "go_fd", "go_timeout_ms", "netns_fd",
         "mntns_fd", "init", "warm_channel", "roots", "ipcns_fd", "mntns_copy", "tty_fd", "tty_size",
-        "nice", NULL,
+        NULL,
     };
     /* Every argument but go_fd and go_timeout_ms is required: the sentinels
      * below say which one a call left out (the format makes all optional). */
@@ -94,21 +92,21 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     int drop_caps = unset, no_new_privs = unset, landlock_fd = unset, pdeathsig = unset;
     int cancel_fd = unset, life_fd = unset, go_fd = -1, go_timeout_ms = 30000, netns_fd = -1;
     int mntns_fd = -1, init = 0, warm_channel = -1, ipcns_fd = -1, mntns_copy = 0;
-    int tty_fd = -1, nice = 0;
+    int tty_fd = -1;
     PyObject *tty_size = NULL;
     PyObject *warm_roots = NULL;
     PyObject *exe_path = NULL, *argv = NULL, *envp = NULL, *stdio = NULL, *cwd_root = NULL;
     PyObject *cwd = NULL, *mounts = NULL, *hostname = NULL, *cgroup_fds = NULL, *rlimits = NULL;
     PyObject *oom = NULL, *loginuid = NULL, *ids = NULL, *landlock_rules = NULL;
     Py_buffer filter = {0};
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiipiOipiOi:spawn", kwlist,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|$iOOOOOOiiOOpOOOOpOpiOy*iiiiiiipiOipiO:spawn", kwlist,
                                      &exe_fd, &exe_path, &argv, &envp, &stdio, &cwd_root,
                                      &cwd, &umask_value, &clone_flags, &mounts, &hostname, &loopback,
                                      &cgroup_fds, &rlimits, &oom, &loginuid, &drop_caps, &ids,
                                      &no_new_privs, &landlock_fd, &landlock_rules, &filter,
                                      &pdeathsig, &cancel_fd, &life_fd, &go_fd, &go_timeout_ms, &netns_fd,
                                      &mntns_fd, &init, &warm_channel, &warm_roots, &ipcns_fd,
-                                     &mntns_copy, &tty_fd, &tty_size, &nice))
+                                     &mntns_copy, &tty_fd, &tty_size))
         return NULL;
     if (exe_fd == unset || umask_value == unset || clone_flags == unset || loopback == unset ||
         drop_caps == unset || no_new_privs == unset || landlock_fd == unset ||
@@ -155,7 +153,6 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->preclone = warm_preclone;
     p->preclone_vfork = preclone_vfork;
     p->init_setsid = init_setsid_enabled;
-    p->nice = nice;
     p->channel_fd = warm_channel;
     p->tty_fd = tty_fd;
     p->tty_rows = p->tty_cols = 0;

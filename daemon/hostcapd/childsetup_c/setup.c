@@ -176,14 +176,6 @@ int child_main(void *arg)
     struct plan *p = arg;
     int i;
 
-    /* A warm child's set-up runs at the nice value Python chose (lowering
-     * one's own priority needs no privilege; best effort: not a protection).
-     * Its init's command process inherits it; the spawner gives both their
-     * normal priority back (spawner/warm.py), which nothing of the sandbox
-     * could do itself (no CAP_SYS_NICE once its capabilities are dropped). */
-    if (p->nice)
-        setpriority(PRIO_PROCESS, 0, p->nice);
-
     /* Signals: default dispositions, empty mask (the parent blocked all). */
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);

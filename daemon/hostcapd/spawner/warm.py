@@ -13,14 +13,6 @@ process waits for the request in its own session (childsetup_c/warm.c). A
 process of its uid outside any sandbox may have stopped either while they
 waited: a warm child that has not said what became of its request
 NUDGE_AFTER after it is resumed (both processes; see `overdue`).
-
-A warm child is made at nice WARM_NICE (its C set-up's first step; its
-init's command process inherits it): it is made right after a spawn's answer
-left, on the two cores the answer's way out runs on, and the spawn comes
-first. Once it says it is ready the spawner gives it (and that command
-process) the spawner's own nice back, what a fresh child inherits; one that
-could not be given it is not used (`start`). Nothing of the sandbox can
-raise its own priority (no CAP_SYS_NICE once its capabilities are dropped).
 """
 
 from __future__ import annotations
@@ -48,9 +40,6 @@ GO_MARGIN = 5.0
 #: A warm child that has not said what became of its request this long
 #: after it is resumed, in case it was stopped (see overdue).
 NUDGE_AFTER = 0.1
-#: A warm child's nice value while it is made (0: the spawner's, as a fresh
-#: child's; the bench's A/B switch).
-WARM_NICE = 19
 
 
 @dataclass
@@ -76,8 +65,6 @@ class WarmChild:
     killed: bool = False
     #: Given a request: when it is resumed if it has not said by then (once).
     nudge: float = math.inf
-    #: Made at WARM_NICE and not given its normal priority back yet.
-    niced: bool = False
 
     def close(self) -> None:
         self.channel.close()
@@ -94,51 +81,21 @@ def _exited(pid: int) -> bool:
         return True  # reaped already
 
 
-def _children(pid: int) -> list[int] | None:
-    """The children of our child `pid` (a warm init: the command's process
-    it cloned ahead, if it did), or None if it has exited. A live init's
-    child is not reaped before the init ends, so its pid is its own."""
+def resume_command(pid: int) -> None:
+    """SIGCONT to the command's process warm init `pid` cloned ahead (its one
+    child: a process of its uid outside any sandbox may have stopped it while
+    it waited; the init, waiting for its exec, cannot resume it). A live
+    init's child is not reaped before the init ends, so its pid is its own."""
     try:
         fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY | os.O_CLOEXEC)
         try:
-            children = [int(c) for c in os.read(fd, 64).split()]
+            children = os.read(fd, 64).split()
         finally:
             os.close(fd)
+        if len(children) == 1 and not _exited(pid):
+            os.kill(int(children[0]), signal.SIGCONT)
     except (OSError, ValueError):
-        return None
-    return None if _exited(pid) else children
-
-
-def normal_priority(child: WarmChild) -> bool:
-    """Give a warm child made at WARM_NICE (and the command's process its init
-    cloned ahead) the spawner's own nice, what a fresh child inherits; False
-    if it could not be (the child is gone). An init that clones its command's
-    process after the request (`_childsetup._warm_preclone` off) has none
-    yet: that one inherits the init's."""
-    nice = os.getpriority(os.PRIO_PROCESS, 0)
-    pids = [child.pid]
-    if child.init:
-        children = _children(child.pid)
-        if children is None or len(children) > 1:
-            return False
-        pids += children
-    try:
-        for pid in pids:
-            os.setpriority(os.PRIO_PROCESS, pid, nice)
-    except OSError:
-        return False
-    child.niced = False
-    return True
-
-
-def resume_command(pid: int) -> None:
-    """SIGCONT to the command's process warm init `pid` cloned ahead (a
-    process of its uid outside any sandbox may have stopped it while it
-    waited; the init, waiting for its exec, cannot resume it)."""
-    children = _children(pid)
-    if children is not None and len(children) == 1:
-        with contextlib.suppress(OSError):
-            os.kill(children[0], signal.SIGCONT)
+        pass
 
 
 class WarmChildren:
@@ -221,7 +178,6 @@ class WarmChildren:
                     cancel_fd=-1,
                     warm_channel=theirs.fileno(),
                     roots=m.roots,
-                    nice=WARM_NICE,
                 )
             except BaseException:
                 close_fds(given_netns)
@@ -246,7 +202,6 @@ class WarmChildren:
         child = WarmChild(
             m.id, pid, m.profile, ours, report_fd, plan.init, (netns_fd, mntns_fd), m.roots
         )
-        child.niced = plan.nice != 0
         self.waiting[m.id] = child
         self._watch(report_fd, partial(self.readable, m.id))
 
@@ -263,8 +218,6 @@ class WarmChildren:
         failure = init_report.parse_ready(data)
         if failure is None:
             child.ready = True
-            if child.niced:
-                normal_priority(child)  # tried again when taken (start)
             self.spawner.report(messages.Warmed(warm_id, child.pid))
             return
         del self.waiting[warm_id]
@@ -297,11 +250,6 @@ class WarmChildren:
             spawner.report(
                 messages.Failed(m.id, "warm", errno.ESRCH, "the warm child died waiting")
             )
-            return
-        if child.niced and not normal_priority(child):
-            # Its command would run at the warm child's low priority.
-            self._kill(child)
-            spawner.report(messages.Failed(m.id, "warm", errno.ESRCH, "the warm child's priority"))
             return
         exe_fd, stdin, stdout, stderr, cancel_fd, go_fd = fds
         try:

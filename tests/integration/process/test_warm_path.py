@@ -102,8 +102,8 @@ out = {
     "loginuid": read("/proc/self/loginuid"),
     "affinity": sorted(os.sched_getaffinity(0)),
     "priority": os.getpriority(os.PRIO_PROCESS, 0),
-    # A warm child sets itself up at nice 19 (spawner/warm.py): the command,
-    # and its init, run as a fresh spawn's do (SCHED_OTHER, nice 0), as
+    # A warm child is set up ahead of the request: the command, and its init,
+    # run as a fresh spawn's do (SCHED_OTHER, the spawner's nice), as
     # /proc/self/stat says (fields 19 and 41), and cannot raise their own.
     "stat_nice": (lambda t: t.rsplit(")", 1)[1].split()[16] if ")" in t else t)(
         read("/proc/self/stat")),

@@ -17,16 +17,14 @@ from collections.abc import Iterator
 import pytest
 from hostcapd import _childsetup, childsetup
 from hostcapd.spawner import init_report
-from hostcapd.spawner.warm import WarmChild, normal_priority
 from support.childplans import bare_plan
 
 CLONE_NEWPID = 0x20000000
 
 
-def _made_warm(init: bool, nice: int = 0) -> tuple[int, socket.socket, int]:
+def _made_warm(init: bool) -> tuple[int, socket.socket, int]:
     """A warm child (with an init as pid 1 of a new pid namespace, if
-    `init`; made at `nice`), waiting: its pid, our end of its channel, its
-    report pipe."""
+    `init`), waiting: its pid, our end of its channel, its report pipe."""
     ours, theirs = socket.socketpair()
     plan = bare_plan(
         warm_channel=theirs.fileno(),
@@ -36,7 +34,6 @@ def _made_warm(init: bool, nice: int = 0) -> tuple[int, socket.socket, int]:
         no_new_privs=True,
         clone_flags=CLONE_NEWPID if init else 0,
         init=init,
-        nice=nice,
     )
     pid, report = childsetup.spawn(plan)
     theirs.close()
@@ -100,80 +97,6 @@ def test_it_runs_its_request_as_set_up(warm: tuple[int, socket.socket, int, bool
     assert out == b"/tmp\n65534\n0\n"
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-
-
-def _nice(pid: int) -> int:
-    """Field 19 of /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[16])
-
-
-@pytest.mark.parametrize("given_back", [False, True], ids=["kept", "given_back"])
-@pytest.mark.parametrize(
-    ("init", "preclone"),
-    [(False, True), (True, True), (True, False)],
-    ids=["no_init", "init", "init_cloned_after"],
-)
-def test_a_warm_child_made_at_low_priority_cannot_raise_it_itself(
-    init: bool, preclone: bool, given_back: bool
-) -> None:
-    """Made at nice 19, every process of the warm child waits at 19; its
-    command cannot take a higher priority itself (no CAP_SYS_NICE); the
-    spawner's normal_priority gives the whole tree the spawner's nice (an
-    init's command process cloned after the request inherits the init's)."""
-    was = _childsetup._warm_preclone(preclone)
-    try:
-        pid, channel, report = _made_warm(init, nice=19)
-    finally:
-        _childsetup._warm_preclone(was)
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            tree = [pid, *(int(c) for c in f.read().split())]
-        assert len(tree) == (2 if init and preclone else 1)
-        assert [_nice(p) for p in tree] == [19] * len(tree)
-        if given_back:
-            child = WarmChild("w", pid, "p", channel, report, init, (-1, -1), ())
-            child.niced = True
-            assert normal_priority(child) and not child.niced
-            assert [_nice(p) for p in tree] == [os.getpriority(os.PRIO_PROCESS, 0)] * len(tree)
-        r, w = os.pipe2(os.O_CLOEXEC)
-        program = (
-            "import os\n"
-            "print(os.getpriority(os.PRIO_PROCESS, 0))\n"
-            "try:\n"
-            "    os.setpriority(os.PRIO_PROCESS, 0, 0)\n"
-            "except OSError as e:\n"
-            "    print(e.errno)\n"
-        )
-        payload = childsetup.pack_request(
-            by_fd=False,
-            root=0,
-            cwd=b".",
-            exe_path=b"/usr/bin/python3",
-            rlimits=[],
-            argv=[b"python3", b"-I", b"-c", program.encode()],
-            envp=[],
-        )
-        fds = _fds(w, None)
-        childsetup.go(channel.fileno(), payload, fds)
-        for fd in set(fds):
-            os.close(fd)
-        assert _outcome(pid, report, init) is None
-        out = b""
-        while chunk := os.read(r, 4096):
-            out += chunk
-        os.close(r)
-        base = os.getpriority(os.PRIO_PROCESS, 0)
-        # Kept at 19, it stays there (EACCES); given back, it runs at ours.
-        refused = str(errno.EACCES).encode()
-        if given_back:
-            assert out.split() == [str(base).encode()] + ([] if base == 0 else [refused])
-        else:
-            assert out.split() == [b"19", refused]
-    finally:
-        channel.close()
-        os.close(report)
-        _end(pid)
 
 
 def _raw(words: list[int], strings: bytes = b"\0") -> bytes:

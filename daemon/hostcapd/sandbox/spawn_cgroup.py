@@ -119,6 +119,17 @@ class SpawnCgroup:
         )
         #: The files `stats` reads, opened ahead of need (`open_stats`).
         self._stat_fds: dict[str, int] = {}
+        #: Its memory and pids limits as written (None: unlimited), so a
+        #: limit is written only when it changes (`CgroupHost.set_limits`);
+        #: `reusable` goes False when a write failed (its state is unknown).
+        self.limits: tuple[int | None, int | None] = (None, None)
+        self.reusable = True
+        #: Spawns it served before the current one (`recycle`).
+        self.uses = 0
+        #: What its counters read when it was last recycled, subtracted by
+        #: `stats` so each spawn's figures are its own: (memory usage, the
+        #: peak's base; OOM kills; refused forks).
+        self._base = (0, 0, 0)
 
     @functools.cached_property
     def directories(self) -> tuple[Path, ...]:
@@ -260,11 +271,13 @@ class SpawnCgroup:
     def open_stats(self) -> None:
         """Open the files `stats` reads now, ahead of need (a cgroup made
         before its spawn): at the spawn's end each is then one pread, not an
-        open, a read and a close on its answer's path. Closed by `remove`."""
+        open, a read and a close on its answer's path. Closed by `remove`.
+        The peak's is opened for writing too: `recycle` resets it through it
+        (on cgroup v2 a reset holds for reads through that fd alone)."""
         for name, (dir_fd, path) in self._stat_files.items():
             if name not in self._stat_fds:
                 with contextlib.suppress(OSError):  # stats opens it then
-                    self._stat_fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+                    self._stat_fds[name] = _open_stat(name, path, dir_fd)
 
     def _close_stats(self) -> None:
         fds, self._stat_fds = self._stat_fds, {}
@@ -284,19 +297,69 @@ class SpawnCgroup:
             return None
 
     def stats(self) -> CgroupStats:
-        """Peak memory, OOM kills and refused forks so far (read them after the spawn ends)."""
+        """Peak memory, OOM kills and refused forks of its current spawn
+        (read them after the spawn ends): in a recycled cgroup, each less
+        what it read when recycled (`recycle`)."""
         files = self._stat_files
         peak: int | None = None
         oom_kills = refused = 0
+        base_usage, base_oom, base_refused = self._base
         if "peak" in files:
             try:
-                peak = int(self._stat("peak", files["peak"]) or "")
+                peak = max(int(self._stat("peak", files["peak"]) or "") - base_usage, 0)
             except ValueError:
                 peak = None
-            oom_kills = _keyed(self._stat("oom", files["oom"]), "oom_kill")
+            oom_kills = _keyed(self._stat("oom", files["oom"]), "oom_kill") - base_oom
         if "pids" in files:
-            refused = _keyed(self._stat("pids", files["pids"]), "max")
+            refused = _keyed(self._stat("pids", files["pids"]), "max") - base_refused
         return CgroupStats(peak, oom_kills, refused)
+
+    def recycle(self, leftover_max: int) -> bool:
+        """Make this cgroup, its spawn ended, ready for another spawn of the
+        same runtime (process/cgroup_pool.py), or say it cannot be (False:
+        remove it). Fails closed: only when no process is left in any of its
+        hierarchies, its memory still charged (page cache, kernel objects
+        its spawn left) is at most `leftover_max` bytes, and every figure
+        `stats` gives can be made the next spawn's own: the memory peak reset
+        to the current usage (v1: a write to max_usage_in_bytes; v2: a write
+        to memory.peak, per open fd, Linux >= 6.12), that usage, the OOM
+        kills and the refused forks read now as the next spawn's base. Its
+        limits stay as they are until the next spawn sets its own."""
+        if not self.reusable or self._parents is None:
+            return False
+        files = self._stat_files
+        try:
+            for h, (dir_fd, directory) in zip(self._hierarchies, self.at, strict=True):
+                if h.version == 2:
+                    events = read(f"{directory}/cgroup.events", dir_fd=dir_fd)
+                    if _keyed(events, "populated") != 0:
+                        return False
+                elif read(f"{directory}/cgroup.procs", dir_fd=dir_fd).strip():
+                    return False
+            usage = 0
+            if "peak" in files:
+                memory = self.role_at("memory")
+                assert memory is not None
+                version, dir_fd, directory, _ = memory
+                current = "memory.current" if version == 2 else "memory.usage_in_bytes"
+                usage = int(read(f"{directory}/{current}", dir_fd=dir_fd))
+                if usage > leftover_max:
+                    return False
+                fd = self._stat_fds.get("peak")
+                if fd is None:
+                    return False  # no fd to reset it through (and to read it by)
+                os.pwrite(fd, b"0", 0)
+                # The reset's base: the usage now (the peak restarts from it).
+                usage = int(read(f"{directory}/{current}", dir_fd=dir_fd))
+            base_oom = _keyed(self._stat("oom", files["oom"]), "oom_kill") if "oom" in files else 0
+            base_refused = (
+                _keyed(self._stat("pids", files["pids"]), "max") if "pids" in files else 0
+            )
+        except (OSError, ValueError):
+            return False
+        self._base = (usage, base_oom, base_refused)
+        self.uses += 1
+        return True
 
     def remove(self, timeout: float = REMOVE_TIMEOUT) -> None:
         """Remove every directory of the cgroup (nested ones first), retrying
@@ -334,6 +397,15 @@ class SpawnCgroup:
                 raise CgroupError(f"cgroup {self.name}: still busy after {timeout} s: {left}")
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
+
+
+def _open_stat(name: str, path: str, dir_fd: int | None) -> int:
+    """A stat file's fd: the peak's read-write where it can be reset (v1;
+    v2 on Linux >= 6.12), else read-only, as every other."""
+    if name == "peak":
+        with contextlib.suppress(OSError):
+            return os.open(path, os.O_RDWR | os.O_CLOEXEC, dir_fd=dir_fd)
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
 
 
 def _keyed(text: str | None, key: str) -> int:

@@ -1,7 +1,7 @@
 """Where a spawn's cgroup costs, on the whole machine (issue 35, row 2).
 
     python -m bench.cgroup_cost [--windows N] [--seconds S] [--tenants full,nocg]
-                                [--set daemon.KEY=VALUE ...]
+                                [--set daemon.KEY=VALUE ...] [--b-set daemon.KEY=VALUE ...]
 
 One daemon with the tenants named (default `full`, the default profile, and
 `nocg`, the same without the cgroup protection); windows of 8 clients
@@ -10,7 +10,11 @@ For each window: the rate, the machine's CPU per spawn (/proc/stat, all
 CPUs), the root's, and the kernel threads' by kind (kworkers: a cgroup's
 offline and release work, the namespaces' teardown; RCU's threads;
 ksoftirqd), each thread's CPU from its schedstat. Prints the medians, each
-tenant against the first, and the difference per spawn.
+tenant against the first, and the difference per spawn. With `--b-set`, a
+second daemon (b: the settings given) serves the same tenants beside the
+first (a), each tenant on each daemon a side of its own (e.g. `--tenants full
+--b-set daemon.recycle_spawn_cgroups=false`: recycled cgroups against one
+cgroup a spawn).
 """
 
 from __future__ import annotations
@@ -91,24 +95,34 @@ def _parts(daemon: BenchDaemon) -> dict[str, float]:
 async def measure(args: argparse.Namespace) -> None:
     tenants = tuple(args.tenants.split(","))
     state = Path(tempfile.mkdtemp(prefix="cgroup-cost-", dir=state_parent()))
-    daemon = BenchDaemon(state / "d", tenants)
-    _apply(daemon.config, args.set)
+    daemons = {"a": BenchDaemon(state / "a", tenants)}
+    _apply(daemons["a"].config, args.set)
+    if args.b_set:
+        daemons["b"] = BenchDaemon(state / "b", tenants)
+        _apply(daemons["b"].config, args.set + args.b_set)
+    sides = {
+        (f"{kind}:{tenant}" if args.b_set else tenant): (daemon, tenant)
+        for tenant in tenants
+        for kind, daemon in daemons.items()
+    }
     try:
-        daemon.start()
-        for tenant in tenants:  # warm up
+        for daemon in daemons.values():
+            daemon.start()
+        for daemon, tenant in sides.values():  # warm up
             client = TenantClient(daemon.socket(tenant))
             for _ in range(20):
                 await client.true()
             await client.close()
         await asyncio.sleep(0.5)
         print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
-        rows: dict[str, dict[str, list[float]]] = {t: {} for t in tenants}
+        rows: dict[str, dict[str, list[float]]] = {t: {} for t in sides}
 
         def add(tenant: str, name: str, value: float) -> None:
             rows[tenant].setdefault(name, []).append(value)
 
         for index in range(args.windows):
-            for tenant in rotation(list(tenants), index):
+            for side in rotation(list(sides), index):
+                daemon, tenant = sides[side]
                 k0, m0, r0 = kthreads(), procfs.machine_busy_seconds(), _cpu(daemon.pid)
                 g0, p0 = memory_cgroups(), _parts(daemon)
                 done, seconds = await daemon_rate(daemon.socket(tenant), args.seconds)
@@ -116,6 +130,7 @@ async def measure(args: argparse.Namespace) -> None:
                 await asyncio.sleep(args.settle)
                 k1, m1, r1 = kthreads(), procfs.machine_busy_seconds(), _cpu(daemon.pid)
                 p1 = _parts(daemon)
+                tenant = side
                 for part in p1:
                     add(tenant, f"{part} ms/spawn", (p1[part] - p0.get(part, 0)) * 1e3 / done)
                 add(tenant, "spawns/s", done / seconds)
@@ -126,20 +141,21 @@ async def measure(args: argparse.Namespace) -> None:
                         tenant, f"{kind} ms/spawn", (k1.get(kind, 0) - k0.get(kind, 0)) * 1e3 / done
                     )
                 add(tenant, "memory cgroups (dying incl.) a spawn", (memory_cgroups() - g0) / done)
-        first = tenants[0]
-        names = list(rows[first])
-        for tenant in tenants[1:]:
+        labels = list(sides)
+        names = list(rows[labels[0]])
+        for tenant in labels[1:]:
             names += [n for n in rows[tenant] if n not in names]
         print(f"{args.windows} windows of {args.seconds:g} s, 8 clients, medians:")
-        header = "".join(f"{t:>14}" for t in tenants)
-        print(f"{'':42}{header}   {tenants[0]} - {tenants[-1]}")
+        header = "".join(f"{t:>14}" for t in labels)
+        print(f"{'':42}{header}   {labels[0]} - {labels[-1]}")
         for name in names:
-            med = [statistics.median(rows[t].get(name, [0.0])) for t in tenants]
+            med = [statistics.median(rows[t].get(name, [0.0])) for t in labels]
             cells = "".join(f"{v:14.3f}" for v in med)
             print(f"{name:42}{cells}   {med[0] - med[-1]:+.3f}")
         print(f"load after: {os.getloadavg()[0]:.2f}", flush=True)
     finally:
-        daemon.stop()
+        for daemon in daemons.values():
+            daemon.stop()
         shutil.rmtree(state, ignore_errors=True)
 
 
@@ -150,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--settle", type=float, default=0.2, help="s after each window")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--b-set", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     asyncio.run(measure(args))

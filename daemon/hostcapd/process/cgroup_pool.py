@@ -62,12 +62,14 @@ REFILL_AFTER_START = 0.05
 #: most LEFTOVER_MAX of memory charged to its tenant's cgroup (its ceiling).
 KEEP = 8
 #: The most memory still charged to a spawn's cgroup after its spawn for it
-#: to be recycled: the kernel objects and page cache a small command leaves
-#: (65-440 KiB after /bin/true, bench/README.md). The next spawn's memory
-#: peak is its own less that base (`SpawnCgroup.stats`); what the kernel
-#: reclaims of it meanwhile makes the figure at most this much lower, and
-#: what it cannot reclaim at most this much of the next spawn's limit.
-LEFTOVER_MAX = 512 * 1024
+#: to be recycled: the kernel objects and page cache a small command leaves,
+#: and the charge batches the kernel keeps per CPU (64 pages each): 12-400
+#: KiB after /bin/true, cat or python3 here, 2.4 MiB after an `ls -l
+#: /usr/bin` (bench/README.md). The next spawn's memory peak starts from
+#: that leftover (the kernel's reset), and the kernel counts it against its
+#: limit: both at most this much above a new cgroup's, less what the kernel
+#: reclaims of it (page cache, kernel objects) when the spawn needs room.
+LEFTOVER_MAX = 1024 * 1024
 
 
 class Recycled:

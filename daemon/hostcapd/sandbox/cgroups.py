@@ -499,7 +499,7 @@ class CgroupHost:
         memory_now, pids_now = cgroup.limits
         try:
             if memory_bytes != memory_now:
-                self._limit_memory(cgroup, memory_bytes, memory_now is None)
+                self._limit_memory(cgroup, memory_bytes, memory_now)
             if pids != pids_now:
                 pids_at = cgroup.role_at("pids")
                 if pids_at is not None:
@@ -511,9 +511,11 @@ class CgroupHost:
         cgroup.limits = (memory_bytes, pids)
 
     @staticmethod
-    def _limit_memory(cgroup: SpawnCgroup, memory_bytes: int | None, unlimited: bool) -> None:
+    def _limit_memory(cgroup: SpawnCgroup, memory_bytes: int | None, now: int | None) -> None:
         """A spawn cgroup's memory limit, None: none; swap 0 with a limit
-        (written when it had none: `unlimited`), unlimited without one."""
+        (written when it had none), unlimited without one. `now`: the one
+        there. On v1 a raised limit writes memory + swap first (the kernel
+        keeps the limit below it), a lowered one after."""
         memory = cgroup.role_at("memory")
         if memory is None:
             return
@@ -521,11 +523,16 @@ class CgroupHost:
         if version == 2:
             value = "max" if memory_bytes is None else str(memory_bytes)
             write(f"{directory}/memory.max", value, dir_fd=dir_fd)
-            if (unlimited or memory_bytes is None) and has_file(absolute, "memory.swap.max"):
+            if (now is None or memory_bytes is None) and has_file(absolute, "memory.swap.max"):
                 swap = "max" if memory_bytes is None else "0"
                 write(f"{directory}/memory.swap.max", swap, dir_fd=dir_fd)
+            return
+        limit = -1 if memory_bytes is None else memory_bytes
+        raised = memory_bytes is None or (now is not None and memory_bytes > now)
+        if raised and has_file(absolute, _MEMSW):
+            write(f"{directory}/{_MEMSW}", str(limit), dir_fd=dir_fd)
+            write(f"{directory}/memory.limit_in_bytes", str(limit), dir_fd=dir_fd)
         else:
-            limit = -1 if memory_bytes is None else memory_bytes
             _memory_v1(directory, limit, dir_fd, has_file(absolute, _MEMSW))
 
     @staticmethod

@@ -54,9 +54,11 @@ class _Pending:
 class DirectReads:
     """The front-end's end of its read link, on the running loop."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, cpus: set[int] | None = None) -> None:
         sock.setblocking(False)
         self.sock = sock
+        #: The CPUs this front-end is kept on: its worker is asked to keep to them.
+        self.cpus = cpus
         self.loop = asyncio.get_running_loop()
         self.pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
@@ -69,6 +71,7 @@ class DirectReads:
         self._buffer = mmap.mmap(-1, direct.MAX_ANSWER)
         self._view = memoryview(self._buffer)
         self.loop.add_reader(sock.fileno(), self._readable)
+        self._place()
         self._doubt()
 
     def close(self) -> None:
@@ -114,6 +117,10 @@ class DirectReads:
             return False
         return True
 
+    def _place(self) -> None:
+        if self.cpus:
+            self._send(direct.encode(direct.Place(cpus=sorted(self.cpus))))
+
     def _doubt(self) -> None:
         """Relay until a probe is answered (everything before it was)."""
         self.up = False
@@ -152,6 +159,7 @@ class DirectReads:
 
     def _answer(self, answer: direct.Answer, data: memoryview) -> None:
         if isinstance(answer, direct.Started):
+            self._place()
             self.up = True
             for pending in list(self.pending.values()):
                 if pending.asked_again:

@@ -219,3 +219,20 @@ async def test_a_front_end_left_to_the_scheduler_asks_no_placement(
     call = asyncio.ensure_future(frontend.read(REQUEST, None))
     assert isinstance(await worker.receive(), direct.Read)  # no Place before it
     call.cancel()
+
+
+async def test_a_cancelled_read_leaves_no_trace_and_no_doubt(
+    link: tuple[reads.DirectReads, Worker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frontend, worker = link
+    await _up(frontend, worker)
+    monkeypatch.setattr(direct, "ANSWER_TIMEOUT_S", 0.2)
+    answered = asyncio.ensure_future(frontend.read(REQUEST, None))
+    never = asyncio.ensure_future(frontend.read(REQUEST, None))
+    asked = [await worker.receive(), await worker.receive()]
+    answered.cancel()
+    never.cancel()
+    assert isinstance(asked[0], direct.Read)
+    worker.send(_content(asked[0].id, b"x"), b"x")  # its call is gone: dropped
+    await asyncio.sleep(0.3)  # the other's deadline passes: given up
+    assert not frontend.pending and frontend.up  # no call waited: no doubt

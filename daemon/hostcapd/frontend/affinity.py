@@ -26,9 +26,6 @@ import os
 from pathlib import Path
 
 MODES = ("core", "any")
-#: The CPUs `place` kept this process on (None: left to the scheduler); the
-#: front-end's fs worker is asked to keep to them too (`hostcapd.fs.direct.Place`).
-placed: set[int] | None = None
 _CPU = Path("/sys/devices/system/cpu")
 
 
@@ -79,6 +76,4 @@ def place(mode: str) -> set[int] | None:
     if cpus == allowed:
         return None
     os.sched_setaffinity(0, cpus)
-    global placed
-    placed = cpus
     return cpus

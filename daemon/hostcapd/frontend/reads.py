@@ -1,6 +1,6 @@
 """A tenant front-end's reads asked of its fs worker directly (decision 0034).
 
-    reads = DirectReads(link, cpus)             # the read link the root side gave
+    reads = DirectReads(link)                   # the read link the root side gave
     outcome = await reads.read(request, caller) # None: relay the call instead
     return await reads.reply(outcome, context)  # the reply, or the call aborted
 
@@ -59,11 +59,9 @@ class _Pending:
 class DirectReads:
     """The front-end's end of its read link, on the running loop."""
 
-    def __init__(self, sock: socket.socket, cpus: set[int] | None = None) -> None:
+    def __init__(self, sock: socket.socket) -> None:
         sock.setblocking(False)
         self.sock = sock
-        #: The CPUs this front-end is kept on: its worker is asked to keep to them.
-        self.cpus = cpus
         self.loop = asyncio.get_running_loop()
         self.pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
@@ -79,7 +77,6 @@ class DirectReads:
         self._buffer = mmap.mmap(-1, direct.MAX_ANSWER)
         self._view = memoryview(self._buffer)
         self.loop.add_reader(sock.fileno(), self._readable)
-        self._place()
         self._doubt()
 
     def close(self) -> None:
@@ -151,10 +148,6 @@ class DirectReads:
             return False
         return True
 
-    def _place(self) -> None:
-        if self.cpus:
-            self._send(direct.encode(direct.Place(cpus=sorted(self.cpus))))
-
     def _doubt(self) -> None:
         """Relay until a probe is answered (everything before it was)."""
         self.up = False
@@ -193,7 +186,6 @@ class DirectReads:
 
     def _answer(self, answer: direct.Answer, data: memoryview) -> None:
         if isinstance(answer, direct.Started):
-            self._place()
             self.up = True
             for ident, pending in list(self.pending.items()):
                 if pending.future.done():  # its call is gone (cancelled)

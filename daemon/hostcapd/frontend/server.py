@@ -445,7 +445,7 @@ async def serve(
     _keep_heap()
     stopped = asyncio.Event()
     relay = Relay(sock, stopped, hello.kind)
-    direct = reads.DirectReads(read_link, affinity.placed) if read_link is not None else None
+    direct = reads.DirectReads(read_link) if read_link is not None else None
     relay.output_budget = hello.output_budget
     server = grpc.aio.server(options=server_options(hello.max_receive, hello.max_send))
     # Who asked (decision 0033): the front-end accepts the socket itself and

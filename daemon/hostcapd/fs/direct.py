@@ -6,8 +6,7 @@ side (`Links`), which keeps the worker's ends to hand to every worker it
 starts:
 
 - the read link, front-end <-> worker: the front-end sends `Read` (or a
-  `Sync` probe, or `Place`: the CPUs it is kept on, where the worker keeps
-  itself too, within the CPUs it may use); the worker answers `Content` with the bytes in the same
+  `Sync` probe); the worker answers `Content` with the bytes in the same
   datagram, `Refused` with a typed reason, `Relay` (too large for one
   datagram: the front-end relays the call through the root side, as every
   read went before), `Synced`, and `Started` once per worker start (the
@@ -65,9 +64,6 @@ ACK_TIMEOUT_S = 5.0
 COUNT_IDLE_S = 0.05
 COUNT_EVERY_S = 0.5
 MAX_OFFSET = (1 << 63) - 1
-#: The most CPUs a `Place` names, and the highest CPU number.
-MAX_CPUS = 1024
-MAX_CPU = (1 << 16) - 1
 
 
 def read_bounds(offset: int, max_bytes: int | None, ceiling: int) -> int:
@@ -130,17 +126,6 @@ class Sync(_Message, frozen=True, tag="sync"):
     """A probe: answered `Synced` once everything sent before it is."""
 
     nonce: Id
-
-
-class Place(_Message, frozen=True, tag="place"):
-    """The CPUs the front-end is kept on (`daemon.frontend_cpu = "core"`):
-    the worker keeps itself on those of them it may use (none: it stays as
-    it is). Not answered. A read crosses the two processes four times; on
-    one core each wakes to caches the other warmed."""
-
-    cpus: Annotated[
-        list[Annotated[int, msgspec.Meta(ge=0, le=MAX_CPU)]], msgspec.Meta(max_length=MAX_CPUS)
-    ]
 
 
 # --- worker -> front-end --------------------------------------------------------
@@ -208,7 +193,7 @@ class Acked(_Message, frozen=True, tag="acked"):
     seq: Id
 
 
-Request = Read | Sync | Place
+Request = Read | Sync
 Answer = Content | Refused | Relay | Synced | Started
 Report = Denied | Counted | Malformed
 

@@ -30,7 +30,6 @@ from hostcapd.fs.direct import (
     Counted,
     Denied,
     Malformed,
-    Place,
     Read,
     Refused,
     Relay,
@@ -113,9 +112,6 @@ class DirectServer:
             return
         if isinstance(request, Sync):
             self._send(Synced(nonce=request.nonce))
-            return
-        if isinstance(request, Place):
-            place(request.cpus)
             return
         self._read(request)
 
@@ -242,14 +238,3 @@ class DirectServer:
         except OSError as error:
             if error.errno == errno.EMSGSIZE and isinstance(answer, Content):
                 self._send(Relay(id=answer.id))  # larger than this link carries
-
-
-def place(cpus: list[int]) -> None:
-    """Keep this process on those of `cpus` it may use (none of them: as it
-    is). Only ever narrows what the worker was given."""
-    try:
-        wanted = set(cpus) & os.sched_getaffinity(0)
-        if wanted:
-            os.sched_setaffinity(0, wanted)
-    except OSError:
-        pass  # a placement is a speed-up, never a condition

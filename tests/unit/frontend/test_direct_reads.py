@@ -196,31 +196,6 @@ async def test_one_answer_is_read_a_wake_up_and_the_next_on_the_next(
         assert isinstance(found, tuple) and found[1] == b"hi"
 
 
-async def test_a_placed_front_end_asks_each_worker_to_keep_to_its_cpus() -> None:
-    front, theirs = direct.pair()
-    worker = Worker(theirs)
-    frontend = reads.DirectReads(front, {3, 1})
-    try:
-        assert await worker.receive() == direct.Place(cpus=[1, 3])
-        await worker.sync()
-        worker.send(direct.Started(pid=2))  # a worker started anew is asked again
-        assert await worker.receive() == direct.Place(cpus=[1, 3])
-    finally:
-        frontend.close()
-        theirs.close()
-
-
-async def test_a_front_end_left_to_the_scheduler_asks_no_placement(
-    link: tuple[reads.DirectReads, Worker],
-) -> None:
-    frontend, worker = link
-    await _up(frontend, worker)  # its first datagram is the probe
-    worker.send(direct.Started(pid=2))
-    call = asyncio.ensure_future(frontend.read(REQUEST, None))
-    assert isinstance(await worker.receive(), direct.Read)  # no Place before it
-    call.cancel()
-
-
 async def test_a_cancelled_read_leaves_no_trace_and_no_doubt(
     link: tuple[reads.DirectReads, Worker], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -206,36 +206,3 @@ def test_the_front_ends_end_closed_ends_the_link_without_a_report(ends: Ends) ->
     ends.root.settimeout(0.2)
     with pytest.raises(TimeoutError):
         ends.root.recv(1 << 16)
-
-
-def test_a_place_keeps_the_worker_on_the_cpus_it_names_that_it_may_use(ends: Ends) -> None:
-    allowed = os.sched_getaffinity(0)
-    if len(allowed) < 2:
-        pytest.skip("one CPU: nothing to narrow")
-    one = min(allowed)
-    seen: list[set[int]] = []
-
-    def worker() -> None:  # a thread of its own: affinity is per thread
-        ends.ask(direct.encode(direct.Place(cpus=[one, direct.MAX_CPU])))
-        ends.server.serve_one()
-        seen.append(os.sched_getaffinity(0))
-        ends.ask(direct.encode(direct.Place(cpus=[direct.MAX_CPU])))  # none it may use
-        ends.server.serve_one()
-        seen.append(os.sched_getaffinity(0))
-
-    thread = threading.Thread(target=worker)
-    thread.start()
-    thread.join()
-    assert seen == [{one}, {one}]
-    assert ends.server.open
-    ends.frontend.setblocking(False)
-    with pytest.raises(BlockingIOError):
-        ends.frontend.recv(direct.MAX_ANSWER)  # a Place is not answered
-
-
-def test_a_place_naming_too_many_cpus_is_malformed(ends: Ends) -> None:
-    body = msgspec.msgpack.encode({"op": "place", "cpus": list(range(direct.MAX_CPUS + 1))})
-    ends.ask(len(body).to_bytes(4, "big") + body)
-    ends.server.serve_one()
-    assert not ends.server.open
-    assert isinstance(ends.report(), direct.Malformed)

@@ -152,31 +152,51 @@ def unary_reply(
     return to_proto(answer)
 
 
-#: The most protection lists whose wire bytes are kept (a tenant has one per
-#: profile and host state; past it the cache starts again).
+#: The most `Started` parts whose wire bytes are kept (a tenant has one per
+#: command, profile and host state; past it the oldest goes).
 MAX_PROTECTION_LISTS = 64
-_PROTECTIONS: dict[tuple[str, tuple[messages.Protection, ...]], bytes] = {}
+_PROTECTIONS: dict[tuple[Any, ...], bytes] = {}
 
 
 def started_apart(answer: messages.RunResult | messages.SpawnEvent) -> bytes:
-    """The wire bytes of an answer whose `started` names its protections:
-    the answer without them, serialized, then the same message holding only
-    them, serialized once per list and kept (every spawn of a profile has
-    the same list, about half of the answer's conversion). Protobuf parses
-    concatenated messages as one: the two `started` merge, the repeated
-    field's elements in order."""
+    """The wire bytes of an answer with a `started`: the answer without the
+    fields of `started` that are the same for every spawn of a command in a
+    profile (its executable, limits, protections, cwd and environment's
+    names), serialized, then the same message holding only them, serialized
+    once per value and kept (the protections alone were about half of the
+    answer's conversion, these fields together two thirds). Protobuf parses
+    concatenated messages as one: the two `started` merge, each field set in
+    one of them, the repeated fields' elements in order."""
     started = answer.started
-    if started is None or not started.protections:
+    if started is None:
         return to_proto(answer).SerializeToString()
-    key = (answer.proto, tuple(started.protections))
+    key = (
+        answer.proto,
+        started.executable,
+        started.limits,
+        tuple(started.protections),
+        started.cwd,
+        tuple(started.env_names),
+    )
     tail = _PROTECTIONS.get(key)
     if tail is None:
         if len(_PROTECTIONS) >= MAX_PROTECTION_LISTS:
-            _PROTECTIONS.clear()
-        protections = msgspec.to_builtins(started.protections)
-        alone = message_class(answer.proto)(started={"protections": protections})
+            del _PROTECTIONS[next(iter(_PROTECTIONS))]  # the oldest
+        only = messages.Started(
+            executable=started.executable,
+            limits=started.limits,
+            protections=started.protections,
+            cwd=started.cwd,
+            env_names=started.env_names,
+        )
+        alone = message_class(answer.proto)(started=msgspec.to_builtins(only))
         tail = _PROTECTIONS[key] = alone.SerializeToString()
-    rest = msgspec.structs.replace(answer, started=msgspec.structs.replace(started, protections=[]))
+    rest = msgspec.structs.replace(
+        answer,
+        started=msgspec.structs.replace(
+            started, executable=None, limits=None, protections=[], cwd="", env_names=[]
+        ),
+    )
     return to_proto(rest).SerializeToString() + tail
 
 

@@ -252,3 +252,32 @@ def test_a_direct_reads_answer_is_what_its_struct_converts_to(fields: dict[str, 
     full.update(fields)
     expected = to_proto(messages.ReadFileResponse(**full)).SerializeToString()
     assert convert.read_file_response(**full).SerializeToString() == expected
+
+
+def test_a_starteds_fields_of_its_command_travel_apart_and_parse_back() -> None:
+    """A `started`'s executable, limits, protections, cwd and names of its
+    environment are serialized once per value: answers that differ in any
+    of them, or only in the rest, each parse as their own message."""
+    limits = messages.Limits(**dict.fromkeys(messages.Limits.__struct_fields__[:3], 1))
+    true = messages.Executable(path="/usr/bin/true", device=1, inode=2, sha256="a" * 64)
+    base = msgspec.structs.replace(
+        STARTED, executable=true, limits=limits, cwd="/w", env_names=["A", "B"]
+    )
+    variants = [
+        base,
+        msgspec.structs.replace(base, spawn_id="s2", pid=8, request_id="r"),
+        msgspec.structs.replace(base, executable=msgspec.structs.replace(true, inode=3)),
+        msgspec.structs.replace(base, limits=None),
+        msgspec.structs.replace(base, cwd="/w/sub"),
+        msgspec.structs.replace(base, env_names=["B", "A"]),
+        msgspec.structs.replace(base, protections=list(PROTECTIONS[:1])),
+        msgspec.structs.replace(base, executable=None, cwd="", env_names=[], protections=[]),
+    ]
+    for _ in range(2):  # the second from the kept parts
+        for started in variants:
+            answer = messages.RunResult(started=started, exited=EXITED)
+            reply = unary_reply(answer)
+            assert isinstance(reply, bytes)
+            assert process_pb2.RunResult.FromString(reply) == to_proto(answer)
+            event = messages.SpawnEvent(started=started)
+            assert process_pb2.SpawnEvent.FromString(streamed(event)) == to_proto(event)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ daemon and front-ends); `b` is this checkout's with each `--b-set` applied
 to its config (`--a-set` likewise). Prints, b against a:
 
 - row 0's Health.Check (answered in the front-end), row 1's Run /bin/true
-  on `full`, and a 4 KiB ReadFile: p50 and p95;
+  on `full` (or `--tenant`: `minimal`, `nocg`, ...), and a 4 KiB ReadFile: p50 and p95;
 - the tenant front-end's CPU per call over those rounds, and the whole
   daemon's (root, front-ends, spawner, fs workers);
 - row 2's 8 clients on `full`: spawns per second (median window), and the
@@ -111,7 +111,8 @@ def _ratio(name: str, a: float, b: float, unit: str, fmt: str = ".0f") -> str:
 
 async def compare(args: argparse.Namespace) -> None:
     state = Path(tempfile.mkdtemp(prefix="frontend-ab-", dir=state_parent()))
-    daemons = {kind: BenchDaemon(state / kind, (TENANT, STREAM)) for kind in KINDS}
+    tenant = args.tenant
+    daemons = {kind: BenchDaemon(state / kind, (tenant, STREAM)) for kind in KINDS}
     _apply(daemons["a"].config, args.a_set)
     _apply(daemons["b"].config, args.b_set)
     if args.a_python:
@@ -123,10 +124,10 @@ async def compare(args: argparse.Namespace) -> None:
     try:
         for daemon in daemons.values():
             daemon.start()
-        clients = {kind: TenantClient(d.socket(TENANT)) for kind, d in daemons.items()}
+        clients = {kind: TenantClient(d.socket(tenant)) for kind, d in daemons.items()}
         streamers = {kind: TenantClient(d.socket(STREAM)) for kind, d in daemons.items()}
         fs = await ready_for_ab(clients, "frontend-4k", 10)
-        front = {kind: frontend_of(d, TENANT) for kind, d in daemons.items()}
+        front = {kind: frontend_of(d, tenant) for kind, d in daemons.items()}
         pids = {kind: _daemon_pids(d) for kind, d in daemons.items()}
         await asyncio.sleep(0.5)
         print(f"load before: {os.getloadavg()[0]:.2f}", flush=True)
@@ -220,7 +221,7 @@ async def compare(args: argparse.Namespace) -> None:
                 c0 = _with_children(pools[kind])
                 s0 = _cpu(spawner[kind])
                 m0 = procfs.machine_busy_seconds()
-                done, seconds = await daemon_rate(daemons[kind].socket(TENANT), args.seconds)
+                done, seconds = await daemon_rate(daemons[kind].socket(tenant), args.seconds)
                 machine[kind].append((procfs.machine_busy_seconds() - m0) * 1e3 / done)
                 spawner_own[kind] += _cpu(spawner[kind]) - s0
                 if pools[kind] > 0:
@@ -293,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--b-python", default="", help="the interpreter of daemon b")
     parser.add_argument("--a-set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--b-set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--tenant", default=TENANT, help="the bench tenant of the Runs (full)")
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--spaced", type=float, default=0, help="ms of quiet before each round")

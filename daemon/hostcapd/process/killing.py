@@ -13,7 +13,8 @@ The spawn reports its end (Run returns, Spawn's last event, the admin
 Kill's reply) only once its main process is reaped and its pipes are at
 EOF: with a pid namespace the reaped init means every process of it is gone
 (the kernel kills and reaps them before the init's exit completes); without
-one the cgroup kill after the main process's reaping waits until the cgroup
+one the spawner kills the main process's group as it reaps it (before its
+exit is reported), and the cgroup kill after that waits until the cgroup
 is empty. The kill of a running tree does not wait (cgroup.kill is written
 at once; the loop is not blocked while the tree dies).
 """

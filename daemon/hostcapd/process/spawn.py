@@ -439,10 +439,10 @@ class Spawn:
             status: ExitStatus | None = await self.launch.exit
         except SpawnerLost:
             status = None
-        # Whatever the main process left behind dies with it. In a pid
-        # namespace the kernel has done that already: init was reaped.
-        if not self.deps.profile.has("pid_namespace"):
-            self._kill_tree(signal.SIGKILL, wait=True)
+        # Whatever it left behind dies with it: the kernel saw to it in a pid
+        # namespace, else the spawner killed its group as it reaped it.
+        if self._cgroup is not None and not self.deps.profile.has("pid_namespace"):
+            self._cgroup.kill(wait=True)
         if not self._eof.is_set():  # (one timer: no task, nor a timeout scope's steps)
             # After the grace an escaped holder of the pipe is ignored.
             grace = self._loop.call_later(EOF_GRACE, self._eof.set)

@@ -429,7 +429,7 @@ class Spawner:
         """Reap every exited child (all of them, waiting, when block is set)."""
         while not block or self.children or self.warm:
             try:
-                pid, status, usage = os.wait4(-1, 0 if block else os.WNOHANG)
+                pid, status, usage = self._wait(block)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -462,6 +462,23 @@ class Spawner:
             self.report(messages.Exited(spawn_id, pid, status, rusage))
             if len(self.released) > MAX_RELEASED:  # never idle: do not pile them up
                 self.close_released()
+
+    def _wait(self, block: bool) -> tuple[int, int, Any]:
+        """wait4 of the next exited child ((0, 0, None): none yet). A spawn's
+        main process that is not an init (no pid namespace) has its process
+        group killed first, while its zombie still holds the group's id (no
+        other process can have it): whatever it left behind in its group dies
+        with it before its exit is reported, as in a pid namespace, where the
+        kernel does it. (Its cgroup, if it has one, is the root's to kill.)"""
+        flags = os.WEXITED | os.WNOWAIT | (0 if block else os.WNOHANG)
+        exited = os.waitid(os.P_ALL, 0, flags)
+        if exited is None:
+            return 0, 0, None
+        pid = exited.si_pid
+        if pid in self.children and pid not in self.inits:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)  # its setsid made it the group's leader
+        return os.wait4(pid, 0)
 
     def report(self, message: messages.FromSpawner) -> None:
         try:

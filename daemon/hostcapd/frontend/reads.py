@@ -119,7 +119,10 @@ class DirectReads:
         future: asyncio.Future[Outcome] = self.loop.create_future()
         deadline = self.loop.time() + direct.ANSWER_TIMEOUT_S
         self.pending[ident] = _Pending(future, datagram, deadline)
-        if self._sweeper is None:
+        sweeper = self._sweeper
+        if sweeper is None or deadline < sweeper.when():  # (a timeout made shorter)
+            if sweeper is not None:
+                sweeper.cancel()
             self._sweeper = self.loop.call_at(deadline, self._sweep)
         return future
 

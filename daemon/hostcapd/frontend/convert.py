@@ -14,6 +14,7 @@ written as wire bytes directly (`output_event`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -203,11 +204,22 @@ def started_apart(answer: messages.RunResult | messages.SpawnEvent) -> bytes:
 _READ_FILE_RESPONSE = "hostcap.v1.ReadFileResponse"
 
 
-def read_file_response(**fields: Any) -> protobuf_message.Message:
-    """A direct read's answer (`hostcapd.frontend.reads`) as its wire message,
-    built from the worker's fields at once: no `ReadFileResponse` struct made
-    to be turned back into a dict (every field is a plain value, none None)."""
-    return message_class(_READ_FILE_RESPONSE)(**fields)
+def read_file_response(data: bytes, **fields: Any) -> bytes:
+    """A direct read's answer (`hostcapd.frontend.reads`) as its wire bytes:
+    its small fields serialized by protobuf from the worker's values (every
+    one a plain value, none None), then its data as a tag, its length and
+    the bytes themselves (a parser takes fields in any order), joined once:
+    up to 1 MiB is not copied into a message and serialized again."""
+    small = message_class(_READ_FILE_RESPONSE)(**fields).SerializeToString()
+    if not data:
+        return small
+    return b"".join((small, _bytes_tag(_READ_FILE_RESPONSE, "data"), _varint(len(data)), data))
+
+
+@functools.cache
+def _bytes_tag(message: str, field: str) -> bytes:
+    """The tag of a message's length-delimited field (wire type 2)."""
+    return _varint(message_class(message).DESCRIPTOR.fields_by_name[field].number << 3 | 2)
 
 
 def run_result(result: messages.RunResult, kept: Kept) -> bytes:

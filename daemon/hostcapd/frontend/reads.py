@@ -246,8 +246,8 @@ async def refuse(refusal: Refusal, context: Any) -> NoReturn:
     raise AssertionError("abort returned")
 
 
-def response(outcome: tuple[direct.Content, bytes] | Refusal) -> Any:
-    """A direct read's content as its wire message."""
+def response(outcome: tuple[direct.Content, bytes] | Refusal) -> bytes:
+    """A direct read's content as its wire bytes."""
     assert not isinstance(outcome, Refusal)
     found, data = outcome
     return convert.read_file_response(

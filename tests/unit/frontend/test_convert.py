@@ -244,14 +244,18 @@ def test_the_kept_protection_lists_are_bounded() -> None:
     [
         {"path": "a/b", "data": b"x" * 10, "size": 10, "offset": 0, "truncated": False},
         {"path": "p", "data": b"", "size": 0, "offset": 7, "truncated": True, "is_binary": True},
+        {"path": "big", "data": b"y" * ((1 << 20) + 3), "size": 1 << 21, "offset": 0},
     ],
 )
 def test_a_direct_reads_answer_is_what_its_struct_converts_to(fields: dict[str, Any]) -> None:
     full: dict[str, Any] = {"media_type": "text/plain", "sha256": "ab", "file_sha256": "cd"}
     full["is_binary"] = False
     full.update(fields)
-    expected = to_proto(messages.ReadFileResponse(**full)).SerializeToString()
-    assert convert.read_file_response(**full).SerializeToString() == expected
+    expected = to_proto(messages.ReadFileResponse(**full))
+    wire = convert.read_file_response(**full)
+    assert fs_pb2.ReadFileResponse.FromString(wire) == expected
+    if not full.get("data"):
+        assert wire == expected.SerializeToString()
 
 
 def test_a_starteds_fields_of_its_command_travel_apart_and_parse_back() -> None:

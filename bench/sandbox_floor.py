@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import time
 import tomllib
+from functools import partial
 
 from hostcapd import childsetup
 from hostcapd.config import Tenant, parse_config
@@ -155,6 +156,69 @@ class SandboxFloor:
             raise BenchError(f"sandbox floor: /bin/true ended with status {status:#x}")
         return seconds
 
+    def warm_true(self) -> float:
+        """Seconds from the request to reaped of one sandboxed /bin/true run
+        by a warm child (decision 0026) made ahead, as the spawner does: its
+        set-up done and its ready record read before the clock starts, then
+        the request given with `go` (the go fd already readable), its exec
+        record read (`until_exec`) and the init reaped. The request is timed
+        after the child waited 5 ms (a spawner's warm child waits longer)."""
+        import socket
+
+        m = self.message
+        mntns_fd = netns_fd = -1
+        if m.clone_flags & CLONE_NEWNS:
+            self.mntns.fill_one("floor", self.pooled)
+            mntns_fd = self.mntns.take("floor")
+        if m.clone_flags & CLONE_NEWNET:
+            self.netns.fill_one()
+            netns_fd = self.netns.take()
+        ours, theirs = socket.socketpair()
+        exe = os.open(TRUE, os.O_RDONLY | os.O_CLOEXEC)
+        null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+        cancel = os.eventfd(0, os.EFD_CLOEXEC)
+        go = os.eventfd(1, os.EFD_CLOEXEC)
+        ruleset = self.profile.new_ruleset()
+        report = -1
+        try:
+            plan = self.plan(
+                exe=exe,
+                null=null,
+                ruleset=ruleset,
+                netns_fd=netns_fd,
+                mntns_fd=mntns_fd,
+                warm_channel=theirs.fileno(),
+            )
+            pid, report = childsetup.spawn(plan)
+            theirs.close()
+            if len(os.read(report, 24)) != 24:  # its ready record
+                raise BenchError("sandbox floor: the warm child did not get ready")
+            time.sleep(0.005)
+            payload = childsetup.pack_request(
+                by_fd=True,
+                root=0,
+                cwd=b".",
+                exe_path=None,
+                rlimits=self.rlimits,
+                argv=[TRUE.encode()],
+                envp=self.envp,
+            )
+            start = time.perf_counter()
+            childsetup.go(ours.fileno(), payload, [null, null, null, cancel, go, exe])
+            os.read(report, 24)  # its exec record
+            self.until_exec = time.perf_counter() - start
+            _, status = os.waitpid(pid, 0)
+            seconds = time.perf_counter() - start
+        finally:
+            ours.close()
+            theirs.close()
+            for fd in (exe, null, cancel, go, mntns_fd, netns_fd, ruleset, report):
+                if fd >= 0:
+                    os.close(fd)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise BenchError(f"sandbox floor: /bin/true ended with status {status:#x}")
+        return seconds
+
     def close(self) -> None:
         self.mntns.close()
         self.netns.close()
@@ -170,7 +234,16 @@ VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
     "init": (True, {}),
     "init (caller clones)": (True, {"_use_forker": False}),
     "init (its own session)": (True, {"_init_setsid": True}),
+    # A warm child given its request (timed from the request: not comparable
+    # with the lines above), its command's process cloned ahead (the init
+    # waits on a futex), the same waiting in the vfork wait (uninterruptible:
+    # the old way), or cloned after the request.
+    "warm": (True, {}),
+    "warm (vfork wait)": (True, {"_preclone_vfork": True}),
+    "warm (cloned after)": (True, {"_warm_preclone": False}),
 }
+#: the variants `SandboxFloor.warm_true` runs
+WARM = frozenset(name for name in VARIANTS if name.startswith("warm"))
 
 
 def _switch(switches: dict[str, bool], defaults: dict[str, bool]) -> None:
@@ -193,7 +266,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(prog="python -m bench.sandbox_floor")
     parser.add_argument("--rounds", type=int, default=200)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(n for n in VARIANTS if n not in WARM))
     parser.add_argument("--tenant", default="nocg", help="a bench tenant without a cgroup")
     args = parser.parse_args()
     names = [n.strip() for n in args.variants.split(",")]
@@ -214,13 +287,14 @@ def main() -> None:
                 init, switches = VARIANTS[name]
                 _switch(switches, defaults)
                 for _ in range(5):
-                    floor.true(init)
+                    floor.warm_true() if name in WARM else floor.true(init)
             for r in range(args.rounds):
                 for i in range(len(names)):
                     name = names[(r + i) % len(names)]
                     init, switches = VARIANTS[name]
                     _switch(switches, defaults)
-                    times[name].append(floor.true(init))
+                    run = floor.warm_true if name in WARM else partial(floor.true, init)
+                    times[name].append(run())
                     execs[name].append(floor.until_exec)
         finally:
             _switch({}, defaults)

@@ -62,6 +62,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <linux/capability.h>
+#include <linux/futex.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 
@@ -258,6 +259,9 @@ struct plan {
     /* warm_preclone as it was when the plan was made (the forker's copy of
      * the global is its own). */
     int preclone;
+    /* preclone_vfork as it was: the old wait across the idle period (the
+     * A/B's; see preclone_and_wait). */
+    int preclone_vfork;
     /* init_setsid_enabled as it was: an init in a session of its own (the
      * A/B's old way), or only a process group (see child_main). */
     int init_setsid;
@@ -329,6 +333,7 @@ void warm_receive(struct plan *p);
 /* A warm init clones its command's process before the request (see
  * init_main); a switch for the A/B. */
 extern int warm_preclone;
+extern int preclone_vfork;
 /* Whether an init makes a session of its own (see child_main): the A/B's. */
 extern int init_setsid_enabled;
 /* A warm init's command process, dropped before its request: fail_step. */

@@ -16,7 +16,8 @@
  *
  * The init is not a CLONE_VM child (it outlives the exec, so it needs
  * memory of its own): the spawner clones it like fork, and it clones the
- * command's process vfork-style from its own memory. It has the command's
+ * command's process vfork-style from its own memory (a warm init: in its
+ * memory, without the vfork wait; see preclone_and_wait). It has the command's
  * uid, capabilities, no_new_privs, landlock domain, seccomp filter, cgroup
  * and rlimits, and is not dumpable: no foothold. Its records, on the pipe
  * the spawner reads (fixed size, in one write each):
@@ -41,6 +42,14 @@ void init_report_setup(int fd, int step, int err)
 {
     int64_t rec[3] = {INIT_SETUP_MAGIC, step, err};
     write_record(fd, rec, 3);
+}
+
+/* Every fd of the init's but its report pipe, closed. */
+static void close_all_but_report(int fd)
+{
+    if (fd > 0)
+        syscall(SYS_close_range, 0, fd - 1, 0);
+    syscall(SYS_close_range, fd + 1, ~0U, 0);
 }
 
 /* The command's process: a vfork-style child of the init (its memory, its
@@ -134,6 +143,38 @@ static void init_loop(pid_t command, int report_fd)
     }
 }
 
+/* A warm init's command process, cloned ahead: it shares the init's memory
+ * (CLONE_VM: nothing is copied, the init's stack below is its stack) but not
+ * a vfork wait, which the kernel makes uninterruptible: an init in it for as
+ * long as its warm child waits would show as "D" in ps and count 1 in the
+ * host's load average all that time. The init sleeps on a futex instead
+ * (interruptible: "S"), on the word the kernel clears and wakes when the
+ * command's process lets go of this memory (CLONE_CHILD_CLEARTID: at its
+ * exec, or at its exit), the same point where it would end a vfork wait.
+ * Until then the init writes no memory the command's process uses: with
+ * every signal blocked its futex call sets no errno (the TLS they share)
+ * before the word is cleared, nor do its close_range calls (ranges that
+ * cannot be refused), nor the restore of the affinity it had. Its pid, or
+ * -1. */
+static pid_t preclone_and_wait(struct plan *p, char *stack_top)
+{
+    volatile pid_t word = 1;
+    pid_t command = clone(command_main, stack_top, CLONE_VM | CLONE_CHILD_CLEARTID | SIGCHLD, p,
+                          NULL, NULL, &word);
+    if (command < 0)
+        return -1;
+    /* Off the path to the record, while it waits: its affinity back (see
+     * clone_init_small), and every fd but its report pipe closed (the
+     * command's process has a table of its own). */
+    if (p->restore_affinity)
+        sched_setaffinity(0, sizeof p->affinity, &p->affinity);
+    close_all_but_report(p->report_fd);
+    pid_t v;
+    while ((v = __atomic_load_n(&word, __ATOMIC_ACQUIRE)) != 0)
+        syscall(SYS_futex, &word, FUTEX_WAIT, v, NULL, NULL, 0);
+    return command;
+}
+
 /* The end of the set-up as pid 1: start the command's process, report, and
  * become the init. */
 int init_main(struct plan *p)
@@ -154,14 +195,20 @@ int init_main(struct plan *p)
      * killed before it, the init says so. */
     p->fail_step = STEP_INIT;
     p->fail_errno = 0;
-    pid_t command = clone(command_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, p);
+    pid_t command;
+    int futex_wait = p->warm && p->preclone && !p->preclone_vfork;
+    if (futex_wait) {
+        command = preclone_and_wait(p, stack + sizeof stack);
+    } else {
+        command = clone(command_main, stack + sizeof stack, CLONE_VM | CLONE_VFORK | SIGCHLD, p);
+        /* Born on this CPU too (the init waits for its exec); both take
+         * back the spawner's affinity (see clone_init_small). */
+        if (p->restore_affinity)
+            sched_setaffinity(0, sizeof p->affinity, &p->affinity);
+    }
     p->in_command = 0;
     if (p->fail_step == STEP_DROPPED)
         _exit(127); /* dropped before its request (warm_receive) */
-    /* Born on this CPU too (the init waits for its exec); both take back
-     * the spawner's affinity (see clone_init_small). */
-    if (p->restore_affinity)
-        sched_setaffinity(0, sizeof p->affinity, &p->affinity);
     if (command < 0)
         FAIL(STEP_CLONE);
     if (p->fail_step != STEP_NONE) {
@@ -170,9 +217,8 @@ int init_main(struct plan *p)
     }
     /* The command runs: the init keeps its report pipe and nothing else. */
     int fd = p->report_fd;
-    if (fd > 0)
-        syscall(SYS_close_range, 0, fd - 1, 0);
-    syscall(SYS_close_range, fd + 1, ~0U, 0);
+    if (!futex_wait)
+        close_all_but_report(fd);
     init_report_setup(fd, STEP_NONE, 0);
     init_loop(command, fd);
     return 127;

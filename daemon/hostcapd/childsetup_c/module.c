@@ -151,6 +151,7 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->report_fd = p->report_read = -1;
     p->warm = warm_channel >= 0;
     p->preclone = warm_preclone;
+    p->preclone_vfork = preclone_vfork;
     p->init_setsid = init_setsid_enabled;
     p->channel_fd = warm_channel;
     p->tty_fd = tty_fd;
@@ -420,13 +421,25 @@ static PyObject *childsetup_use_forker(PyObject *self, PyObject *arg)
 PyDoc_STRVAR(warm_preclone_doc,
 "_warm_preclone(enabled) -> bool\n\n"
 "Whether a warm child with an init clones its command's process before the\n"
-"request (init.c), or after it, as by default (warm.c says why); the\n"
+"request, as by default (init.c, warm.c), or after it; the\n"
 "previous setting.");
 
 static PyObject *childsetup_warm_preclone(PyObject *self, PyObject *arg)
 {
     (void)self;
     return set_switch(&warm_preclone, arg);
+}
+
+PyDoc_STRVAR(preclone_vfork_doc,
+"_preclone_vfork(enabled) -> bool\n\n"
+"Whether a warm init waits for its command process cloned ahead in a vfork\n"
+"wait (uninterruptible: the A/B's old way), or on a futex, as by default\n"
+"(init.c, preclone_and_wait); the previous setting.");
+
+static PyObject *childsetup_preclone_vfork(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    return set_switch(&preclone_vfork, arg);
 }
 
 PyDoc_STRVAR(init_setsid_doc,
@@ -444,6 +457,7 @@ static PyObject *childsetup_init_setsid(PyObject *self, PyObject *arg)
 static PyMethodDef methods[] = {
     {"_init_setsid", childsetup_init_setsid, METH_O, init_setsid_doc},
     {"_warm_preclone", childsetup_warm_preclone, METH_O, warm_preclone_doc},
+    {"_preclone_vfork", childsetup_preclone_vfork, METH_O, preclone_vfork_doc},
     {"_use_forker", childsetup_use_forker, METH_O, use_forker_doc},
     {"spawn", (PyCFunction)(void (*)(void))childsetup_spawn, METH_VARARGS | METH_KEYWORDS, spawn_doc},
     {"go", (PyCFunction)(void (*)(void))childsetup_go, METH_VARARGS | METH_KEYWORDS, go_doc},

@@ -23,7 +23,8 @@
  * A warm child with an init (pid 1 of its pid namespace) clones its
  * command's process (pid 2) before it waits, in its own session: that
  * process waits for the request (warm_receive) while the init waits for its
- * exec (init_main), so the clone and the new session are not on the
+ * exec (init_main, on a futex: an interruptible sleep, see
+ * preclone_and_wait), so the clone and the new session are not on the
  * request's path. Its failures are the init's to report, as after a
  * fresh init's clone. */
 
@@ -96,13 +97,13 @@ static void close_all_but(int *keep, int n)
     syscall(SYS_close_range, from, ~0U, 0);
 }
 
-/* Off by default: an init that cloned its command's process ahead waits in
- * the kernel's vfork wait (uninterruptible, killable) until that process
- * execs, so every waiting warm child would count 1 in the host's load
- * average and show as "D" in ps for as long as it waits (bench/README.md,
- * "The command's process cloned ahead, switched off"). Kept behind the
- * switch for the A/B and tested so. */
-int warm_preclone = 0;
+/* On by default: a warm init clones its command's process before the
+ * request and waits for its exec on a futex (init.c, preclone_and_wait).
+ * The switch, and the old vfork wait behind preclone_vfork (uninterruptible:
+ * every waiting warm init in "D" and 1 in the load average), are the
+ * bench's A/B (bench/README.md). */
+int warm_preclone = 1;
+int preclone_vfork = 0;
 
 /* Dropped, or the spawner is gone: nothing to say. */
 static void warm_dropped(struct plan *p)

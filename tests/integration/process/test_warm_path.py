@@ -420,6 +420,43 @@ async def test_a_warm_child_killed_while_waiting_is_replaced_and_spawns_still_ru
     assert not set(replaced) & set(killed)
 
 
+def _descendants(pid: int) -> list[int]:
+    out = [pid]
+    for child in children_of(pid):
+        out += _descendants(child)
+    return out
+
+
+async def test_an_idle_daemon_with_warm_children_has_no_process_in_d_state(
+    tenants: tuple[Daemon, Client, Client],
+) -> None:
+    """A waiting warm child's init (whose command's process is cloned ahead)
+    sleeps interruptibly: no process of an idle daemon stays in "D"
+    (uninterruptible: each would count 1 in the host's load average for as
+    long as it waits, and look hung to its operators). Sampled while it
+    idles: the warm children never, the daemon's other processes not in most
+    samples (the pool maker may wait a moment for the kernel, e.g. for RCU
+    in a namespace's teardown)."""
+    daemon, warm, _ = tenants
+    await warm.run("true")  # one used and replaced: the steady state
+    inits = await _wait_warm(daemon, 2, exactly=True)
+    await _known_ready(daemon, inits)
+    # Not vacuous: each init has its command's process, waiting.
+    commands = [c for pid in inits for c in children_of(pid)]
+    assert len(commands) == len(inits), (inits, commands)
+    assert daemon.proc is not None
+    samples = 20
+    in_d: dict[int, int] = {}
+    for _ in range(samples):
+        for pid in _descendants(daemon.proc.pid):
+            with contextlib.suppress(OSError):
+                in_d[pid] = in_d.get(pid, 0) + (_state(pid) == "D")
+        await asyncio.sleep(0.025)
+    assert set(inits + commands) <= set(in_d)
+    assert not [pid for pid in inits + commands if in_d[pid]], in_d
+    assert not [pid for pid, n in in_d.items() if n > samples // 2], in_d
+
+
 async def test_warm_children_die_with_their_tenants_config(
     tenants: tuple[Daemon, Client, Client],
 ) -> None:

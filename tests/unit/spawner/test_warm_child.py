@@ -6,10 +6,12 @@ closed."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import socket
 import struct
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -151,7 +153,7 @@ def _init_warm() -> tuple[int, socket.socket, int]:
 
 @pytest.fixture
 def preclone() -> Iterator[None]:
-    """The command's process cloned ahead (off by default: see warm.c)."""
+    """The command's process cloned ahead (on by default: see warm.c)."""
     was = _childsetup._warm_preclone(True)
     try:
         yield
@@ -233,3 +235,59 @@ def test_an_init_whose_command_process_is_killed_waiting_says_so_and_ends(preclo
     finally:
         channel.close()
         os.close(report)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+SYS_KCMP = {"x86_64": 312, "aarch64": 272}[os.uname().machine]
+KCMP_VM = 1
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def test_an_init_waiting_for_its_command_process_cloned_ahead_sleeps_interruptibly(
+    preclone: None,
+) -> None:
+    """The init waits for the exec of its command's process, which waits for
+    the request: for as long as that lasts it sleeps interruptibly ("S"), not
+    in the kernel's uninterruptible vfork wait ("D", 1 in the host's load
+    average the whole time), and still goes on to run the request."""
+    pid, channel, report = _init_warm()
+    try:
+        [command] = _children(pid)
+        # It shares the init's memory (no copy of an address space per
+        # waiting child): kcmp(KCMP_VM) is 0 for one mm.
+        assert _libc.syscall(SYS_KCMP, pid, command, KCMP_VM, 0, 0) == 0
+        # The init holds its report pipe and nothing else while it waits.
+        assert len(os.listdir(f"/proc/{pid}/fd")) == 1
+        states = []
+        for _ in range(20):
+            states.append((_state(pid), _state(command)))
+            time.sleep(0.005)
+        assert states[-1] == ("S", "S"), states
+        assert all("D" not in s for s in states), states
+        r, w = os.pipe2(os.O_CLOEXEC)
+        payload = childsetup.pack_request(
+            by_fd=False,
+            root=0,
+            cwd=b".",
+            exe_path=b"/bin/echo",
+            rlimits=[],
+            argv=[b"echo", b"ran"],
+            envp=[],
+        )
+        fds = _fds(w, None)
+        childsetup.go(channel.fileno(), payload, fds)
+        for fd in set(fds):
+            os.close(fd)
+        assert init_report.parse_exec(os.read(report, 24)) is None
+        assert os.read(r, 100) == b"ran\n"
+        os.close(r)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        channel.close()
+        os.close(report)
+        _end(pid)

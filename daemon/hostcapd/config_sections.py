@@ -171,6 +171,12 @@ class DaemonSettings(Model):
     #: record is durable (docs/decisions/0020). false: the record first (the
     #: benchmark's comparison, bench/README.md).
     order_before_exec_record: bool = True
+    #: A spawn's cgroup, once the spawn ended and no process is left in it,
+    #: serves its runtime's next spawn (its limits set again, its memory
+    #: peak reset, its counters' base taken) instead of being removed and
+    #: another made (process/cgroup_pool.py). false: one cgroup a spawn
+    #: (the benchmark's comparison, bench/README.md).
+    recycle_spawn_cgroups: bool = True
     #: Once started, the root process moves every object it made so far out
     #: of the cyclic collector's reach (`gc.freeze()`; again after a reload):
     #: a full collection then walks only what spawns made since, not the

@@ -295,6 +295,7 @@ class Daemon:
             self.host.cgroups,
             self.config.daemon.kill_grace_seconds,
             self.config.daemon.order_before_exec_record,
+            self.config.daemon.recycle_spawn_cgroups,
         )
         daemon = self.config.daemon
         return await serve_tenant(

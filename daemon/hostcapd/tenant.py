@@ -64,6 +64,7 @@ class TenantRuntime:
         cgroups: CgroupHost,
         kill_grace: float,
         order_first: bool = True,
+        recycle_cgroups: bool = True,
     ) -> None:
         #: This runtime's own profile in the spawner: a reload's replacement
         #: registers a new one, so no order of the old runtime meets the new.
@@ -81,6 +82,7 @@ class TenantRuntime:
             HashCache(),
             _egress_of(tenant, audit, profile),
             order_first=order_first,
+            recycle_cgroups=recycle_cgroups,
         )
         if profile.fs_changes is not None:  # its roots' parent: the spawner
             profile.fs_changes.spawner = spawner

@@ -367,10 +367,13 @@ def wait_gone(marker: str, timeout: float, exclude: tuple[int, ...] = ()) -> lis
         time.sleep(0.02)
 
 
-#: The stat files of a cgroup made ahead (a warm child's, or one of the
-#: pool's, hostcapd.process.cgroup_pool): opened while it waits, closed when
-#: its spawn's end removes it; the cgroups change with every spawn.
-AHEAD_STAT_FILE = re.compile(r"/(ready|warm)-[0-9a-f]{32}/(memory|pids)\.[a-z_.]+$")
+#: The files a spawn cgroup keeps open (a warm child's, one of the pool's or
+#: a recycled one, hostcapd.process.cgroup_pool): its stat files, its
+#: cgroup.procs and what its recycling reads, opened while it waits or is
+#: kept, closed when it is removed; the cgroups change with every spawn.
+AHEAD_STAT_FILE = re.compile(
+    r"/(ready|warm|spawn)-[0-9a-f]{32}/(memory\.[a-z_.]+|pids\.[a-z_.]+|cgroup\.(procs|events))$"
+)
 
 
 def open_fds(pid: int) -> set[str]:

@@ -14,6 +14,7 @@ written as wire bytes directly (`output_event`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -152,42 +153,73 @@ def unary_reply(
     return to_proto(answer)
 
 
-#: The most protection lists whose wire bytes are kept (a tenant has one per
-#: profile and host state; past it the cache starts again).
+#: The most `Started` parts whose wire bytes are kept (a tenant has one per
+#: command, profile and host state; past it the oldest goes).
 MAX_PROTECTION_LISTS = 64
-_PROTECTIONS: dict[tuple[str, tuple[messages.Protection, ...]], bytes] = {}
+_PROTECTIONS: dict[tuple[Any, ...], bytes] = {}
 
 
 def started_apart(answer: messages.RunResult | messages.SpawnEvent) -> bytes:
-    """The wire bytes of an answer whose `started` names its protections:
-    the answer without them, serialized, then the same message holding only
-    them, serialized once per list and kept (every spawn of a profile has
-    the same list, about half of the answer's conversion). Protobuf parses
-    concatenated messages as one: the two `started` merge, the repeated
-    field's elements in order."""
+    """The wire bytes of an answer with a `started`: the answer without the
+    fields of `started` that are the same for every spawn of a command in a
+    profile (its executable, limits, protections, cwd and environment's
+    names), serialized, then the same message holding only them, serialized
+    once per value and kept (the protections alone were about half of the
+    answer's conversion, these fields together two thirds). Protobuf parses
+    concatenated messages as one: the two `started` merge, each field set in
+    one of them, the repeated fields' elements in order."""
     started = answer.started
-    if started is None or not started.protections:
+    if started is None:
         return to_proto(answer).SerializeToString()
-    key = (answer.proto, tuple(started.protections))
+    key = (
+        answer.proto,
+        started.executable,
+        started.limits,
+        tuple(started.protections),
+        started.cwd,
+        tuple(started.env_names),
+    )
     tail = _PROTECTIONS.get(key)
     if tail is None:
         if len(_PROTECTIONS) >= MAX_PROTECTION_LISTS:
-            _PROTECTIONS.clear()
-        protections = msgspec.to_builtins(started.protections)
-        alone = message_class(answer.proto)(started={"protections": protections})
+            del _PROTECTIONS[next(iter(_PROTECTIONS))]  # the oldest
+        only = messages.Started(
+            executable=started.executable,
+            limits=started.limits,
+            protections=started.protections,
+            cwd=started.cwd,
+            env_names=started.env_names,
+        )
+        alone = message_class(answer.proto)(started=msgspec.to_builtins(only))
         tail = _PROTECTIONS[key] = alone.SerializeToString()
-    rest = msgspec.structs.replace(answer, started=msgspec.structs.replace(started, protections=[]))
+    rest = msgspec.structs.replace(
+        answer,
+        started=msgspec.structs.replace(
+            started, executable=None, limits=None, protections=[], cwd="", env_names=[]
+        ),
+    )
     return to_proto(rest).SerializeToString() + tail
 
 
 _READ_FILE_RESPONSE = "hostcap.v1.ReadFileResponse"
 
 
-def read_file_response(**fields: Any) -> protobuf_message.Message:
-    """A direct read's answer (`hostcapd.frontend.reads`) as its wire message,
-    built from the worker's fields at once: no `ReadFileResponse` struct made
-    to be turned back into a dict (every field is a plain value, none None)."""
-    return message_class(_READ_FILE_RESPONSE)(**fields)
+def read_file_response(data: bytes, **fields: Any) -> bytes:
+    """A direct read's answer (`hostcapd.frontend.reads`) as its wire bytes:
+    its small fields serialized by protobuf from the worker's values (every
+    one a plain value, none None), then its data as a tag, its length and
+    the bytes themselves (a parser takes fields in any order), joined once:
+    up to 1 MiB is not copied into a message and serialized again."""
+    small = message_class(_READ_FILE_RESPONSE)(**fields).SerializeToString()
+    if not data:
+        return small
+    return b"".join((small, _bytes_tag(_READ_FILE_RESPONSE, "data"), _varint(len(data)), data))
+
+
+@functools.cache
+def _bytes_tag(message: str, field: str) -> bytes:
+    """The tag of a message's length-delimited field (wire type 2)."""
+    return _varint(message_class(message).DESCRIPTOR.fields_by_name[field].number << 3 | 2)
 
 
 def run_result(result: messages.RunResult, kept: Kept) -> bytes:

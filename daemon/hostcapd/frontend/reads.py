@@ -4,6 +4,9 @@
     outcome = await reads.read(request, caller) # None: relay the call instead
     return await reads.reply(outcome, context)  # the reply, or the call aborted
 
+(A call's handler awaits `reads.ask(...)`'s future itself, and answers a
+`Content` with `response`: one coroutine for the whole call.)
+
 The worker answers each `Read` with the file's content in one datagram, or
 a typed refusal (audited by the root side from the worker's report before
 the answer is sent), or `Relay` for a read too large for a datagram. On any
@@ -27,7 +30,7 @@ import mmap
 import socket
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import msgspec
 
@@ -48,6 +51,8 @@ LOST = Refusal(UNAVAILABLE, "the fs worker died during the request twice; it is 
 class _Pending:
     future: asyncio.Future[Outcome]
     datagram: bytes
+    #: The loop's time past which the read is given up (relayed).
+    deadline: float
     asked_again: bool = False
 
 
@@ -60,6 +65,9 @@ class DirectReads:
         self.loop = asyncio.get_running_loop()
         self.pending: dict[int, _Pending] = {}
         self._ids = itertools.count(1)
+        #: One timer for every read's deadline (not one a read): armed for
+        #: the earliest, it gives up what is late and arms itself again.
+        self._sweeper: asyncio.TimerHandle | None = None
         #: Reads go direct only while this holds.
         self.up = False
         self._probe = 0
@@ -72,6 +80,9 @@ class DirectReads:
         self._doubt()
 
     def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         if self.sock.fileno() >= 0:
             self.loop.remove_reader(self.sock.fileno())
             self.sock.close()
@@ -80,6 +91,15 @@ class DirectReads:
     # --- asking -------------------------------------------------------------
 
     async def read(self, request: messages.ReadFileCall, caller: messages.Caller | None) -> Outcome:
+        future = self.ask(request, caller)
+        return None if future is None else await future
+
+    def ask(
+        self, request: messages.ReadFileCall, caller: messages.Caller | None
+    ) -> asyncio.Future[Outcome] | None:
+        """Send the read; the future of its outcome, or None: relay it. A
+        read not answered within ANSWER_TIMEOUT_S comes to None (relayed),
+        and puts the link in doubt."""
         if not self.up or len(self.pending) >= direct.IN_FLIGHT:
             return None
         if len(request.path) > direct.MAX_PATH:
@@ -96,15 +116,32 @@ class DirectReads:
         )
         if len(datagram) > direct.MAX_REQUEST or not self._send(datagram):
             return None
-        pending = self.pending[ident] = _Pending(self.loop.create_future(), datagram)
-        try:
-            async with asyncio.timeout(direct.ANSWER_TIMEOUT_S):
-                return await pending.future
-        except TimeoutError:
+        future: asyncio.Future[Outcome] = self.loop.create_future()
+        deadline = self.loop.time() + direct.ANSWER_TIMEOUT_S
+        self.pending[ident] = _Pending(future, datagram, deadline)
+        sweeper = self._sweeper
+        if sweeper is None or deadline < sweeper.when():  # (a timeout made shorter)
+            if sweeper is not None:
+                sweeper.cancel()
+            self._sweeper = self.loop.call_at(deadline, self._sweep)
+        return future
+
+    def _sweep(self) -> None:
+        """Give up the reads past their deadline (relayed; the link in doubt
+        if one was still awaited); armed again for the next deadline."""
+        self._sweeper = None
+        now = self.loop.time()
+        late = [ident for ident, p in self.pending.items() if p.deadline <= now]
+        awaited = False
+        for ident in late:
+            future = self.pending.pop(ident).future
+            awaited = awaited or not future.done()
+            _settle(future, None)
+        if awaited:
             self._doubt()
-            return None
-        finally:
-            self.pending.pop(ident, None)
+        if self.pending:
+            first = min(p.deadline for p in self.pending.values())
+            self._sweeper = self.loop.call_at(first, self._sweep)
 
     def _send(self, datagram: bytes) -> bool:
         try:
@@ -153,19 +190,23 @@ class DirectReads:
     def _answer(self, answer: direct.Answer, data: memoryview) -> None:
         if isinstance(answer, direct.Started):
             self.up = True
-            for pending in list(self.pending.values()):
-                if pending.asked_again:
+            for ident, pending in list(self.pending.items()):
+                if pending.future.done():  # its call is gone (cancelled)
+                    del self.pending[ident]
+                elif pending.asked_again:
+                    del self.pending[ident]
                     _settle(pending.future, LOST)
                 else:
                     pending.asked_again = True
                     if not self._send(pending.datagram):
+                        del self.pending[ident]
                         _settle(pending.future, None)
             return
         if isinstance(answer, direct.Synced):
             if answer.nonce == self._probe:
                 self.up = True
             return
-        waiting = self.pending.get(answer.id)
+        waiting = self.pending.pop(answer.id, None)
         if waiting is None:
             return  # a read given up, or asked twice and answered once already
         if isinstance(answer, direct.Content):
@@ -176,7 +217,8 @@ class DirectReads:
             _settle(waiting.future, None)
 
     def _lost_all(self) -> None:
-        for pending in self.pending.values():
+        lost, self.pending = self.pending, {}
+        for pending in lost.values():
             _settle(pending.future, None)
 
 
@@ -188,14 +230,25 @@ def _settle(future: asyncio.Future[Outcome], outcome: Outcome) -> None:
 async def reply(outcome: tuple[direct.Content, bytes] | Refusal, context: Any) -> Any:
     """A direct read's answer on the wire, or the call ended with its refusal."""
     if isinstance(outcome, Refusal):
-        abort = messages.Abort(
-            call=1,
-            code=outcome.code,
-            message=outcome.message,
-            reason=outcome.reason if outcome.on_the_wire else "",
-        )
-        await convert.abort(context, abort)
-        raise AssertionError("abort returned")
+        await refuse(outcome, context)
+    return response(outcome)
+
+
+async def refuse(refusal: Refusal, context: Any) -> NoReturn:
+    """End the call with a direct read's refusal."""
+    abort = messages.Abort(
+        call=1,
+        code=refusal.code,
+        message=refusal.message,
+        reason=refusal.reason if refusal.on_the_wire else "",
+    )
+    await convert.abort(context, abort)
+    raise AssertionError("abort returned")
+
+
+def response(outcome: tuple[direct.Content, bytes] | Refusal) -> bytes:
+    """A direct read's content as its wire bytes."""
+    assert not isinstance(outcome, Refusal)
     found, data = outcome
     return convert.read_file_response(
         path=found.path,

@@ -47,7 +47,7 @@ import socket
 import sys
 import typing
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 import msgspec
@@ -60,6 +60,7 @@ from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd.applied import Unavailable
 from hostcapd.bridge import channel, messages
+from hostcapd.errors import Refusal
 from hostcapd.frontend import affinity, convert, reads
 from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
 from hostcapd.frontend.options import HealthReporter, new_health, server_options
@@ -276,9 +277,12 @@ def _handler(
         try:
             return convert.request_of(model, request_type.FromString(raw))
         except (protobuf_message.DecodeError, msgspec.ValidationError, ValueError):
-            relay.link.send(messages.Malformed(method=name))
-            await context.abort_with_status(MALFORMED.to_status())
-            raise AssertionError("abort_with_status returned") from None
+            await malformed(context)
+
+    async def malformed(context: Any) -> NoReturn:
+        relay.link.send(messages.Malformed(method=name))
+        await context.abort_with_status(MALFORMED.to_status())
+        raise AssertionError("abort_with_status returned")
 
     # A call's request, its bytes and its payload are dropped as soon as
     # they are sent on: a refusal's exception (its traceback holds this
@@ -377,14 +381,21 @@ def _handler(
         asked = direct
 
         # Asked of the fs worker directly (decision 0034); relayed when the
-        # link says so, or is in doubt.
+        # link says so, or is in doubt. One coroutine a call: the request
+        # parsed, the read's future awaited and the answer made in it.
         async def read_file(raw: bytes, context: Any) -> Any:
-            request, payload = await parse(raw, context)
+            try:
+                request, payload = convert.request_of(model, request_type.FromString(raw))
+            except (protobuf_message.DecodeError, msgspec.ValidationError, ValueError):
+                await malformed(context)
             assert isinstance(request, messages.ReadFileCall)
-            outcome = await asked.read(request, caller_of(context))
+            future = asked.ask(request, caller_of(context))
+            outcome = None if future is None else await future
             if outcome is None:
                 return await relayed([(request, payload)], context)
-            return await reads.reply(outcome, context)
+            if isinstance(outcome, Refusal):
+                await reads.refuse(outcome, context)
+            return reads.response(outcome)
 
         return grpc.unary_unary_rpc_method_handler(read_file, response_serializer=convert.serialize)
     return grpc.unary_unary_rpc_method_handler(unary, response_serializer=convert.serialize)

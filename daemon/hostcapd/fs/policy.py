@@ -163,20 +163,70 @@ class PathPattern:
         return False
 
 
+def _anywhere(parts: tuple[str, ...]) -> str | None:
+    """X of a pattern `**/X` or `**/X/**` (X one component, not `**`)."""
+    if (
+        parts[0] == "**"
+        and len(parts) in (2, 3)
+        and parts[1] != "**"
+        and parts[2:] in ((), ("**",))
+    ):
+        return parts[1]
+    return None
+
+
+class _Table:
+    """One table of patterns, matched together. A pattern `**/X` or
+    `**/X/**` (X one component, not `**`) matches a path exactly when one
+    of its components matches X (an ancestor ending in it, or the path): the
+    table's such components are one set of literals and one regular
+    expression (fnmatch's translations as alternatives), tried on each
+    component once; every other pattern runs its own matcher. Most of the
+    default tables are of that form (`**/.env`, `**/*.pem`, `**/.ssh/**`)."""
+
+    def __init__(self, patterns: tuple[PathPattern, ...]) -> None:
+        self.patterns = patterns
+        literals: set[str] = set()
+        globs: list[str] = []
+        rest: list[PathPattern] = []
+        for pattern in patterns:
+            name = _anywhere(pattern.parts)
+            if name is None:
+                rest.append(pattern)
+            elif _MAGIC & set(name):
+                globs.append(fnmatch.translate(name))
+            else:
+                literals.add(name)
+        self.literals = frozenset(literals)
+        self.glob = re.compile("|".join(f"(?:{g})" for g in globs)).match if globs else None
+        self.rest = tuple(rest)
+
+    def matches(self, path: Sequence[str]) -> bool:
+        folded = [part.casefold() for part in path]
+        if not self.literals.isdisjoint(folded):
+            return True
+        glob = self.glob
+        if glob is not None:
+            for name in folded:
+                if glob(name) is not None:
+                    return True
+        return any(pattern.matches_folded(folded) for pattern in self.rest)
+
+
 class PathPolicy:
     """The tenant's protected and secret tables."""
 
     def __init__(self, protected: Iterable[str], secret: Iterable[str]) -> None:
         self.protected = tuple(PathPattern.compile(p) for p in protected)
         self.secret = tuple(PathPattern.compile(p) for p in secret)
+        self._protected = _Table(self.protected)
+        self._secret = _Table(self.secret)
 
     def is_secret(self, path: Sequence[str]) -> bool:
-        folded = [part.casefold() for part in path]
-        return any(pattern.matches_folded(folded) for pattern in self.secret)
+        return self._secret.matches(path)
 
     def is_protected(self, path: Sequence[str]) -> bool:
-        folded = [part.casefold() for part in path]
-        return any(pattern.matches_folded(folded) for pattern in self.protected)
+        return self._protected.matches(path)
 
 
 def split(path: str) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
+from hostcapd.process.cgroup_pool import Recycled
 from hostcapd.process.executable import HashCache
 from hostcapd.process.output import OutputTurns
 from hostcapd.sandbox.cgroups import CgroupHost
@@ -43,3 +44,8 @@ class SpawnDeps:
     #: go, written once the record is durable); false: the record first
     #: (`daemon.order_before_exec_record`, the benchmark's comparison).
     order_first: bool = True
+    #: Its spawns' cgroups, once each ended, are recycled for its next spawns
+    #: (process/cgroup_pool.py); false: removed (`daemon.recycle_spawn_cgroups`).
+    recycle_cgroups: bool = True
+    #: Its spawns' cgroups kept for its next spawns.
+    recycled: Recycled = field(default_factory=Recycled)

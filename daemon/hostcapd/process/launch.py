@@ -119,8 +119,17 @@ class FreshLaunch(Launch):
     def make_cgroup(self, memory_bytes: int | None, pids: int | None) -> SpawnCgroup:
         if self.cgroup is None:
             return super().make_cgroup(memory_bytes, pids)
-        # Made ahead (process/cgroup_pool.py), empty and unlimited: its limits now.
-        self.deps.cgroups.set_limits(self.cgroup, memory_bytes, pids)
+        # Made ahead or recycled (process/cgroup_pool.py), empty: its limits now.
+        try:
+            self.deps.cgroups.set_limits(self.cgroup, memory_bytes, pids)
+        except CgroupError:
+            if not self.cgroup.uses:
+                raise
+            # A recycled one's leftover charge above this spawn's memory
+            # limit (v1 refuses a limit it cannot reclaim to): a new one.
+            with contextlib.suppress(CgroupError):
+                self.cgroup.remove()
+            return super().make_cgroup(memory_bytes, pids)
         return self.cgroup
 
     async def send(self, order_for: OrderFor, fds: list[int]) -> None:
@@ -154,7 +163,7 @@ class FreshLaunch(Launch):
         if self.deps.egress is not None:
             self.deps.egress.close(self.id)
         super().release(ran)
-        return self.cgroup  # made, or taken from the pool: removed, never reused
+        return self.cgroup  # made, or taken from the pool: removed or recycled
 
 
 class WarmLaunch(Launch):
@@ -229,7 +238,9 @@ def launch_for(
     deps: SpawnDeps, warm: WarmEntry | None, cgroup: SpawnCgroup | None = None
 ) -> Launch:
     """A warm child's launch if the pool gave one, else a fresh one (in
-    `cgroup`, made ahead, whose name its spawn takes as its id, if given)."""
+    `cgroup`, made ahead, whose name its spawn takes as its id, if given;
+    a recycled one's served a spawn already: its spawn takes an id of its own)."""
     if warm is not None:
         return WarmLaunch(deps, warm)
-    return FreshLaunch(deps, cgroup.name if cgroup is not None else None, cgroup)
+    spawn_id = cgroup.name if cgroup is not None and not cgroup.uses else None
+    return FreshLaunch(deps, spawn_id, cgroup)

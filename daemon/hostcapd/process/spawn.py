@@ -487,9 +487,9 @@ class Spawn:
         synced, self._synced = self._synced, None
         if synced is not None:  # not awaited: its error is `_on_durable`'s
             retrieve(synced) if synced.done() else synced.add_done_callback(retrieve)
-        # A cgroup it made but the spawn never took (a warm child's) goes too.
+        # Its cgroup (a warm child's it never ran too) goes, or is recycled (cgroup_pool.py).
         self._cgroup = self.launch.release(ran=bool(self.pid)) or self._cgroup
-        if self._cgroup is not None:
+        if self._cgroup is not None and not self.deps.recycled.give(self._cgroup):
             try:
                 self._cgroup.remove()
             except CgroupError:

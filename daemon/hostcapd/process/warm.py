@@ -220,9 +220,18 @@ class WarmPool:
         deps = self.deps
         warm_id = warm_id or uuid.uuid4().hex
         # Unlimited while it waits (it is ours); the spawn sets its limits.
-        has_cgroup = deps.profile.has("cgroup")
-        cgroup = deps.cgroups.create(warm_id, None, None, warm=True) if has_cgroup else None
-        if cgroup is not None:
+        # A recycled cgroup (process/cgroup_pool.py) is made unlimited again.
+        cgroup = None
+        if deps.profile.has("cgroup"):
+            cgroup = deps.recycled.take()
+            if cgroup is not None:
+                try:
+                    deps.cgroups.set_limits(cgroup, None, None)
+                except CgroupError:
+                    _remove(cgroup)
+                    cgroup = None
+            if cgroup is None:
+                cgroup = deps.cgroups.create(warm_id, None, None, warm=True)
             cgroup.open_stats()  # its spawn's stats at the end: a pread each
         fds: list[int] = []
         try:

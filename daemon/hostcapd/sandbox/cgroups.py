@@ -472,6 +472,7 @@ class CgroupHost:
                     raise CgroupError(f"cgroup {name}: {error.strerror}: {path}") from None
                 made.append((dir_fd, directory))
             self._limit(cgroup, memory_bytes, pids)
+            cgroup.limits = (memory_bytes, pids)
         except BaseException as error:
             for dir_fd, directory in reversed(made):
                 with contextlib.suppress(OSError):
@@ -490,12 +491,49 @@ class CgroupHost:
             )
 
     def set_limits(self, cgroup: SpawnCgroup, memory_bytes: int | None, pids: int | None) -> None:
-        """Set a made cgroup's limits (a warm child's, made unlimited, once
-        its spawn is known); CgroupError if the kernel refused one."""
+        """Set a made cgroup's limits (a warm child's or one made ahead, once
+        its spawn is known; one recycled, whose last spawn's limits are
+        there), None being unlimited. Only a limit that differs from the
+        one written is written. CgroupError if the kernel refused one (the
+        cgroup is then never recycled: its limits are unknown)."""
+        memory_now, pids_now = cgroup.limits
         try:
-            self._limit(cgroup, memory_bytes, pids)
+            if memory_bytes != memory_now:
+                self._limit_memory(cgroup, memory_bytes, memory_now)
+            if pids != pids_now:
+                pids_at = cgroup.role_at("pids")
+                if pids_at is not None:
+                    value = "max" if pids is None else str(pids)
+                    write(f"{pids_at[2]}/pids.max", value, dir_fd=pids_at[1])
         except OSError as error:
+            cgroup.reusable = False
             raise CgroupError(f"cgroup {cgroup.name}: {error.strerror}: {error.filename}") from None
+        cgroup.limits = (memory_bytes, pids)
+
+    @staticmethod
+    def _limit_memory(cgroup: SpawnCgroup, memory_bytes: int | None, now: int | None) -> None:
+        """A spawn cgroup's memory limit, None: none; swap 0 with a limit
+        (written when it had none), unlimited without one. `now`: the one
+        there. On v1 a raised limit writes memory + swap first (the kernel
+        keeps the limit below it), a lowered one after."""
+        memory = cgroup.role_at("memory")
+        if memory is None:
+            return
+        version, dir_fd, directory, absolute = memory
+        if version == 2:
+            value = "max" if memory_bytes is None else str(memory_bytes)
+            write(f"{directory}/memory.max", value, dir_fd=dir_fd)
+            if (now is None or memory_bytes is None) and has_file(absolute, "memory.swap.max"):
+                swap = "max" if memory_bytes is None else "0"
+                write(f"{directory}/memory.swap.max", swap, dir_fd=dir_fd)
+            return
+        limit = -1 if memory_bytes is None else memory_bytes
+        raised = memory_bytes is None or (now is not None and memory_bytes > now)
+        if raised and has_file(absolute, _MEMSW):
+            write(f"{directory}/{_MEMSW}", str(limit), dir_fd=dir_fd)
+            write(f"{directory}/memory.limit_in_bytes", str(limit), dir_fd=dir_fd)
+        else:
+            _memory_v1(directory, limit, dir_fd, has_file(absolute, _MEMSW))
 
     @staticmethod
     def _limit(cgroup: SpawnCgroup, memory_bytes: int | None, pids: int | None) -> None:

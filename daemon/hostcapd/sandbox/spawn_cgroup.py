@@ -117,8 +117,21 @@ class SpawnCgroup:
             if parents is not None
             else tuple((None, path) for path in self.paths)
         )
-        #: The files `stats` reads, opened ahead of need (`open_stats`).
+        #: The files `stats` reads, opened ahead of need (`open_stats`), and
+        #: those `recycle` reads, opened at its first.
         self._stat_fds: dict[str, int] = {}
+        #: Each cgroup.procs, for writing: `procs_fds` gives dups of them.
+        self._procs_fds: list[int] = []
+        #: Its memory and pids limits as written (None: unlimited), so a
+        #: limit is written only when it changes (`CgroupHost.set_limits`);
+        #: `reusable` goes False when a write failed (its state is unknown).
+        self.limits: tuple[int | None, int | None] = (None, None)
+        self.reusable = True
+        #: Spawns it served before the current one (`recycle`).
+        self.uses = 0
+        #: What its counters read when it was last recycled, subtracted by
+        #: `stats` so each spawn's figures are its own: (OOM kills, refused forks).
+        self._base = (0, 0)
 
     @functools.cached_property
     def directories(self) -> tuple[Path, ...]:
@@ -148,21 +161,36 @@ class SpawnCgroup:
         return None
 
     def procs_fds(self) -> list[int]:
-        """Fresh O_WRONLY|O_CLOEXEC fds of each cgroup.procs, for the child to write "0"
-        into; the caller closes them once the child is placed."""
-        fds: list[int] = []
+        """O_WRONLY|O_CLOEXEC fds of each cgroup.procs, for the child to write "0"
+        into; the caller closes them once the child is placed. Each a dup of
+        one this cgroup keeps open from its first spawn (closed by `remove`):
+        a recycled cgroup's next spawn opens none (the kernel checks a write
+        against the credentials it was opened with: the root's, either way)."""
+        if not self._procs_fds:
+            fds: list[int] = []
+            try:
+                for dir_fd, directory in self.at:
+                    fds.append(
+                        os.open(
+                            f"{directory}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=dir_fd
+                        )
+                    )
+            except OSError as error:
+                for fd in fds:
+                    os.close(fd)
+                raise CgroupError(
+                    f"cgroup {self.name}: cannot open cgroup.procs: {error.strerror}"
+                ) from None
+            self._procs_fds = fds
+        dups: list[int] = []
         try:
-            for dir_fd, directory in self.at:
-                fds.append(
-                    os.open(f"{directory}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=dir_fd)
-                )
+            for fd in self._procs_fds:
+                dups.append(os.dup(fd))
         except OSError as error:
-            for fd in fds:
+            for fd in dups:
                 os.close(fd)
-            raise CgroupError(
-                f"cgroup {self.name}: cannot open cgroup.procs: {error.strerror}"
-            ) from None
-        return fds
+            raise CgroupError(f"cgroup {self.name}: {error.strerror}") from None
+        return dups
 
     def place(self, pid: int) -> None:
         """Move process `pid` (its every thread) into this cgroup in every
@@ -260,16 +288,53 @@ class SpawnCgroup:
     def open_stats(self) -> None:
         """Open the files `stats` reads now, ahead of need (a cgroup made
         before its spawn): at the spawn's end each is then one pread, not an
-        open, a read and a close on its answer's path. Closed by `remove`."""
+        open, a read and a close on its answer's path. Closed by `remove`.
+        The peak's is opened for writing too: `recycle` resets it through it
+        (on cgroup v2 a reset holds for reads through that fd alone)."""
         for name, (dir_fd, path) in self._stat_files.items():
             if name not in self._stat_fds:
                 with contextlib.suppress(OSError):  # stats opens it then
-                    self._stat_fds[name] = os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
+                    self._stat_fds[name] = _open_stat(name, path, dir_fd)
 
     def _close_stats(self) -> None:
         fds, self._stat_fds = self._stat_fds, {}
-        for fd in fds.values():
+        procs, self._procs_fds = self._procs_fds, []
+        for fd in [*fds.values(), *procs]:
             os.close(fd)
+
+    @functools.cached_property
+    def _recycle_files(self) -> dict[str, tuple[int | None, str]]:
+        """The files `recycle` reads: per hierarchy what says it is empty
+        (v2: cgroup.events, whose `populated` counts nested cgroups too; v1
+        pids: pids.current, which counts every task of it, exited but not yet
+        reaped ones too; a v1 memory or freezer hierarchy has no such count:
+        a process is in each of a spawn's hierarchies or none, placed by the
+        daemon, and nothing of the sandbox can write to a cgroup file), and
+        the memory still charged."""
+        files: dict[str, tuple[int | None, str]] = {}
+        for index, (h, (dir_fd, directory)) in enumerate(
+            zip(self._hierarchies, self.at, strict=True)
+        ):
+            if h.version == 2:
+                files[f"populated {index}"] = (dir_fd, f"{directory}/cgroup.events")
+            elif "pids" in h.roles:
+                files[f"tasks {index}"] = (dir_fd, f"{directory}/pids.current")
+        memory = self.role_at("memory")
+        if memory is not None:
+            version, dir_fd, directory, _ = memory
+            usage = "memory.current" if version == 2 else "memory.usage_in_bytes"
+            files["usage"] = (dir_fd, f"{directory}/{usage}")
+        return files
+
+    def _read_kept(self, name: str, where: tuple[int | None, str]) -> str:
+        """A file of `_recycle_files`, read through an fd kept open (cgroup
+        files show their state anew at each read from offset 0)."""
+        fd = self._stat_fds.get(name)
+        if fd is None:
+            fd = self._stat_fds[name] = os.open(
+                where[1], os.O_RDONLY | os.O_CLOEXEC, dir_fd=where[0]
+            )
+        return os.pread(fd, 4096, 0).decode()
 
     def _stat(self, name: str, where: tuple[int | None, str]) -> str | None:
         """A stat file's text (None if it does not exist)."""
@@ -284,19 +349,63 @@ class SpawnCgroup:
             return None
 
     def stats(self) -> CgroupStats:
-        """Peak memory, OOM kills and refused forks so far (read them after the spawn ends)."""
+        """Peak memory, OOM kills and refused forks of its current spawn
+        (read them after the spawn ends). In a recycled cgroup the counters
+        are less what they read when it was recycled, and the peak is the
+        kernel's since its reset then (`recycle`)."""
         files = self._stat_files
         peak: int | None = None
         oom_kills = refused = 0
+        base_oom, base_refused = self._base
         if "peak" in files:
             try:
                 peak = int(self._stat("peak", files["peak"]) or "")
             except ValueError:
                 peak = None
-            oom_kills = _keyed(self._stat("oom", files["oom"]), "oom_kill")
+            oom_kills = _keyed(self._stat("oom", files["oom"]), "oom_kill") - base_oom
         if "pids" in files:
-            refused = _keyed(self._stat("pids", files["pids"]), "max")
+            refused = _keyed(self._stat("pids", files["pids"]), "max") - base_refused
         return CgroupStats(peak, oom_kills, refused)
+
+    def recycle(self, leftover_max: int) -> bool:
+        """Make this cgroup, its spawn ended, ready for another spawn of the
+        same runtime (process/cgroup_pool.py), or say it cannot be (False:
+        remove it). Fails closed: only when no process is left in any of its
+        hierarchies, its memory still charged (page cache and kernel objects
+        its spawn left, the charge batches the kernel keeps per CPU) is at
+        most `leftover_max` bytes, and every figure `stats` gives can be made
+        the next spawn's own: the memory peak reset (v1: a write to
+        max_usage_in_bytes; v2: a write to memory.peak, per open fd, Linux
+        >= 6.12) to the current usage, that leftover (which the kernel also
+        counts against the next spawn's limit), the OOM kills and the
+        refused forks read now as the next spawn's base. Its limits stay as
+        they are until the next spawn sets its own."""
+        if not self.reusable or self._parents is None:
+            return False
+        files = self._stat_files
+        try:
+            for name, where in self._recycle_files.items():
+                text = self._read_kept(name, where)
+                if name.startswith("populated"):
+                    if _keyed(text, "populated") != 0:
+                        return False
+                elif int(text) > (leftover_max if name == "usage" else 0):
+                    return False
+            if "peak" in files:
+                self.open_stats()  # (one made on its spawn's path has none open yet)
+                fd = self._stat_fds.get("peak")
+                if fd is None:
+                    return False  # no fd to reset it through (and to read it by)
+                os.pwrite(fd, b"0", 0)
+            base_oom = _keyed(self._stat("oom", files["oom"]), "oom_kill") if "oom" in files else 0
+            base_refused = (
+                _keyed(self._stat("pids", files["pids"]), "max") if "pids" in files else 0
+            )
+        except (OSError, ValueError):
+            return False
+        self._base = (base_oom, base_refused)
+        self.uses += 1
+        return True
 
     def remove(self, timeout: float = REMOVE_TIMEOUT) -> None:
         """Remove every directory of the cgroup (nested ones first), retrying
@@ -334,6 +443,15 @@ class SpawnCgroup:
                 raise CgroupError(f"cgroup {self.name}: still busy after {timeout} s: {left}")
             time.sleep(pause)
             pause = min(pause * 2, 0.01)
+
+
+def _open_stat(name: str, path: str, dir_fd: int | None) -> int:
+    """A stat file's fd: the peak's read-write where it can be reset (v1;
+    v2 on Linux >= 6.12), else read-only, as every other."""
+    if name == "peak":
+        with contextlib.suppress(OSError):
+            return os.open(path, os.O_RDWR | os.O_CLOEXEC, dir_fd=dir_fd)
+    return os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
 
 
 def _keyed(text: str | None, key: str) -> int:

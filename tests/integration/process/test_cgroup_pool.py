@@ -1,7 +1,7 @@
 """Spawn cgroups made ahead of need (hostcapd.process.cgroup_pool): a fresh
 spawn runs in a `ready-<id>` cgroup its runtime made before the request,
 limited with the request's own limits when taken, removed when it ends and
-never used again; the untaken ones are unlimited, so the sandboxed command
+never used again (with recycling off: test_cgroup_recycling.py); the untaken ones are unlimited, so the sandboxed command
 must not be able to move itself into one; none outlives the daemon."""
 
 from __future__ import annotations
@@ -64,7 +64,10 @@ async def _detached(client: Client, *argv: str) -> process_pb2.Started:
 async def test_a_fresh_spawn_runs_in_a_cgroup_made_ahead_limited_for_it_and_used_once(
     start_daemon: Callable[..., Daemon],
 ) -> None:
-    daemon = start_daemon(tenants={"dev": {"warm_spawns": 0}})
+    # One cgroup a spawn (test_cgroup_recycling.py: recycled, the default).
+    daemon = start_daemon(
+        tenants={"dev": {"warm_spawns": 0}}, daemon={"recycle_spawn_cgroups": False}
+    )
     client = Client(daemon.socket_of("dev"))
     try:
         await _wait(lambda: len(_ready(daemon, "dev")) == 2, "two cgroups made ahead")

@@ -244,11 +244,44 @@ def test_the_kept_protection_lists_are_bounded() -> None:
     [
         {"path": "a/b", "data": b"x" * 10, "size": 10, "offset": 0, "truncated": False},
         {"path": "p", "data": b"", "size": 0, "offset": 7, "truncated": True, "is_binary": True},
+        {"path": "big", "data": b"y" * ((1 << 20) + 3), "size": 1 << 21, "offset": 0},
     ],
 )
 def test_a_direct_reads_answer_is_what_its_struct_converts_to(fields: dict[str, Any]) -> None:
     full: dict[str, Any] = {"media_type": "text/plain", "sha256": "ab", "file_sha256": "cd"}
     full["is_binary"] = False
     full.update(fields)
-    expected = to_proto(messages.ReadFileResponse(**full)).SerializeToString()
-    assert convert.read_file_response(**full).SerializeToString() == expected
+    expected = to_proto(messages.ReadFileResponse(**full))
+    wire = convert.read_file_response(**full)
+    assert fs_pb2.ReadFileResponse.FromString(wire) == expected
+    if not full.get("data"):
+        assert wire == expected.SerializeToString()
+
+
+def test_a_starteds_fields_of_its_command_travel_apart_and_parse_back() -> None:
+    """A `started`'s executable, limits, protections, cwd and names of its
+    environment are serialized once per value: answers that differ in any
+    of them, or only in the rest, each parse as their own message."""
+    limits = messages.Limits(**dict.fromkeys(messages.Limits.__struct_fields__[:3], 1))
+    true = messages.Executable(path="/usr/bin/true", device=1, inode=2, sha256="a" * 64)
+    base = msgspec.structs.replace(
+        STARTED, executable=true, limits=limits, cwd="/w", env_names=["A", "B"]
+    )
+    variants = [
+        base,
+        msgspec.structs.replace(base, spawn_id="s2", pid=8, request_id="r"),
+        msgspec.structs.replace(base, executable=msgspec.structs.replace(true, inode=3)),
+        msgspec.structs.replace(base, limits=None),
+        msgspec.structs.replace(base, cwd="/w/sub"),
+        msgspec.structs.replace(base, env_names=["B", "A"]),
+        msgspec.structs.replace(base, protections=list(PROTECTIONS[:1])),
+        msgspec.structs.replace(base, executable=None, cwd="", env_names=[], protections=[]),
+    ]
+    for _ in range(2):  # the second from the kept parts
+        for started in variants:
+            answer = messages.RunResult(started=started, exited=EXITED)
+            reply = unary_reply(answer)
+            assert isinstance(reply, bytes)
+            assert process_pb2.RunResult.FromString(reply) == to_proto(answer)
+            event = messages.SpawnEvent(started=started)
+            assert process_pb2.SpawnEvent.FromString(streamed(event)) == to_proto(event)  # type: ignore[arg-type]

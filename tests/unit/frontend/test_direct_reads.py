@@ -194,3 +194,35 @@ async def test_one_answer_is_read_a_wake_up_and_the_next_on_the_next(
     for task in (first, second):
         found = task.result()
         assert isinstance(found, tuple) and found[1] == b"hi"
+
+
+async def test_a_cancelled_read_leaves_no_trace_and_no_doubt(
+    link: tuple[reads.DirectReads, Worker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frontend, worker = link
+    await _up(frontend, worker)
+    monkeypatch.setattr(direct, "ANSWER_TIMEOUT_S", 0.2)
+    answered = asyncio.ensure_future(frontend.read(REQUEST, None))
+    never = asyncio.ensure_future(frontend.read(REQUEST, None))
+    asked = [await worker.receive(), await worker.receive()]
+    answered.cancel()
+    never.cancel()
+    assert isinstance(asked[0], direct.Read)
+    worker.send(_content(asked[0].id, b"x"), b"x")  # its call is gone: dropped
+    await asyncio.sleep(0.3)  # the other's deadline passes: given up
+    assert not frontend.pending and frontend.up  # no call waited: no doubt
+
+
+async def test_a_read_is_given_up_at_its_own_deadline_when_the_timeout_shrinks(
+    link: tuple[reads.DirectReads, Worker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frontend, worker = link
+    await _up(frontend, worker)
+    first = asyncio.ensure_future(frontend.read(REQUEST, None))  # the timer armed for 5 s
+    await worker.receive()
+    monkeypatch.setattr(direct, "ANSWER_TIMEOUT_S", 0.2)
+    second = asyncio.ensure_future(frontend.read(REQUEST, None))
+    await worker.receive()
+    assert await asyncio.wait_for(second, 2) is None  # given up at 0.2 s, not at 5
+    assert not first.done()
+    first.cancel()

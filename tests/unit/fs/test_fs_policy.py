@@ -87,3 +87,27 @@ def test_the_one_pass_matcher_agrees_with_the_recursive_one() -> None:
         assert pattern.matches(path) == _reference(pattern.parts, path), (text, path)
         checked += pattern.matches(path)
     assert 400 < checked < 3600  # both answers were exercised
+
+
+def test_a_table_agrees_with_its_patterns_one_by_one() -> None:
+    """A policy's table matches `**/X` and `**/X/**` patterns together (one
+    set of literals, one expression): it must answer as its patterns do."""
+    import random
+
+    chance = random.Random(36)
+    pattern_parts = ["**", "*", "a", "b*", "?", "[ab]", "[!a]", ".git", "hooks", "*.key", ".ENV"]
+    names = ["a", "b", "B", "ab", ".git", "hooks", "x.key", ".env", "c", "[ab]", "**"]
+    checked = 0
+    for _ in range(1500):
+        texts = [
+            chance.choice(["**/{}", "**/{}/**", "{}"]).format(
+                "/".join(chance.choice(pattern_parts) for _ in range(chance.randint(1, 2)))
+            )
+            for _ in range(chance.randint(1, 4))
+        ]
+        policy = PathPolicy(texts, texts)
+        path = tuple(chance.choice(names) for _ in range(chance.randint(0, 5)))
+        expected = any(PathPattern.compile(t).matches(path) for t in texts)
+        assert policy.is_secret(path) == policy.is_protected(path) == expected, (texts, path)
+        checked += expected
+    assert 150 < checked < 1350  # both answers were exercised

@@ -18,6 +18,7 @@ from typing import Any
 import grpc
 from hostcap_proto.audit import parse_line, verify_files
 from hostcap_proto.v1 import common_pb2, process_pb2, process_pb2_grpc
+from hostcapd.process.cgroup_pool import KEEP
 from support.daemon import Daemon, children_of, open_fds, waiting_warm_child, zombies_under
 from support.process import Client
 
@@ -28,6 +29,7 @@ WARM_PREFIX = "warm-"
 #: keeps up to POOL_SIZE of them, empty, in its tenant's cgroup.
 READY_PREFIX = "ready-"
 POOL_SIZE = 2
+SPAWN_PREFIXES = (SPAWN_PREFIX, WARM_PREFIX, READY_PREFIX)
 TENANT_PREFIX = "tenant-"
 #: Where the test daemons' temp files go (TMPDIR), so leaks are attributable.
 TMP_DIR_NAME = "tmp"
@@ -158,27 +160,27 @@ def cgroup_ids(subtrees: list[Path], *prefixes: str) -> set[str]:
 
 
 def spawn_cgroups(subtrees: list[Path]) -> set[str]:
-    """Spawn ids that still have a cgroup in any of `subtrees`: every
-    spawn-<id>, and every warm-<id> but those a warm child waits in (a spawn
-    that took a warm child runs in its warm-<id>; one left behind is a leak),
-    and every ready-<id> with members, or past the pool's size, empty, in
-    its directory (the pool keeps that many; more are a leak)."""
+    """Spawn ids that still have a cgroup in any of `subtrees` beyond what the
+    daemon keeps: any spawn-, warm- or ready-<id> with members but those a
+    warm child waits in (a recycled cgroup, whatever its name, may hold the
+    next warm child: hostcapd.process.cgroup_pool), and the empty ones past
+    what a runtime keeps in its directory (POOL_SIZE made ahead, KEEP
+    recycled: more are a leak)."""
     names: set[str] = set()
     for subtree in subtrees:
-        empty_ready: dict[str, list[str]] = {}
+        empty: dict[str, list[str]] = {}
         for entry in _cgroups_in(subtree):
-            if entry.name.startswith(SPAWN_PREFIX):
-                names.add(entry.name[len(SPAWN_PREFIX) :])
-            elif entry.name.startswith(WARM_PREFIX) and not _waiting(Path(entry.path)):
-                names.add(entry.name[len(WARM_PREFIX) :])
-            elif entry.name.startswith(READY_PREFIX):
-                name = entry.name[len(READY_PREFIX) :]
-                if _members(Path(entry.path)):
+            prefix = next((p for p in SPAWN_PREFIXES if entry.name.startswith(p)), None)
+            if prefix is None:
+                continue
+            name, path = entry.name[len(prefix) :], Path(entry.path)
+            if _members(path):
+                if not _waiting(path):
                     names.add(name)
-                else:
-                    empty_ready.setdefault(str(Path(entry.path).parent), []).append(name)
-        for ready in empty_ready.values():
-            names.update(sorted(ready)[POOL_SIZE:])
+            else:
+                empty.setdefault(str(path.parent), []).append(name)
+        for kept in empty.values():
+            names.update(sorted(kept)[POOL_SIZE + KEEP :])
     return names
 
 

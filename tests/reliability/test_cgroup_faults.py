@@ -67,8 +67,11 @@ async def test_a_refused_cgroup_fails_the_spawn_at_step_cgroup_and_closes_its_re
     start_reliable_daemon: Callable[..., Daemon], marker: str
 ) -> None:
     # Fresh spawns: a warm child's cgroup is made before the request (the
-    # test below refuses the refill).
-    daemon = start_reliable_daemon(tenants={"dev": {"warm_spawns": 0}})
+    # test below refuses the refill); none recycled (the test after them
+    # runs spawns in recycled cgroups while new ones are refused).
+    daemon = start_reliable_daemon(
+        tenants={"dev": {"warm_spawns": 0}}, daemon={"recycle_spawn_cgroups": False}
+    )
     subtrees, unified = _subtrees(daemon)
     await _pool_made(unified[0])
     client = Client(daemon.socket)
@@ -112,8 +115,10 @@ async def test_with_new_cgroups_refused_the_waiting_warm_children_run_then_spawn
     """A warm child's cgroup was made before the refusal: the two waiting run
     their requests, then the fresh spawns after them take the cgroups made
     ahead; their refills are refused (logged, the pools stay short), so the
-    next spawn fails typed at step "cgroup"."""
-    daemon = start_reliable_daemon(tenants={"dev": {"warm_spawns": 2}})
+    next spawn fails typed at step "cgroup" (none recycled)."""
+    daemon = start_reliable_daemon(
+        tenants={"dev": {"warm_spawns": 2}}, daemon={"recycle_spawn_cgroups": False}
+    )
     _, unified = _subtrees(daemon)
     await _pool_made(unified[0])
     client = Client(daemon.socket)
@@ -132,6 +137,37 @@ async def test_with_new_cgroups_refused_the_waiting_warm_children_run_then_spawn
         # Refused no longer: the pool fills again and spawns run.
         fourth = await client.run("echo", "four")
         assert (outcome(fourth), fourth.stdout) == ("EXITED", b"four\n")
+        assert audit_chain_intact(daemon) == ""
+    finally:
+        await client.close()
+
+
+async def test_with_new_cgroups_refused_spawns_run_in_recycled_ones_under_their_own_limits(
+    start_reliable_daemon: Callable[..., Daemon],
+) -> None:
+    """A spawn's cgroup, recycled once its spawn ended (the default), needs
+    no mkdir: with new cgroups refused, later spawns still run in recycled
+    ones, each under its own request's memory limit."""
+    daemon = start_reliable_daemon(tenants={"dev": {"warm_spawns": 0}})
+    _, unified = _subtrees(daemon)
+    await _pool_made(unified[0])
+    client = Client(daemon.socket)
+    try:
+        # One at a time: each ends (its cgroup kept) before the next asks.
+        for _ in range(3):
+            assert outcome(await client.run("true")) == "EXITED"
+        with no_new_cgroups(unified[0]):
+            ran = [await client.run("echo", str(i)) for i in range(2 * POOL_SIZE + 2)]
+            hungry = await client.run(
+                "python3",
+                "-c",
+                "b = bytearray(96 * 1024 * 1024); print(len(b))",
+                limits={"memory_bytes": 32 * 1024 * 1024},
+            )
+        assert [(outcome(r), r.stdout) for r in ran] == [
+            ("EXITED", f"{i}\n".encode()) for i in range(len(ran))
+        ]
+        assert outcome(hungry) == "MEMORY_LIMIT", hungry.exited.message
         assert audit_chain_intact(daemon) == ""
     finally:
         await client.close()

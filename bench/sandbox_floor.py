@@ -121,20 +121,24 @@ class SandboxFloor:
             roots=(root,) if warm else (),
         )
 
+    def _pooled_namespaces(self) -> tuple[int, int]:
+        """As the spawner does: pooled mount and net namespaces (fds, -1 for
+        none) for a profile that has them (one the pool could not make is
+        made by the child)."""
+        mntns_fd = netns_fd = -1
+        if self.message.clone_flags & CLONE_NEWNS:
+            self.mntns.fill_one("floor", self.pooled)
+            mntns_fd = self.mntns.take("floor")
+        if self.message.clone_flags & CLONE_NEWNET:
+            self.netns.fill_one()
+            netns_fd = self.netns.take()
+        return mntns_fd, netns_fd
+
     def true(self, init: bool = True) -> float:
         """Seconds from clone to reaped of one sandboxed /bin/true; with
         `init` (as the spawner does with a pid namespace) under its minimal
         init as pid 1, without it as pid 1 itself (decision 0023's A/B)."""
-        m = self.message
-        # As the spawner does: pooled namespaces for a profile that has them
-        # (a namespace the pool could not make is made by the child).
-        mntns_fd = netns_fd = -1
-        if m.clone_flags & CLONE_NEWNS:
-            self.mntns.fill_one("floor", self.pooled)
-            mntns_fd = self.mntns.take("floor")
-        if m.clone_flags & CLONE_NEWNET:
-            self.netns.fill_one()
-            netns_fd = self.netns.take()
+        mntns_fd, netns_fd = self._pooled_namespaces()
         exe = os.open(TRUE, os.O_RDONLY | os.O_CLOEXEC)
         null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
         ruleset = self.profile.new_ruleset()
@@ -165,14 +169,7 @@ class SandboxFloor:
         after the child waited 5 ms (a spawner's warm child waits longer)."""
         import socket
 
-        m = self.message
-        mntns_fd = netns_fd = -1
-        if m.clone_flags & CLONE_NEWNS:
-            self.mntns.fill_one("floor", self.pooled)
-            mntns_fd = self.mntns.take("floor")
-        if m.clone_flags & CLONE_NEWNET:
-            self.netns.fill_one()
-            netns_fd = self.netns.take()
+        mntns_fd, netns_fd = self._pooled_namespaces()
         ours, theirs = socket.socketpair()
         exe = os.open(TRUE, os.O_RDONLY | os.O_CLOEXEC)
         null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)

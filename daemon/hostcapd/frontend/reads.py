@@ -1,11 +1,12 @@
 """A tenant front-end's reads asked of its fs worker directly (decision 0034).
 
     reads = DirectReads(link)                   # the read link the root side gave
-    outcome = await reads.read(request, caller) # None: relay the call instead
-    return await reads.reply(outcome, context)  # the reply, or the call aborted
+    future = reads.ask(request, caller)         # None: relay the call instead
+    outcome = await future                      # None: relay it (given up)
+    await refuse(outcome, context)              # (if a Refusal) the call aborted
+    return response(outcome)                    # the content: its wire bytes
 
-(A call's handler awaits `reads.ask(...)`'s future itself, and answers a
-`Content` with `response`: one coroutine for the whole call.)
+(one coroutine for the whole call: the handler awaits the future itself.)
 
 The worker answers each `Read` with the file's content in one datagram, or
 a typed refusal (audited by the root side from the worker's report before
@@ -227,13 +228,6 @@ def _settle(future: asyncio.Future[Outcome], outcome: Outcome) -> None:
         future.set_result(outcome)
 
 
-async def reply(outcome: tuple[direct.Content, bytes] | Refusal, context: Any) -> Any:
-    """A direct read's answer on the wire, or the call ended with its refusal."""
-    if isinstance(outcome, Refusal):
-        await refuse(outcome, context)
-    return response(outcome)
-
-
 async def refuse(refusal: Refusal, context: Any) -> NoReturn:
     """End the call with a direct read's refusal."""
     abort = messages.Abort(
@@ -246,9 +240,8 @@ async def refuse(refusal: Refusal, context: Any) -> NoReturn:
     raise AssertionError("abort returned")
 
 
-def response(outcome: tuple[direct.Content, bytes] | Refusal) -> bytes:
+def response(outcome: tuple[direct.Content, bytes]) -> bytes:
     """A direct read's content as its wire bytes."""
-    assert not isinstance(outcome, Refusal)
     found, data = outcome
     return convert.read_file_response(
         path=found.path,

@@ -604,8 +604,18 @@ def test_after_all_the_hostility_nothing_is_left_and_every_exec_has_its_exit(
     # Only the daemon's own helpers run under it (the spawner, fs workers,
     # the sockets' front-ends, warm children waiting for a request): nothing
     # sandboxed is left.
-    helpers = [
-        cmdline(pid) for pid in descendants(hostile_daemon.pid) if not waiting_warm_child(pid)
-    ]
+    # A process in passing (a warm child being made, a zombie not yet reaped:
+    # no cmdline yet or any more) may be seen once; what stays is a leak.
     own = (b"hostcapd.spawner", b"hostcapd.fs.worker", b"hostcapd.frontend")
-    assert all(any(name in c for name in own) for c in helpers), helpers
+
+    def strays() -> list[bytes]:
+        helpers = [
+            cmdline(pid) for pid in descendants(hostile_daemon.pid) if not waiting_warm_child(pid)
+        ]
+        return [c for c in helpers if not any(name in c for name in own)]
+
+    for _ in range(40):  # correctness deadline, generous: 2 s
+        if not strays():
+            break
+        time.sleep(0.05)
+    assert strays() == []

@@ -202,11 +202,24 @@ class GroupCommit:
     #: Each durable write waiting for its fsync.
     _waiters: list[Waiter]
     _flush_handle: asyncio.TimerHandle | None
+    #: The loop it last ran on (`_running_loop`).
+    _loop: asyncio.AbstractEventLoop | None
     _failure: str | None
     _closed: bool
     _threads: SyncThreads
     #: fsyncs done so far (group commit makes this far fewer than durable writes).
     sync_count: int
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop (RuntimeError if none), asked of asyncio only
+        when the one kept is not running: `asyncio.get_running_loop` is a
+        getpid(2) on Python 3.11, and a durable write asked it three times.
+        The writer is used from the loop's thread only, so a loop that runs
+        is the one running here."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def _start_sync(self, *, durable: bool = False) -> None:
         """Start an fsync covering everything appended so far, unless one in
@@ -224,7 +237,7 @@ class GroupCommit:
                 return
             if max(target for target, _, _ in self._syncs.values()) >= self._appended:
                 return  # one in flight covers it
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         slot = min({0, 1} - {used for _, used, _ in self._syncs.values()})
         target, retired, directory = self._sync_batch()
         release: list[int] = []
@@ -292,6 +305,12 @@ class GroupCommit:
                 error = AuditUnavailable(self._failure)
                 waiter.future.set_exception(error)
             elif waiter.generation <= self._synced:
+                if waiter.release_fd >= 0:
+                    # Made durable by an fsync that did not carry its go (one
+                    # started before it was appended, or the close's): written
+                    # here. One that carries it writes it when it ends.
+                    with contextlib.suppress(OSError):
+                        os.eventfd_write(waiter.release_fd, 1)
                 waiter.close_fd()
                 waiter.future.set_result(None)
             else:
@@ -306,7 +325,7 @@ class GroupCommit:
 
     def _schedule_batch_sync(self) -> None:
         try:
-            loop = asyncio.get_running_loop()
+            loop = self._running_loop()
         except RuntimeError:
             self._sync_inline()  # no event loop (start-up, tools): sync now
             return

@@ -184,7 +184,12 @@ def read_range(
         truncated = got > want
     else:  # one byte more is probed
         truncated = bool(os.pread(fd, 1, offset + len(data)))
-    size = max(os.fstat(fd).st_size, offset + len(data) + (1 if truncated else 0))
+    if ask > want and got == want:
+        # The read ended at the end of the file: that is its size (past the
+        # end, the offset).
+        size = offset + want
+    else:
+        size = max(os.fstat(fd).st_size, offset + len(data) + (1 if truncated else 0))
     digest = hashlib.sha256(data).hexdigest()
     sniffed = sniff(data, name, cut_start=offset > 0, cut_end=truncated)
     return ReadResult(

@@ -125,3 +125,19 @@ def test_a_file_that_grew_since_its_stat_is_reported_truncated(tmp_path: Path) -
         assert (result.data, result.truncated) == (b"a" * 60, True)
     finally:
         os.close(fd)
+
+
+def test_a_file_that_shrank_since_its_stat_reads_what_is_left(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"a" * 100)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        checked = os.fstat(fd)
+        os.truncate(path, 40)
+        result = read_range(fd, 0, 1 << 20, "f", checked)
+        assert (result.data, result.truncated, result.size) == (b"a" * 40, False, 40)
+        assert result.file_sha256 == result.sha256
+        result = read_range(fd, 60, 1 << 20, "f", checked)  # now past the end
+        assert (result.data, result.truncated, result.size) == (b"", False, 60)
+    finally:
+        os.close(fd)

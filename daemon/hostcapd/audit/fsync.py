@@ -235,7 +235,7 @@ class GroupCommit:
         for waiter in self._waiters:
             if waiter.generation <= target and waiter.release_fd >= 0:
                 release.append(waiter.release_fd)
-                waiter.release_fd = -1  # the fsync thread closes it
+                waiter.release_fd = -1  # the loop closes it when the fsync ends
         done: asyncio.Future[None] = loop.create_future()
         self._syncs[done] = (target, slot, bool(retired) or directory is not None)
 

@@ -181,11 +181,45 @@ class WarmLaunch(Launch):
         cgroup = self.entry.cgroup
         if cgroup is None:
             return super().make_cgroup(memory_bytes, pids)
-        self.deps.cgroups.set_limits(cgroup, memory_bytes, pids)  # its child is in it
+        try:
+            self.deps.cgroups.set_limits(cgroup, memory_bytes, pids)  # its child is in it
+        except CgroupError:
+            # Refused (v1: the charge in it, a recycled one's leftover and
+            # the waiting child's own, above the request's memory limit),
+            # where a fresh child's new cgroup would take it: the warm child
+            # is dropped, and a fresh one runs in a new cgroup, as for a
+            # fresh spawn (whose CgroupError, if that fails too, is the spawn's).
+            self._drop_warm()
+            self._fresh = FreshLaunch(self.deps, self.id)
+            self.cgroup = self._fresh.make_cgroup(memory_bytes, pids)
+            return self.cgroup
         self.cgroup = cgroup
         return cgroup
 
+    def _drop_warm(self) -> None:
+        """The warm child killed and its cgroup removed, no spawn's."""
+        self.deps.spawner.drop_warm(self.id)
+        cgroup, self.entry.cgroup = self.entry.cgroup, None
+        if cgroup is not None:
+            try:
+                cgroup.kill()
+                cgroup.remove()
+            except CgroupError as error:
+                log.warning(
+                    "spawn %s: its warm child's cgroup was not removed: %s",
+                    self.id,
+                    error,
+                    extra=fields(tenant=self.deps.tenant.name, spawn_id=self.id),
+                )
+
     async def send(self, order_for: OrderFor, fds: list[int]) -> None:
+        fresh = self._fresh
+        if fresh is not None:  # its cgroup refused the request's limits (make_cgroup)
+            fresh.labels = self.labels
+            fresh.child_fds, self.child_fds = self.child_fds, []
+            await fresh.send(order_for, fds)
+            self._started, self.exit = fresh._started, fresh.exit
+            return
         # The child's fds are kept until it has started: a fresh child may need them.
         self._resend = (order_for, fds)
         if self.deps.egress is not None:  # its namespace's records: this spawn's labels now

@@ -303,3 +303,52 @@ async def test_no_cgroup_is_recycled_where_file_changes_are_attributed(
         assert len(seen) == 4, seen
     finally:
         await client.close()
+
+
+async def test_a_warm_childs_cgroup_refusing_the_memory_limit_gives_way_to_a_new_one(
+    start_daemon: Callable[..., Daemon],
+) -> None:
+    # A warm child waits in a recycled cgroup; a request's memory limit
+    # below what is charged to it (v1 refuses a limit it cannot reclaim to)
+    # runs as a fresh spawn would (the set-up steps after the cgroup's), in
+    # a new cgroup: the old one and its child are gone, nothing is left.
+    daemon = start_daemon(tenants={"dev": {"warm_spawns": 1}})
+    client = Client(daemon.socket_of("dev"))
+    try:
+        served: set[str] = set()
+        waiting: list[Path] = []
+        for _ in range(10):
+            served.add(_where(await _run(client, "sh", "-c", WHERE)).rsplit("/", 1)[1])
+            await asyncio.sleep(0.2)
+            waiting = [p for p in _spawn_cgroups(daemon) if (p / "cgroup.procs").read_text()]
+            if len(waiting) == 1 and waiting[0].name in served:
+                break
+        assert len(waiting) == 1 and waiting[0].name in served, "no warm child in a recycled one"
+        (old,) = waiting
+        old_procs = [int(pid) for pid in (old / "cgroup.procs").read_text().split()]
+        # Below what its child, set up, has charged to it (50-500 KiB).
+        tiny = 8 * 1024
+        usage = old / "memory.usage_in_bytes"
+        for _ in range(50):
+            if int(usage.read_text()) > 4 * tiny:
+                break
+            await asyncio.sleep(0.05)
+        assert int(usage.read_text()) > 4 * tiny, "its child is not set up: this proves nothing"
+        result = await _run(client, "true", limits={"memory_bytes": tiny})
+        step = result.exited.failed_step
+        # Not refused at its cgroup (as before): a fresh child's, too small to run.
+        assert (outcome(result), step) in {("SPAWN_FAILED", "init"), ("MEMORY_LIMIT", "")}, (
+            result.exited
+        )
+        spawn_id = result.started.spawn_id
+        records = [r for r in audit_records(daemon.audit_path) if r.get("spawn_id") == spawn_id]
+        assert [r["event"] for r in records] == ["process.exec", "process.exit"]
+        assert records[1]["outcome"] == outcome(result)
+        await asyncio.sleep(0.2)
+        assert not old.exists(), "the warm child's cgroup outlived it"
+        assert not [pid for pid in old_procs if Path(f"/proc/{pid}").exists()]
+        # The pool goes on: a next spawn runs.
+        after = await _run(client, "sh", "-c", WHERE)
+        assert outcome(after) == "EXITED", after.exited.message
+    finally:
+        await client.close()

@@ -235,15 +235,22 @@ class WarmPool:
                 cgroup = deps.cgroups.create(warm_id, None, None, warm=True)
             cgroup.open_stats()  # its spawn's stats at the end: a pread each
         fds: list[int] = []
+        # The cgroup.procs fds are lent, not dup'd (the cgroup's and the cpu
+        # share's own: never closed here): the order is sent in this step,
+        # and sendmsg takes its own references (four dups and four closes a
+        # spawn fewer). `owned` are ours to close.
+        owned: list[int] = []
         try:
             ruleset = deps.profile.new_ruleset()
             if ruleset >= 0:
                 fds.append(ruleset)
+                owned.append(ruleset)
             if cgroup is not None:
-                fds += cgroup.procs_fds()
-                fds += deps.profile.cpu_procs_fds()
+                fds += cgroup.lent_procs_fds()
+                fds += deps.profile.cpu_procs_fds(lent=True)
             if netns_fd >= 0:
-                fds.append(os.dup(netns_fd))  # the last (WarmOrder.netns)
+                owned.append(os.dup(netns_fd))
+                fds.append(owned[-1])  # the last (WarmOrder.netns)
             ident = identity.plan(deps.tenant.uid, deps.tenant.gid, set(deps.profile.applied))
             order = WarmOrder(
                 id=warm_id,
@@ -261,7 +268,7 @@ class WarmPool:
                 _remove(cgroup)
             raise
         finally:
-            for fd in fds:
+            for fd in owned:
                 os.close(fd)
         self._entries[warm_id] = WarmEntry(warm_id, cgroup, ready)
         ready.add_done_callback(lambda f: self._settled(warm_id, f))

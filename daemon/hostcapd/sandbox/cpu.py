@@ -80,6 +80,11 @@ class TenantShare:
         each of nine path components)."""
         return [os.dup(self._procs.fd)]
 
+    def lent_procs_fds(self) -> list[int]:
+        """The fd `procs_fds` dups, lent (as SpawnCgroup.lent_procs_fds):
+        the caller never closes it, and uses it before anything else runs."""
+        return [self._procs.fd]
+
 
 class _KeptFd:
     """An fd closed when the last holder lets go of it (never while a

@@ -197,9 +197,13 @@ class TenantProfile:
             finally:
                 os.close(fd)
 
-    def cpu_procs_fds(self) -> list[int]:
-        """cgroup.procs fds of the tenant's cpu cgroup, for the child to join."""
-        return self.cpu_share.procs_fds() if self.cpu_share is not None else []
+    def cpu_procs_fds(self, *, lent: bool = False) -> list[int]:
+        """cgroup.procs fds of the tenant's cpu cgroup, for the child to join
+        (`lent`: the share's own, never closed by the caller: TenantShare.lent_procs_fds)."""
+        share = self.cpu_share
+        if share is None:
+            return []
+        return share.lent_procs_fds() if lent else share.procs_fds()
 
     def has(self, name: str) -> bool:
         return name in self.applied

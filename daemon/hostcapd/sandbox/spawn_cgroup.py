@@ -166,6 +166,21 @@ class SpawnCgroup:
         one this cgroup keeps open from its first spawn (closed by `remove`):
         a recycled cgroup's next spawn opens none (the kernel checks a write
         against the credentials it was opened with: the root's, either way)."""
+        dups: list[int] = []
+        try:
+            for fd in self.lent_procs_fds():
+                dups.append(os.dup(fd))
+        except OSError as error:
+            for fd in dups:
+                os.close(fd)
+            raise CgroupError(f"cgroup {self.name}: {error.strerror}") from None
+        return dups
+
+    def lent_procs_fds(self) -> list[int]:
+        """The fds `procs_fds` dups, lent: still this cgroup's (the caller
+        never closes them), valid until `remove`, so only for a use that
+        ends before anything else runs (an order sent at once: sendmsg
+        takes its own references)."""
         if not self._procs_fds:
             fds: list[int] = []
             try:
@@ -182,15 +197,7 @@ class SpawnCgroup:
                     f"cgroup {self.name}: cannot open cgroup.procs: {error.strerror}"
                 ) from None
             self._procs_fds = fds
-        dups: list[int] = []
-        try:
-            for fd in self._procs_fds:
-                dups.append(os.dup(fd))
-        except OSError as error:
-            for fd in dups:
-                os.close(fd)
-            raise CgroupError(f"cgroup {self.name}: {error.strerror}") from None
-        return dups
+        return list(self._procs_fds)
 
     def place(self, pid: int) -> None:
         """Move process `pid` (its every thread) into this cgroup in every

@@ -261,6 +261,83 @@ async def _durable_ab(rounds: int) -> dict[str, float]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+class _BookkeepingFirst(AuditLog):
+    """The writer as it was before 2026-12-07: a durable record's bookkeeping
+    (metrics, the ledger's copy, the journal, subscribers) before its fsync
+    is handed to its thread (``--hand-over``'s old side)."""
+
+    def _append(self, record: dict[str, Any], line: bytes, hold: bool = False) -> None:
+        super()._append(record, line)
+
+
+async def _hand_over_ab(rounds: int) -> dict[str, float]:
+    """``--hand-over``: a durable exec record's path to its fsync's hand-over
+    (`write_pending` called -> `SyncThreads.submit`), and to its return, the
+    bookkeeping after or before the hand-over, journal mirror off and on;
+    an exit record after each (the ledger stays small). Per record, median
+    over rounds of 20, in rotating order."""
+    directory = Path(tempfile.mkdtemp(prefix="audit-bench-"))
+    journal = _Journal(directory / "journal.sock")
+    go = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    logs: dict[str, AuditLog] = {}
+    handed_at: list[int] = []
+    try:
+        for name in ("after", "before", "after_journal", "before_journal"):
+            kind = _BookkeepingFirst if name.startswith("before") else AuditLog
+            settings = AuditSettings(
+                path=directory / name / "audit.jsonl",
+                group=None,
+                journal="on" if name.endswith("journal") else "off",
+            )
+            log = logs[name] = kind.open(settings, str(uuid.uuid4()), journal_socket=journal.path)
+            submit = log._threads.submit
+
+            def watched(job: Any, done: Any, submit: Any = submit) -> None:
+                handed_at.append(time.perf_counter_ns())
+                submit(job, done)
+
+            log._threads.submit = watched  # type: ignore[method-assign]
+        samples: dict[str, list[float]] = {
+            f"{name}.{what}": [] for name in logs for what in ("handed", "returned")
+        }
+        per_round = 20
+        for index in range(WARM_UP + rounds):
+            for name in rotation(list(logs), index):
+                log = logs[name]
+                handed: list[int] = []
+                returned: list[int] = []
+                for i in range(per_round):
+                    fields = _built(exec_fields(index * per_round + i))
+                    handed_at.clear()
+                    start = time.perf_counter_ns()
+                    _, durable = log.write_pending("process.exec", release_fd=go, built=fields)
+                    returned.append(time.perf_counter_ns() - start)
+                    if handed_at:
+                        handed.append(handed_at[0] - start)
+                    await durable
+                    spawn_id = fields["spawn_id"]
+                    log.write_built("process.exit", _built(exit_fields(0, spawn_id)))
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(go)
+                if index >= WARM_UP and handed:
+                    samples[f"{name}.handed"].append(statistics.median(handed) / 1000)
+                    samples[f"{name}.returned"].append(statistics.median(returned) / 1000)
+        out = {f"{PREFIX}.hand_over.{k}_us": statistics.median(v) for k, v in samples.items()}
+        for mirror in ("", "_journal"):
+            for what in ("handed", "returned"):
+                out[f"{PREFIX}.hand_over.after_over_before{mirror}.{what}"] = (
+                    out[f"{PREFIX}.hand_over.after{mirror}.{what}_us"]
+                    / out[f"{PREFIX}.hand_over.before{mirror}.{what}_us"]
+                )
+        return out
+    finally:
+        for log in logs.values():
+            await log.close()
+        os.close(go)
+        journal.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _built(fields: dict[str, Any]) -> Built:
     """The fields as `hostcapd.process.records` builds them (what is unknown
     left out, not None; its floats, the limits, the rusage and the duration,
@@ -472,7 +549,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--durable", action="store_true", help="the fsync threads' A/B (the module's doc)"
     )
+    parser.add_argument(
+        "--hand-over",
+        action="store_true",
+        help="a durable record's path to its fsync's hand-over: bookkeeping after / before",
+    )
     args = parser.parse_args(argv)
+    if args.hand_over:
+        result = asyncio.run(_hand_over_ab(_rounds(args.quick)))
+        print(f"durable exec records, median of {_rounds(args.quick)} rounds of 20 (µs):")
+        for mirror in ("", "_journal"):
+            for what in ("handed", "returned"):
+                key = f"{PREFIX}.hand_over"
+                print(
+                    f"  {what:8} journal {'on ' if mirror else 'off'}"
+                    f" {result[f'{key}.after{mirror}.{what}_us']:6.1f}"
+                    f" / {result[f'{key}.before{mirror}.{what}_us']:6.1f}"
+                    f"  {result[f'{key}.after_over_before{mirror}.{what}']:.2f}x"
+                )
+        return 0
     if args.durable:
         result = asyncio.run(_durable_ab(_rounds(args.quick)))
         print(f"durable exec records, per record, median of {_rounds(args.quick)} rounds of 20:")

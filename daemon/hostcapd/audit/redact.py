@@ -38,7 +38,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from hostcap_proto.audit import REDACTED
+from hostcap_proto.audit import REDACTED, argv_sha256
 
 #: Longest argv element kept whole, in characters.
 MAX_ARG_CHARS = 4096
@@ -418,3 +418,49 @@ def seal_input(body: dict[str, Any], max_bytes: int) -> None:
     body["text"] = encoded[:max_bytes].decode("utf-8", "ignore") if cut else redacted
     body["text_redacted"] = redacted != given
     body["text_truncated"] = cut
+
+
+#: An element longer than this is never exec'd (the daemon refuses it, see
+#: hostcapd.process.request): a refusal's record names its size, not its text,
+#: and redaction never runs over it.
+MAX_REDACTED_ARG_CHARS = 128 * 1024
+
+
+def _considered(argv: list[str]) -> list[str]:
+    """The elements of `argv` that may end up in the record: those within
+    twice the record's bound (redaction may lengthen a few), an element too
+    long to be exec'd replaced by its size. `argv` itself when that is all
+    of it (a refused call's argv may be far larger than any exec's)."""
+    lengths = [len(arg) for arg in argv]
+    if sum(lengths) <= 2 * MAX_ARGV_CHARS and max(lengths, default=0) <= MAX_REDACTED_ARG_CHARS:
+        return argv
+    kept: list[str] = []
+    total = 0
+    for arg in argv:
+        if len(arg) > MAX_REDACTED_ARG_CHARS:
+            arg = f"...[{len(arg)} chars not recorded]..."
+        total += len(arg)
+        if total > 2 * MAX_ARGV_CHARS:
+            break
+        kept.append(arg)
+    return kept
+
+
+def seal_argv(body: dict[str, Any]) -> None:
+    """The argv of a record as stored, and what the writer alone says of it:
+    the digest of the argv as given (before anything is redacted or cut),
+    whether anything was redacted, whether it was cut (then argc). Whatever
+    a caller passed for these is replaced."""
+    for name in ("argv_truncated", "argc", "argv_redacted", "argv_sha256"):
+        body.pop(name, None)
+    given: list[str] = body["argv"]
+    considered = _considered(given)
+    # Redaction first, on whole values; only then may anything be cut.
+    redacted = redact_argv(considered)
+    argv, cut = bound_argv(redacted)
+    body["argv"] = argv
+    body["argv_sha256"] = argv_sha256(given)
+    body["argv_redacted"] = redacted != considered
+    body["argv_truncated"] = cut or considered is not given
+    if cut:
+        body["argc"] = len(given)

@@ -9,7 +9,8 @@ line is cut off again, so the file always ends on a whole record.
 
 The jobs beside the chain are in their own modules: `fsync` (group commit),
 `deferred` (records that found no room), `ledger` (open spawns),
-`subscriptions`, `files` (rotated names, tail, ownership, the lock).
+`subscriptions`, `files` (rotated names, tail, ownership, the lock), `redact`
+(an argv or input redacted and sealed).
 
 The log is rotated by size: the current file is renamed to
 ``<name>.<last seq, 12 digits>`` and a new one starts with an ``audit.rotate``
@@ -36,7 +37,6 @@ from hostcap_proto.audit import (
     HEADER_FIELDS,
     SCHEMA,
     AuditRecordError,
-    argv_sha256,
     checked_event_fields,
     fast_encodable,
     sealed_line,
@@ -58,7 +58,7 @@ from hostcapd.audit.files import (
 from hostcapd.audit.fsync import MAX_SYNCS_IN_FLIGHT, GroupCommit, SyncThreads, Waiter, sync_files
 from hostcapd.audit.journal import JOURNAL_SOCKET, JournalMirror
 from hostcapd.audit.ledger import file_ledger, orphan_exit, resolve_summaries, summary
-from hostcapd.audit.redact import MAX_ARGV_CHARS, bound_argv, redact_argv, seal_input
+from hostcapd.audit.redact import seal_argv, seal_input
 from hostcapd.audit.retention import Retention
 from hostcapd.audit.stamps import event_id as _event_id
 from hostcapd.audit.stamps import now as _now
@@ -72,52 +72,6 @@ _log = logging.getLogger("hostcapd.audit")
 #: (a tenant's health says NOT_SERVING): a record or two may still fit,
 #: a spawn's exec record and its exit may not.
 MIN_FREE_BYTES = 64 * 1024
-
-
-#: An element longer than this is never exec'd (the daemon refuses it, see
-#: hostcapd.process.request): a refusal's record names its size, not its text,
-#: and redaction never runs over it.
-MAX_REDACTED_ARG_CHARS = 128 * 1024
-
-
-def _considered(argv: list[str]) -> list[str]:
-    """The elements of `argv` that may end up in the record: those within
-    twice the record's bound (redaction may lengthen a few), an element too
-    long to be exec'd replaced by its size. `argv` itself when that is all
-    of it (a refused call's argv may be far larger than any exec's)."""
-    lengths = [len(arg) for arg in argv]
-    if sum(lengths) <= 2 * MAX_ARGV_CHARS and max(lengths, default=0) <= MAX_REDACTED_ARG_CHARS:
-        return argv
-    kept: list[str] = []
-    total = 0
-    for arg in argv:
-        if len(arg) > MAX_REDACTED_ARG_CHARS:
-            arg = f"...[{len(arg)} chars not recorded]..."
-        total += len(arg)
-        if total > 2 * MAX_ARGV_CHARS:
-            break
-        kept.append(arg)
-    return kept
-
-
-def _seal_argv(body: dict[str, Any]) -> None:
-    """The argv of a record as stored, and what the writer alone says of it:
-    the digest of the argv as given (before anything is redacted or cut),
-    whether anything was redacted, whether it was cut (then argc). Whatever
-    a caller passed for these is replaced."""
-    for name in ("argv_truncated", "argc", "argv_redacted", "argv_sha256"):
-        body.pop(name, None)
-    given: list[str] = body["argv"]
-    considered = _considered(given)
-    # Redaction first, on whole values; only then may anything be cut.
-    redacted = redact_argv(considered)
-    argv, cut = bound_argv(redacted)
-    body["argv"] = argv
-    body["argv_sha256"] = argv_sha256(given)
-    body["argv_redacted"] = redacted != considered
-    body["argv_truncated"] = cut or considered is not given
-    if cut:
-        body["argc"] = len(given)
 
 
 class AuditLog(DeferredQueue, GroupCommit):
@@ -157,6 +111,8 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._failure: str | None = None
         self._closed = False
         self._subscribers: set[AuditSubscription] = set()
+        #: A durable record's `_after_append`, done once its fsync is handed over.
+        self._held: tuple[dict[str, Any], bytes] | None = None
         # The group commit's state (see `GroupCommit` for what each is).
         self._appended = 0
         self._synced = 0
@@ -345,15 +301,24 @@ class AuditLog(DeferredQueue, GroupCommit):
         if built is not None:
             if fields:
                 raise TypeError("write_pending takes built fields or keyword fields, not both")
-            record = self._write_record(event, built, built=True)
+            record = self._write_record(event, built, built=True, hold=True)
         else:
-            record = self._write_record(event, fields)
-        waiter = Waiter(self._appended, self._running_loop().create_future())
-        waiter.settled = settled
-        if release_fd >= 0:
-            waiter.release_fd = os.dup(release_fd)
-        self._waiters.append(waiter)
-        self._start_sync(durable=True)
+            record = self._write_record(event, fields, hold=True)
+        try:
+            waiter = Waiter(self._appended, self._running_loop().create_future())
+            waiter.settled = settled
+            if release_fd >= 0:
+                waiter.release_fd = os.dup(release_fd)
+            self._waiters.append(waiter)
+            self._start_sync(durable=True)
+        finally:
+            # Its bookkeeping once its fsync is handed over (off the go's
+            # path): nothing is appended between, so the ledger, the journal
+            # and subscribers still have every record in the chain's order,
+            # each once it is appended.
+            held, self._held = self._held, None
+            if held is not None:
+                self._after_append(*held)
         return record, waiter.future
 
     def _check_writable(self) -> None:
@@ -369,7 +334,9 @@ class AuditLog(DeferredQueue, GroupCommit):
         *,
         flushing: bool = False,
         built: bool = False,
+        hold: bool = False,
     ) -> dict[str, Any]:
+        """Append one record (`hold`: its `_after_append` is the caller's, `_held`)."""
         self._check_writable()
         if self._deferred and not flushing:
             # Older records first, if there is room for them now.
@@ -388,7 +355,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         else:
             body, plain = checked_event_fields(event, fields)
         if "argv" in body:
-            _seal_argv(body)
+            seal_argv(body)
         if event == "process.input":
             seal_input(body, self._settings.input_text_bytes)
         self._write_header_if_pending()
@@ -397,7 +364,7 @@ class AuditLog(DeferredQueue, GroupCommit):
             self._rotate()
             self._write_header_if_pending()
             record, line = self._line(event, body, plain)
-        self._append(record, line)
+        self._append(record, line, hold)
         return record  # the sealed copy: the ledger and subscribers have their own
 
     def _line(
@@ -425,9 +392,9 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._append(*self._line("audit.rotate", body, plain))
         self._header_pending = None
 
-    def _append(self, record: dict[str, Any], line: bytes) -> None:
+    def _append(self, record: dict[str, Any], line: bytes, hold: bool = False) -> None:
         """Write one whole line at the end of the file, or nothing at all; then
-        advance the chain head."""
+        advance the chain head (`hold`: its bookkeeping left in `_held`)."""
         start = self._size
         written = 0
         try:
@@ -455,7 +422,10 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._appended += 1
         if record["event"] != "audit.rotate":
             self._file_has_records = True
-        self._after_append(record, line)
+        if hold:
+            self._held = (record, line)
+        else:
+            self._after_append(record, line)
 
     def _after_append(self, record: dict[str, Any], line: bytes) -> None:
         event, spawn_id = record["event"], record.get("spawn_id")

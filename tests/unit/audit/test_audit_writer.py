@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from audit_helpers import SettingsFactory, exec_fields, exit_fields
@@ -381,6 +382,41 @@ async def test_subscribers_receive_new_records_until_close(make_settings: Settin
     received = [r async for r in subscription]
     assert [r["event"] for r in received] == ["process.exec", "process.exit"]
     assert received == records(log.path)[1:]
+
+
+async def test_a_durable_records_bookkeeping_follows_its_fsyncs_hand_over(
+    make_settings: SettingsFactory,
+) -> None:
+    # Its fsync is handed to its thread first (the go's path); by the time
+    # write_pending returns, the ledger, the subscribers and the journal
+    # have it, in the chain's order, and not before it was appended.
+    log = AuditLog.open(make_settings(max_bytes=4096), "b")
+    subscription = log.subscribe()
+    seen_at_hand_over: list[tuple[list[str], int]] = []
+    submit = log._threads.submit
+
+    def watched(job: Any, done: Any) -> None:
+        ledger = [r["spawn_id"] for r in log.open_spawns()]
+        seen_at_hand_over.append((ledger, subscription._queue.qsize()))
+        submit(job, done)
+
+    log._threads.submit = watched  # type: ignore[method-assign]
+    spawns = [f"s{i}" for i in range(12)]  # past max_bytes: a rotation among them
+    for spawn_id in spawns:
+        log.write("daemon.reload", version=spawn_id)
+        before = subscription._queue.qsize()
+        _, durable = log.write_pending("process.exec", **exec_fields(spawn_id))
+        assert not durable.done()
+        assert subscription._queue.qsize() > before  # has it (and a rotation's header first)
+        assert spawn_id in [r["spawn_id"] for r in log.open_spawns()]
+        await durable
+    assert any(spawns[0] not in ledger for ledger, _ in seen_at_hand_over)
+    await log.close()
+    assert rotated_files(log.path), "no rotation: this test proves less"
+    received = [r async for r in subscription]
+    written = {r["seq"]: r for f in [*rotated_files(log.path), log.path] for r in records(f)}
+    assert [r["seq"] for r in received] == list(range(1, len(received) + 1))
+    assert received == [written[r["seq"]] for r in received]
 
 
 async def test_a_lagging_subscriber_is_told_instead_of_slowing_the_writer(

@@ -471,8 +471,7 @@ class CgroupHost:
                 except OSError as error:
                     raise CgroupError(f"cgroup {name}: {error.strerror}: {path}") from None
                 made.append((dir_fd, directory))
-            self._limit(cgroup, memory_bytes, pids)
-            cgroup.limits = (memory_bytes, pids)
+            self.set_limits(cgroup, memory_bytes, pids)  # from none: what differs is written
         except BaseException as error:
             for dir_fd, directory in reversed(made):
                 with contextlib.suppress(OSError):
@@ -537,6 +536,8 @@ class CgroupHost:
 
     @staticmethod
     def _limit(cgroup: SpawnCgroup, memory_bytes: int | None, pids: int | None) -> None:
+        """A tenant's (or front-end's) cgroup's limits, made or updated (a
+        reload): each one given is written (a spawn cgroup's: `set_limits`)."""
         memory = cgroup.role_at("memory")
         if memory is not None and memory_bytes is not None:
             version, dir_fd, directory, absolute = memory

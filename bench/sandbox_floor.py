@@ -247,18 +247,16 @@ WARM = frozenset(name for name in VARIANTS if name.startswith("warm"))
 
 
 def _switch(switches: dict[str, bool], defaults: dict[str, bool]) -> bool:
-    """Set every switch for a variant; whether one restarted the forker
-    (`_forker_trim`, when it changed)."""
+    """Set every switch for a variant (a `_forker_trim` in `defaults`
+    starts a new forker each time, whatever its value: every variant's
+    spawn then comes from a forker of the same age); whether it did."""
     from hostcapd import _childsetup  # type: ignore[attr-defined]
 
     restarted = False
     for name in defaults:
         value = switches.get(name, defaults[name])
-        if name == "_forker_trim":
-            if bool(_childsetup._forker_trim(value)) != value:
-                restarted = True
-            continue
         getattr(_childsetup, name)(value)
+        restarted = restarted or name == "_forker_trim"
     return restarted
 
 
@@ -304,11 +302,8 @@ def main() -> None:
     # Each switch's default (a switch returns the previous setting).
     defaults = {}
     for n in {n for _, sw in VARIANTS.values() for n in sw if hasattr(_childsetup, n)}:
-        if n == "_forker_trim":  # its setter starts a forker: read it once
-            defaults[n] = bool(_childsetup._forker_trim(True))
-            if not defaults[n]:
-                _childsetup._forker_trim(False)
-            continue
+        if n == "_forker_trim" and not any(n in VARIANTS[v][1] for v in names):
+            continue  # its setter starts a new forker: only for its A/B
         defaults[n] = getattr(_childsetup, n)(True)
         getattr(_childsetup, n)(defaults[n])
     times: dict[str, list[float]] = {n: [] for n in names}
@@ -329,7 +324,7 @@ def main() -> None:
                     name = names[(r + i) % len(names)]
                     init, switches = VARIANTS[name]
                     run = floor.warm_true if name in WARM else partial(floor.true, init)
-                    if _switch(switches, defaults):
+                    if _switch(switches, defaults) and init:
                         floor.true(True)  # the new forker's first init, not timed
                     times[name].append(run())
                     execs[name].append(floor.until_exec)

@@ -184,8 +184,9 @@ class BenchDaemon:
             "tenants": {name: tenant_config(state, name, PROFILES[name]) for name in tenants},
         }
         self.proc: subprocess.Popen[bytes] | None = None
-        #: The interpreter that runs it (another checkout's, for an A/B).
-        self.python = sys.executable
+        #: The interpreter that runs it (another checkout's, for an A/B;
+        #: HOSTCAP_BENCH_PYTHON: a wrapper's for a whole bench run).
+        self.python = os.environ.get("HOSTCAP_BENCH_PYTHON") or sys.executable
 
     def socket(self, tenant: str) -> Path:
         return Path(self.config["tenants"][tenant]["socket"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -34,6 +35,20 @@ class Summary:
 
 def rotation(names: Sequence[str], round_index: int) -> list[str]:
     """The order of one interleaved round: each contender goes first in turn,
-    so none always follows the same neighbour (caches, CPU frequency)."""
+    and the others follow it in an order shuffled for that round (seeded by
+    it: the same in every run), so none always follows the same neighbour
+    (caches, CPU frequency, and what the call before left to do: a warm
+    spawn's refill, bwrap's namespaces torn down). A fixed circle, as before
+    2026-12-07 (`circle`), kept every contender's neighbours: row 1's warm
+    `full` always came right after `bwrap` and `full_fresh` after `minimal`,
+    which moved warm / fresh by 0.05-0.1 (bench/README.md, `rotation_ab`)."""
+    k = round_index % len(names)
+    rest = [name for i, name in enumerate(names) if i != k]
+    random.Random(round_index).shuffle(rest)
+    return [names[k], *rest]
+
+
+def circle(names: Sequence[str], round_index: int) -> list[str]:
+    """The old order of a round: `names` as a circle, each first in turn."""
     k = round_index % len(names)
     return [*names[k:], *names[:k]]

@@ -12,17 +12,21 @@ never idle, so the pool is refilled from the same CPU as the spawns). Prints
 p50 / p95 and the ratios warm / fresh.
 
 With `--a-python`, two daemons instead: `a` under that interpreter (another
-checkout's venv: its own daemon and spawner), `b` this checkout's, each with
-`full` (warm) and `full_fresh`, the four in one rotation, back to back and
-then spaced 50 ms: warm / fresh in each, and b / a of each line.
+checkout's venv: its own daemon and spawner), `b` this checkout's (or
+`--b-python`'s: a wrapper that switches something in the same checkout),
+each with `full` (warm) and `full_fresh`, the four in one rotation, back to
+back and then spaced 50 ms: warm / fresh in each, b / a of each line, and
+each daemon's warm spawns that found no warm child ready (its metrics).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import http.client
 import os
 import shutil
+import socket
 import statistics
 import sys
 import tempfile
@@ -85,12 +89,36 @@ async def main(rounds: int, seconds: float, windows: int) -> int:
     return 0
 
 
-async def versus(a_python: str, rounds: int, spaced_rounds: int) -> int:
+def warm_counts(daemon: BenchDaemon) -> dict[str, float]:
+    """`full`'s warm spawns so far: taken, missed (found none ready)."""
+    path = Path(daemon.config["daemon"]["runtime_dir"]) / "metrics.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(path))
+    connection = http.client.HTTPConnection("localhost")
+    connection.sock = sock
+    connection.request("GET", "/metrics")
+    text = connection.getresponse().read().decode()
+    connection.close()
+    found = {"taken": 0.0, "missed": 0.0}
+    for line in text.splitlines():
+        if line.startswith("hostcapd_warm_spawns_total{") and 'tenant="full"' in line:
+            for result in found:
+                if f'result="{result}"' in line:
+                    found[result] = float(line.rsplit(" ", 1)[1])
+    return found
+
+
+async def versus(a_python: str, rounds: int, spaced_rounds: int, b_python: str = "") -> int:
     """Issue 35's `warm_over_fresh` for two daemons in one rotation."""
     state = Path(tempfile.mkdtemp(prefix="warm-ab-", dir=state_parent()))
     pair = ("full", "full_fresh")
     daemons = {kind: BenchDaemon(state / kind, pair) for kind in ("a", "b")}
     daemons["a"].python = a_python
+    if b_python:
+        daemons["b"].python = b_python
+    for daemon in daemons.values():
+        run = Path(daemon.config["daemon"]["runtime_dir"])
+        daemon.config["metrics"] = {"socket": str(run / "metrics.sock")}
     clients: dict[str, TenantClient] = {}
     try:
         for daemon in daemons.values():
@@ -110,6 +138,7 @@ async def versus(a_python: str, rounds: int, spaced_rounds: int) -> int:
             ("spaced 50 ms", 0.05, spaced_rounds),
         ):
             load = os.getloadavg()[0]
+            counts = {kind: warm_counts(d) for kind, d in daemons.items()}
             samples: dict[str, list[float]] = {name: [] for name in names}
             for index in range(n):
                 for name in rotation(names, index):
@@ -125,6 +154,10 @@ async def versus(a_python: str, rounds: int, spaced_rounds: int) -> int:
                 )
             for name in pair:
                 print(f"  b / a, {name}: {p50[f'b.{name}'] / p50[f'a.{name}']:.2f}")
+            for kind, d in daemons.items():
+                now = warm_counts(d)
+                taken, missed = (now[r] - counts[kind][r] for r in ("taken", "missed"))
+                print(f"  {kind}: warm spawns {taken:.0f} taken, {missed:.0f} found none ready")
     finally:
         for c in clients.values():
             await c.close()
@@ -140,8 +173,9 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--windows", type=int, default=4)
     parser.add_argument("--a-python", default="", help="A/B: daemon a's interpreter")
+    parser.add_argument("--b-python", default="", help="A/B: daemon b's, if not this one")
     parser.add_argument("--spaced-rounds", type=int, default=50)
     args = parser.parse_args()
     if args.a_python:
-        sys.exit(asyncio.run(versus(args.a_python, args.rounds, args.spaced_rounds)))
+        sys.exit(asyncio.run(versus(args.a_python, args.rounds, args.spaced_rounds, args.b_python)))
     sys.exit(asyncio.run(main(args.rounds, args.seconds, args.windows)))

@@ -204,7 +204,7 @@ def started_apart(answer: messages.RunResult | messages.SpawnEvent) -> bytes:
 _READ_FILE_RESPONSE = "hostcap.v1.ReadFileResponse"
 
 
-def read_file_response(data: bytes, **fields: Any) -> bytes:
+def read_file_response(data: bytes | memoryview, **fields: Any) -> bytes:
     """A direct read's answer (`hostcapd.frontend.reads`) as its wire bytes:
     its small fields serialized by protobuf from the worker's values (every
     one a plain value, none None), then its data as a tag, its length and

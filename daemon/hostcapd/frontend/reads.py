@@ -4,7 +4,7 @@
     future = reads.ask(request, caller)         # None: relay the call instead
     outcome = await future                      # None: relay it (given up)
     await refuse(outcome, context)              # (if a Refusal) the call aborted
-    return response(outcome)                    # the content: its wire bytes
+    return outcome                              # the answer's wire bytes
 
 (one coroutine for the whole call: the handler awaits the future itself.)
 
@@ -40,9 +40,10 @@ from hostcapd.errors import UNAVAILABLE, Refusal
 from hostcapd.frontend import convert
 from hostcapd.fs import direct
 
-#: What a read came to: the content and its bytes, a refusal, or None
-#: (relay the call).
-Outcome = tuple[direct.Content, bytes] | Refusal | None
+#: What a read came to: the answer's wire bytes (made as the worker's
+#: datagram is taken in: its data copied once, straight out of the
+#: receive buffer), a refusal, or None (relay the call).
+Outcome = bytes | Refusal | None
 #: An answer's pages past this stay resident for the next one.
 KEEP_RESIDENT = 64 << 10
 LOST = Refusal(UNAVAILABLE, "the fs worker died during the request twice; it is restarted")
@@ -211,7 +212,8 @@ class DirectReads:
         if waiting is None:
             return  # a read given up, or asked twice and answered once already
         if isinstance(answer, direct.Content):
-            _settle(waiting.future, (answer, bytes(data)))
+            if not waiting.future.done():  # (its call gone: nothing to make)
+                _settle(waiting.future, response(answer, data))
         elif isinstance(answer, direct.Refused):
             _settle(waiting.future, Refusal(Refusal.reason_of(answer.reason), answer.message))
         else:
@@ -240,9 +242,8 @@ async def refuse(refusal: Refusal, context: Any) -> NoReturn:
     raise AssertionError("abort returned")
 
 
-def response(outcome: tuple[direct.Content, bytes]) -> bytes:
+def response(found: direct.Content, data: bytes | memoryview) -> bytes:
     """A direct read's content as its wire bytes."""
-    found, data = outcome
     return convert.read_file_response(
         path=found.path,
         data=data,

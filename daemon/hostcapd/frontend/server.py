@@ -395,7 +395,7 @@ def _handler(
                 return await relayed([(request, payload)], context)
             if isinstance(outcome, Refusal):
                 await reads.refuse(outcome, context)
-            return reads.response(outcome)
+            return outcome
 
         return grpc.unary_unary_rpc_method_handler(read_file, response_serializer=convert.serialize)
     return grpc.unary_unary_rpc_method_handler(unary, response_serializer=convert.serialize)

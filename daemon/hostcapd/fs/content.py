@@ -71,6 +71,14 @@ def _types() -> mimetypes.MimeTypes:
     return types
 
 
+@functools.lru_cache(maxsize=256)
+def _guessed(name: str) -> str | None:
+    """The extension table's type for `name` (a few names, read again and
+    again: remembered; at most 256 of them, each under NAME_MAX bytes)."""
+    guessed, _ = _types().guess_type(name, strict=False)
+    return guessed
+
+
 _TEXTUAL_APPLICATION = frozenset(
     {
         "application/json",
@@ -99,9 +107,10 @@ def is_text(data: bytes | bytearray, cut_start: bool, cut_end: bool) -> bool:
         while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
             skip += 1
         data = data[skip:]
-    decoder = codecs.getincrementaldecoder("utf-8")("strict")
     try:
-        decoder.decode(data, final=not cut_end)
+        # What utf-8's incremental decoder does in its one call (`final`:
+        # a character cut at the end is an error unless the end was cut).
+        codecs.utf_8_decode(data, "strict", not cut_end)
     except UnicodeDecodeError:
         return False
     return True
@@ -113,7 +122,7 @@ def sniff(data: bytes | bytearray, name: str, cut_start: bool, cut_end: bool) ->
         for magic, media_type in MAGIC:
             if data.startswith(magic):
                 return Sniffed(True, media_type)
-    guessed, _ = _types().guess_type(name, strict=False)
+    guessed = _guessed(name)
     if guessed is not None:
         textual = (
             guessed.startswith("text/")
@@ -146,22 +155,41 @@ class NotRegularFile(Exception):
     """The fd is not a regular file (never read: a FIFO would block)."""
 
 
-def read_range(fd: int, offset: int, max_bytes: int, name: str) -> ReadResult:
+def read_range(
+    fd: int, offset: int, max_bytes: int, name: str, st: os.stat_result | None = None
+) -> ReadResult:
     """Up to `max_bytes` at `offset` of the regular file `fd`, with its hashes,
-    whether it continues (one byte more is probed, so a file that grew is
-    reported truncated) and what it is. Raises OSError from the kernel."""
-    st = os.fstat(fd)
+    whether it continues (one byte more is read, so a file that grew is
+    reported truncated) and what it is. Raises OSError from the kernel.
+    `st`: the fd's inode's stat taken when it was checked (else asked here)."""
+    if st is None:
+        st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         raise NotRegularFile("not a regular file")
-    want = min(max_bytes, max(st.st_size - offset, 0))
-    data = os.pread(fd, want, offset) if want else b""
+    left = max(st.st_size - offset, 0)
+    want = min(max_bytes, left)
+    # Where the rest of the file fits, the byte past it is asked in the same
+    # read: whether it comes says whether the file goes on (it grew).
+    ask = want + 1 if left <= max_bytes else want
+    data = os.pread(fd, ask, offset)
+    got = len(data)
+    if got > want:
+        data = data[:want]
     while len(data) < want:  # a short read before EOF: rare, finish it
         more = os.pread(fd, want - len(data), offset + len(data))
         if not more:
             break
         data += more
-    truncated = bool(os.pread(fd, 1, offset + len(data)))
-    size = max(os.fstat(fd).st_size, offset + len(data) + (1 if truncated else 0))
+    if ask > want and got >= want:
+        truncated = got > want
+    else:  # one byte more is probed
+        truncated = bool(os.pread(fd, 1, offset + len(data)))
+    if ask > want and got == want:
+        # The read ended at the end of the file: that is its size (past the
+        # end, the offset).
+        size = offset + want
+    else:
+        size = max(os.fstat(fd).st_size, offset + len(data) + (1 if truncated else 0))
     digest = hashlib.sha256(data).hexdigest()
     sniffed = sniff(data, name, cut_start=offset > 0, cut_end=truncated)
     return ReadResult(

@@ -136,12 +136,12 @@ class DirectServer:
 
     def _content(self, request: Read) -> tuple[Content | Relay, bytes]:
         max_bytes = read_bounds(request.offset, request.max_bytes, self.max_read_bytes)
-        opened, fd = self.operations.open_for_read(request.path)
+        opened, fd, st = self.operations.open_checked(request.path)
         try:
             if min(max_bytes, max(int(opened["size"]) - request.offset, 0)) > self.max_data:
                 return Relay(id=request.id), b""
             try:
-                result = content.read_range(fd, request.offset, max_bytes, opened["name"])
+                result = content.read_range(fd, request.offset, max_bytes, opened["name"], st)
             except content.NotRegularFile:
                 raise Refusal("INVALID_ARGUMENT", "read: not a regular file") from None
         finally:

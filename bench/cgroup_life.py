@@ -2,7 +2,7 @@
 against recycled (issue 35 row 2; bench/README.md, "a spawn's cgroup
 recycled").
 
-    python -m bench.cgroup_life [--rounds N] [--batch N]
+    python -m bench.cgroup_life [--rounds N] [--batch N] [--warm]
 
 The daemon's own code (`CgroupHost`, `SpawnCgroup`) on this host's cgroups,
 in a subtree of its own: each round makes (or takes) a cgroup with a
@@ -12,6 +12,12 @@ recycles) it. Batches of each way alternate. Prints, for each step, this
 thread's CPU per round (the root's part), and per batch the kernel
 threads' CPU (kworkers: a removed cgroup's offline and release) and the
 machine's, per round.
+
+`--warm`: both ways recycle; "made" is then a recycled cgroup made
+unlimited for a warm child to wait in and given its spawn's limits at the
+take (main before 2026-12-07), "recycled" one that keeps the limits its
+last spawn had, the tenant's defaults, which its next spawn asks for too
+(`process/cgroup_pool.py`, `default_limits`): no limit written.
 """
 
 from __future__ import annotations
@@ -48,15 +54,21 @@ def _child(fds: list[int]) -> int:
 
 
 def _round(
-    view: CgroupHost, kept: list[SpawnCgroup], recycle: bool, steps: dict[str, list[int]]
+    view: CgroupHost,
+    kept: list[SpawnCgroup],
+    recycle: bool,
+    steps: dict[str, list[int]],
+    warm: bool = False,
 ) -> None:
     clock = time.thread_time_ns
     t0 = clock()
-    cgroup = kept.pop() if recycle and kept else None
+    cgroup = kept.pop() if (recycle or warm) and kept else None
     if cgroup is None:
         cgroup = view.create(uuid.uuid4().hex, MEMORY, PIDS)
         cgroup.open_stats()
     else:
+        if warm and not recycle:  # made unlimited while a warm child waits
+            view.set_limits(cgroup, None, None)
         view.set_limits(cgroup, MEMORY, PIDS)
     t1 = clock()
     fds = cgroup.procs_fds()
@@ -66,7 +78,7 @@ def _round(
     t3 = clock()
     cgroup.stats()
     t4 = clock()
-    if not (recycle and cgroup.recycle(LEFTOVER_MAX)):
+    if not ((recycle or warm) and cgroup.recycle(LEFTOVER_MAX)):
         cgroup.remove()
     else:
         kept.append(cgroup)
@@ -85,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.cgroup_life")
     parser.add_argument("--rounds", type=int, default=600, help="rounds a way")
     parser.add_argument("--batch", type=int, default=50)
+    parser.add_argument("--warm", action="store_true", help="both recycle: see the docstring")
     args = parser.parse_args(argv)
     host = CgroupHost.probe(f"hostcapd-bench-cglife-{os.getpid()}")
     if not host.support.version:
@@ -96,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     steps: dict[bool, dict[str, list[int]]] = {False: {}, True: {}}
     kernel: dict[bool, dict[str, list[float]]] = {False: {}, True: {}}
     kept: list[SpawnCgroup] = []
+    kept_by = {False: kept, True: [] if args.warm else kept}
     try:
         done = {False: 0, True: 0}
         index = 0
@@ -103,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             for recycle in (index % 2 == 0, index % 2 == 1):
                 k0, m0 = kthreads(), procfs.machine_busy_seconds()
                 for _ in range(args.batch):
-                    _round(view, kept, recycle, steps[recycle])
+                    _round(view, kept_by[recycle], recycle, steps[recycle], args.warm)
                 time.sleep(0.05)  # the deferred work of the batch's last ones
                 k1, m1 = kthreads(), procfs.machine_busy_seconds()
                 per = kernel[recycle]
@@ -115,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 done[recycle] += args.batch
             index += 1
     finally:
-        for cgroup in kept:
+        for cgroup in [*kept_by[False], *kept_by[True]] if args.warm else kept:
             cgroup.remove()
         view.close()
         host.release()

@@ -239,7 +239,7 @@ class TenantRuntime:
             spawn.on_started.append(functools.partial(pool.refill, REFILL_AFTER_START))
         if pools:
             spawn.done.add_done_callback(functools.partial(_fill_after, pools))
-        task = asyncio.ensure_future(self._run(spawn))
+        task = self.deps.loop().create_task(self._run(spawn))
         self._tasks.add(task)  # discarded by its own end (no done callback's turn)
         return spawn
 
@@ -247,7 +247,7 @@ class TenantRuntime:
         try:
             return await spawn.run()
         finally:
-            self._tasks.discard(asyncio.current_task())
+            self._tasks.discard(asyncio.current_task(spawn.deps.loop()))
             self.spawns.pop(spawn.id, None)
             if spawn.request.environment_id:
                 self.environments.left(spawn.request.environment_id, spawn)

@@ -42,45 +42,36 @@ MAX_SYNCS_IN_FLIGHT = 2
 
 
 def sync_files(
-    retired: list[int],
-    directory: Path | None,
-    fd: int,
-    release: tuple[int, ...] = (),
-    *,
-    own_fd: bool = False,
+    retired: list[int], directory: Path | None, fd: int, release: tuple[int, ...] = ()
 ) -> None:
     """Runs on an fsync thread: make retired files, the directory entry and the
     current file durable. Retired fds are closed here, after their last fsync.
-    Then, only if all of that succeeded, write 1 into each `release` eventfd;
-    they are this call's to close, whatever happens (`fd` too, when called
-    with `own_fd`)."""
-    try:
-        began = time.monotonic()
-        error: OSError | None = None
-        for old in retired:
-            try:
-                os.fdatasync(old)
-            except OSError as e:
-                error = error or e
-            finally:
-                os.close(old)
-        if directory is not None:
-            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        os.fdatasync(fd)
-        if error is not None:
-            raise error
-        for go in release:
-            with contextlib.suppress(OSError):  # its reader may be gone
-                os.eventfd_write(go, 1)
-        metrics.fsync_done(time.monotonic() - began)
-    finally:
-        for go in [*release, fd] if own_fd else release:
-            with contextlib.suppress(OSError):
-                os.close(go)
+    Then, only if all of that succeeded, write 1 into each `release` eventfd.
+    `fd` and the `release` fds stay the caller's to close (the writer closes
+    them on the loop, `GroupCommit._sync_finished`: each syscall here is a
+    release and a take of the GIL while the loop runs)."""
+    began = time.monotonic()
+    error: OSError | None = None
+    for old in retired:
+        try:
+            os.fdatasync(old)
+        except OSError as e:
+            error = error or e
+        finally:
+            os.close(old)
+    if directory is not None:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    os.fdatasync(fd)
+    if error is not None:
+        raise error
+    for go in release:
+        with contextlib.suppress(OSError):  # its reader may be gone
+            os.eventfd_write(go, 1)
+    metrics.fsync_done(time.monotonic() - began)
 
 
 _log = logging.getLogger("hostcapd.audit")
@@ -202,11 +193,24 @@ class GroupCommit:
     #: Each durable write waiting for its fsync.
     _waiters: list[Waiter]
     _flush_handle: asyncio.TimerHandle | None
+    #: The loop it last ran on (`_running_loop`).
+    _loop: asyncio.AbstractEventLoop | None
     _failure: str | None
     _closed: bool
     _threads: SyncThreads
     #: fsyncs done so far (group commit makes this far fewer than durable writes).
     sync_count: int
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop (RuntimeError if none), asked of asyncio only
+        when the one kept is not running: `asyncio.get_running_loop` is a
+        getpid(2) on Python 3.11, and a durable write asked it three times.
+        The writer is used from the loop's thread only, so a loop that runs
+        is the one running here."""
+        loop = self._loop
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
+        return loop
 
     def _start_sync(self, *, durable: bool = False) -> None:
         """Start an fsync covering everything appended so far, unless one in
@@ -224,28 +228,30 @@ class GroupCommit:
                 return
             if max(target for target, _, _ in self._syncs.values()) >= self._appended:
                 return  # one in flight covers it
-        loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         slot = min({0, 1} - {used for _, used, _ in self._syncs.values()})
         target, retired, directory = self._sync_batch()
         release: list[int] = []
         for waiter in self._waiters:
             if waiter.generation <= target and waiter.release_fd >= 0:
                 release.append(waiter.release_fd)
-                waiter.release_fd = -1  # the fsync thread closes it
+                waiter.release_fd = -1  # the loop closes it when the fsync ends
         done: asyncio.Future[None] = loop.create_future()
         self._syncs[done] = (target, slot, bool(retired) or directory is not None)
-
-        def finished(error: BaseException | None) -> None:  # on the fsync thread
-            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
-                loop.call_soon_threadsafe(self._sync_finished, error, target, done)
 
         # The thread's own fd of its description: a rotation may close ours.
         fd = os.dup(self._descriptions[slot])
         released = tuple(release)
+
+        def finished(error: BaseException | None) -> None:  # on the fsync thread
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits
+                loop.call_soon_threadsafe(self._sync_finished, error, target, done, fd, released)
+
         try:
-            self._threads.submit(
-                lambda: sync_files(retired, directory, fd, released, own_fd=True), finished
-            )
+            # Its fd and the gos are closed on the loop (`_sync_finished`): two
+            # syscalls fewer on the thread, each a release and a take of the
+            # GIL while the loop runs a spawn's set-up.
+            self._threads.submit(lambda: sync_files(retired, directory, fd, released), finished)
         except RuntimeError:  # the threads are stopped (closing)
             for unused in [fd, *release]:
                 os.close(unused)
@@ -253,8 +259,17 @@ class GroupCommit:
             raise AuditUnavailable("the audit log is closed") from None
 
     def _sync_finished(
-        self, error: BaseException | None, target: int, done: asyncio.Future[None]
+        self,
+        error: BaseException | None,
+        target: int,
+        done: asyncio.Future[None],
+        fd: int = -1,
+        released: tuple[int, ...] = (),
     ) -> None:
+        for used in (fd, *released):  # the thread's fd and the gos it wrote
+            if used >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(used)
         self._syncs.pop(done, None)
         if error is not None:
             metrics.audit_error("fsync")
@@ -292,6 +307,12 @@ class GroupCommit:
                 error = AuditUnavailable(self._failure)
                 waiter.future.set_exception(error)
             elif waiter.generation <= self._synced:
+                if waiter.release_fd >= 0:
+                    # Made durable by an fsync that did not carry its go (one
+                    # started before it was appended, or the close's): written
+                    # here. One that carries it writes it when it ends.
+                    with contextlib.suppress(OSError):
+                        os.eventfd_write(waiter.release_fd, 1)
                 waiter.close_fd()
                 waiter.future.set_result(None)
             else:
@@ -306,7 +327,7 @@ class GroupCommit:
 
     def _schedule_batch_sync(self) -> None:
         try:
-            loop = asyncio.get_running_loop()
+            loop = self._running_loop()
         except RuntimeError:
             self._sync_inline()  # no event loop (start-up, tools): sync now
             return

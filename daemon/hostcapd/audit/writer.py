@@ -165,6 +165,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._syncs = {}
         self._waiters = []
         self._flush_handle = None
+        self._loop = None
         self._threads = SyncThreads(MAX_SYNCS_IN_FLIGHT, "hostcapd-audit-fsync")
         self.sync_count = 0
         #: Compression, archiving and pruning of rotated files (`retention`).
@@ -333,7 +334,9 @@ class AuditLog(DeferredQueue, GroupCommit):
 
         `release_fd`: an eventfd the fsync thread writes 1 into the moment
         the record is durable, before the loop hears of it (never when the
-        fsync fails); the writer keeps a dup of it, the caller its own.
+        fsync fails); or the loop, if another way made it durable first (a
+        later fsync, the log's close). The writer keeps a dup of it, the
+        caller its own, which it need not write.
         `built`: the fields, as for `write_built` (then no other fields).
         `settled`: called with None or the `AuditUnavailable` in the very
         turn the future is settled (before its done callbacks and awaiters,
@@ -345,7 +348,7 @@ class AuditLog(DeferredQueue, GroupCommit):
             record = self._write_record(event, built, built=True)
         else:
             record = self._write_record(event, fields)
-        waiter = Waiter(self._appended, asyncio.get_running_loop().create_future())
+        waiter = Waiter(self._appended, self._running_loop().create_future())
         waiter.settled = settled
         if release_fd >= 0:
             waiter.release_fd = os.dup(release_fd)

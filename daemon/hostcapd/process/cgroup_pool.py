@@ -43,6 +43,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hostcapd.logsetup import fields
+from hostcapd.process import limits as limits_mod
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
 
 if TYPE_CHECKING:
@@ -121,6 +122,18 @@ class Recycled:
                 cgroup.remove()
 
 
+def default_limits(deps: SpawnDeps) -> tuple[int | None, int | None]:
+    """The memory and pids limits of a spawn that asks for none: its
+    tenant's defaults. A recycled cgroup that has them keeps them while a
+    warm child waits in it (`WarmPool`): the spawn that takes the child
+    most often asks for them too, and then no limit is written at either
+    end (six open, write and close of cgroup files a spawn, and the v1
+    memory controller's resize twice). A waiting child under them is under
+    what its spawn runs under."""
+    limits = limits_mod.apply({}, deps.tenant.limits)
+    return limits.memory_bytes, limits.pids
+
+
 class PendingFill:
     """A pool's one pending fill: run `fill` in a later turn of the loop, or
     `delay` seconds from now; a fill asked sooner replaces a later one, a
@@ -129,13 +142,16 @@ class PendingFill:
     def __init__(self, fill: Callable[[], None]) -> None:
         self._fill = fill
         self._handle: asyncio.Handle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def ask(self, delay: float = 0.0) -> None:
         if self._handle is not None:
             if delay:
                 return  # one comes as soon
             self._handle.cancel()
-        loop = asyncio.get_running_loop()
+        loop = self._loop  # (asyncio's look-up is a getpid on Python 3.11)
+        if loop is None or not loop.is_running():
+            loop = self._loop = asyncio.get_running_loop()
         self._handle = loop.call_later(delay, self._fill) if delay else loop.call_soon(self._fill)
 
     def cancel(self) -> None:

@@ -134,9 +134,15 @@ _per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Deadlines] = (
 )
 
 
-def call_later(delay: float, callback: Callable[..., object], *args: Any) -> Deadline:
-    """`callback(*args)` in `delay` seconds, in the running loop."""
-    loop = asyncio.get_running_loop()
+def call_later(
+    delay: float,
+    callback: Callable[..., object],
+    *args: Any,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> Deadline:
+    """`callback(*args)` in `delay` seconds, in the running loop (`loop`,
+    if the caller has it: asking asyncio is a getpid on Python 3.11)."""
+    loop = loop or asyncio.get_running_loop()
     deadlines = _per_loop.get(loop)
     if deadlines is None:
         deadlines = _per_loop[loop] = Deadlines(loop)

@@ -4,6 +4,7 @@ one another."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -49,3 +50,15 @@ class SpawnDeps:
     recycle_cgroups: bool = True
     #: Its spawns' cgroups kept for its next spawns.
     recycled: Recycled = field(default_factory=Recycled)
+    #: The loop its spawns run on, once asked (`loop`).
+    _loop: list[asyncio.AbstractEventLoop] = field(default_factory=list, compare=False, repr=False)
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop: the one kept while it runs (asyncio's own look-up
+        is a getpid(2) on Python 3.11; the root has one loop, on one thread)."""
+        kept = self._loop
+        if kept and kept[0].is_running():
+            return kept[0]
+        loop = asyncio.get_running_loop()
+        kept[:] = [loop]
+        return loop

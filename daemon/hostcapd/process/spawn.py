@@ -94,7 +94,7 @@ class Spawn:
         self.pending_bytes = 0
         self.report: Report | None = None
         #: The root's one loop (asyncio.get_running_loop is a getpid on 3.11).
-        self._loop = loop = asyncio.get_running_loop()
+        self._loop = loop = deps.loop()
         self.done, self.started = loop.create_future(), loop.create_future()
         self._started_waiters: list[asyncio.Future[int]] = []
         #: Called in the turn `started` is settled (its pools' refills: no
@@ -310,11 +310,7 @@ class Spawn:
         """The exec record's fsync ended (called in that turn): the go, or,
         not durable, a cancel (the child must not run; the spawn is refused)."""
         if error is None:
-            # Written already by the fsync thread; again, harmlessly, in case
-            # it was made durable another way (a later fsync, the log's close).
-            if self._go_fd >= 0:
-                os.eventfd_write(self._go_fd, 1)
-            return
+            return  # its go is written (by the fsync thread, or the writer)
         assert isinstance(error, AuditUnavailable)
         self._exec_audited = False
         self._audit_failure = error
@@ -426,7 +422,9 @@ class Spawn:
         if self.request.detached and (wall is None or wall > background):
             wall, message = background, f"background limit of {background:g} s exceeded"
         if wall is not None:
-            self._timer = deadlines.call_later(wall, self._terminate, Outcome.TIMEOUT, message)
+            self._timer = deadlines.call_later(
+                wall, self._terminate, Outcome.TIMEOUT, message, loop=loop
+            )
         if self._kill_reason is not None:  # cancelled while the exec was in flight
             self._terminate(self._kill_reason, self._kill_message, force=True)
         return stdin_task

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from hostcapd.childsetup import WARM_BUFFER, RLimit
 from hostcapd.egress.supervisor import EgressUnavailable
 from hostcapd.logsetup import fields
-from hostcapd.process.cgroup_pool import CgroupPool, PendingFill
+from hostcapd.process.cgroup_pool import CgroupPool, PendingFill, default_limits
 from hostcapd.sandbox import identity
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
 from hostcapd.spawner.client import SetupFailed, SpawnerLost
@@ -220,11 +220,12 @@ class WarmPool:
         deps = self.deps
         warm_id = warm_id or uuid.uuid4().hex
         # Unlimited while it waits (it is ours); the spawn sets its limits.
-        # A recycled cgroup (process/cgroup_pool.py) is made unlimited again.
+        # A recycled cgroup (process/cgroup_pool.py) is made unlimited again,
+        # unless it has the tenant's defaults (most spawns': none written).
         cgroup = None
         if deps.profile.has("cgroup"):
             cgroup = deps.recycled.take()
-            if cgroup is not None:
+            if cgroup is not None and cgroup.limits != default_limits(deps):
                 try:
                     deps.cgroups.set_limits(cgroup, None, None)
                 except CgroupError:

@@ -231,6 +231,9 @@ VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
     "init": (True, {}),
     "init (caller clones)": (True, {"_use_forker": False}),
     "init (its own session)": (True, {"_init_setsid": True}),
+    # The forker started without trimming its copy of the caller (forker.c):
+    # the switch starts a new forker, so a spawn after it is not timed.
+    "init (forker untrimmed)": (True, {"_forker_trim": False}),
     # A warm child given its request (timed from the request: not comparable
     # with the lines above), its command's process cloned ahead (the init
     # waits on a futex), the same waiting in the vfork wait (uninterruptible:
@@ -243,11 +246,37 @@ VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
 WARM = frozenset(name for name in VARIANTS if name.startswith("warm"))
 
 
-def _switch(switches: dict[str, bool], defaults: dict[str, bool]) -> None:
+def _switch(switches: dict[str, bool], defaults: dict[str, bool]) -> bool:
+    """Set every switch for a variant (a `_forker_trim` in `defaults`
+    starts a new forker each time, whatever its value: every variant's
+    spawn then comes from a forker of the same age); whether it did."""
     from hostcapd import _childsetup  # type: ignore[attr-defined]
 
+    restarted = False
     for name in defaults:
-        getattr(_childsetup, name)(switches.get(name, defaults[name]))
+        value = switches.get(name, defaults[name])
+        getattr(_childsetup, name)(value)
+        restarted = restarted or name == "_forker_trim"
+    return restarted
+
+
+def _busy_threads(n: int) -> None:
+    """`n` idle threads that allocated once (each a stack with its guard
+    page and a malloc arena, as the bench's gRPC threads have): a caller
+    like the bench's process."""
+    import threading
+
+    ready, stop = threading.Barrier(n + 1), threading.Event()
+
+    def idle() -> None:
+        keep = bytes(100_000).hex()  # malloc'd: the thread's own arena
+        ready.wait()
+        stop.wait()
+        del keep
+
+    for _ in range(n):
+        threading.Thread(target=idle, daemon=True).start()
+    ready.wait()
 
 
 def main() -> None:
@@ -265,11 +294,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--variants", default=",".join(n for n in VARIANTS if n not in WARM))
     parser.add_argument("--tenant", default="nocg", help="a bench tenant without a cgroup")
+    parser.add_argument("--threads", type=int, default=0, help="idle threads in this process")
     args = parser.parse_args()
+    if args.threads:
+        _busy_threads(args.threads)
     names = [n.strip() for n in args.variants.split(",")]
     # Each switch's default (a switch returns the previous setting).
     defaults = {}
     for n in {n for _, sw in VARIANTS.values() for n in sw if hasattr(_childsetup, n)}:
+        if n == "_forker_trim" and not any(n in VARIANTS[v][1] for v in names):
+            continue  # its setter starts a new forker: only for its A/B
         defaults[n] = getattr(_childsetup, n)(True)
         getattr(_childsetup, n)(defaults[n])
     times: dict[str, list[float]] = {n: [] for n in names}
@@ -289,8 +323,9 @@ def main() -> None:
                 for i in range(len(names)):
                     name = names[(r + i) % len(names)]
                     init, switches = VARIANTS[name]
-                    _switch(switches, defaults)
                     run = floor.warm_true if name in WARM else partial(floor.true, init)
+                    if _switch(switches, defaults) and init:
+                        floor.true(True)  # the new forker's first init, not timed
                     times[name].append(run())
                     execs[name].append(floor.until_exec)
         finally:

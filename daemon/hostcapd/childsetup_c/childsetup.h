@@ -297,8 +297,10 @@ int apply_rlimits(struct plan *p);
 int apply_cwd(struct plan *p);
 /* close_fds, the cancel/go gate, the exec; the step that failed otherwise. */
 int last_steps(struct plan *p);
-/* The spawner's command-line area, which an init overwrites (see setup.c). */
+/* The spawner's command-line area, which an init overwrites (see setup.c),
+ * and where its main thread's stack began (0: unknown). */
 void read_arg_area(void);
+extern unsigned long start_stack;
 
 /* ---- pty.c: a tty spawn's terminal ---- */
 
@@ -374,6 +376,10 @@ int forker_clone(struct plan *p, pid_t *pid);
 /* Whether inits are cloned through the forker (a switch for the A/B). */
 extern int forker_enabled;
 void forker_hide(int hide);
+/* Whether a new forker trims its copy of the caller (see forker_trim_spans),
+ * and a new forker with that setting now (the A/B's: 0, or -1). */
+extern int forker_trim;
+int forker_restart(void);
 
 /* ---- mntns.c: mount namespaces made ahead of need ---- */
 

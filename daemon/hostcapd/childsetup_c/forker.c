@@ -106,6 +106,19 @@ static int add_kept_object(struct dl_phdr_info *info, size_t size, void *arg)
 static struct span drop[MAX_UNMAP];
 static int n_drop;
 
+/* On by default: the forker also trims what every init's fork would copy
+ * and tear down again, none of which an init or the forker reads: other
+ * threads' guard pages and reserved malloc arenas (no access, but a mapping
+ * each to copy), the caller's stack frames below where its main thread's
+ * stack began (the command line and environment above it stay: an init
+ * overwrites its copy of the command line), and the scratch the caller
+ * read its maps into. The A/B's switch (forker_restart). */
+int forker_trim = 1;
+static int trimming;
+static struct span trim_stack;
+static struct object_spans kept_objects;
+static char maps_buf[256 * 1024];
+
 /* Every private file mapping but those objects' (python's, the other
  * extensions' and libraries', the locale files), found by the caller before
  * it clones the forker (the loader's lists are on the heap, which the
@@ -113,26 +126,28 @@ static int n_drop;
  * each init's fork to copy and its exit to tear down. */
 static void forker_plan_shrink(void)
 {
-    static struct object_spans keep;
-    static char buf[256 * 1024];
-    keep.n = keep.n_other = keep.other_full = 0;
+    char *buf = maps_buf;
+    const size_t buf_size = sizeof maps_buf;
+    kept_objects.n = kept_objects.n_other = kept_objects.other_full = 0;
     n_drop = 0;
+    trimming = forker_trim;
+    trim_stack.start = trim_stack.end = 0;
     unsigned long tcb = (unsigned long)pthread_self();
-    dl_iterate_phdr(add_kept_object, &keep);
-    if (keep.n < 3)
+    dl_iterate_phdr(add_kept_object, &kept_objects);
+    if (kept_objects.n < 3)
         return; /* not the three objects found: keep everything */
     int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
     size_t len = 0;
     for (;;) {
-        ssize_t r = read(fd, buf + len, sizeof buf - 1 - len);
+        ssize_t r = read(fd, buf + len, buf_size - 1 - len);
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0)
             break;
         len += (size_t)r;
-        if (len == sizeof buf - 1) {
+        if (len == buf_size - 1) {
             close(fd);
             return; /* too large to be sure of: keep everything */
         }
@@ -155,8 +170,8 @@ static void forker_plan_shrink(void)
         if (anon && perms[3] == 'p' && n_drop < MAX_UNMAP - 2) {
             /* A kept object's .bss in one mapping with the anonymous memory
              * next to it (the kernel merges them): the rest is not its. */
-            for (int i = 0; i < keep.n; i++) {
-                const struct span *k = &keep.spans[i];
+            for (int i = 0; i < kept_objects.n; i++) {
+                const struct span *k = &kept_objects.spans[i];
                 if (!(start < k->end && k->start < end))
                     continue;
                 if (start < k->start && !(start < tls_to && tls_from < k->start)) {
@@ -170,12 +185,21 @@ static void forker_plan_shrink(void)
                 break;
             }
         }
-        if (parsed && perms[3] == 'p' && !spans_overlap(start, end, keep.spans, keep.n)) {
+        if (trimming && parsed && path_at > 0 && strcmp(line + path_at, "[stack]") == 0 &&
+            start_stack > start && start_stack < end) {
+            trim_stack.start = start;
+            trim_stack.end = start_stack & ~4095UL;
+        }
+        if (trimming && anon && strcmp(perms, "---p") == 0 && n_drop < MAX_UNMAP &&
+            !(start < tls_to && tls_from < end)) {
+            drop[n_drop].start = start; /* a guard page, a reserved arena */
+            drop[n_drop++].end = end;
+        } else if (parsed && perms[3] == 'p' && !spans_overlap(start, end, kept_objects.spans, kept_objects.n)) {
             /* A file mapping of another object, or the anonymous rest of
              * another object's writable segment (its .bss), away from the
              * thread's TLS. */
-            int other_bss = anon && !keep.other_full &&
-                            spans_overlap(start, end, keep.other, keep.n_other) &&
+            int other_bss = anon && !kept_objects.other_full &&
+                            spans_overlap(start, end, kept_objects.other, kept_objects.n_other) &&
                             !(start < tls_to && tls_from < end);
             if (inode != 0 || other_bss) {
                 drop[n_drop].start = start;
@@ -186,6 +210,15 @@ static void forker_plan_shrink(void)
             break;
         line = next + 1;
     }
+}
+
+/* The pages of [start, start + len) dropped (read again, they are zeros). */
+static void forget(const void *start, size_t len)
+{
+    unsigned long from = ((unsigned long)start + 4095UL) & ~4095UL;
+    unsigned long to = ((unsigned long)start + len) & ~4095UL;
+    if (to > from)
+        madvise((void *)from, to - from, MADV_DONTNEED);
 }
 
 /* The forker's life (see above). Every signal is blocked (clone_small). */
@@ -213,6 +246,13 @@ static int forker_main(void *arg)
         _exit(1);
     for (int i = 0; i < n_drop; i++)
         munmap((void *)drop[i].start, drop[i].end - drop[i].start);
+    if (trimming) {
+        if (trim_stack.end > trim_stack.start)
+            madvise((void *)trim_stack.start, trim_stack.end - trim_stack.start, MADV_DONTNEED);
+        forget(maps_buf, sizeof maps_buf);
+        forget(drop, sizeof drop);
+        forget(&kept_objects, sizeof kept_objects);
+    }
     sh->own_arena = arena;
     __atomic_store_n(&sh->ready, 1, __ATOMIC_RELEASE);
     futex(&sh->ready, FUTEX_WAKE, 1, NULL);
@@ -376,6 +416,23 @@ int forker_clone(struct plan *p, pid_t *pid)
     *pid = shared->pid;
     errno = shared->err;
     return 0;
+}
+
+/* The forker ended and a new one started (with forker_trim as it is now):
+ * the A/B's, outside its timing; 0, or -1 if none could be started. */
+int forker_restart(void)
+{
+    if (forker_pid > 0 && getpid() == forker_owner) {
+        kill(forker_pid, SIGKILL);
+        int status;
+        while (waitpid(forker_pid, &status, __WALL) < 0 && errno == EINTR)
+            ;
+    }
+    forker_pid = -1;
+    forker_failed = 0;
+    if (!forker_enabled)
+        return 0;
+    return forker_start() == 0 ? 0 : (forker_failed = 1, -1);
 }
 
 /* The memory shared with the forker, kept out of an init the caller clones

@@ -454,7 +454,26 @@ static PyObject *childsetup_init_setsid(PyObject *self, PyObject *arg)
     return set_switch(&init_setsid_enabled, arg);
 }
 
+PyDoc_STRVAR(forker_trim_doc,
+"_forker_trim(enabled) -> bool\n\n"
+"Whether the forker trims its copy of the caller (forker.c: other threads'\n"
+"guard pages and reserved arenas, the caller's stack frames, its scratch), as\n"
+"by default; the forker is ended and a new one started with the setting\n"
+"(the A/B of the bench, outside its timing); the previous setting.");
+
+static PyObject *childsetup_forker_trim(PyObject *self, PyObject *arg)
+{
+    (void)self;
+    PyObject *was = set_switch(&forker_trim, arg);
+    if (was && forker_restart() != 0) {
+        Py_DECREF(was);
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return was;
+}
+
 static PyMethodDef methods[] = {
+    {"_forker_trim", childsetup_forker_trim, METH_O, forker_trim_doc},
     {"_init_setsid", childsetup_init_setsid, METH_O, init_setsid_doc},
     {"_warm_preclone", childsetup_warm_preclone, METH_O, warm_preclone_doc},
     {"_preclone_vfork", childsetup_preclone_vfork, METH_O, preclone_vfork_doc},

@@ -451,8 +451,11 @@ int last_steps(struct plan *p)
     return STEP_EXEC;
 }
 
+unsigned long start_stack;
+
 /* arg_start and arg_end (fields 48 and 49 of /proc/self/stat, after the
- * comm in parentheses, which may itself hold spaces or parentheses). */
+ * comm in parentheses, which may itself hold spaces or parentheses), and
+ * start_stack (field 28: where the main thread's stack began at exec). */
 void read_arg_area(void)
 {
     char buf[4096];
@@ -474,6 +477,8 @@ void read_arg_area(void)
         if (*c != ' ')
             continue;
         field++;
+        if (field == 28)
+            start_stack = strtoul(c + 1, NULL, 10);
         if (field == 48 || field == 49)
             values[field - 48] = strtoul(c + 1, NULL, 10);
     }

@@ -140,3 +140,49 @@ def test_the_command_runs_with_the_callers_affinity(init: bool) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     listed = out.split(":")[1].strip()
     assert listed in (f"{cpus[0]}-{cpus[-1]}", ",".join(map(str, cpus)))
+
+
+def _anonymous_no_access(pid: int) -> list[str]:
+    """pid's mappings with no access that map no file (guard pages, reserved
+    malloc arenas)."""
+    with open(f"/proc/{pid}/maps") as f:
+        return [line for line in f if line.split()[1] == "---p" and line.split()[4] == "0"]
+
+
+def test_the_forker_keeps_no_guard_pages_of_the_callers_threads() -> None:
+    import threading
+
+    # Threads that allocated: a stack with its guard page and a malloc arena
+    # each, all mappings a fork of the caller would copy.
+    ready, stop = threading.Barrier(5), threading.Event()
+
+    def idle() -> None:
+        keep = bytes(100_000).hex()
+        ready.wait()
+        stop.wait()
+        del keep
+
+    threads = [threading.Thread(target=idle) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        ready.wait()
+        assert _anonymous_no_access(os.getpid())
+        was = _childsetup._forker_trim(True)  # a new forker, started now
+        try:
+            for _ in range(3):  # its inits run as before
+                status, command = run(BASE)
+                assert os.waitstatus_to_exitcode(status) == 3 and command is not None
+            (forker,) = forkers()
+            assert _anonymous_no_access(forker) == []
+            _childsetup._forker_trim(False)  # the A/B's other arm: the forker as it was
+            (untrimmed,) = forkers()
+            assert untrimmed != forker and _anonymous_no_access(untrimmed)
+            status, command = run(BASE)
+            assert os.waitstatus_to_exitcode(status) == 3 and command is not None
+        finally:
+            _childsetup._forker_trim(was)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()

@@ -117,6 +117,12 @@ class Channel:
             return seen
 
 
+def report(result: Result) -> None:
+    """One line for the test, naming this process (the root side may have
+    killed and replaced it by the time the test reads the tenant's pid)."""
+    print(json.dumps({**result, "pid": os.getpid()}), flush=True)
+
+
 # --- the attacks ------------------------------------------------------------------
 
 
@@ -125,7 +131,7 @@ def forged_fields(link: Channel, targets: Result) -> Result:
     cuts the channel and kills the sender: what it sent is reported first."""
     request = {"method": "ProcessService.Run", "argv": ["/usr/bin/id", "-u"], **targets["extra"]}
     link.send_raw(msgspec.msgpack.encode({"op": "call", "call": 1, "request": request}))
-    print(json.dumps({"sent": request}), flush=True)
+    report({"sent": request})
     return {"answer": link.answer(1)}
 
 
@@ -218,7 +224,7 @@ def sparse_memfd(link: Channel, targets: Result) -> Result:
     fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
     link.send_fd(header, targets["size"], fd)
     os.close(fd)
-    print(json.dumps({"sent": "sparse memfd"}), flush=True)
+    report({"sent": "sparse memfd"})
     return {"answer": link.answer(1)}
 
 
@@ -244,7 +250,7 @@ def not_a_memfd(link: Channel, targets: Result) -> Result:
         os.write(fd, header)
     link.send_fd(header, len(header), fd)
     os.close(fd)
-    print(json.dumps({"sent": kind}), flush=True)
+    report({"sent": kind})
     return {"answer": link.answer(1)}
 
 
@@ -292,7 +298,7 @@ def direct_reads(link: Channel, targets: Result) -> Result:
     for ident, fields in reads.items():
         read_link.send(direct.encode(msgspec.convert({"id": ident, **fields}, direct.Read)))
     out: Result = {"answers": _answers(read_link, set(reads))}
-    print(json.dumps(out), flush=True)
+    report(out)
     # None of ours: an unknown field.
     body = msgspec.msgpack.encode({"op": "read", "id": 9, "path": "own.txt", "tenant": "victim"})
     read_link.send(len(body).to_bytes(4, "big") + body)
@@ -329,7 +335,7 @@ def main() -> int:
     link.send(messages.Ready(pid=os.getpid(), protections=protections))
     result = ATTACKS[attack](link, targets)
     result["protections"] = {p.name: p.applied for p in protections}
-    print(json.dumps(result), flush=True)
+    report(result)
     sock.settimeout(None)
     while link.receive() is not None:
         pass

@@ -156,7 +156,7 @@ async def test_an_order_naming_what_the_root_side_decides_is_refused_and_audited
     result = await split.hostile(monkeypatch, "forged_fields", {"extra": extra})
     assert next(iter(extra)) in result["sent"]
     # No answer: the channel is cut and the sender killed (and restarted).
-    hostile = split.frontend("attacker").pid
+    hostile = result["pid"]  # (the tenant's front-end may be its successor by now)
     await _wait(lambda: split.frontend("attacker").pid != hostile, 15)
     denials = split.records("policy.deny", tenant="attacker", method="frontend.channel")
     assert denials, "no policy.deny for the forged order"
@@ -322,7 +322,7 @@ async def test_a_sparse_one_gib_memfd_is_refused_unread_and_its_frontend_killed(
     before = _rss(os.getpid())  # the root side runs in this process
     result = await split.hostile(monkeypatch, "sparse_memfd", {"size": GiB})
     assert result["sent"] == "sparse memfd"
-    hostile = split.frontend("attacker").pid
+    hostile = result["pid"]  # (the tenant's front-end may be its successor by now)
     denial = await _violation(split, hostile, "announces")
     assert str(GiB) in denial["message"]
     # Had the root read it, it would hold 1 GiB (of zeros).
@@ -335,7 +335,7 @@ async def test_an_fd_that_is_not_a_sealed_memfd_is_a_violation(
 ) -> None:
     result = await split.hostile(monkeypatch, "not_a_memfd", {"kind": kind})
     assert result["sent"] == kind
-    hostile = split.frontend("attacker").pid
+    hostile = result["pid"]  # (the tenant's front-end may be its successor by now)
     await _violation(split, hostile, "sealed memfd")
     # The victim is served all along.
     assert split.frontend("victim").pid
@@ -442,7 +442,7 @@ async def test_reads_it_asks_the_fs_worker_directly_are_checked_and_audited(
         ("own.txt", "LIMIT_INVALID"),
     } <= denied, denied
     assert not split.records("policy.deny", tenant="victim")
-    hostile = split.frontend("attacker").pid
+    hostile = result["pid"]  # (the tenant's front-end may be its successor by now)
     await _violation(split, hostile, "fs read link")
     # The real front-end started in its place reads over a new link.
     socket_path = split.daemon.tenants["attacker"].tenant.socket

@@ -24,7 +24,7 @@ def _sleeping(pid: int) -> bool:
     """Whether `pid` is still the sleep the command left (not a zombie)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # gone (between open and read: ESRCH)
         return False
     name, state = stat.split("(", 1)[1].rsplit(")", 1)[0], stat.rsplit(")", 1)[1].split()[0]
     return name == "sleep" and state != "Z"

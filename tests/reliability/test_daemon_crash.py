@@ -95,7 +95,11 @@ async def test_sigkill_of_the_daemon_kills_every_tree_and_a_restart_recovers(
     # records. Every cgroup counts here: empty, a spawn's ready-<id> cannot be
     # told from the pool's.
     left = cgroup_ids(subtrees, SPAWN_PREFIX, WARM_PREFIX, READY_PREFIX)
-    assert left == spawn_ids | waiting | pooled
+    assert spawn_ids | waiting | pooled <= left
+    # Beyond those, only a cgroup made ahead: a warm child's or the pool's in
+    # the making when the kill came (a refill late under load); never a spawn's.
+    made_ahead = cgroup_ids(subtrees, WARM_PREFIX, READY_PREFIX)
+    assert left - (spawn_ids | waiting | pooled) <= made_ahead - spawn_ids
     assert daemon.socket.exists() and not connectable(daemon.socket)
     old_socket_inode = daemon.socket.stat().st_ino
     assert set(exec_records(daemon)) >= spawn_ids
@@ -103,7 +107,7 @@ async def test_sigkill_of_the_daemon_kills_every_tree_and_a_restart_recovers(
 
     daemon.start()
 
-    stale = spawn_cgroups(subtrees) & (spawn_ids | waiting)
+    stale = spawn_cgroups(subtrees) & left
     assert stale == set(), "stale spawn cgroups were not swept"
     assert daemon.socket.stat().st_ino != old_socket_inode
     assert temp_files(daemon) == set()

@@ -35,6 +35,7 @@ from pathlib import Path
 from hostcapd import metrics
 from hostcapd.audit.errors import AuditUnavailable
 from hostcapd.config import AuditSettings
+from hostcapd.kept_loop import KeptLoop
 
 #: fsyncs in flight at once: a batched or earlier one, and one more for the
 #: durable writes appended after it started.
@@ -193,24 +194,13 @@ class GroupCommit:
     #: Each durable write waiting for its fsync.
     _waiters: list[Waiter]
     _flush_handle: asyncio.TimerHandle | None
-    #: The loop it last ran on (`_running_loop`).
-    _loop: asyncio.AbstractEventLoop | None
+    #: The running loop, kept once asked (hostcapd.kept_loop).
+    _running_loop: KeptLoop
     _failure: str | None
     _closed: bool
     _threads: SyncThreads
     #: fsyncs done so far (group commit makes this far fewer than durable writes).
     sync_count: int
-
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
-        """The running loop (RuntimeError if none), asked of asyncio only
-        when the one kept is not running: `asyncio.get_running_loop` is a
-        getpid(2) on Python 3.11, and a durable write asked it three times.
-        The writer is used from the loop's thread only, so a loop that runs
-        is the one running here."""
-        loop = self._loop
-        if loop is None or not loop.is_running():
-            loop = self._loop = asyncio.get_running_loop()
-        return loop
 
     def _start_sync(self, *, durable: bool = False) -> None:
         """Start an fsync covering everything appended so far, unless one in

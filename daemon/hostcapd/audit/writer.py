@@ -64,6 +64,7 @@ from hostcapd.audit.stamps import event_id as _event_id
 from hostcapd.audit.stamps import now as _now
 from hostcapd.audit.subscriptions import AuditSubscription
 from hostcapd.config import AuditSettings
+from hostcapd.kept_loop import KeptLoop
 
 _log = logging.getLogger("hostcapd.audit")
 
@@ -121,7 +122,7 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._syncs = {}
         self._waiters = []
         self._flush_handle = None
-        self._loop = None
+        self._running_loop = KeptLoop()
         self._threads = SyncThreads(MAX_SYNCS_IN_FLIGHT, "hostcapd-audit-fsync")
         self.sync_count = 0
         #: Compression, archiving and pruning of rotated files (`retention`).

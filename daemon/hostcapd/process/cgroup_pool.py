@@ -42,6 +42,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from hostcapd.kept_loop import KeptLoop
 from hostcapd.logsetup import fields
 from hostcapd.process import limits as limits_mod
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
@@ -142,16 +143,14 @@ class PendingFill:
     def __init__(self, fill: Callable[[], None]) -> None:
         self._fill = fill
         self._handle: asyncio.Handle | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._running_loop = KeptLoop()
 
     def ask(self, delay: float = 0.0) -> None:
         if self._handle is not None:
             if delay:
                 return  # one comes as soon
             self._handle.cancel()
-        loop = self._loop  # (asyncio's look-up is a getpid on Python 3.11)
-        if loop is None or not loop.is_running():
-            loop = self._loop = asyncio.get_running_loop()
+        loop = self._running_loop()
         self._handle = loop.call_later(delay, self._fill) if delay else loop.call_soon(self._fill)
 
     def cancel(self) -> None:

@@ -4,12 +4,12 @@ one another."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hostcapd.audit import AuditLog
 from hostcapd.config import Tenant
+from hostcapd.kept_loop import KeptLoop
 from hostcapd.process.cgroup_pool import Recycled
 from hostcapd.process.executable import HashCache
 from hostcapd.process.output import OutputTurns
@@ -50,15 +50,5 @@ class SpawnDeps:
     recycle_cgroups: bool = True
     #: Its spawns' cgroups kept for its next spawns.
     recycled: Recycled = field(default_factory=Recycled)
-    #: The loop its spawns run on, once asked (`loop`).
-    _loop: list[asyncio.AbstractEventLoop] = field(default_factory=list, compare=False, repr=False)
-
-    def loop(self) -> asyncio.AbstractEventLoop:
-        """The running loop: the one kept while it runs (asyncio's own look-up
-        is a getpid(2) on Python 3.11; the root has one loop, on one thread)."""
-        kept = self._loop
-        if kept and kept[0].is_running():
-            return kept[0]
-        loop = asyncio.get_running_loop()
-        kept[:] = [loop]
-        return loop
+    #: The loop its spawns run on (`loop()`), kept once asked.
+    loop: KeptLoop = field(default_factory=KeptLoop, compare=False, repr=False)

@@ -16,6 +16,8 @@ import select
 from collections import deque
 from collections.abc import Callable
 
+from hostcapd.kept_loop import KeptLoop
+
 #: Largest Output event of a kept tail: the front-end streams it in pieces
 #: of this size before the Exited.
 OUTPUT_CHUNK = 1024 * 1024
@@ -153,7 +155,7 @@ class OutputTurns:
 
     def __init__(self, per_turn: int = 1) -> None:
         self.per_turn = per_turn
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._running_loop = KeptLoop()
         self._left = per_turn
         self._waiting: deque[tuple[object, int, Callable[[int], None]]] = deque()
         self._granted: set[tuple[object, int]] = set()
@@ -206,12 +208,6 @@ class OutputTurns:
         if not self._reset_pending:
             self._reset_pending = True
             self._running_loop().call_soon(self._next_turn)
-
-    def _running_loop(self) -> asyncio.AbstractEventLoop:
-        # Asked once: asyncio.get_running_loop is a getpid on Python 3.11.
-        if self._loop is None or not self._loop.is_running():
-            self._loop = asyncio.get_running_loop()
-        return self._loop
 
     def _next_turn(self) -> None:
         """A new pass of the loop: the readers that waited longest get its

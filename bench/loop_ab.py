@@ -103,9 +103,12 @@ async def _throughput(
 CPU_NAMES = ("cpu_ms_per_spawn", "root_cpu_ms_per_spawn", "frontend_cpu_ms_per_spawn")
 
 
-async def run(rounds: int, spawns: int, window: float, process: str) -> dict[str, Any]:
+async def run(
+    rounds: int, spawns: int, window: float, process: str, loops: tuple[str, ...] = LOOPS
+) -> dict[str, Any]:
+    """`loops` in the order their daemons start and the first round runs."""
     state = Path(tempfile.mkdtemp(prefix="state-loop-ab-", dir=state_parent()))
-    daemons = {name: BenchDaemon(state / name, ("full",)) for name in LOOPS}
+    daemons = {name: BenchDaemon(state / name, ("full",)) for name in loops}
     key = "event_loop" if process == "root" else "frontend_event_loop"
     for name, daemon in daemons.items():
         daemon.config["daemon"][key] = name
@@ -118,16 +121,16 @@ async def run(rounds: int, spawns: int, window: float, process: str) -> dict[str
         for daemon in daemons.values():
             daemon.start()
         clients = {name: TenantClient(d.socket("full")) for name, d in daemons.items()}
-        for name in LOOPS:  # warm-up: connect, fill caches, start the pools
+        for name in loops:  # warm-up: connect, fill caches, start the pools
             for _ in range(20):
                 await clients[name].true()
         front = {name: frontend_of(d, "full") for name, d in daemons.items()}
         for index in range(rounds):
-            for name in rotation(LOOPS, index):
+            for name in rotation(loops, index):
                 samples, cpu = await _latency(clients[name], daemons[name], front[name], spawns)
                 latency[name] += samples
                 latency_cpu[name].append(cpu)
-            for name in rotation(LOOPS, index + 1):
+            for name in rotation(loops, index + 1):
                 per_s, cpu = await _throughput(daemons[name], front[name], window)
                 rate[name].append(per_s)
                 rate_cpu[name].append(cpu)
@@ -164,6 +167,11 @@ def main(argv: list[str] | None = None) -> int:
         default="root",
         help="whose loop differs: the root's (daemon.event_loop) or the front-ends'",
     )
+    parser.add_argument(
+        "--uvloop-first",
+        action="store_true",
+        help="start uvloop's daemon first (asyncio's by default): the other order",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench: the daemon's default profile needs root", file=sys.stderr)
@@ -174,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()[0]
     started = time.monotonic()
     try:
-        result = asyncio.run(run(rounds, spawns, window, args.process))
+        loops = tuple(reversed(LOOPS)) if args.uvloop_first else LOOPS
+        result = asyncio.run(run(rounds, spawns, window, args.process, loops))
     except BenchError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 1
@@ -182,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "rounds": rounds,
         "process": args.process,
+        "first": "uvloop" if args.uvloop_first else "asyncio",
         "spawns_per_round": spawns,
         "window_s": window,
         "loadavg_start": load_start,

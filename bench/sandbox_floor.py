@@ -234,14 +234,6 @@ VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
     # The forker started without trimming its copy of the caller (forker.c):
     # the switch starts a new forker, so a spawn after it is not timed.
     "init (forker untrimmed)": (True, {"_forker_trim": False}),
-    # The init keeping the forker's memory it does not run on until its
-    # exit (init.c, init_trim).
-    "init (untrimmed)": (True, {"_init_trim": False}),
-    # The forker keeping what its own maps show it keeps for nothing
-    # (forker.c, trim_own): it restarts the forker, as "forker untrimmed".
-    "init (forker's own untrimmed)": (True, {"_forker_trim_own": False}),
-    # neither of the two above
-    "init (neither)": (True, {"_init_trim": False, "_forker_trim_own": False}),
     # A warm child given its request (timed from the request: not comparable
     # with the lines above), its command's process cloned ahead (the init
     # waits on a futex), the same waiting in the vfork wait (uninterruptible:
@@ -250,8 +242,6 @@ VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
     "warm (vfork wait)": (True, {"_preclone_vfork": True}),
     "warm (cloned after)": (True, {"_warm_preclone": False}),
 }
-#: the switches that start a new forker
-RESTARTS = frozenset({"_forker_trim", "_forker_trim_own"})
 #: the variants `SandboxFloor.warm_true` runs
 WARM = frozenset(name for name in VARIANTS if name.startswith("warm"))
 
@@ -266,7 +256,7 @@ def _switch(switches: dict[str, bool], defaults: dict[str, bool]) -> bool:
     for name in defaults:
         value = switches.get(name, defaults[name])
         getattr(_childsetup, name)(value)
-        restarted = restarted or name in RESTARTS
+        restarted = restarted or name == "_forker_trim"
     return restarted
 
 
@@ -312,7 +302,7 @@ def main() -> None:
     # Each switch's default (a switch returns the previous setting).
     defaults = {}
     for n in {n for _, sw in VARIANTS.values() for n in sw if hasattr(_childsetup, n)}:
-        if n in RESTARTS and not any(n in VARIANTS[v][1] for v in names):
+        if n == "_forker_trim" and not any(n in VARIANTS[v][1] for v in names):
             continue  # its setter starts a new forker: only for its A/B
         defaults[n] = getattr(_childsetup, n)(True)
         getattr(_childsetup, n)(defaults[n])

@@ -265,9 +265,6 @@ struct plan {
     /* init_setsid_enabled as it was: an init in a session of its own (the
      * A/B's old way), or only a process group (see child_main). */
     int init_setsid;
-    /* init_trim_enabled as it was: the init drops the forker's memory it
-     * does not run on once its command exec'd (see init_trim). */
-    int init_trim;
     int channel_fd;
     const char *roots[MAX_ROOTS];
     int root_fds[MAX_ROOTS];
@@ -382,16 +379,7 @@ void forker_hide(int hide);
 /* Whether a new forker trims its copy of the caller (see forker_trim_spans),
  * and a new forker with that setting now (the A/B's: 0, or -1). */
 extern int forker_trim;
-/* Whether it also unmaps what its own maps show it keeps for nothing (see
- * trim_own: the A/B's switch) */
-extern int forker_trim_own;
 int forker_restart(void);
-/* What an init cloned by the forker drops once its command exec'd (set in
- * the forker: a caller-cloned init has none), and the switch of the A/B. */
-#define INIT_DROP_MAX 32
-extern struct span init_drop[INIT_DROP_MAX];
-extern int n_init_drop;
-extern int init_trim_enabled;
 
 /* ---- mntns.c: mount namespaces made ahead of need ---- */
 

@@ -41,10 +41,6 @@ struct forker_shared {
 };
 
 int forker_enabled = 1;
-int init_trim_enabled = 1;
-/* Set in the forker (its copy of these globals), read by its inits. */
-struct span init_drop[INIT_DROP_MAX];
-int n_init_drop;
 static struct forker_shared *shared; /* and the arena after it */
 static size_t shared_size;
 static pid_t forker_pid = -1;
@@ -118,7 +114,6 @@ static int n_drop;
  * overwrites its copy of the command line), and the scratch the caller
  * read its maps into. The A/B's switch (forker_restart). */
 int forker_trim = 1;
-int forker_trim_own = 1;
 static int trimming;
 static struct span trim_stack;
 static struct object_spans kept_objects;
@@ -226,103 +221,6 @@ static void forget(const void *start, size_t len)
         madvise((void *)from, to - from, MADV_DONTNEED);
 }
 
-static unsigned long hex_at(const char **c)
-{
-    unsigned long v = 0;
-    for (;; (*c)++) {
-        int d = **c >= '0' && **c <= '9' ? **c - '0' : **c >= 'a' && **c <= 'f' ? **c - 'a' + 10 : -1;
-        if (d < 0)
-            return v;
-        v = v * 16 + (unsigned long)d;
-    }
-}
-
-static void add_init_drop(unsigned long start, unsigned long end)
-{
-    if (end > start && n_init_drop < INIT_DROP_MAX) {
-        init_drop[n_init_drop].start = start;
-        init_drop[n_init_drop++].end = end;
-    }
-}
-
-/* The forker's own memory after its start, read from its maps: what is
- * neither the kept objects' (their files and .bss), nor the TLS's
- * neighbourhood, nor the kernel's ([vdso], [vvar], [stack]: the command
- * line an init overwrites), nor the memory shared with the caller, nor the
- * forker's own (`own`: its plan, arena, stacks, the one it runs on), is
- * unmapped now (with `trimming`): the caller's per-spawn stack and scratch
- * alive when it started, the gconv cache; each would be copied by every
- * init's fork and torn down at its exit. Of its own, every part but the
- * init's `stack` is what an init drops once its command exec'd
- * (init_drop). */
-static void trim_own(const struct span *own, int n_own, unsigned long stack_start,
-                     unsigned long stack_end)
-{
-    n_init_drop = 0;
-    if (kept_objects.n < 3)
-        return; /* the objects not found: keep everything */
-    unsigned long tcb = (unsigned long)pthread_self();
-    unsigned long tls_from = tcb > (64UL << 10) ? tcb - (64UL << 10) : 0;
-    unsigned long tls_to = tcb + (64UL << 10);
-    unsigned long sp = (unsigned long)&tcb;
-    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    size_t len = 0;
-    for (;;) {
-        ssize_t r = read(fd, maps_buf + len, sizeof maps_buf - 1 - len);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        len += (size_t)r;
-        if (len == sizeof maps_buf - 1) {
-            close(fd);
-            return; /* too large to be sure of */
-        }
-    }
-    close(fd);
-    maps_buf[len] = '\0';
-    struct span gone[64];
-    int n_gone = 0;
-    for (const char *c = maps_buf; *c;) {
-        unsigned long start = hex_at(&c);
-        c++;
-        unsigned long end = hex_at(&c);
-        const char *eol = strchr(c, '\n');
-        const char *path = strpbrk(c, "/[");
-        if (path && eol && path > eol)
-            path = NULL;
-        int file = path && *path == '/';
-        if ((path && *path == '[') || spans_overlap(start, end, kept_objects.spans, kept_objects.n) ||
-            (start < (unsigned long)shared + shared_size && (unsigned long)shared < end) ||
-            (!file && start < tls_to && tls_from < end)) {
-            /* kept */
-        } else if (sp >= start && sp < end) {
-            /* the stack it runs on: not an init's (MADV_DONTFORK below) */
-            if (trimming && forker_trim_own)
-                madvise((void *)start, end - start, MADV_DONTFORK);
-            else
-                add_init_drop(start, end);
-        } else if (spans_overlap(start, end, own, n_own)) {
-            if (start < stack_end && stack_start < end) {
-                add_init_drop(start, stack_start);
-                add_init_drop(stack_end, end);
-            } else {
-                add_init_drop(start, end);
-            }
-        } else if (n_gone < 64) {
-            gone[n_gone].start = start;
-            gone[n_gone++].end = end;
-        }
-        if (!eol)
-            break;
-        c = eol + 1;
-    }
-    for (int i = 0; trimming && forker_trim_own && i < n_gone; i++)
-        munmap((void *)gone[i].start, gone[i].end - gone[i].start);
-}
-
 /* The forker's life (see above). Every signal is blocked (clone_small). */
 static int forker_main(void *arg)
 {
@@ -351,19 +249,8 @@ static int forker_main(void *arg)
     if (trimming) {
         if (trim_stack.end > trim_stack.start)
             madvise((void *)trim_stack.start, trim_stack.end - trim_stack.start, MADV_DONTNEED);
-        forget(drop, sizeof drop);
-    }
-    /* An init runs on `stack` alone once its command exec'd (init_trim):
-     * the rest is dropped there, so that its exit tears down less. */
-    struct span own[] = {
-        {(unsigned long)plan, (unsigned long)plan + sizeof *plan},
-        {(unsigned long)arena, (unsigned long)arena + FORKER_ARENA},
-        {(unsigned long)stack, (unsigned long)stack + CHILD_STACK_SIZE},
-        {(unsigned long)warm_buf, (unsigned long)warm_buf + WARM_BUFFER},
-    };
-    trim_own(own, 4, (unsigned long)stack, (unsigned long)stack + CHILD_STACK_SIZE);
-    if (trimming) {
         forget(maps_buf, sizeof maps_buf);
+        forget(drop, sizeof drop);
         forget(&kept_objects, sizeof kept_objects);
     }
     sh->own_arena = arena;

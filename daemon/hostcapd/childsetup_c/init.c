@@ -175,15 +175,6 @@ static pid_t preclone_and_wait(struct plan *p, char *stack_top)
     return command;
 }
 
-/* The forker's memory an init does not run on, dropped once its command
- * exec'd (the plan with it: not read after this), so that its exit, on the
- * way to the caller's wake, tears down less. */
-static void init_trim(void)
-{
-    for (int i = 0; i < n_init_drop; i++)
-        munmap((void *)init_drop[i].start, init_drop[i].end - init_drop[i].start);
-}
-
 /* The end of the set-up as pid 1: start the command's process, report, and
  * become the init. */
 int init_main(struct plan *p)
@@ -229,8 +220,6 @@ int init_main(struct plan *p)
     if (!futex_wait)
         close_all_but_report(fd);
     init_report_setup(fd, STEP_NONE, 0);
-    if (p->init_trim)
-        init_trim();
     init_loop(command, fd);
     return 127;
 }

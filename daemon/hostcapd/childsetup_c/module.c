@@ -153,7 +153,6 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
     p->preclone = warm_preclone;
     p->preclone_vfork = preclone_vfork;
     p->init_setsid = init_setsid_enabled;
-    p->init_trim = init_trim_enabled;
     p->channel_fd = warm_channel;
     p->tty_fd = tty_fd;
     p->tty_rows = p->tty_cols = 0;
@@ -473,38 +472,7 @@ static PyObject *childsetup_forker_trim(PyObject *self, PyObject *arg)
     return was;
 }
 
-PyDoc_STRVAR(init_trim_doc,
-"_init_trim(enabled) -> bool\n\n"
-"Whether an init cloned by the forker drops the forker's memory it does not\n"
-"run on once its command exec'd (init.c, init_trim), as by default; the A/B\n"
-"of the bench; the previous setting.");
-
-static PyObject *childsetup_init_trim(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    return set_switch(&init_trim_enabled, arg);
-}
-
-PyDoc_STRVAR(forker_trim_own_doc,
-"_forker_trim_own(enabled) -> bool\n\n"
-"Whether a trimmed forker also unmaps what its own maps show it keeps for\n"
-"nothing (forker.c, trim_own), as by default; a new forker is started with\n"
-"the setting (the A/B of the bench); the previous setting.");
-
-static PyObject *childsetup_forker_trim_own(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    PyObject *was = set_switch(&forker_trim_own, arg);
-    if (was && forker_restart() != 0) {
-        Py_DECREF(was);
-        return PyErr_SetFromErrno(PyExc_OSError);
-    }
-    return was;
-}
-
 static PyMethodDef methods[] = {
-    {"_forker_trim_own", childsetup_forker_trim_own, METH_O, forker_trim_own_doc},
-    {"_init_trim", childsetup_init_trim, METH_O, init_trim_doc},
     {"_forker_trim", childsetup_forker_trim, METH_O, forker_trim_doc},
     {"_init_setsid", childsetup_init_setsid, METH_O, init_setsid_doc},
     {"_warm_preclone", childsetup_warm_preclone, METH_O, warm_preclone_doc},

@@ -383,7 +383,6 @@ int forker_restart(void);
 /* An init forked ahead (prototype switch) and the request for the next. */
 extern int init_ahead;
 void forker_ahead(int clone_flags);
-extern struct span ahead_drop;
 
 /* ---- mntns.c: mount namespaces made ahead of need ---- */
 

@@ -49,7 +49,6 @@ struct forker_shared {
 
 int forker_enabled = 1;
 int init_ahead = 0;
-struct span ahead_drop; /* the shared memory, dropped by an init ahead after its record */
 static struct plan *own_plan; /* the forker's, at the same address in its children */
 static char *own_arena_at;
 static struct forker_shared *shared; /* and the arena after it */
@@ -254,8 +253,7 @@ static int ahead_main(void *arg)
     own_plan->warm_buf = NULL;
     __atomic_store_n(&sh->ahead_done, gen, __ATOMIC_RELEASE);
     futex(&sh->ahead_done, FUTEX_WAKE, 1, NULL);
-    ahead_drop.start = (unsigned long)sh;
-    ahead_drop.end = (unsigned long)sh + shared_size;
+    munmap(sh, shared_size);
     child_main(own_plan);
     _exit(127);
 }
@@ -509,13 +507,6 @@ void forker_ahead(int clone_flags)
         return; /* one waits already */
     if (__atomic_load_n(&shared->done, __ATOMIC_ACQUIRE) != forker_seq)
         return; /* busy */
-    if (0 && forker_cpu != -1) {
-        /* not on this CPU: its fork is not to preempt the caller */
-        cpu_set_t mine;
-        if (sched_getaffinity(0, sizeof mine, &mine) == 0 &&
-            sched_setaffinity(forker_pid, sizeof mine, &mine) == 0)
-            forker_cpu = -1;
-    }
     shared->ahead_flags = clone_flags & ~0xff;
     shared->ahead_gen = shared->ahead_gen + 1 ? shared->ahead_gen + 1 : 1;
     uint32_t req = ++forker_seq;

@@ -220,8 +220,6 @@ int init_main(struct plan *p)
     if (!futex_wait)
         close_all_but_report(fd);
     init_report_setup(fd, STEP_NONE, 0);
-    if (ahead_drop.end > ahead_drop.start)
-        munmap((void *)ahead_drop.start, ahead_drop.end - ahead_drop.start);
     init_loop(command, fd);
     return 127;
 }

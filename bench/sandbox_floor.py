@@ -234,7 +234,6 @@ VARIANTS: dict[str, tuple[bool, dict[str, bool]]] = {
     # The forker started without trimming its copy of the caller (forker.c):
     # the switch starts a new forker, so a spawn after it is not timed.
     "init (forker untrimmed)": (True, {"_forker_trim": False}),
-    "init (ahead)": (True, {"_init_ahead": True}),
     # A warm child given its request (timed from the request: not comparable
     # with the lines above), its command's process cloned ahead (the init
     # waits on a futex), the same waiting in the vfork wait (uninterruptible:

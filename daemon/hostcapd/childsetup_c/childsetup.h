@@ -380,9 +380,6 @@ void forker_hide(int hide);
  * and a new forker with that setting now (the A/B's: 0, or -1). */
 extern int forker_trim;
 int forker_restart(void);
-/* An init forked ahead (prototype switch) and the request for the next. */
-extern int init_ahead;
-void forker_ahead(int clone_flags);
 
 /* ---- mntns.c: mount namespaces made ahead of need ---- */
 

@@ -37,20 +37,10 @@ struct forker_shared {
     int err;
     size_t used;           /* of the arena */
     char *own_arena;       /* where the forker's copy of the arena is */
-    /* An init forked ahead (prototype): asked by the caller (ahead_gen,
-     * kind 1), forked by the forker (ahead_pid, ahead_ready), given its plan
-     * by the caller (ahead_req), which it answers once it has its own
-     * (ahead_done). */
-    uint32_t kind, ahead_gen, ahead_ready, ahead_req, ahead_done;
-    pid_t ahead_pid;
-    long ahead_flags;
     struct plan plan;
 };
 
 int forker_enabled = 1;
-int init_ahead = 0;
-static struct plan *own_plan; /* the forker's, at the same address in its children */
-static char *own_arena_at;
 static struct forker_shared *shared; /* and the arena after it */
 static size_t shared_size;
 static pid_t forker_pid = -1;
@@ -231,33 +221,6 @@ static void forget(const void *start, size_t len)
         madvise((void *)from, to - from, MADV_DONTNEED);
 }
 
-/* An init forked ahead: waits for its plan, takes its own fd table and
- * copy of the plan, lets go of the shared memory, and runs the set-up. */
-static int ahead_main(void *arg)
-{
-    struct forker_shared *sh = shared;
-    uint32_t gen = (uint32_t)(uintptr_t)arg;
-    /* (its parent, the caller, is outside its pid namespace: getppid() is 0) */
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0)
-        _exit(0);
-    for (;;) {
-        uint32_t r = __atomic_load_n(&sh->ahead_req, __ATOMIC_ACQUIRE);
-        if (r == gen)
-            break;
-        futex(&sh->ahead_req, FUTEX_WAIT, r, NULL);
-    }
-    if (syscall(SYS_unshare, CLONE_FILES) != 0)
-        _exit(127);
-    memcpy(own_plan, &sh->plan, sizeof *own_plan);
-    memcpy(own_arena_at, shared_arena(), sh->used);
-    own_plan->warm_buf = NULL;
-    __atomic_store_n(&sh->ahead_done, gen, __ATOMIC_RELEASE);
-    futex(&sh->ahead_done, FUTEX_WAKE, 1, NULL);
-    munmap(sh, shared_size);
-    child_main(own_plan);
-    _exit(127);
-}
-
 /* The forker's life (see above). Every signal is blocked (clone_small). */
 static int forker_main(void *arg)
 {
@@ -291,8 +254,6 @@ static int forker_main(void *arg)
         forget(&kept_objects, sizeof kept_objects);
     }
     sh->own_arena = arena;
-    own_plan = plan;
-    own_arena_at = arena;
     __atomic_store_n(&sh->ready, 1, __ATOMIC_RELEASE);
     futex(&sh->ready, FUTEX_WAKE, 1, NULL);
     uint32_t seen = 0;
@@ -303,21 +264,6 @@ static int forker_main(void *arg)
             continue;
         }
         seen = req;
-        if (__atomic_load_n(&sh->kind, __ATOMIC_ACQUIRE) == 1) {
-            /* an init ahead, with the shared memory it reads its plan from */
-            uint32_t gen = sh->ahead_gen;
-            prctl(PR_SET_NAME, caller_name, 0, 0, 0);
-            madvise(sh, shared_size, MADV_DOFORK);
-            pid_t pid = clone(ahead_main, stack + CHILD_STACK_SIZE,
-                              CLONE_PARENT | CLONE_FILES | (int)sh->ahead_flags, (void *)(uintptr_t)gen);
-            madvise(sh, shared_size, MADV_DONTFORK);
-            prctl(PR_SET_NAME, "hostcap-forker", 0, 0, 0);
-            sh->ahead_pid = pid;
-            __atomic_store_n(&sh->ahead_ready, pid > 0 ? gen : 0, __ATOMIC_RELEASE);
-            __atomic_store_n(&sh->done, seen, __ATOMIC_RELEASE);
-            futex(&sh->done, FUTEX_WAKE, 1, NULL);
-            continue;
-        }
         memcpy(plan, &sh->plan, sizeof *plan);
         memcpy(arena, shared_arena(), sh->used);
         plan->warm_buf = plan->warm ? warm_buf : NULL;
@@ -453,32 +399,7 @@ int forker_clone(struct plan *p, pid_t *pid)
     }
     if (shared->cpu < 0 && forker_cpu != -1)
         return -1; /* it could not be unpinned: the caller clones this one */
-    uint32_t gen = shared->ahead_gen;
-    if (init_ahead && !p->warm && gen != 0 &&
-        __atomic_load_n(&shared->ahead_ready, __ATOMIC_ACQUIRE) == gen &&
-        shared->ahead_flags == (long)(p->clone_flags & ~0xff)) {
-        pid_t ahead = shared->ahead_pid;
-        shared->ahead_ready = 0;
-        if (shared->cpu >= 0) {
-            cpu_set_t here;
-            CPU_ZERO(&here);
-            CPU_SET(shared->cpu, &here);
-            sched_setaffinity(ahead, sizeof here, &here);
-        }
-        __atomic_store_n(&shared->ahead_req, gen, __ATOMIC_RELEASE);
-        futex(&shared->ahead_req, FUTEX_WAKE, 1, NULL);
-        if (forker_wait(&shared->ahead_done, gen) == 0) {
-            *pid = ahead;
-            errno = 0;
-            return 0;
-        }
-        kill(ahead, SIGKILL); /* prototype: reaped by the caller's wait */
-        *pid = -1;
-        errno = ECHILD;
-        return 0;
-    }
     uint32_t req = ++forker_seq;
-    __atomic_store_n(&shared->kind, 0, __ATOMIC_RELEASE);
     __atomic_store_n(&shared->request, req, __ATOMIC_RELEASE);
     futex(&shared->request, FUTEX_WAKE, 1, NULL);
     if (forker_wait(&shared->done, req) != 0) {
@@ -497,35 +418,10 @@ int forker_clone(struct plan *p, pid_t *pid)
     return 0;
 }
 
-/* Ask the forker for an init ahead with these namespace flags, without
- * waiting (prototype: after a record, off the spawn's path). */
-void forker_ahead(int clone_flags)
-{
-    if (!init_ahead || forker_pid <= 0 || getpid() != forker_owner || !shared)
-        return;
-    if (__atomic_load_n(&shared->ahead_ready, __ATOMIC_ACQUIRE) != 0)
-        return; /* one waits already */
-    if (__atomic_load_n(&shared->done, __ATOMIC_ACQUIRE) != forker_seq)
-        return; /* busy */
-    shared->ahead_flags = clone_flags & ~0xff;
-    shared->ahead_gen = shared->ahead_gen + 1 ? shared->ahead_gen + 1 : 1;
-    uint32_t req = ++forker_seq;
-    __atomic_store_n(&shared->kind, 1, __ATOMIC_RELEASE);
-    __atomic_store_n(&shared->request, req, __ATOMIC_RELEASE);
-    futex(&shared->request, FUTEX_WAKE, 1, NULL);
-}
-
 /* The forker ended and a new one started (with forker_trim as it is now):
  * the A/B's, outside its timing; 0, or -1 if none could be started. */
 int forker_restart(void)
 {
-    if (shared && shared->ahead_ready && shared->ahead_pid > 0 && getpid() == forker_owner) {
-        kill(shared->ahead_pid, SIGKILL);
-        int st;
-        while (waitpid(shared->ahead_pid, &st, __WALL) < 0 && errno == EINTR)
-            ;
-        shared->ahead_ready = 0;
-    }
     if (forker_pid > 0 && getpid() == forker_owner) {
         kill(forker_pid, SIGKILL);
         int status;

@@ -265,8 +265,6 @@ static PyObject *childsetup_spawn(PyObject *self, PyObject *args, PyObject *kwar
         if (pid >= 0) {
             Py_BEGIN_ALLOW_THREADS
             pid = wait_init_child(pid, p, &report);
-            if (pid >= 0)
-                forker_ahead(p->clone_flags);
             Py_END_ALLOW_THREADS
         }
     } else {
@@ -474,14 +472,7 @@ static PyObject *childsetup_forker_trim(PyObject *self, PyObject *arg)
     return was;
 }
 
-static PyObject *childsetup_init_ahead(PyObject *self, PyObject *arg)
-{
-    (void)self;
-    return set_switch(&init_ahead, arg);
-}
-
 static PyMethodDef methods[] = {
-    {"_init_ahead", childsetup_init_ahead, METH_O, "prototype"},
     {"_forker_trim", childsetup_forker_trim, METH_O, forker_trim_doc},
     {"_init_setsid", childsetup_init_setsid, METH_O, init_setsid_doc},
     {"_warm_preclone", childsetup_warm_preclone, METH_O, warm_preclone_doc},

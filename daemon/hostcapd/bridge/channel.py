@@ -49,6 +49,9 @@ MAX_PAYLOAD = 1024 * 1024 * 1024
 BUFFER = 8 * 1024 * 1024
 _PREFIX = struct.Struct("=IQ")
 _DATAGRAM = _PREFIX.size + INLINE_PAYLOAD
+#: A read's room for fds (`decode` refuses any but a message's one memfd),
+#: computed once, not per read.
+_ANCILLARY = framing.ancillary_space(4)
 #: Datagrams a link reads per wake-up by default (`Link`'s `reads`).
 BURST_READS = 64
 #: Bytes queued for a peer that does not read, above which the link is broken.
@@ -254,7 +257,7 @@ class Link:
                 return
             try:
                 size, ancdata, flags, _ = self.sock.recvmsg_into(
-                    [self._buffer], framing.ancillary_space(4), socket.MSG_CMSG_CLOEXEC
+                    [self._buffer], _ANCILLARY, socket.MSG_CMSG_CLOEXEC
                 )
             except BlockingIOError:
                 return

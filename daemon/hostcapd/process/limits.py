@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from hostcap_proto.audit import fast_encodable
 from hostcap_proto.limits import ZERO_ALLOWED
 
 from hostcapd.config import LIMIT_NAMES, Limits, TenantLimits
@@ -45,7 +46,8 @@ def apply(requested: dict[str, float | int], tenant: TenantLimits) -> Limits:
             _DUMPED.clear()
             _DEFAULTS.clear()
         merged = _MERGED[key] = Limits(**values)  # type: ignore[arg-type]
-        _DUMPED[id(merged)] = (merged, merged.model_dump(exclude_none=True))
+        dump = merged.model_dump(exclude_none=True)
+        _DUMPED[id(merged)] = (merged, dump, fast_encodable(dump))
     if not requested:
         if len(_DEFAULTS) >= MERGED_KEPT:
             _DEFAULTS.clear()
@@ -56,10 +58,17 @@ def apply(requested: dict[str, float | int], tenant: TenantLimits) -> Limits:
 def dumped(limits: Limits) -> dict[str, Any]:
     """`limits.model_dump(exclude_none=True)`, a fresh dict, from the dump
     made once for a merged set."""
+    return dumped_plain(limits)[0]
+
+
+def dumped_plain(limits: Limits) -> tuple[dict[str, Any], bool]:
+    """`dumped(limits)` and whether the audit's fast encoder may take it
+    (`fast_encodable`), both found once for a merged set."""
     kept = _DUMPED.get(id(limits))
     if kept is not None and kept[0] is limits:
-        return dict(kept[1])
-    return limits.model_dump(exclude_none=True)
+        return dict(kept[1]), kept[2]
+    dump = limits.model_dump(exclude_none=True)
+    return dump, fast_encodable(dump)
 
 
 #: Merged limits by their values; each one's dump by its id, and each
@@ -67,5 +76,5 @@ def dumped(limits: Limits) -> dict[str, Any]:
 #: its id is not reused); all cleared when full.
 MERGED_KEPT = 256
 _MERGED: dict[tuple[tuple[str, type, float | int], ...], Limits] = {}
-_DUMPED: dict[int, tuple[Limits, dict[str, Any]]] = {}
+_DUMPED: dict[int, tuple[Limits, dict[str, Any], bool]] = {}
 _DEFAULTS: dict[int, tuple[TenantLimits, Limits]] = {}

@@ -6,6 +6,7 @@ import functools
 from typing import TYPE_CHECKING
 
 from hostcapd.childsetup import RLimit
+from hostcapd.config import Limits
 from hostcapd.process import environment
 from hostcapd.process.request import Prepared
 from hostcapd.sandbox import identity, rlimits
@@ -46,8 +47,25 @@ def _identity(uid: int, gid: int, applied: frozenset[str]) -> identity.IdentityP
     return identity.plan(uid, gid, set(applied))
 
 
-def plan_rlimits(profile: TenantProfile, prepared: Prepared) -> list[RLimit]:
-    """The rlimits a spawn's child sets (none without the protection)."""
+def plan_rlimits(profile: TenantProfile, prepared: Prepared) -> tuple[RLimit, ...]:
+    """The rlimits a spawn's child sets (none without the protection): made
+    once for each merged set of limits (kept beside its plan, so that its id
+    is not reused while it is) and way of limiting memory, not per spawn."""
     if not profile.has("rlimits"):
-        return []
-    return rlimits.plan(prepared.limits, profile.has("cgroup"), profile.has("cgroup"))
+        return ()
+    limits, by_cgroup = prepared.limits, profile.has("cgroup")
+    kept = _PLANS.get((id(limits), by_cgroup))
+    if kept is not None and kept[0] is limits:
+        return kept[1]
+    planned = tuple(rlimits.plan(limits, by_cgroup, by_cgroup))
+    if len(_PLANS) >= PLANS_KEPT:
+        _PLANS.clear()
+    _PLANS[(id(limits), by_cgroup)] = (limits, planned)
+    return planned
+
+
+#: The plans by their limits' id and whether cgroups limit memory and pids;
+#: cleared when full. Merged limits are one frozen object for each set of
+#: values (`process.limits.apply`), so a tenant's spawns share a few entries.
+PLANS_KEPT = 256
+_PLANS: dict[tuple[int, bool], tuple[Limits, tuple[RLimit, ...]]] = {}

@@ -47,7 +47,7 @@ def exec_record(tenant: Tenant, spawn_id: str, request: SpawnRequest, p: Prepare
     """What will run, as decided: the fields of `process.exec`, as built
     fields (`AuditLog.write_built`), with the current call's caller. Its
     floats are the limits'."""
-    limits = limits_mod.dumped(p.limits)
+    limits, plain = limits_mod.dumped_plain(p.limits)
     fields = {
         **_correlation(tenant.name, spawn_id, request),
         "argv": list(p.argv),
@@ -65,7 +65,7 @@ def exec_record(tenant: Tenant, spawn_id: str, request: SpawnRequest, p: Prepare
         "protections": _protections(p.protections),
         **caller_field(),
     }
-    return Built(fields, plain=fast_encodable(limits))
+    return Built(fields, plain=plain)
 
 
 #: The last protections' records: a runtime's statuses are one tuple, which

@@ -18,7 +18,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from hostcapd import metrics
@@ -69,7 +69,7 @@ class Spawn:
         prepared: Prepared,
         streaming: bool,
         launch: Launch | None = None,
-        rlimits: list[RLimit] | None = None,
+        rlimits: Sequence[RLimit] | None = None,
     ) -> None:
         self.deps = deps
         self.request = request

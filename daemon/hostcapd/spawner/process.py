@@ -58,7 +58,9 @@ ASK_AT_ONCE = True
 #: ran on the two CPUs the answer takes on its way out (the root, its
 #: front-end, the client). Back to back, nothing is put off: there is no idle
 #: moment to put it in (the next request's way in would pay it), and a warm
-#: child made later was not ready for the spawn after the next.
+#: child made later was not ready for the spawn after the next. A warm child
+#: put off and not made before the next spawn came is made beside it
+#: (`Spawner.urgent`), not FILL_QUIET later, for the same reason.
 SPACED = 0.01
 ANSWER_WINDOW = 0.0015
 
@@ -92,6 +94,9 @@ class Spawner:
     #: Until when idle work waits for the answer of a spaced spawn whose exit
     #: was reported (time.monotonic; see ANSWER_WINDOW).
     answer_until: float = 0.0
+    #: Warm children ordered before the latest spawn came (put off by its
+    #: predecessor's ANSWER_WINDOW): made beside it, not after FILL_QUIET.
+    urgent: int = 0
     running: bool = True
     #: Where the records of warm children are watched (main's loop).
     selector: selectors.BaseSelector | None = None
@@ -126,6 +131,7 @@ class Spawner:
                 now = time.monotonic()
                 self.spaced = now - self.last_activity >= SPACED
                 self.last_activity, self.answer_until = now, 0.0
+                self.urgent = len(self.warm.wanted)
                 self.starts[message.warm].start(message, fds)
             elif isinstance(message, WarmOrder):
                 self.warm.order(message, fds)  # made while idle (idle_work)
@@ -189,6 +195,10 @@ class Spawner:
             return True
         if ASK_AT_ONCE and self.ask_maker(empty_only=True):
             return True
+        if self.urgent > 0:
+            self.urgent -= 1
+            if self.warm.make_one():
+                return True
         if self.fill_deferred() > 0:
             return False
         if self.warm.make_one():

@@ -96,12 +96,36 @@ PROBE = textwrap.dedent(
     closed_when_idle = not any(is_open(fd) for fd in held)
     while spawner.idle_work():  # and the pools are made whole again
         pass
+
+    # A spawn ordered at once after the last one's exit (back to back): its
+    # idle work is not put off (there is no pause to put it in).
+    spawner.last_activity = time.monotonic()
+    order2 = messages.SpawnOrder(
+        id="s2", profile="t", by_fd=True, exe_path=b"/bin/true", argv=[b"true"],
+        envp=[], cwd_root=None, cwd=None, rlimits=[], ids=None, loginuid=None,
+        landlock=False,
+    ).to_wire()
+    spawner.handle(order2, [os.open("/bin/true", os.O_RDONLY | os.O_CLOEXEC),
+                            os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC),
+                            os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC),
+                            os.open("/dev/null", os.O_WRONLY | os.O_CLOEXEC),
+                            os.eventfd(0, os.EFD_CLOEXEC)])
+    back_to_back = not spawner.spaced and spawner.answer_until == 0.0
+    channel.receive(ours)  # Started
+    while spawner.children:
+        select.select([], [], [], 0.01)
+        spawner.reap()
+    exited2 = messages.from_spawner(channel.receive(ours)[0])
+    not_put_off = exited2.OP == "exited" and spawner.answer_until == 0.0 and spawner.idle_work()
+    while spawner.idle_work():
+        pass
     print(json.dumps({
         "started": started.OP, "exited": exited.OP, "exited_pid": exited.pid,
         "pid": pid, "held": sorted(held), "used_both_pools": used_both_pools,
         "open_while_running": open_while_running, "deferred": deferred, "refilled": refilled, "open_once_reaped": open_once_reaped,
         "released": released, "closed_when_idle": closed_when_idle,
         "window": window, "put_off": put_off,
+        "back_to_back": back_to_back, "not_put_off": not_put_off,
         "left_held": len(spawner.held), "left_released": len(spawner.released),
         "fds": [len(fds_before), len(os.listdir("/proc/self/fd"))],
     }))
@@ -126,6 +150,8 @@ def test_pooled_namespaces_are_released_after_the_exit_report_while_idle() -> No
     # A spawn after a pause: closed once its answer is on its way, not at once.
     assert result["window"] and result["put_off"]
     assert result["closed_when_idle"]
+    # Back to back: nothing put off.
+    assert result["back_to_back"] and result["not_put_off"]
     assert result["left_held"] == result["left_released"] == 0
     # Refilled pools aside, nothing is left open: same fd count as before the spawn.
     assert result["fds"][1] == result["fds"][0]

@@ -162,7 +162,7 @@ class BenchDaemon:
         self,
         state: Path,
         tenants: tuple[str, ...],
-        event_loop: str = "asyncio",
+        event_loop: str = "uvloop",
         frontend_processes: bool = True,
     ) -> None:
         self.state = state

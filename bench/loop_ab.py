@@ -1,7 +1,10 @@
-"""python -m bench.loop_ab [--quick] [--rounds N]: the daemon on uvloop against asyncio.
+"""python -m bench.loop_ab [--quick] [--rounds N] [--process root|frontend]:
+one process's event loop, uvloop against asyncio.
 
-Two daemons in this one process's care, the same config but
-`daemon.event_loop` ("asyncio", "uvloop"), each with the `full` tenant (the
+Two daemons in this one process's care, the same config but the loop of one
+process: the root's (`daemon.event_loop`, `--process root`, the default) or
+the front-ends' (`daemon.frontend_event_loop`, `--process frontend`); the
+other keeps its default (uvloop) on both. Each has the `full` tenant (the
 default profile, cgroups included). Rounds interleave them in rotating
 order; each round measures, on each daemon:
 
@@ -9,10 +12,14 @@ order; each round measures, on each daemon:
   over all rounds);
 - throughput: 8 clients on 8 channels, /bin/true back to back for a window
   (median window);
-- daemon CPU per spawn: user + system seconds of the daemon's process tree
-  (the front-end, the spawner, the fs workers; psutil), over the spawns of
-  each phase. The sandboxed children are not counted: they are reaped, and
-  they are the same whichever loop the front-end runs.
+- CPU per spawn in each phase: of the daemon's process tree (the root, the
+  front-ends, the spawner and its pool maker, the fs workers; psutil), of
+  the root alone and of the tenant's front-end alone (every thread's, from
+  schedstat). The process whose loop is not switched is the control: it
+  runs the same code on both daemons, so its ratio is what the two daemons
+  differ by anyway (their order, their place on the CPUs). The sandboxed
+  children are not counted: they are reaped, and they are the same
+  whichever loop runs.
 
 Prints uvloop / asyncio for each figure (below 1.0: uvloop is better, except
 for throughput, where above 1.0 is) and writes the JSON to
@@ -41,6 +48,7 @@ import psutil
 from bench import procfs
 from bench.client import TenantClient
 from bench.daemon import REPO, BenchDaemon, state_parent
+from bench.frontend_ab import _cpu, frontend_of
 from bench.native import BenchError
 from bench.stats import Summary, rotation
 from bench.throughput import daemon_rate
@@ -60,46 +68,72 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def _cpu_now(daemon: BenchDaemon, frontend: int) -> tuple[float, float, float]:
+    """CPU seconds so far: the daemon's tree, its root, the tenant's front-end."""
+    return tree_cpu_seconds(daemon.pid), _cpu(daemon.pid), _cpu(frontend)
+
+
+def _per_spawn(
+    before: tuple[float, float, float], after: tuple[float, float, float], spawns: int
+) -> tuple[float, float, float]:
+    """ms per spawn of each of `_cpu_now`'s figures."""
+    tree, root, frontend = ((b - a) * 1e3 / spawns for a, b in zip(before, after, strict=True))
+    return tree, root, frontend
+
+
 async def _latency(
-    client: TenantClient, daemon: BenchDaemon, spawns: int
-) -> tuple[list[float], float]:
-    """Seconds of each of `spawns` Runs, and the daemon tree's CPU ms per spawn."""
-    cpu = tree_cpu_seconds(daemon.pid)
+    client: TenantClient, daemon: BenchDaemon, frontend: int, spawns: int
+) -> tuple[list[float], tuple[float, float, float]]:
+    """Seconds of each of `spawns` Runs, and the CPU ms per spawn (tree, root, front-end)."""
+    cpu = _cpu_now(daemon, frontend)
     samples = [await client.true() for _ in range(spawns)]
-    return samples, (tree_cpu_seconds(daemon.pid) - cpu) * 1e3 / spawns
+    return samples, _per_spawn(cpu, _cpu_now(daemon, frontend), spawns)
 
 
-async def _throughput(daemon: BenchDaemon, seconds: float) -> tuple[float, float]:
-    """Spawns per second of 8 clients, and the daemon tree's CPU ms per spawn."""
-    cpu = tree_cpu_seconds(daemon.pid)
+async def _throughput(
+    daemon: BenchDaemon, frontend: int, seconds: float
+) -> tuple[float, tuple[float, float, float]]:
+    """Spawns per second of 8 clients, and the CPU ms per spawn (tree, root, front-end)."""
+    cpu = _cpu_now(daemon, frontend)
     spawns, elapsed = await daemon_rate(daemon.socket("full"), seconds)
-    return spawns / elapsed, (tree_cpu_seconds(daemon.pid) - cpu) * 1e3 / spawns
+    return spawns / elapsed, _per_spawn(cpu, _cpu_now(daemon, frontend), spawns)
 
 
-async def run(rounds: int, spawns: int, window: float) -> dict[str, Any]:
+#: The CPU figures of each phase, in `_cpu_now`'s order.
+CPU_NAMES = ("cpu_ms_per_spawn", "root_cpu_ms_per_spawn", "frontend_cpu_ms_per_spawn")
+
+
+async def run(
+    rounds: int, spawns: int, window: float, process: str, loops: tuple[str, ...] = LOOPS
+) -> dict[str, Any]:
+    """`loops` in the order their daemons start and the first round runs."""
     state = Path(tempfile.mkdtemp(prefix="state-loop-ab-", dir=state_parent()))
-    daemons = {name: BenchDaemon(state / name, ("full",), event_loop=name) for name in LOOPS}
+    daemons = {name: BenchDaemon(state / name, ("full",)) for name in loops}
+    key = "event_loop" if process == "root" else "frontend_event_loop"
+    for name, daemon in daemons.items():
+        daemon.config["daemon"][key] = name
     clients: dict[str, TenantClient] = {}
     latency: dict[str, list[float]] = {name: [] for name in LOOPS}
-    latency_cpu: dict[str, list[float]] = {name: [] for name in LOOPS}
+    latency_cpu: dict[str, list[tuple[float, float, float]]] = {name: [] for name in LOOPS}
     rate: dict[str, list[float]] = {name: [] for name in LOOPS}
-    rate_cpu: dict[str, list[float]] = {name: [] for name in LOOPS}
+    rate_cpu: dict[str, list[tuple[float, float, float]]] = {name: [] for name in LOOPS}
     try:
         for daemon in daemons.values():
             daemon.start()
         clients = {name: TenantClient(d.socket("full")) for name, d in daemons.items()}
-        for name in LOOPS:  # warm-up: connect, fill caches, start the pools
+        for name in loops:  # warm-up: connect, fill caches, start the pools
             for _ in range(20):
                 await clients[name].true()
+        front = {name: frontend_of(d, "full") for name, d in daemons.items()}
         for index in range(rounds):
-            for name in rotation(LOOPS, index):
-                samples, cpu_ms = await _latency(clients[name], daemons[name], spawns)
+            for name in rotation(loops, index):
+                samples, cpu = await _latency(clients[name], daemons[name], front[name], spawns)
                 latency[name] += samples
-                latency_cpu[name].append(cpu_ms)
-            for name in rotation(LOOPS, index + 1):
-                per_s, cpu_ms = await _throughput(daemons[name], window)
+                latency_cpu[name].append(cpu)
+            for name in rotation(loops, index + 1):
+                per_s, cpu = await _throughput(daemons[name], front[name], window)
                 rate[name].append(per_s)
-                rate_cpu[name].append(cpu_ms)
+                rate_cpu[name].append(cpu)
             print(f"round {index + 1}/{rounds} done", file=sys.stderr, flush=True)
     finally:
         for client in clients.values():
@@ -114,10 +148,11 @@ async def run(rounds: int, spawns: int, window: float) -> dict[str, Any]:
         figures[name] = {
             "latency_p50_ms": summary.p50_us / 1e3,
             "latency_p95_ms": summary.p95_us / 1e3,
-            "latency_cpu_ms_per_spawn": statistics.median(latency_cpu[name]),
             "throughput_per_s": statistics.median(rate[name]),
-            "throughput_cpu_ms_per_spawn": statistics.median(rate_cpu[name]),
         }
+        for phase, cpus in (("latency", latency_cpu[name]), ("throughput", rate_cpu[name])):
+            for index, cpu_name in enumerate(CPU_NAMES):
+                figures[name][f"{phase}_{cpu_name}"] = statistics.median(c[index] for c in cpus)
     ratios = {key: figures["uvloop"][key] / figures["asyncio"][key] for key in figures["asyncio"]}
     return {"figures": figures, "uvloop_over_asyncio": ratios}
 
@@ -126,6 +161,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.loop_ab")
     parser.add_argument("--quick", action="store_true", help="3 rounds, 1 s windows")
     parser.add_argument("--rounds", type=int, default=0, help="rounds (default 8; 3 quick)")
+    parser.add_argument(
+        "--process",
+        choices=("root", "frontend"),
+        default="root",
+        help="whose loop differs: the root's (daemon.event_loop) or the front-ends'",
+    )
+    parser.add_argument(
+        "--uvloop-first",
+        action="store_true",
+        help="start uvloop's daemon first (asyncio's by default): the other order",
+    )
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         print("bench: the daemon's default profile needs root", file=sys.stderr)
@@ -136,13 +182,16 @@ def main(argv: list[str] | None = None) -> int:
     load_start = os.getloadavg()[0]
     started = time.monotonic()
     try:
-        result = asyncio.run(run(rounds, spawns, window))
+        loops = tuple(reversed(LOOPS)) if args.uvloop_first else LOOPS
+        result = asyncio.run(run(rounds, spawns, window, args.process, loops))
     except BenchError as error:
         print(f"bench: {error}", file=sys.stderr)
         return 1
     result["meta"] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "rounds": rounds,
+        "process": args.process,
+        "first": "uvloop" if args.uvloop_first else "asyncio",
         "spawns_per_round": spawns,
         "window_s": window,
         "loadavg_start": load_start,
@@ -154,10 +203,11 @@ def main(argv: list[str] | None = None) -> int:
     path = RESULTS / f"loop-ab-{stamp}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
     figures, ratios = result["figures"], result["uvloop_over_asyncio"]
-    print(f"{'figure':32} {'asyncio':>10} {'uvloop':>10} {'uvloop/asyncio':>15}")
+    print(f"the {args.process}'s loop; the other process's is the control")
+    print(f"{'figure':42} {'asyncio':>10} {'uvloop':>10} {'uvloop/asyncio':>15}")
     for key, ratio in ratios.items():
         print(
-            f"{key:32} {figures['asyncio'][key]:10.2f} {figures['uvloop'][key]:10.2f} {ratio:14.3f}x"
+            f"{key:42} {figures['asyncio'][key]:10.3f} {figures['uvloop'][key]:10.3f} {ratio:14.3f}x"
         )
     meta = result["meta"]
     print(

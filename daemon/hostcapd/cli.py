@@ -207,7 +207,7 @@ def event_loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | N
         except ImportError as error:
             raise ConfigError(
                 'daemon.event_loop = "uvloop" but uvloop is not importable '
-                f'({error}); install the hostcap[uvloop] extra or set "asyncio"'
+                f'({error}); reinstall hostcap (uvloop is a dependency) or set "asyncio"'
             ) from error
         return uvloop.new_event_loop
     raise ConfigError(f"daemon.event_loop: unknown loop {name!r}")

@@ -23,8 +23,10 @@ def now() -> str:
 
 
 #: Random bytes drawn from the kernel 4 KiB at a time: an event id takes
-#: 16 of them, so 256 records share one getrandom(2). A forked child
-#: starts without them (never the parent's next ids).
+#: 16 of them, so 256 records share one getrandom(2); so do the ids of the
+#: spawns, warm children and cgroups made ahead (`hostcapd.process`), one
+#: getrandom and one UUID object a spawn fewer. A forked child starts
+#: without them (never the parent's next ids).
 _RANDOM = bytearray()
 os.register_at_fork(after_in_child=_RANDOM.clear)
 

@@ -38,10 +38,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from hostcapd.audit.stamps import event_id as random_id
 from hostcapd.kept_loop import KeptLoop
 from hostcapd.logsetup import fields
 from hostcapd.process import limits as limits_mod
@@ -203,7 +203,7 @@ class CgroupPool:
         self._pending.cancel()
         while not self._closed and len(self._ready) < self.size:
             try:
-                cgroup = self.deps.cgroups.create(uuid.uuid4().hex, None, None, ahead=True)
+                cgroup = self.deps.cgroups.create(random_id(), None, None, ahead=True)
             except CgroupError as error:
                 name = self.deps.tenant.name
                 log.warning(

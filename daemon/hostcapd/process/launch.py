@@ -22,11 +22,11 @@ import asyncio
 import contextlib
 import logging
 import os
-import uuid
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 
+from hostcapd.audit.stamps import event_id as random_id
 from hostcapd.egress.supervisor import EgressUnavailable
 from hostcapd.logsetup import fields
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
@@ -114,7 +114,7 @@ class FreshLaunch(Launch):
     def __init__(
         self, deps: SpawnDeps, spawn_id: str | None = None, cgroup: SpawnCgroup | None = None
     ) -> None:
-        super().__init__(deps, spawn_id or uuid.uuid4().hex, cgroup)
+        super().__init__(deps, spawn_id or random_id(), cgroup)
 
     def make_cgroup(self, memory_bytes: int | None, pids: int | None) -> SpawnCgroup:
         if self.cgroup is None:

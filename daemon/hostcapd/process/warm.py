@@ -31,11 +31,11 @@ import contextlib
 import logging
 import os
 import resource
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hostcapd.audit.stamps import event_id as random_id
 from hostcapd.childsetup import WARM_BUFFER, RLimit
 from hostcapd.egress.supervisor import EgressUnavailable
 from hostcapd.logsetup import fields
@@ -197,7 +197,7 @@ class WarmPool:
         """A warm child in a namespace the egress proxy serves, made first."""
         egress = self.deps.egress
         assert egress is not None
-        warm_id = uuid.uuid4().hex
+        warm_id = random_id()
         try:
             netns_fd = await egress.open(warm_id)
         except (EgressUnavailable, OSError) as error:
@@ -218,7 +218,7 @@ class WarmPool:
 
     def _order_one(self, warm_id: str | None = None, netns_fd: int = -1) -> None:
         deps = self.deps
-        warm_id = warm_id or uuid.uuid4().hex
+        warm_id = warm_id or random_id()
         # Unlimited while it waits (it is ours); the spawn sets its limits.
         # A recycled cgroup (process/cgroup_pool.py) is made unlimited again,
         # unless it has the tenant's defaults (most spawns': none written).

@@ -169,7 +169,12 @@ class Relay:
         # One datagram per wake-up: the root side's messages come one at a
         # time (bench/README.md, "The tenant front-end's per-call Python, fourth pass").
         self.link = channel.Link(
-            sock, messages.TO_FRONTEND, self._on_message, self._on_error, self._on_closed, reads=1
+            sock,
+            typing.cast(Any, convert.OwnedDecoder()),
+            self._on_message,
+            self._on_error,
+            self._on_closed,
+            reads=1,
         )
 
     def keep(
@@ -546,9 +551,11 @@ def _preload() -> None:
             channel.decode(memoryview(b"".join(buffers)), [], messages.FROM_FRONTEND[kind])
     answers = [messages.Reply(call=1, answer=a()) for a in typing.get_args(messages.Replied)]
     streamed = [messages.Event(call=1, item=a()) for a in typing.get_args(messages.Streamed)]
+    from_root = typing.cast(Any, convert.OwnedDecoder())
     for message in [messages.Abort(call=1, code=1, message="x"), *answers, *streamed]:
         reply, _ = channel.encode(message)
         channel.decode(memoryview(b"".join(reply)), [], messages.TO_FRONTEND)
+        channel.decode(memoryview(b"".join(reply)), [], from_root)
     for item in [*(a.answer for a in answers), *(e.item for e in streamed)]:
         convert.serialize(convert.to_proto(item))
     MALFORMED.to_status()

@@ -328,7 +328,15 @@ def _handler(
                 raise AssertionError("abort_with_status returned")
             assert isinstance(message, messages.Abort)
             await convert.abort(context, message)
-        reply = convert.unary_reply(message.answer, call.pieces() if call.kept else None)
+        try:
+            reply = convert.unary_reply(message.answer, call.pieces() if call.kept else None)
+        except msgspec.ValidationError as error:
+            # A Run's stable fields are decoded here, when first seen: a bad
+            # one ends the channel, as the decoder's refusal of any message.
+            relay.let_go(call)
+            relay._on_error(channel.ChannelError(f"not a valid message: {error}"))
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the daemon went away")
+            raise AssertionError("abort returned") from None
         relay.let_go(call)
         if large:
             _trim()  # the output kept here is in the reply now: give the rest back

@@ -108,8 +108,13 @@ def warm_counts(daemon: BenchDaemon) -> dict[str, float]:
     return found
 
 
-async def versus(a_python: str, rounds: int, spaced_rounds: int, b_python: str = "") -> int:
-    """Issue 35's `warm_over_fresh` for two daemons in one rotation."""
+async def versus(
+    a_python: str, rounds: int, spaced_rounds: int, b_python: str = "", block: int = 1
+) -> int:
+    """Issue 35's `warm_over_fresh` for two daemons in one rotation. With
+    `block` > 1, back to back is each contender's `block` calls in a row
+    (the first of them not counted): what a spawn leaves to do after its
+    answer is paid by its own next call, not by another contender's."""
     state = Path(tempfile.mkdtemp(prefix="warm-ab-", dir=state_parent()))
     pair = ("full", "full_fresh")
     daemons = {kind: BenchDaemon(state / kind, pair) for kind in ("a", "b")}
@@ -140,12 +145,18 @@ async def versus(a_python: str, rounds: int, spaced_rounds: int, b_python: str =
             load = os.getloadavg()[0]
             counts = {kind: warm_counts(d) for kind, d in daemons.items()}
             samples: dict[str, list[float]] = {name: [] for name in names}
+            calls = 1 if spacing else block
             for index in range(n):
                 for name in rotation(names, index):
-                    if spacing:
-                        await asyncio.sleep(spacing)
-                    samples[name].append(await clients[name].true())
+                    for call in range(calls):
+                        if spacing:
+                            await asyncio.sleep(spacing)
+                        took = await clients[name].true()
+                        if call or calls == 1:
+                            samples[name].append(took)
             p50 = {name: Summary.of(v).p50_us / 1000 for name, v in samples.items()}
+            if calls > 1:
+                label += f", blocks of {calls}"
             print(f"{label} ({n} rounds, load {load:.2f} -> {os.getloadavg()[0]:.2f}), p50 ms:")
             for kind in ("a", "b"):
                 warm, fresh = p50[f"{kind}.full"], p50[f"{kind}.full_fresh"]
@@ -175,7 +186,14 @@ if __name__ == "__main__":
     parser.add_argument("--a-python", default="", help="A/B: daemon a's interpreter")
     parser.add_argument("--b-python", default="", help="A/B: daemon b's, if not this one")
     parser.add_argument("--spaced-rounds", type=int, default=50)
+    parser.add_argument(
+        "--block", type=int, default=1, help="A/B: back to back in blocks of N calls a contender"
+    )
     args = parser.parse_args()
     if args.a_python:
-        sys.exit(asyncio.run(versus(args.a_python, args.rounds, args.spaced_rounds, args.b_python)))
+        sys.exit(
+            asyncio.run(
+                versus(args.a_python, args.rounds, args.spaced_rounds, args.b_python, args.block)
+            )
+        )
     sys.exit(asyncio.run(main(args.rounds, args.seconds, args.windows)))

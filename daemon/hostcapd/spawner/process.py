@@ -50,6 +50,19 @@ FILL_QUIET = 0.05
 #: An empty pool is asked of the pool maker beside a young child too (see
 #: idle_work).
 ASK_AT_ONCE = True
+#: A spawn ordered after this long without one (no order, no exit: requests
+#: spaced out, as an agent's tool calls come) has its idle work after its
+#: exit put off for ANSWER_WINDOW: the reaped child's namespaces torn down
+#: (the pool maker, a kworker's `cleanup_net`, an expedited RCU grace
+#: period), its warm child's successor made, the pools refilled, all of which
+#: ran on the two CPUs the answer takes on its way out (the root, its
+#: front-end, the client). Back to back, nothing is put off: there is no idle
+#: moment to put it in (the next request's way in would pay it), and a warm
+#: child made later was not ready for the spawn after the next. A warm child
+#: put off and not made before the next spawn came is made beside it
+#: (`Spawner.urgent`), not FILL_QUIET later, for the same reason.
+SPACED = 0.01
+ANSWER_WINDOW = 0.0015
 
 
 @dataclass
@@ -74,6 +87,16 @@ class Spawner:
     envs: dict[str, environments.Environment] = field(default_factory=dict)
     #: When the latest child was started (time.monotonic).
     last_start: float = 0.0
+    #: When the latest spawn was ordered or its exit reported (time.monotonic).
+    last_activity: float = 0.0
+    #: The latest spawn was ordered after SPACED without one.
+    spaced: bool = False
+    #: Until when idle work waits for the answer of a spaced spawn whose exit
+    #: was reported (time.monotonic; see ANSWER_WINDOW).
+    answer_until: float = 0.0
+    #: Warm children ordered before the latest spawn came (put off by its
+    #: predecessor's ANSWER_WINDOW): made beside it, not after FILL_QUIET.
+    urgent: int = 0
     running: bool = True
     #: Where the records of warm children are watched (main's loop).
     selector: selectors.BaseSelector | None = None
@@ -105,6 +128,10 @@ class Spawner:
                     self.report(messages.OrderRefused(str(error)))
                 return
             if isinstance(message, messages.SpawnOrder):
+                now = time.monotonic()
+                self.spaced = now - self.last_activity >= SPACED
+                self.last_activity, self.answer_until = now, 0.0
+                self.urgent = len(self.warm.wanted)
                 self.starts[message.warm].start(message, fds)
             elif isinstance(message, WarmOrder):
                 self.warm.order(message, fds)  # made while idle (idle_work)
@@ -161,11 +188,17 @@ class Spawner:
         # (ASK_AT_ONCE): a spawn that finds it empty makes its own namespace
         # on its path. A pool only short waits for a quiet moment. What is
         # asked at one time goes to the maker in one message.
+        if self.answer_until > time.monotonic():
+            return False  # a spaced spawn's answer on its way (ANSWER_WINDOW)
         if self.released:
             self.close_released()
             return True
         if ASK_AT_ONCE and self.ask_maker(empty_only=True):
             return True
+        if self.urgent > 0:
+            self.urgent -= 1
+            if self.warm.make_one():
+                return True
         if self.fill_deferred() > 0:
             return False
         if self.warm.make_one():
@@ -254,6 +287,9 @@ class Spawner:
 
     def idle_wait(self) -> float:
         """How long an idle spawner sleeps before its next idle_work."""
+        answer = self.answer_until - time.monotonic()
+        if answer > 0:
+            return min(answer, self.warm.overdue())
         wait = self.fill_deferred() or (0.0 if self.warm.wanted else IDLE_RECHECK)
         return min(wait, self.warm.overdue())
 
@@ -460,6 +496,9 @@ class Spawner:
                 usage.ru_oublock,
             )
             self.report(messages.Exited(spawn_id, pid, status, rusage))
+            self.last_activity = time.monotonic()
+            if self.spaced and not self.children:
+                self.answer_until = self.last_activity + ANSWER_WINDOW
             if len(self.released) > MAX_RELEASED:  # never idle: do not pile them up
                 self.close_released()
 

@@ -168,6 +168,7 @@ PROBE = textwrap.dedent(
     while spawner.children:  # the spawn above ends (and no young child defers the pools)
         select.select([], [], [], 0.01)
         spawner.reap()
+    time.sleep(max(0.0, spawner.answer_until - time.monotonic()))  # its answer's window
     while not spawner.netns._fds and spawner.idle_work():
         pass
     out["made_itself"] = len(spawner.netns._fds)

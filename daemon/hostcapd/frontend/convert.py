@@ -15,8 +15,9 @@ written as wire bytes directly (`output_event`).
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Union
 
 import grpc
 import msgspec
@@ -145,11 +146,12 @@ def unary_reply(
     and keeps none), any other as a message. Its output is most of it, and
     at the ceiling two streams of 256 MiB: it is joined once, into the
     bytes gRPC sends, not copied into a message and serialized again."""
-    if isinstance(answer, messages.RunResult):
-        pieces = {1: [answer.stdout], 2: [answer.stderr]} if kept is None else kept
+    if isinstance(answer, (messages.RunResult, RunResultWire)):
+        run: Any = answer  # either has a RunResult's fields
+        pieces = {1: [run.stdout], 2: [run.stderr]} if kept is None else kept
         if any(any(p) for p in pieces.values()):
-            return run_result(answer, pieces)
-        return started_apart(answer)
+            return run_result(run, pieces)
+        return started_apart(run)
     return to_proto(answer)
 
 
@@ -158,46 +160,158 @@ def unary_reply(
 MAX_PROTECTION_LISTS = 64
 _PROTECTIONS: dict[tuple[Any, ...], bytes] = {}
 
+#: The fields of a `Started` that are the same for every spawn of a command
+#: in a profile (but its cwd, a string): a Run's `Reply` is decoded with
+#: them as their MessagePack bytes (`FROM_ROOT`), which key the wire bytes
+#: they make (`started_apart`); they are decoded to their structs, and so
+#: validated, when those bytes are first seen. A Run's protections were
+#: most of its Reply's decoding (bench/README.md, "the front-end's Run
+#: path, seventh pass").
+STABLE = ("executable", "limits", "protections", "env_names")
 
-def started_apart(answer: messages.RunResult | messages.SpawnEvent) -> bytes:
-    """The wire bytes of an answer with a `started`: the answer without the
-    fields of `started` that are the same for every spawn of a command in a
-    profile (its executable, limits, protections, cwd and environment's
-    names), serialized, then the same message holding only them, serialized
-    once per value and kept (the protections alone were about half of the
+
+def _wire_fields(model: Any, raw: Sequence[str], types: Mapping[str, Any]) -> list[Any]:
+    """`model`'s fields for `msgspec.defstruct`: those named in `raw` as
+    their bytes (msgspec.Raw, empty when left out), those in `types` of
+    that type, the others as they are."""
+    fields: list[Any] = []
+    for field in msgspec.structs.fields(model):
+        kind = msgspec.Raw if field.name in raw else types.get(field.name, field.type)
+        if field.name in raw:
+            fields.append((field.name, kind, msgspec.Raw()))
+        elif field.default is not msgspec.NODEFAULT:
+            fields.append((field.name, kind, field.default))
+        elif field.default_factory is not msgspec.NODEFAULT:
+            fields.append((field.name, kind, msgspec.field(default_factory=field.default_factory)))
+        else:
+            fields.append((field.name, kind))
+    return fields
+
+
+StartedWire = msgspec.defstruct(
+    "StartedWire",
+    _wire_fields(messages.Started, STABLE, {}),
+    frozen=True,
+    forbid_unknown_fields=True,
+    omit_defaults=True,
+)
+RunResultWire = msgspec.defstruct(
+    "RunResultWire",
+    _wire_fields(messages.RunResult, (), {"started": StartedWire | None}),
+    bases=(messages.Answer,),
+    tag=messages.RunResult.__struct_config__.tag,
+    frozen=True,
+)
+_REPLIED = tuple(
+    RunResultWire if a is messages.RunResult else a for a in typing.get_args(messages.Replied)
+)
+ReplyWire = msgspec.defstruct(
+    "ReplyWire",
+    _wire_fields(messages.Reply, (), {"answer": Union[_REPLIED]}),  # noqa: UP007
+    bases=(messages.Message,),
+    tag=messages.Reply.__struct_config__.tag,
+    frozen=True,
+)
+#: What the root side sends a front-end, as the front-end decodes it: as
+#: `messages.TO_FRONTEND`, but a `RunResult`'s `Started` as a `StartedWire`.
+FROM_ROOT_TYPES = tuple(
+    ReplyWire if t is messages.Reply else t for t in typing.get_args(messages.TO_FRONTEND.type)
+)
+
+
+class OwnedDecoder:
+    """`FROM_ROOT`'s decoder, decoding a copy of each header: a Raw refers
+    to the bytes it was decoded from, and the channel reads every datagram
+    into the same buffer."""
+
+    def __init__(self) -> None:
+        self._decoder: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
+            Union[FROM_ROOT_TYPES]  # noqa: UP007
+        )
+
+    def decode(self, header: bytes | memoryview) -> Any:
+        return self._decoder.decode(bytes(header))
+
+
+#: A decoder of each stable field, and the names of the other fields
+#: (but cwd) of a `Started`.
+_STABLE_DECODERS = {
+    f.name: msgspec.msgpack.Decoder(f.type)
+    for f in msgspec.structs.fields(messages.Started)
+    if f.name in STABLE
+}
+_VARYING = tuple(
+    f.name for f in msgspec.structs.fields(messages.Started) if f.name not in (*STABLE, "cwd")
+)
+
+
+def _stable(started: Any) -> dict[str, Any]:
+    """The stable fields of a `StartedWire`, each decoded as a `Started`'s
+    is (raises msgspec.ValidationError for a value it refuses), left out
+    when it was."""
+    return {
+        name: _STABLE_DECODERS[name].decode(raw)
+        for name in STABLE
+        if (raw := getattr(started, name))
+    }
+
+
+def started_apart(answer: Any) -> bytes:
+    """The wire bytes of an answer with a `started` (a RunResult, a
+    RunResultWire or a SpawnEvent): the answer without the fields of
+    `started` that are the same for every spawn of a command in a profile
+    (its executable, limits, protections, cwd and environment's names),
+    serialized, then the same message holding only them, serialized once
+    per value and kept (the protections alone were about half of the
     answer's conversion, these fields together two thirds). Protobuf parses
     concatenated messages as one: the two `started` merge, each field set in
     one of them, the repeated fields' elements in order."""
     started = answer.started
     if started is None:
         return to_proto(answer).SerializeToString()
-    key = (
-        answer.proto,
-        started.executable,
-        started.limits,
-        tuple(started.protections),
-        started.cwd,
-        tuple(started.env_names),
-    )
+    wire = isinstance(started, StartedWire)
+    if wire:
+        key: tuple[Any, ...] = (
+            answer.proto,
+            bytes(started.executable),
+            bytes(started.limits),
+            bytes(started.protections),
+            started.cwd,
+            bytes(started.env_names),
+        )
+    else:
+        key = (
+            answer.proto,
+            started.executable,
+            started.limits,
+            tuple(started.protections),
+            started.cwd,
+            tuple(started.env_names),
+        )
     tail = _PROTECTIONS.get(key)
     if tail is None:
+        if wire:
+            only = messages.Started(cwd=started.cwd, **_stable(started))
+        else:
+            only = messages.Started(
+                executable=started.executable,
+                limits=started.limits,
+                protections=started.protections,
+                cwd=started.cwd,
+                env_names=started.env_names,
+            )
+        alone = message_class(answer.proto)(started=msgspec.to_builtins(only))
+        tail = alone.SerializeToString()
         if len(_PROTECTIONS) >= MAX_PROTECTION_LISTS:
             del _PROTECTIONS[next(iter(_PROTECTIONS))]  # the oldest
-        only = messages.Started(
-            executable=started.executable,
-            limits=started.limits,
-            protections=started.protections,
-            cwd=started.cwd,
-            env_names=started.env_names,
-        )
-        alone = message_class(answer.proto)(started=msgspec.to_builtins(only))
-        tail = _PROTECTIONS[key] = alone.SerializeToString()
-    rest = msgspec.structs.replace(
-        answer,
-        started=msgspec.structs.replace(
+        _PROTECTIONS[key] = tail
+    if wire:
+        rest_started = messages.Started(**{name: getattr(started, name) for name in _VARYING})
+    else:
+        rest_started = msgspec.structs.replace(
             started, executable=None, limits=None, protections=[], cwd="", env_names=[]
-        ),
-    )
+        )
+    rest = msgspec.structs.replace(answer, started=rest_started)
     return to_proto(rest).SerializeToString() + tail
 
 
@@ -222,7 +336,7 @@ def _bytes_tag(message: str, field: str) -> bytes:
     return _varint(message_class(message).DESCRIPTOR.fields_by_name[field].number << 3 | 2)
 
 
-def run_result(result: messages.RunResult, kept: Kept) -> bytes:
+def run_result(result: Any, kept: Kept) -> bytes:
     """The wire bytes of a `RunResult`: its small fields serialized by
     protobuf, then stdout (field 2) and stderr (field 3) from their pieces,
     each a tag, its length and the bytes themselves (a parser takes fields

@@ -169,7 +169,12 @@ class Relay:
         # One datagram per wake-up: the root side's messages come one at a
         # time (bench/README.md, "The tenant front-end's per-call Python, fourth pass").
         self.link = channel.Link(
-            sock, messages.TO_FRONTEND, self._on_message, self._on_error, self._on_closed, reads=1
+            sock,
+            typing.cast(Any, convert.OwnedDecoder()),
+            self._on_message,
+            self._on_error,
+            self._on_closed,
+            reads=1,
         )
 
     def keep(
@@ -323,7 +328,15 @@ def _handler(
                 raise AssertionError("abort_with_status returned")
             assert isinstance(message, messages.Abort)
             await convert.abort(context, message)
-        reply = convert.unary_reply(message.answer, call.pieces() if call.kept else None)
+        try:
+            reply = convert.unary_reply(message.answer, call.pieces() if call.kept else None)
+        except msgspec.ValidationError as error:
+            # A Run's stable fields are decoded here, when first seen: a bad
+            # one ends the channel, as the decoder's refusal of any message.
+            relay.let_go(call)
+            relay._on_error(channel.ChannelError(f"not a valid message: {error}"))
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "the daemon went away")
+            raise AssertionError("abort returned") from None
         relay.let_go(call)
         if large:
             _trim()  # the output kept here is in the reply now: give the rest back
@@ -546,9 +559,11 @@ def _preload() -> None:
             channel.decode(memoryview(b"".join(buffers)), [], messages.FROM_FRONTEND[kind])
     answers = [messages.Reply(call=1, answer=a()) for a in typing.get_args(messages.Replied)]
     streamed = [messages.Event(call=1, item=a()) for a in typing.get_args(messages.Streamed)]
+    from_root = typing.cast(Any, convert.OwnedDecoder())
     for message in [messages.Abort(call=1, code=1, message="x"), *answers, *streamed]:
         reply, _ = channel.encode(message)
         channel.decode(memoryview(b"".join(reply)), [], messages.TO_FRONTEND)
+        channel.decode(memoryview(b"".join(reply)), [], from_root)
     for item in [*(a.answer for a in answers), *(e.item for e in streamed)]:
         convert.serialize(convert.to_proto(item))
     MALFORMED.to_status()

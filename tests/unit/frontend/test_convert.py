@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 import pytest
 from hostcap_proto.v1 import fs_pb2, host_pb2, process_pb2
-from hostcapd.bridge import messages
+from hostcapd.bridge import channel, messages
 from hostcapd.frontend import convert
 from hostcapd.frontend.convert import (
     _present,
@@ -285,3 +285,52 @@ def test_a_starteds_fields_of_its_command_travel_apart_and_parse_back() -> None:
             assert process_pb2.RunResult.FromString(reply) == to_proto(answer)
             event = messages.SpawnEvent(started=started)
             assert process_pb2.SpawnEvent.FromString(streamed(event)) == to_proto(event)  # type: ignore[arg-type]
+
+
+def _from_root(message: msgspec.Struct) -> Any:
+    """`message` as a front-end decodes it from its channel."""
+    buffers, _ = channel.encode(message)
+    decoded, _ = channel.decode(memoryview(b"".join(buffers)), [], convert.OwnedDecoder())  # type: ignore[arg-type]
+    return decoded
+
+
+def test_a_run_result_decoded_with_its_stable_fields_as_bytes_converts_alike() -> None:
+    """A Run's Reply as the front-end decodes it (its started's stable
+    fields as their bytes, decoded when first seen) gives the same wire
+    bytes as the structs themselves, from the kept parts or not."""
+    limits = messages.Limits(**dict.fromkeys(messages.Limits.__struct_fields__[:3], 1))
+    true = messages.Executable(path="/usr/bin/true", device=1, inode=2, sha256="a" * 64)
+    base = msgspec.structs.replace(
+        STARTED, executable=true, limits=limits, cwd="/w", env_names=["A", "B"], request_id="r"
+    )
+    variants = [
+        base,
+        msgspec.structs.replace(base, spawn_id="s9", pid=9, dry_run=True, stdin_open=True),
+        msgspec.structs.replace(base, limits=None, protections=list(PROTECTIONS[:1])),
+        msgspec.structs.replace(base, executable=None, cwd="", env_names=[], protections=[]),
+    ]
+    for kept in (None, {1: [b"out"], 2: []}):
+        for _ in range(2):
+            for started in variants:
+                answer = messages.RunResult(started=started, exited=EXITED)
+                reply = _from_root(messages.Reply(call=3, answer=answer))
+                assert isinstance(reply.answer, convert.RunResultWire)
+                assert unary_reply(reply.answer, kept) == unary_reply(answer, kept)
+    # Every field of a Started is decoded, the stable ones as their bytes.
+    assert convert.StartedWire.__struct_fields__ == messages.Started.__struct_fields__
+
+
+def test_a_root_sides_bad_stable_value_is_refused_not_sent() -> None:
+    """A protection's name the wire has no value for, sent by the root side
+    in a Run's Reply, is refused when its bytes are first decoded (as the
+    struct's decoder refused it) and never reaches the client's bytes."""
+    bad = msgspec.msgpack.encode(
+        messages.Reply(call=4, answer=messages.RunResult(started=STARTED, exited=EXITED))
+    ).replace(b"seccomp", b"nothing")
+    with pytest.raises(msgspec.ValidationError):
+        messages.TO_FRONTEND.decode(bad)
+    reply = convert.OwnedDecoder().decode(bad)
+    with pytest.raises(msgspec.ValidationError):
+        unary_reply(reply.answer)
+    with pytest.raises(msgspec.ValidationError):  # and not from a kept part after
+        unary_reply(reply.answer)

@@ -257,6 +257,11 @@ static int forker_main(void *arg)
     __atomic_store_n(&sh->ready, 1, __ATOMIC_RELEASE);
     futex(&sh->ready, FUTEX_WAKE, 1, NULL);
     uint32_t seen = 0;
+    /* How far earlier plans wrote the arena: the bytes past the current
+     * plan's are cleared before its init is forked, so that no init (each a
+     * copy of this arena) holds what earlier spawns asked for, whichever
+     * tenant's they were (argv, environment, paths). */
+    size_t written = 0;
     for (;;) {
         uint32_t req = __atomic_load_n(&sh->request, __ATOMIC_ACQUIRE);
         if (req == seen) {
@@ -266,6 +271,9 @@ static int forker_main(void *arg)
         seen = req;
         memcpy(plan, &sh->plan, sizeof *plan);
         memcpy(arena, shared_arena(), sh->used);
+        if (written > sh->used)
+            memset(arena + sh->used, 0, written - sh->used);
+        written = sh->used;
         plan->warm_buf = plan->warm ? warm_buf : NULL;
         /* CLONE_PARENT: the caller's child, with the forker's exit signal
          * (SIGCHLD, as the caller cloned it). */

@@ -186,3 +186,50 @@ def test_the_forker_keeps_no_guard_pages_of_the_callers_threads() -> None:
         stop.set()
         for t in threads:
             t.join()
+
+
+def _memory_holds(pid: int, needle: bytes) -> bool:
+    """Whether any readable private mapping of `pid` holds `needle`."""
+    found = False
+    with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
+        for line in maps:
+            fields = line.split()
+            if fields[1][0] != "r" or (len(fields) > 5 and fields[5].startswith("[v")):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            try:
+                mem.seek(start)
+                found = found or needle in mem.read(end - start)
+            except OSError:
+                continue
+    return found
+
+
+def test_no_init_holds_what_an_earlier_spawn_asked_for() -> None:
+    # Every init is a copy of the forker's arena, which each plan overwrites
+    # only as far as it reaches: an earlier, longer plan's argv (another
+    # tenant's, in the daemon) stayed past the end of a shorter one's.
+    run(BASE)  # the forker is started before the secret exists
+    secret = os.urandom(16).hex().encode()
+    longer = dataclasses.replace(BASE, argv=[b"sh", b"-c", b"exit 3", b"x" * 4096 + secret])
+    status, command = run(longer)
+    assert os.waitstatus_to_exitcode(status) == 3 and command is not None
+    sleeper = dataclasses.replace(BASE, exe_path=b"/bin/sleep", argv=[b"sleep", b"30"])
+    pid, report = childsetup.spawn(sleeper)
+    try:
+        deadline = time.monotonic() + 5  # the command exec'd: the init's memory is its own
+        while True:
+            assert time.monotonic() < deadline, "the command never ran"
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                child = f.read().split()
+            if child:
+                with open(f"/proc/{child[0]}/comm") as f:
+                    if f.read().strip() == "sleep":
+                        break
+            time.sleep(0.01)
+        assert not _memory_holds(pid, secret)
+        assert _memory_holds(os.getpid(), secret)  # the probe finds it where it is
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        init_report.read_and_close(report)

@@ -162,7 +162,7 @@ class BenchDaemon:
         self,
         state: Path,
         tenants: tuple[str, ...],
-        event_loop: str = "uvloop",
+        event_loop: str = "asyncio",
         frontend_processes: bool = True,
     ) -> None:
         self.state = state

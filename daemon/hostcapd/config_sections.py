@@ -128,11 +128,11 @@ class DaemonSettings(Model):
     #: Remount the cgroup2 hierarchy with favordynmods at start-up, so joining
     #: a spawn's cgroup never waits for an RCU grace period (~10 ms).
     cgroup_favor_dynmods: bool = True
-    #: The root process's event loop: "uvloop" (a dependency of the daemon;
-    #: start-up fails if it cannot be imported), which cuts the root's CPU a
-    #: spawn (bench/README.md, "the root's loop, seventh pass"), or "asyncio"
-    #: (the standard library's).
-    event_loop: Literal["asyncio", "uvloop"] = "uvloop"
+    #: The root process's event loop: "asyncio" (the standard library's) or
+    #: "uvloop" (start-up fails if it cannot be imported): about 6 % less of
+    #: the root's CPU a spawn, 1.9 MiB more of its idle RSS (bench/README.md,
+    #: "the root's loop, seventh pass").
+    event_loop: Literal["asyncio", "uvloop"] = "asyncio"
     #: Each front-end process's event loop, as `event_loop`: uvloop by
     #: default, which cuts a front-end's CPU per call (bench/README.md, "The
     #: front-end's CPU"); a front-end that cannot load it refuses to start,

@@ -84,9 +84,8 @@ def daemon_config(state: Path, tenants: dict[str, dict[str, Any]], **extra: Any)
             "kill_grace_seconds": 0.2,
             # Each test daemon sweeps only its own subtree at start-up.
             "cgroup_parent": f"hostcapd-test/{state.parent.name}-{os.getpid()}",
-            # HOSTCAPD_EVENT_LOOP=asyncio runs the suite's daemons on asyncio's
-            # loop (the daemon's default is uvloop).
-            "event_loop": os.environ.get("HOSTCAPD_EVENT_LOOP", "uvloop"),
+            # HOSTCAPD_EVENT_LOOP=uvloop runs the suite's daemons on uvloop.
+            "event_loop": os.environ.get("HOSTCAPD_EVENT_LOOP", "asyncio"),
         },
         "audit": {"path": str(state / "log" / "audit.jsonl"), "group": "root", "journal": "off"},
         "admin": {"socket": str(state / "run" / "admin.sock"), "mode": 0o600},

@@ -1,4 +1,4 @@
-"""`daemon.event_loop`: uvloop by default, asyncio on request, and a uvloop
+"""`daemon.event_loop`: asyncio by default, uvloop on request, and a uvloop
 that cannot be imported is a start-up error, not a silent fall-back."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from support.daemon import Daemon, daemon_config, frontend_pids, tenant_config
 from support.process import Client, outcome
 
 
-def test_the_default_loop_is_uvloop(tmp_path: Path) -> None:
+def test_the_default_loop_is_asyncio(tmp_path: Path) -> None:
     settings = DaemonSettings(state_dir=tmp_path, runtime_dir=tmp_path / "run")
-    assert settings.event_loop == "uvloop"
+    assert settings.event_loop == "asyncio"
     assert event_loop_factory("asyncio") is None
 
 

@@ -33,7 +33,7 @@ import prctl
 from bench import procfs
 from bench.daemon import BenchDaemon, state_parent
 from bench.frontend_ab import _apply, frontend_of
-from bench.root_syscalls import WARM_UP, _spawns, parse_summary
+from bench.root_syscalls import WARM_UP, _spawns, parse_summary, print_counts
 
 _LINE = re.compile(r"^(\d+)\s+(?:\d+:\d+:\d+\.\d+\s+)?(?:<\.\.\. )?(\w+)")
 
@@ -106,10 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         f"tenant front-end syscalls per Run: tenant {args.tenant}, {n} Runs,"
         f" {args.clients} client(s), load {os.getloadavg()[0]:.1f}"
     )
-    for name, c in sorted(calls.items(), key=lambda kv: -kv[1]):
-        print(f"  {c / n:7.2f}  {name}")
-    other = sum(c for name, c in calls.items() if name != "futex")
-    print(f"  {other / n:7.2f}  all but futex")
+    print_counts(calls, n)
     if text:
         for tid, counter in sorted(per_thread(text).items(), key=lambda kv: -sum(kv[1].values())):
             top = ", ".join(f"{k} {v / n:.2f}" for k, v in counter.most_common(8))

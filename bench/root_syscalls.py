@@ -53,6 +53,14 @@ def parse_summary(text: str) -> dict[str, int]:
     return calls
 
 
+def print_counts(calls: dict[str, int], n: int) -> None:
+    """Each syscall's count per operation, most first, then all but futex."""
+    for name, c in sorted(calls.items(), key=lambda kv: -kv[1]):
+        print(f"  {c / n:7.2f}  {name}")
+    other = sum(c for name, c in calls.items() if name != "futex")
+    print(f"  {other / n:7.2f}  all but futex")
+
+
 async def _spawns(socket: Path, spawns: int, clients: int) -> None:
     channels = [TenantClient(socket) for _ in range(clients)]
     try:
@@ -102,7 +110,7 @@ async def count(args: argparse.Namespace) -> dict[str, int]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.root_syscalls")
-    parser.add_argument("--loop", default="uvloop", choices=("asyncio", "uvloop"))
+    parser.add_argument("--loop", default="asyncio", choices=("asyncio", "uvloop"))
     parser.add_argument("--tenant", default="full")
     parser.add_argument("--spawns", type=int, default=200)
     parser.add_argument("--clients", type=int, default=1)
@@ -120,10 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         f"root syscalls per spawn: loop {args.loop}, tenant {args.tenant}, {n} spawns,"
         f" {args.clients} client(s), load {os.getloadavg()[0]:.1f}"
     )
-    for name, c in sorted(calls.items(), key=lambda kv: -kv[1]):
-        print(f"  {c / n:7.2f}  {name}")
-    other = sum(c for name, c in calls.items() if name != "futex")
-    print(f"  {other / n:7.2f}  all but futex")
+    print_counts(calls, n)
     print(f"{time.monotonic() - started:.0f} s")
     return 0
 

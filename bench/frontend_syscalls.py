@@ -20,20 +20,13 @@ import asyncio
 import collections
 import os
 import re
-import shutil
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import prctl
 
-from bench import procfs
-from bench.daemon import BenchDaemon, state_parent
-from bench.frontend_ab import _apply, frontend_of
-from bench.root_syscalls import WARM_UP, _spawns, parse_summary, print_counts
+from bench.frontend_ab import frontend_of
+from bench.root_syscalls import parse_summary, parser, print_counts, traced
 
 _LINE = re.compile(r"^(\d+)\s+(?:\d+:\d+:\d+\.\d+\s+)?(?:<\.\.\. )?(\w+)")
 
@@ -52,49 +45,22 @@ def per_thread(text: str) -> dict[int, collections.Counter[str]]:
 
 
 async def count(args: argparse.Namespace) -> tuple[dict[str, int], str]:
-    state = Path(tempfile.mkdtemp(prefix="fe-syscalls-", dir=state_parent()))
-    daemon = BenchDaemon(state / "d", (args.tenant,))
-    _apply(daemon.config, args.set)
-    if args.python:
-        daemon.python = args.python
-    out = state / "strace.txt"
-    trace = state / "trace.txt"
-    try:
-        daemon.start()
-        await _spawns(daemon.socket(args.tenant), WARM_UP, args.clients)
-        fe = frontend_of(daemon, args.tenant)
-        await asyncio.sleep(0.5)
-        command = ["strace", "-c", "-f", "-o", str(out), "-p", str(fe)]
-        if args.calls:
-            command = ["strace", "-f", "-o", str(trace), "-p", str(fe)]
-        tracer = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        await asyncio.sleep(1.0)  # attached to every thread
-        await _spawns(daemon.socket(args.tenant), args.spawns, args.clients)
-        await asyncio.sleep(0.5)
-        tracer.send_signal(signal.SIGINT)
-        tracer.wait(timeout=30)
-        if args.calls:
-            text = trace.read_text()
-            totals: collections.Counter[str] = collections.Counter()
-            for counter in per_thread(text).values():
-                totals.update(counter)
-            return dict(totals), text
-        return parse_summary(out.read_text()), ""
-    finally:
-        daemon.stop()
-        procfs.reap_orphans()
-        shutil.rmtree(state, ignore_errors=True)
+    """The front-end's syscalls by name, and the full trace with `--calls`."""
+    text = await traced(
+        args, "fe-syscalls-", lambda d: frontend_of(d, args.tenant), summary=not args.calls
+    )
+    if not args.calls:
+        return parse_summary(text), ""
+    totals: collections.Counter[str] = collections.Counter()
+    for counter in per_thread(text).values():
+        totals.update(counter)
+    return dict(totals), text
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.frontend_syscalls")
-    parser.add_argument("--tenant", default="full")
-    parser.add_argument("--spawns", type=int, default=200)
-    parser.add_argument("--clients", type=int, default=8)
-    parser.add_argument("--python", default="", help="the daemon's interpreter")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    parser.add_argument("--calls", action="store_true", help="per thread, from a full trace")
-    args = parser.parse_args(argv)
+    options = parser("python -m bench.frontend_syscalls", clients=8)
+    options.add_argument("--calls", action="store_true", help="per thread, from a full trace")
+    args = options.parse_args(argv)
     if os.geteuid() != 0:
         print("bench: the daemon's default profile needs root", file=sys.stderr)
         return 2

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import prctl
@@ -80,9 +81,19 @@ async def _spawns(socket: Path, spawns: int, clients: int) -> None:
             await c.close()
 
 
-async def count(args: argparse.Namespace) -> dict[str, int]:
-    state = Path(tempfile.mkdtemp(prefix="root-syscalls-", dir=state_parent()))
-    daemon = BenchDaemon(state / "d", (args.tenant,), event_loop=args.loop)
+async def traced(
+    args: argparse.Namespace,
+    prefix: str,
+    pid_of: Callable[[BenchDaemon], int],
+    summary: bool = True,
+    event_loop: str = "asyncio",
+) -> str:
+    """One bench daemon (`args.tenant`, `args.set`, `args.python`) warmed up,
+    then `strace -f` of the process `pid_of` names over `args.spawns` Runs
+    from `args.clients` channels: the text of `strace -c`'s table
+    (`summary`) or of the full trace."""
+    state = Path(tempfile.mkdtemp(prefix=prefix, dir=state_parent()))
+    daemon = BenchDaemon(state / "d", (args.tenant,), event_loop=event_loop)
     _apply(daemon.config, args.set)
     if args.python:
         daemon.python = args.python
@@ -90,9 +101,10 @@ async def count(args: argparse.Namespace) -> dict[str, int]:
     try:
         daemon.start()
         await _spawns(daemon.socket(args.tenant), WARM_UP, args.clients)
+        pid = pid_of(daemon)
         await asyncio.sleep(0.5)
         tracer = subprocess.Popen(
-            ["strace", "-c", "-f", "-o", str(out), "-p", str(daemon.pid)],
+            ["strace", *(["-c"] if summary else []), "-f", "-o", str(out), "-p", str(pid)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -101,28 +113,35 @@ async def count(args: argparse.Namespace) -> dict[str, int]:
         await asyncio.sleep(0.5)  # the last exit records' fsyncs
         tracer.send_signal(signal.SIGINT)
         tracer.wait(timeout=30)
-        return parse_summary(out.read_text())
+        return out.read_text()
     finally:
         daemon.stop()
         procfs.reap_orphans()
         shutil.rmtree(state, ignore_errors=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.root_syscalls")
-    parser.add_argument("--loop", default="asyncio", choices=("asyncio", "uvloop"))
+def parser(prog: str, clients: int) -> argparse.ArgumentParser:
+    """The options both syscall counters take."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--tenant", default="full")
     parser.add_argument("--spawns", type=int, default=200)
-    parser.add_argument("--clients", type=int, default=1)
+    parser.add_argument("--clients", type=int, default=clients)
     parser.add_argument("--python", default="", help="the daemon's interpreter")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parser("python -m bench.root_syscalls", clients=1)
+    options.add_argument("--loop", default="asyncio", choices=("asyncio", "uvloop"))
+    args = options.parse_args(argv)
     if os.geteuid() != 0:
         print("bench: the daemon's default profile needs root", file=sys.stderr)
         return 2
     prctl.set_child_subreaper(True)
     started = time.monotonic()
-    calls = asyncio.run(count(args))
+    text = asyncio.run(traced(args, "root-syscalls-", lambda d: d.pid, event_loop=args.loop))
+    calls = parse_summary(text)
     n = args.spawns
     print(
         f"root syscalls per spawn: loop {args.loop}, tenant {args.tenant}, {n} spawns,"

@@ -62,6 +62,9 @@ class Launch:
         self.child_fds: list[int] = []
         #: The child's exit status, once `send` has sent the order.
         self.exit: asyncio.Future[ExitStatus] | None = None
+        #: Settled once the spawner has reaped the child, when that comes
+        #: after `exit` (a warm init's: InitExit); None: with `exit`.
+        self.reaped: asyncio.Future[ExitStatus] | None = None
         #: The request's correlation labels (its network.connect records carry them).
         self.labels: dict[str, str] = {}
         self._started: asyncio.Future[int] | None = None
@@ -232,7 +235,7 @@ class WarmLaunch(Launch):
         ready = self.entry.ready.result()
         if ready.pidfd >= 0 and self._started is not None and self.exit is not None:
             self._watch = InitExit(self.deps.loop(), ready, self._started, self.exit)
-            self.exit = self._watch.exit
+            self.reaped, self.exit = self.exit, self._watch.exit
 
     async def started(self) -> int:
         assert self._started is not None
@@ -255,7 +258,7 @@ class WarmLaunch(Launch):
         fresh = self._fresh = FreshLaunch(self.deps, self.id, self.cgroup)
         fresh.child_fds, self.child_fds = self.child_fds, []
         await fresh.send(*self._resend)
-        self.exit = fresh.exit
+        self.exit, self.reaped = fresh.exit, None
         return await fresh.started()
 
     def release(self, ran: bool) -> SpawnCgroup | None:
@@ -263,6 +266,8 @@ class WarmLaunch(Launch):
         if self._watch is not None:
             self._watch.close()
         self.entry.close()
+        if not ran:
+            self.reaped = None  # (a spawn order that failed has no exit)
         if self._fresh is not None:
             return self._fresh.release(ran)
         if self.deps.egress is not None:

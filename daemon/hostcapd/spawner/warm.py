@@ -51,7 +51,8 @@ class WarmChild:
     profile: str
     #: Our end of its channel: the request goes there.
     channel: socket.socket
-    #: Its report pipe: the ready record, then (with an init) the exit record.
+    #: Its report pipe: the ready record, then the set-up record (with an
+    #: init, the exit record after them is the daemon's to read: Warmed).
     report_fd: int
     init: bool
     #: The pooled namespace fds it joined (see Spawner.held).

@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 
 from hostcapd.sandbox.cgroups import CgroupHost
+from hostcapd.sandbox.cpu import CpuHost
 
 from bench.native import compile_c
 
@@ -40,13 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=100, help="children a batch")
     parser.add_argument("--exec", action="store_true", help="the child execs /bin/true")
     args = parser.parse_args(argv)
-    host = CgroupHost.probe(f"hostcapd-bench-cgjoin-{os.getpid()}")
+    parent = f"hostcapd-bench-cgjoin-{os.getpid()}"
+    host = CgroupHost.probe(parent)
+    cpu = CpuHost.probe(parent)
     if not host.support.version:
         print(f"no cgroups: {host.support.reason}")
         return 1
     host.prepare()
     view = host.for_tenant("bench", pids=4096, memory_bytes=4 << 30)
     cgroup = view.create(uuid.uuid4().hex, MEMORY, PIDS)
+    share = cpu.tenant("bench", 100, None) if cpu.subtree is not None else None
     try:
         with tempfile.TemporaryDirectory(prefix="cgroup-join-") as directory:
             binary = compile_c("cgroup_join.c", Path(directory))
@@ -54,6 +58,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"v{h.version} {'+'.join(h.roles)}": f"{path}/cgroup.procs"
                 for h, path in zip(host.hierarchies, cgroup.paths, strict=True)
             }
+            if share is not None:  # a spawn's child joins its tenant's cpu cgroup too
+                procs["v1 cpu (the tenant's share)"] = f"{share.directory}/cgroup.procs"
             sets = {"none": []} | {name: [path] for name, path in procs.items()}
             if len(procs) > 1:
                 sets["all (a spawn's)"] = list(procs.values())
@@ -75,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         cgroup.remove()
         view.close()
         host.release()
+        cpu.release()
     print(
         f"{args.rounds} batches of {args.batch} a set, child {'execs' if args.exec else 'exits'};"
         f" load after: {os.getloadavg()[0]:.2f}"

@@ -378,34 +378,8 @@ AHEAD_STAT_FILE = re.compile(
 
 def open_fds(pid: int) -> set[str]:
     """fd:target of each fd of `pid` but the stat files of cgroups made ahead
-    (`ahead_fds`: they come and go with the cgroups, a bounded number) and
-    the root's fds of the warm children that wait (`warm_fds`)."""
-    fds = _all_fds(pid)
-    return {f for f in fds if not AHEAD_STAT_FILE.search(f)} - warm_fds(pid, fds)
-
-
-def warm_fds(pid: int, fds: set[str] | None = None) -> set[str]:
-    """fd:target of each fd of `pid` (the root) that is a waiting warm init's:
-    its pidfd and its report pipe (decision 0026), which come and go with
-    them. A pidfd of a process that ended (Pid -1) or of any other is not."""
-    fds = _all_fds(pid) if fds is None else fds
-    warm: set[str] = set()
-    pipes: set[str] = set()
-    for f in fds:
-        number, target = f.split(":", 1)
-        if target != "anon_inode:[pidfd]":
-            continue
-        try:
-            info = Path(f"/proc/{pid}/fdinfo/{number}").read_text()
-            of = int(next(line.split()[1] for line in info.splitlines() if line.startswith("Pid:")))
-        except (OSError, StopIteration, ValueError):
-            continue
-        if of > 0 and waiting_warm_child(of):
-            warm.add(f)
-            pipes |= {
-                t for t in (g.split(":", 1)[1] for g in _all_fds(of)) if t.startswith("pipe:")
-            }
-    return warm | {f for f in fds if f.split(":", 1)[1] in pipes}
+    (`ahead_fds`: they come and go with the cgroups, a bounded number)."""
+    return {f for f in _all_fds(pid) if not AHEAD_STAT_FILE.search(f)}
 
 
 def ahead_fds(pid: int) -> set[str]:
@@ -416,10 +390,9 @@ def ahead_fds(pid: int) -> set[str]:
 def _all_fds(pid: int) -> set[str]:
     base = Path(f"/proc/{pid}/fd")
     out = set()
-    with contextlib.suppress(OSError):  # (a warm child may be gone meanwhile)
-        for fd in base.iterdir():
-            with contextlib.suppress(OSError):
-                out.add(f"{fd.name}:{os.readlink(fd)}")
+    for fd in base.iterdir():
+        with contextlib.suppress(OSError):
+            out.add(f"{fd.name}:{os.readlink(fd)}")
     return out
 
 

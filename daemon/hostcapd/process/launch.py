@@ -25,14 +25,12 @@ import os
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
-from hostcap_proto.names import Rusage
 
 from hostcapd.audit.stamps import event_id as random_id
 from hostcapd.egress.supervisor import EgressUnavailable
 from hostcapd.logsetup import fields
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
-from hostcapd.spawner import init_report
-from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost, WarmReady
+from hostcapd.spawner.client import ExitStatus, SetupFailed, SpawnerLost
 from hostcapd.spawner.messages import SpawnOrder
 
 if TYPE_CHECKING:
@@ -62,9 +60,6 @@ class Launch:
         self.child_fds: list[int] = []
         #: The child's exit status, once `send` has sent the order.
         self.exit: asyncio.Future[ExitStatus] | None = None
-        #: Settled once the spawner has reaped the child, when that comes
-        #: after `exit` (a warm init's: InitExit); None: with `exit`.
-        self.reaped: asyncio.Future[ExitStatus] | None = None
         #: The request's correlation labels (its network.connect records carry them).
         self.labels: dict[str, str] = {}
         self._started: asyncio.Future[int] | None = None
@@ -181,8 +176,6 @@ class WarmLaunch(Launch):
         self.entry = entry
         self._resend: tuple[OrderFor, list[int]] | None = None
         self._fresh: FreshLaunch | None = None
-        #: Its init's exit, heard here (a warm init's pidfd and exit record).
-        self._watch: InitExit | None = None
 
     def make_cgroup(self, memory_bytes: int | None, pids: int | None) -> SpawnCgroup:
         cgroup = self.entry.cgroup
@@ -232,10 +225,6 @@ class WarmLaunch(Launch):
         if self.deps.egress is not None:  # its namespace's records: this spawn's labels now
             self.deps.egress.relabel(self.id, self.labels)
         await self._send(order_for(landlock=False, warm=True), fds)
-        ready = self.entry.ready.result()
-        if ready.pidfd >= 0 and self._started is not None and self.exit is not None:
-            self._watch = InitExit(self.deps.loop(), ready, self._started, self.exit)
-            self.reaped, self.exit = self.exit, self._watch.exit
 
     async def started(self) -> int:
         assert self._started is not None
@@ -258,16 +247,11 @@ class WarmLaunch(Launch):
         fresh = self._fresh = FreshLaunch(self.deps, self.id, self.cgroup)
         fresh.child_fds, self.child_fds = self.child_fds, []
         await fresh.send(*self._resend)
-        self.exit, self.reaped = fresh.exit, None
+        self.exit = fresh.exit
         return await fresh.started()
 
     def release(self, ran: bool) -> SpawnCgroup | None:
         super().release(ran)
-        if self._watch is not None:
-            self._watch.close()
-        self.entry.close()
-        if not ran:
-            self.reaped = None  # (a spawn order that failed has no exit)
         if self._fresh is not None:
             return self._fresh.release(ran)
         if self.deps.egress is not None:
@@ -282,113 +266,6 @@ class WarmLaunch(Launch):
             with contextlib.suppress(CgroupError):
                 cgroup.kill()
         return cgroup
-
-
-class InitExit:
-    """A warm init's exit, heard by the root (decision 0026, addendum): its
-    pidfd is readable once it has exited, which for a pid namespace's init
-    is after the kernel killed and reaped every other process of it
-    (exit_notify: forget_original_parent's zap_pid_ns_processes comes
-    before the exit state and the pidfd's wake-up); the command's exit
-    record is then on its report pipe, complete (one write) or absent. The
-    spawner reads only the set-up record (Started), never the exit record,
-    and reaps the init after: its `Exited` (the init's own status) is the
-    answer only when no valid record came (the init was killed: its status,
-    SIGKILL, is the command's), and its loss (SpawnerLost) while the init
-    lives ends the spawn as before.
-
-        watch = InitExit(loop, ready, started, spawner_exit)
-        status = await watch.exit        # ExitStatus, or SpawnerLost
-        watch.close()
-    """
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        ready: WarmReady,
-        started: asyncio.Future[int],
-        spawner_exit: asyncio.Future[ExitStatus],
-    ) -> None:
-        self._loop = loop
-        self._ready = ready
-        self._spawner_exit = spawner_exit
-        self._watching = False
-        self.exit: asyncio.Future[ExitStatus] = loop.create_future()
-        # The exit record follows the set-up record on the pipe: looked for
-        # once the spawner has read that one (Started).
-        started.add_done_callback(self._started)
-
-    def _started(self, started: asyncio.Future[int]) -> None:
-        if self.exit.done() or self._ready.pidfd < 0:
-            return
-        if started.cancelled() or started.exception() is not None:
-            # It never ran (or the spawner went): the spawner's word stands.
-            self._spawner_exit.add_done_callback(self._settle)
-            return
-        self._loop.add_reader(self._ready.pidfd, self._exited)
-        self._watching = True
-        self._spawner_exit.add_done_callback(self._settle)
-
-    def _exited(self) -> None:
-        self._unwatch()
-        self._settle(None)
-
-    def _settle(self, _: asyncio.Future[ExitStatus] | None) -> None:
-        """The init exited (its pidfd) or the spawner reported (reaped it, or
-        died): the record if it is there, else the spawner's word if it has
-        come; else (the init died without a record) wait for it."""
-        if self.exit.done():
-            return
-        record = self._record()
-        if record is not None:
-            self._unwatch()
-            self.exit.set_result(record)
-            return
-        done = self._spawner_exit
-        if not done.done():
-            return
-        self._unwatch()
-        if done.cancelled():
-            self.exit.cancel()
-        elif (error := done.exception()) is not None:
-            self.exit.set_exception(error)
-        else:
-            self.exit.set_result(done.result())
-
-    def _record(self) -> ExitStatus | None:
-        """The command's exit record, checked as the spawner checked it (the
-        pipe is the child's: nothing in it is trusted but a valid record)."""
-        fd = self._ready.report_fd
-        if fd < 0:
-            return None
-        try:
-            data = os.read(fd, 128)
-        except OSError:  # BlockingIOError: none yet (the spawner died first)
-            return None
-        command = init_report.parse(data)
-        if command is None:
-            return None
-        rusage = Rusage.from_wait4(
-            command.utime,
-            command.stime,
-            command.maxrss_kib,
-            command.nvcsw,
-            command.nivcsw,
-            command.inblock,
-            command.oublock,
-        )
-        return ExitStatus(self._ready.pid, command.status, rusage)
-
-    def _unwatch(self) -> None:
-        if self._watching:
-            self._watching = False
-            self._loop.remove_reader(self._ready.pidfd)
-
-    def close(self) -> None:
-        self._unwatch()
-        if not self.exit.done():
-            self.exit.cancel()
-        self._ready.close()
 
 
 def launch_for(

@@ -485,26 +485,15 @@ class Spawn:
         synced, self._synced = self._synced, None
         if synced is not None:  # not awaited: its error is `_on_durable`'s
             retrieve(synced) if synced.done() else synced.add_done_callback(retrieve)
-        # Its cgroup (a warm child's it never ran too) goes, or is recycled
-        # (cgroup_pool.py), once its main process is reaped: a warm init's
-        # exit is heard before the spawner reaps it (launch.InitExit), and an
-        # exited task counts in a v1 pids cgroup until it is reaped.
+        # Its cgroup (a warm child's it never ran too) goes, or is recycled (cgroup_pool.py).
         self._cgroup = self.launch.release(ran=bool(self.pid)) or self._cgroup
-        if self._cgroup is not None:
-            reaped = self.launch.reaped
-            if reaped is None or reaped.done():
-                self._give_back(self._cgroup)
-            else:
-                reaped.add_done_callback(functools.partial(self._give_back, self._cgroup))
-        self._settle_started(0)
-
-    def _give_back(self, cgroup: SpawnCgroup, _: object = None) -> None:
-        if not self.deps.recycled.give(cgroup):
+        if self._cgroup is not None and not self.deps.recycled.give(self._cgroup):
             try:
-                cgroup.remove()
+                self._cgroup.remove()
             except CgroupError:
-                cgroup.kill()  # something outlived the tree kill
-                cgroup.remove()
+                self._cgroup.kill()  # something outlived the tree kill
+                self._cgroup.remove()
+        self._settle_started(0)
 
     def _stop_timers(self) -> None:
         """Its wall clock and kill sequence: nothing fires once it has ended."""

@@ -42,7 +42,7 @@ from hostcapd.logsetup import fields
 from hostcapd.process.cgroup_pool import CgroupPool, PendingFill, default_limits
 from hostcapd.sandbox import identity
 from hostcapd.sandbox.cgroups import CgroupError, SpawnCgroup
-from hostcapd.spawner.client import SetupFailed, SpawnerLost, WarmReady
+from hostcapd.spawner.client import SetupFailed, SpawnerLost
 from hostcapd.spawner.messages import WarmOrder
 
 if TYPE_CHECKING:
@@ -66,20 +66,13 @@ class WarmEntry:
 
     id: str
     cgroup: SpawnCgroup | None
-    #: Its pid (and an init's pidfd and report pipe, ours) once it waits;
-    #: SetupFailed / SpawnerLost if it never will.
-    ready: asyncio.Future[WarmReady]
+    #: Its pid once it waits; SetupFailed / SpawnerLost if it never will.
+    ready: asyncio.Future[int]
 
     @property
     def usable(self) -> bool:
         r = self.ready
         return r.done() and not r.cancelled() and r.exception() is None
-
-    def close(self) -> None:
-        """Close its pidfd and report pipe, if it came with them (once no
-        spawn will watch them)."""
-        if self.usable:
-            self.ready.result().close()
 
 
 class WarmPool:
@@ -280,7 +273,7 @@ class WarmPool:
         self._entries[warm_id] = WarmEntry(warm_id, cgroup, ready)
         ready.add_done_callback(lambda f: self._settled(warm_id, f))
 
-    def _settled(self, warm_id: str, ready: asyncio.Future[WarmReady]) -> None:
+    def _settled(self, warm_id: str, ready: asyncio.Future[int]) -> None:
         if ready.cancelled() or ready.exception() is None:
             return
         error = ready.exception()
@@ -316,7 +309,6 @@ class WarmPool:
     def discard(self, entry: WarmEntry) -> None:
         """An entry no spawn will run: its child is killed, its cgroup removed."""
         self.deps.spawner.drop_warm(entry.id)
-        entry.close()
         if self.deps.egress is not None:
             self.deps.egress.close(entry.id)
         if entry.cgroup is not None:

@@ -14,11 +14,9 @@ import contextlib
 import logging
 import os
 import socket
-import stat
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from hostcap_proto.names import Rusage
 
@@ -48,42 +46,6 @@ class ExitStatus:
     rusage: Rusage
 
 
-@dataclass
-class WarmReady:
-    """A warm child that waits: its pid, and for an init its pidfd and a copy
-    of its report pipe's read end (-1 each if none came: see Warmed), ours
-    to close."""
-
-    pid: int
-    pidfd: int = -1
-    report_fd: int = -1
-
-    def close(self) -> None:
-        for fd in (self.pidfd, self.report_fd):
-            if fd >= 0:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self.pidfd = self.report_fd = -1
-
-
-def _warm_ready(pid: int, fds: list[int]) -> WarmReady:
-    """Warmed's pid and fds, the fds taken only if they are what they should
-    be (a pidfd, a pipe: else they are closed and the spawn hears its exit
-    from the spawner)."""
-    if len(fds) == 2:
-        try:
-            pidfd_ok = os.readlink(f"/proc/self/fd/{fds[0]}") == "anon_inode:[pidfd]"
-            pipe_ok = stat.S_ISFIFO(os.fstat(fds[1]).st_mode)
-        except OSError:
-            pidfd_ok = pipe_ok = False
-        if pidfd_ok and pipe_ok:
-            os.set_blocking(fds[1], False)  # read only once its init is dead
-            return WarmReady(pid, fds[0], fds[1])
-    for fd in fds:
-        os.close(fd)
-    return WarmReady(pid)
-
-
 class SpawnerClient:
     def __init__(self) -> None:
         self._sock: socket.socket | None = None
@@ -93,7 +55,7 @@ class SpawnerClient:
         self._profiles: dict[str, messages.RegisterProfile] = {}
         #: Warm children ordered: their ready futures, and who to tell when
         #: one is lost (it died waiting, or the spawner did).
-        self._warming: dict[str, asyncio.Future[WarmReady]] = {}
+        self._warming: dict[str, asyncio.Future[int]] = {}
         self._warm_lost: dict[str, Callable[[str], None]] = {}
         #: Environments being opened: their answers.
         self._env_opens: dict[str, asyncio.Future[None]] = {}
@@ -188,16 +150,13 @@ class SpawnerClient:
 
     def warm(
         self, order: messages.WarmOrder, fds: list[int], lost: Callable[[str], None]
-    ) -> asyncio.Future[WarmReady]:
+    ) -> asyncio.Future[int]:
         """Order a warm child (fds duplicated as for spawn); the future gives
-        its pid (and an init's fds: WarmReady) once it waits (or raises
-        SetupFailed / SpawnerLost). `lost`
+        its pid once it waits (or raises SetupFailed / SpawnerLost). `lost`
         is called with its id if it dies before a spawn order takes it.
         Raises SpawnerLost at once if the spawner is gone."""
         self._order(order.to_wire(), fds)
-        ready: asyncio.Future[WarmReady] = (
-            self._loop or asyncio.get_running_loop()
-        ).create_future()
+        ready: asyncio.Future[int] = (self._loop or asyncio.get_running_loop()).create_future()
         self._warming[order.id] = ready
         self._warm_lost[order.id] = lost
         return ready
@@ -254,11 +213,11 @@ class SpawnerClient:
         # waiting comes in its next pass, and a report that came alone (most
         # do) costs no second recvmsg that finds nothing.
         report: messages.FromSpawner | None = None
-        fds: list[int] = []
         try:
             received = channel.receive(sock)
             if received is not None:
-                fds = received[1]
+                for fd in received[1]:
+                    os.close(fd)
                 # A report that is not one of ours: the channel is not
                 # trusted further (the spawner is replaced, fail closed).
                 report = messages.from_spawner(received[0])
@@ -267,17 +226,11 @@ class SpawnerClient:
         except (OSError, ValueError) as error:
             log.error("spawner channel failed: %s", error)
         if report is None:
-            for fd in fds:
-                os.close(fd)
             self._lost(sock)
             return
-        if fds and not isinstance(report, messages.Warmed):
-            for fd in fds:  # only a warm init's come with fds
-                os.close(fd)
-            fds = []
-        self._dispatch(report, fds)
+        self._dispatch(report)
 
-    def _dispatch(self, m: messages.FromSpawner, fds: list[int] | None = None) -> None:
+    def _dispatch(self, m: messages.FromSpawner) -> None:
         if isinstance(m, messages.Started):
             fut = self._started.pop(m.id, None)
             if fut and not fut.done():
@@ -287,12 +240,9 @@ class SpawnerClient:
             if ex and not ex.done():
                 ex.set_result(ExitStatus(m.pid, m.status, m.rusage))
         elif isinstance(m, messages.Warmed):
-            warmed = _warm_ready(m.pid, fds or [])
             ready = self._warming.pop(m.id, None)
             if ready and not ready.done():
-                ready.set_result(warmed)
-            else:
-                warmed.close()
+                ready.set_result(m.pid)
         elif isinstance(m, messages.WarmLost):
             lost = self._warm_lost.pop(m.id, None)
             if lost is not None:
@@ -307,11 +257,9 @@ class SpawnerClient:
                 opened.set_exception(SetupFailed(m.step, m.errno, m.detail))
         elif isinstance(m, messages.Failed):
             self._exits.pop(m.id, None)
-            failed: asyncio.Future[Any] | None = self._started.pop(m.id, None) or self._warming.pop(
-                m.id, None
-            )
-            if failed and not failed.done():
-                failed.set_exception(SetupFailed(m.step, m.errno, m.detail))
+            fut = self._started.pop(m.id, None) or self._warming.pop(m.id, None)
+            if fut and not fut.done():
+                fut.set_exception(SetupFailed(m.step, m.errno, m.detail))
             self._warm_lost.pop(m.id, None)
         elif isinstance(m, messages.Hello):
             if self._hello and not self._hello.done():

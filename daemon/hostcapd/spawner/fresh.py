@@ -30,14 +30,14 @@ class Parent(Protocol):
     children: dict[int, str]
     #: pid -> the pooled namespace fds its child joined, held until reaped
     held: dict[int, tuple[int, int]]
-    #: pid -> the report pipe of the child that is an init (-1: the daemon's)
+    #: pid -> the report pipe of the child that is an init
     inits: dict[int, int]
     #: Namespace fds of reaped children, closed while idle.
     released: list[int]
     last_start: float
     selector: selectors.BaseSelector | None
 
-    def report(self, message: messages.FromSpawner, fds: Sequence[int] = ()) -> None: ...
+    def report(self, message: messages.FromSpawner) -> None: ...
 
     def plan(
         self,

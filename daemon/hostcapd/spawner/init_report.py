@@ -7,10 +7,7 @@ status the spawner reaps is the init's, not always the command's. The init
 writes the command's wait status and rusage on its report pipe, in one
 write, right before it exits; the spawner reads it once it has reaped the
 init (so it is complete by then, or absent: the init was SIGKILLed, and then
-the init's own status, SIGKILL, is what ended the command too). A warm
-init's record is the daemon's to read, once the init's pidfd says it has
-exited (process/launch.py, `InitExit`): the spawner reads only its set-up
-record.
+the init's own status, SIGKILL, is what ended the command too).
 
 The layout is childsetup_c/init.c's: nine int64 in the machine's byte order,
 {magic, status, utime_us, stime_us, maxrss_kib, nvcsw, nivcsw, inblock, oublock}.

@@ -228,10 +228,7 @@ class Started(_Message, frozen=True, tag="started"):
 
 
 class Warmed(_Message, frozen=True, tag="warmed"):
-    """The warm child `id` is set up and waits, as `pid`. An init's comes
-    with two fds: its pidfd and (a copy of) its report pipe's read end, on
-    which its spawn's exit record comes after the set-up record the spawner
-    reads (the daemon hears the exit and reads the record itself)."""
+    """The warm child `id` is set up and waits, as `pid`."""
 
     id: str
     pid: int

@@ -79,8 +79,7 @@ class Spawner:
     mntns: MountNamespacePool | None = None
     #: pid -> the pooled namespace fds its child joined, held until it is reaped
     held: dict[int, tuple[int, int]] = field(default_factory=dict)
-    #: pid -> the report pipe of the child that is an init (pid namespace);
-    #: -1: a warm init's, whose exit record the daemon reads (spawner/warm.py)
+    #: pid -> the report pipe of the child that is an init (pid namespace)
     inits: dict[int, int] = field(default_factory=dict)
     #: Namespace fds of reaped children, closed while idle (see `reap`).
     released: list[int] = field(default_factory=list)
@@ -520,9 +519,9 @@ class Spawner:
                 os.killpg(pid, signal.SIGKILL)  # its setsid made it the group's leader
         return os.wait4(pid, 0)
 
-    def report(self, message: messages.FromSpawner, fds: Sequence[int] = ()) -> None:
+    def report(self, message: messages.FromSpawner) -> None:
         try:
-            channel.send(self.sock, message.to_wire(), fds)
+            channel.send(self.sock, message.to_wire())
         except OSError:
             self.running = False  # the daemon is gone; we are about to die too
 

@@ -51,8 +51,7 @@ class WarmChild:
     profile: str
     #: Our end of its channel: the request goes there.
     channel: socket.socket
-    #: Its report pipe: the ready record, then the set-up record (with an
-    #: init, the exit record after them is the daemon's to read: Warmed).
+    #: Its report pipe: the ready record, then (with an init) the exit record.
     report_fd: int
     init: bool
     #: The pooled namespace fds it joined (see Spawner.held).
@@ -66,13 +65,11 @@ class WarmChild:
     killed: bool = False
     #: Given a request: when it is resumed if it has not said by then (once).
     nudge: float = math.inf
-    #: An init's pidfd, for the daemon (sent with Warmed, then closed here).
-    pidfd: int = -1
 
     def close(self) -> None:
         self.channel.close()
-        close_fds(self.report_fd, self.pidfd)
-        self.report_fd = self.pidfd = -1
+        close_fds(self.report_fd)
+        self.report_fd = -1
 
 
 def _exited(pid: int) -> bool:
@@ -205,13 +202,6 @@ class WarmChildren:
         child = WarmChild(
             m.id, pid, m.profile, ours, report_fd, plan.init, (netns_fd, mntns_fd), m.roots
         )
-        if plan.init:
-            # For the daemon, which hears the init's exit on it (our child,
-            # not reaped before we reap it: the pid is its own); and the
-            # pipe never blocks its reader, whichever of us reads.
-            os.set_blocking(report_fd, False)
-            with contextlib.suppress(OSError):
-                child.pidfd = os.pidfd_open(pid)
         self.waiting[m.id] = child
         self._watch(report_fd, partial(self.readable, m.id))
 
@@ -228,13 +218,7 @@ class WarmChildren:
         failure = init_report.parse_ready(data)
         if failure is None:
             child.ready = True
-            # An init's pidfd and its report pipe go with it: the daemon
-            # hears its exit and reads the command's exit record itself
-            # (`went`: we read the set-up record only).
-            fds = [child.pidfd, child.report_fd] if child.pidfd >= 0 else []
-            self.spawner.report(messages.Warmed(warm_id, child.pid), fds)
-            close_fds(child.pidfd)
-            child.pidfd = -1
+            self.spawner.report(messages.Warmed(warm_id, child.pid))
             return
         del self.waiting[warm_id]
         self._forget(child)
@@ -326,11 +310,9 @@ class WarmChildren:
             spawner.report(messages.Failed(spawn_id, failure[0], failure[1]))
             return
         if child.init:
-            # Its exit record is the daemon's to read (it has the pipe since
-            # Warmed): our reap reports the init's own status, for the
-            # spawns whose record is missing (the init was killed).
-            spawner.inits[pid] = -1
-        close_fds(child.report_fd)
+            spawner.inits[pid] = child.report_fd
+        else:
+            close_fds(child.report_fd)
         child.report_fd = -1
         spawner.children[pid] = spawn_id
         spawner.report(messages.Started(spawn_id, pid))

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hostcapd import metrics
+from hostcapd.audit.aio import AioSync
 from hostcapd.audit.errors import AuditUnavailable
 from hostcapd.config import AuditSettings
 from hostcapd.kept_loop import KeptLoop
@@ -199,6 +200,12 @@ class GroupCommit:
     _failure: str | None
     _closed: bool
     _threads: SyncThreads
+    #: The AIO path (`audit.aio`), opened at the first durable fsync when the
+    #: setting asks for it; None before, or when the kernel refused it.
+    _aio: AioSync | None
+    _aio_tried: bool
+    #: Each AIO fsync in flight by slot: its generation, future, start time.
+    _aio_syncs: dict[int, tuple[int, asyncio.Future[None], float]]
     #: fsyncs done so far (group commit makes this far fewer than durable writes).
     sync_count: int
 
@@ -221,6 +228,8 @@ class GroupCommit:
         loop = self._running_loop()
         slot = min({0, 1} - {used for _, used, _ in self._syncs.values()})
         target, retired, directory = self._sync_batch()
+        if not retired and directory is None and self._aio_submit(slot, target, loop):
+            return
         release: list[int] = []
         for waiter in self._waiters:
             if waiter.generation <= target and waiter.release_fd >= 0:
@@ -247,6 +256,40 @@ class GroupCommit:
                 os.close(unused)
             del self._syncs[done]
             raise AuditUnavailable("the audit log is closed") from None
+
+    def _aio_submit(self, slot: int, target: int, loop: asyncio.AbstractEventLoop) -> bool:
+        """Start the fsync without a thread (`audit.aio`: Linux AIO's fdatasync
+        on the slot's description, its end read by the loop, which then
+        writes the gos in `_release_waiters`). False: the threads' way (the
+        setting says so, or the kernel refused)."""
+        aio = self._aio
+        if aio is None:
+            if self._aio_tried or self._settings.fsync != "aio":
+                return False
+            self._aio_tried = True
+            aio = self._aio = AioSync.open(
+                MAX_SYNCS_IN_FLIGHT, lambda slot, result: self._aio_ended(slot, result)
+            )
+            if aio is None:
+                return False
+        if not aio.submit(slot, self._descriptions[slot], loop):
+            if not aio.usable:
+                aio.close()
+                self._aio = None
+            return False
+        done: asyncio.Future[None] = loop.create_future()
+        self._syncs[done] = (target, slot, False)
+        self._aio_syncs[slot] = (target, done, time.monotonic())
+        return True
+
+    def _aio_ended(self, slot: int, result: int) -> None:
+        """On the loop: the AIO fsync in `slot` ended (`result` 0 or -errno)."""
+        target, done, began = self._aio_syncs.pop(slot)
+        if result < 0:
+            self._sync_finished(OSError(-result, os.strerror(-result)), target, done)
+            return
+        metrics.fsync_done(time.monotonic() - began)
+        self._sync_finished(None, target, done)
 
     def _sync_finished(
         self,
@@ -286,6 +329,17 @@ class GroupCommit:
     def _release_waiters(self) -> None:
         """Complete each waiter whose record is now durable (all of them, with
         the error, once the log has failed)."""
+        if self._failure is None:
+            # The gos first (each a child waiting to exec), then the futures
+            # and their hooks; a go an fsync thread wrote is -1 here already.
+            for waiter in self._waiters:
+                if (
+                    waiter.generation <= self._synced
+                    and waiter.release_fd >= 0
+                    and not waiter.future.done()
+                ):
+                    with contextlib.suppress(OSError):
+                        os.eventfd_write(waiter.release_fd, 1)
         still: list[Waiter] = []
         for waiter in self._waiters:
             if waiter.future.done():
@@ -297,12 +351,8 @@ class GroupCommit:
                 error = AuditUnavailable(self._failure)
                 waiter.future.set_exception(error)
             elif waiter.generation <= self._synced:
-                if waiter.release_fd >= 0:
-                    # Made durable by an fsync that did not carry its go (one
-                    # started before it was appended, or the close's): written
-                    # here. One that carries it writes it when it ends.
-                    with contextlib.suppress(OSError):
-                        os.eventfd_write(waiter.release_fd, 1)
+                # Its go, if no fsync thread carried it, was written above (an
+                # AIO fsync's, one started before it was appended, the close's).
                 waiter.close_fd()
                 waiter.future.set_result(None)
             else:

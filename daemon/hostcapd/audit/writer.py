@@ -124,6 +124,9 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._flush_handle = None
         self._running_loop = KeptLoop()
         self._threads = SyncThreads(MAX_SYNCS_IN_FLIGHT, "hostcapd-audit-fsync")
+        self._aio = None
+        self._aio_tried = False
+        self._aio_syncs = {}
         self.sync_count = 0
         #: Compression, archiving and pruning of rotated files (`retention`).
         self.retention = Retention(settings, gid, self.write_durable)
@@ -566,6 +569,9 @@ class AuditLog(DeferredQueue, GroupCommit):
                     os.close(fd)
             self._retired = []
             self._threads.stop()
+            if self._aio is not None:
+                self._aio.close()  # nothing in flight: each was awaited above
+                self._aio = None
             if self._journal is not None:
                 self._journal.close()
             for subscriber in list(self._subscribers):

@@ -1,5 +1,5 @@
-"""Group-commit fsync: durable writes share one fdatasync, run on a dedicated
-thread, never the event loop's; batched writes are synced within the window.
+"""Group-commit fsync: durable writes share one fdatasync, never run on the
+event loop's thread; batched writes are synced within the window.
 
 A durable write never queues behind an fsync already in flight (a batched
 one, or another durable write's, started before its line was appended):
@@ -9,15 +9,23 @@ so two at a time are as sound as one; each uses its own open file
 description of the log (`_descriptions`), so a writeback error is reported
 to each fsync that waited on it (an error is reported once per open file
 description: two fsyncs through one could see it only once). A durable write may hand an eventfd
-(`write_pending(release_fd=...)`): the fsync thread writes 1 into it as soon
-as the fdatasync covering the line returned successfully, without waiting
-for the event loop (the spawn's go: its child waits on that fd right before
-exec). A failed fsync writes nothing into it.
+(`write_pending(release_fd=...)`): 1 is written into it once the fdatasync
+covering the line returned successfully (the spawn's go: its child waits on
+that fd right before exec). A failed fsync writes nothing into it.
 
-The fsyncs run on two threads of the writer's own (`SyncThreads`), each
+By default (`audit.fsync = "aio"`) an fsync that carries no rotation is
+submitted from the loop with Linux AIO (`audit.aio`): the kernel's worker
+runs the fdatasync on the description's file, its completion wakes the
+loop through an eventfd, and the loop then writes the gos of the records
+it made durable (`_release_waiters`), in the turn it reads the completion,
+before it settles their futures. No Python thread wakes, and no GIL changes
+hands. The rest (a rotation's retired files and directory, the close's
+last fsync, a kernel or filter that refuses AIO, `audit.fsync =
+"threads"`) runs on two threads of the writer's own (`SyncThreads`), each
 taking jobs from one queue: a job's start is a `SimpleQueue.put` on the
 loop's side, its end one callback on the thread's, with none of a thread
-pool's futures, conditions and semaphores in between."""
+pool's futures, conditions and semaphores in between; there the thread
+writes the go right after the fdatasync, as above."""
 
 from __future__ import annotations
 

@@ -32,11 +32,6 @@ class AuditSettings(Model):
     keep_files: int = Field(default=10, ge=1)
     #: Non-exec records are fsynced in batches at most this far apart.
     fsync_interval_ms: int = Field(default=50, ge=0)
-    #: How a durable record's fdatasync runs: "aio" submits it from the event
-    #: loop (Linux AIO; the threads' way where the kernel refuses it),
-    #: "threads" on the writer's fsync threads (bench/README.md, "the exec
-    #: record's fsync without a Python thread").
-    fsync: Literal["aio", "threads"] = "aio"
     file_mode: int = Field(default=0o640, ge=0, le=0o777)
     #: Group of the audit files (root:adm on a system install).
     group: int | str | None = "adm"

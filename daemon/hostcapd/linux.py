@@ -7,7 +7,6 @@
     seccomp_set_filter(program)                    # a packed struct sock_filter[]
     unshare(CLONE_NEWNET); setns(home_fd, CLONE_NEWNET)
     mount(None, b"/sys/fs/cgroup", None, MS_REMOUNT, b"favordynmods")
-    ctx = io_setup(2); io_submit(ctx, iocbs, 1); io_getevents(ctx, events, 2)
 
 Thin wrappers over this process's libc (loaded once, here): each raises
 OSError with the kernel's errno, as the os module does, and decides
@@ -23,10 +22,6 @@ import ctypes
 import errno
 import os
 
-SYS_IO_SETUP = 206
-SYS_IO_DESTROY = 207
-SYS_IO_GETEVENTS = 208
-SYS_IO_SUBMIT = 209
 SYS_SECCOMP = 317
 SYS_OPENAT2 = 437
 SYS_LANDLOCK_CREATE_RULESET = 444
@@ -55,11 +50,6 @@ LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_GET_ACTION_AVAIL = 2
 
-#: Linux AIO (linux/aio_abi.h): an fdatasync as a request, and the flag
-#: that signals its completion on an eventfd (`Iocb.aio_resfd`).
-IOCB_CMD_FDSYNC = 3
-IOCB_FLAG_RESFD = 1 << 0
-
 _c = ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -77,44 +67,6 @@ libc.setns.restype = ctypes.c_int
 
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-class Iocb(ctypes.Structure):
-    """struct iocb (linux/aio_abi.h, little-endian)."""
-
-    _fields_ = [
-        ("aio_data", ctypes.c_uint64),
-        ("aio_key", ctypes.c_uint32),
-        ("aio_rw_flags", ctypes.c_int32),
-        ("aio_lio_opcode", ctypes.c_uint16),
-        ("aio_reqprio", ctypes.c_int16),
-        ("aio_fildes", ctypes.c_uint32),
-        ("aio_buf", ctypes.c_uint64),
-        ("aio_nbytes", ctypes.c_uint64),
-        ("aio_offset", ctypes.c_int64),
-        ("aio_reserved2", ctypes.c_uint64),
-        ("aio_flags", ctypes.c_uint32),
-        ("aio_resfd", ctypes.c_uint32),
-    ]
-
-
-class IoEvent(ctypes.Structure):
-    """struct io_event: `res` is the request's result (a negative errno)."""
-
-    _fields_ = [
-        ("data", ctypes.c_uint64),
-        ("obj", ctypes.c_uint64),
-        ("res", ctypes.c_int64),
-        ("res2", ctypes.c_int64),
-    ]
-
-
-class _Timespec(ctypes.Structure):
-    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
-
-
-#: io_getevents' timeout that returns at once with what has completed.
-_NO_WAIT = _Timespec(0, 0)
 
 
 class _OpenHow(ctypes.Structure):
@@ -250,46 +202,3 @@ def setns(fd: int, nstype: int) -> None:
     """setns(2): this thread into the namespace `fd` refers to."""
     if libc.setns(fd, nstype) != 0:
         raise _fail()
-
-
-def io_setup(nr_events: int) -> int:
-    """io_setup(2): a new AIO context for `nr_events` requests in flight."""
-    ctx = ctypes.c_ulong(0)
-    if libc.syscall(ctypes.c_long(SYS_IO_SETUP), ctypes.c_uint(nr_events), ctypes.byref(ctx)) < 0:
-        raise _fail()
-    return ctx.value
-
-
-def io_destroy(ctx: int) -> None:
-    """io_destroy(2): waits for the requests in flight (an fsync is not
-    cancelled), then frees the context."""
-    if libc.syscall(ctypes.c_long(SYS_IO_DESTROY), ctypes.c_ulong(ctx)) < 0:
-        raise _fail()
-
-
-def io_submit(ctx: int, iocbs: ctypes.Array[ctypes.c_void_p], count: int) -> int:
-    """io_submit(2): `iocbs` an array of pointers to `Iocb`; how many the
-    kernel took (an error only when it took none)."""
-    taken = int(
-        libc.syscall(ctypes.c_long(SYS_IO_SUBMIT), ctypes.c_ulong(ctx), ctypes.c_long(count), iocbs)
-    )
-    if taken < 0:
-        raise _fail()
-    return taken
-
-
-def io_getevents(ctx: int, events: ctypes.Array[IoEvent], most: int) -> int:
-    """io_getevents(2) without waiting: up to `most` completions into `events`."""
-    got = int(
-        libc.syscall(
-            ctypes.c_long(SYS_IO_GETEVENTS),
-            ctypes.c_ulong(ctx),
-            ctypes.c_long(0),
-            ctypes.c_long(most),
-            events,
-            ctypes.byref(_NO_WAIT),
-        )
-    )
-    if got < 0:
-        raise _fail()
-    return got

@@ -371,7 +371,6 @@ DAEMON_CALLS = (
     "pidfd_open", "pidfd_send_signal", "kill", "openat2", "sendmsg", "recvmsg",
     "socket", "bind", "listen", "accept4", "ioctl", "fchown", "fchmod",
     "fsync", "fdatasync", "renameat2", "statx", "epoll_wait", "eventfd2",
-    "io_setup", "io_submit", "io_getevents", "io_destroy",  # the audit's AIO fsync
 )  # fmt: skip
 #: What ordinary programs in a child call (git, compilers, Python, Node, make).
 PROGRAM_CALLS = (

@@ -28,13 +28,10 @@ record, timed the same way. The figures are medians over the rounds.
 
 ``--durable``: instead, the fsync threads' A/B (2026-12-06): durable exec
 records (`write_pending` with a go eventfd, awaited, as a spawn's) one after
-another through the writer with its fsync threads (`SyncThreads`), through
-one whose fsyncs run on a `ThreadPoolExecutor`, as before (`_PoolThreads`),
-and through one submitting them with io_uring from the loop (`audit.fsync
-= "uring"`, 2026-12-07), alternating round by round; per record, the CPU of
-the loop's thread and of the whole process (the fsync threads' included;
-an io_uring fdatasync's runs on an io-wq worker, a thread of the process), and the
-wall time.
+another through the writer as it is (`SyncThreads`) and through one whose
+fsyncs run on a `ThreadPoolExecutor`, as before (`_PoolThreads`), the two
+alternating round by round; per record, the CPU of the loop's thread and of
+the whole process (the fsync threads' included), and the wall time.
 
 ``--spaced MS``: each round writes one exec and one exit record per writer
 after the loop slept MS ms, as a spawn's records come when requests are
@@ -210,14 +207,7 @@ class _PoolThreads:
 
 
 #: ``--durable``'s pairs: (new, old) and what each compares.
-DURABLE_PAIRS = (
-    ("threads", "pool", "fsync threads: SyncThreads / ThreadPoolExecutor"),
-    (
-        "uring",
-        "threads",
-        "fsync: io_uring from the loop / SyncThreads",
-    ),
-)
+DURABLE_PAIRS = (("threads", "pool", "fsync threads: SyncThreads / ThreadPoolExecutor"),)
 
 
 async def _durable_ab(rounds: int) -> dict[str, float]:
@@ -226,12 +216,9 @@ async def _durable_ab(rounds: int) -> dict[str, float]:
     logs: dict[str, AuditLog] = {}
     go = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
     try:
-        for name in ("uring", "threads", "pool"):
+        for name in ("threads", "pool"):
             settings = AuditSettings(
-                path=directory / name / "audit.jsonl",
-                group=None,
-                journal="off",
-                fsync="uring" if name == "uring" else "threads",
+                path=directory / name / "audit.jsonl", group=None, journal="off"
             )
             logs[name] = AuditLog.open(settings, str(uuid.uuid4()))
         logs["pool"]._threads = _PoolThreads()  # type: ignore[assignment]
@@ -301,7 +288,6 @@ async def _hand_over_ab(rounds: int) -> dict[str, float]:
                 path=directory / name / "audit.jsonl",
                 group=None,
                 journal="on" if name.endswith("journal") else "off",
-                fsync="threads",  # the hand-over watched is the threads'
             )
             log = logs[name] = kind.open(settings, str(uuid.uuid4()), journal_socket=journal.path)
             submit = log._threads.submit

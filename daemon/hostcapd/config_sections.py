@@ -32,11 +32,6 @@ class AuditSettings(Model):
     keep_files: int = Field(default=10, ge=1)
     #: Non-exec records are fsynced in batches at most this far apart.
     fsync_interval_ms: int = Field(default=50, ge=0)
-    #: How an fdatasync of the log runs: "uring" submits it from the event
-    #: loop (io_uring; the threads' way for a rotation's, and where the kernel
-    #: refuses it), "threads" on the writer's fsync threads (bench/README.md,
-    #: "the exec record's fsync without a Python thread").
-    fsync: Literal["uring", "threads"] = "uring"
     file_mode: int = Field(default=0o640, ge=0, le=0o777)
     #: Group of the audit files (root:adm on a system install).
     group: int | str | None = "adm"

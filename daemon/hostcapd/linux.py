@@ -7,7 +7,6 @@
     seccomp_set_filter(program)                    # a packed struct sock_filter[]
     unshare(CLONE_NEWNET); setns(home_fd, CLONE_NEWNET)
     mount(None, b"/sys/fs/cgroup", None, MS_REMOUNT, b"favordynmods")
-    ring_fd = io_uring_setup(4, params); io_uring_enter(ring_fd, 1)
 
 Thin wrappers over this process's libc (loaded once, here): each raises
 OSError with the kernel's errno, as the os module does, and decides
@@ -28,9 +27,6 @@ SYS_OPENAT2 = 437
 SYS_LANDLOCK_CREATE_RULESET = 444
 SYS_LANDLOCK_ADD_RULE = 445
 SYS_LANDLOCK_RESTRICT_SELF = 446
-SYS_IO_URING_SETUP = 425
-SYS_IO_URING_ENTER = 426
-SYS_IO_URING_REGISTER = 427
 
 #: openat2(2) resolve flags (linux/openat2.h).
 RESOLVE_NO_XDEV = 0x01
@@ -54,15 +50,6 @@ LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 SECCOMP_SET_MODE_FILTER = 1
 SECCOMP_GET_ACTION_AVAIL = 2
 
-#: io_uring (linux/io_uring.h): an fdatasync as a request, the mmap offsets
-#: of its rings, and the registration of an eventfd for its completions.
-IORING_OP_FSYNC = 3
-IORING_FSYNC_DATASYNC = 1
-IORING_OFF_SQ_RING = 0
-IORING_OFF_SQES = 0x10000000
-IORING_REGISTER_EVENTFD = 4
-IORING_FEAT_SINGLE_MMAP = 1 << 0
-
 _c = ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -80,39 +67,6 @@ libc.setns.restype = ctypes.c_int
 
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-class SqRingOffsets(ctypes.Structure):
-    """struct io_sqring_offsets."""
-
-    _fields_ = [
-        *[(name, ctypes.c_uint32) for name in ("head", "tail", "ring_mask", "ring_entries")],
-        *[(name, ctypes.c_uint32) for name in ("flags", "dropped", "array", "resv1")],
-        ("user_addr", ctypes.c_uint64),
-    ]
-
-
-class CqRingOffsets(ctypes.Structure):
-    """struct io_cqring_offsets."""
-
-    _fields_ = [
-        *[(name, ctypes.c_uint32) for name in ("head", "tail", "ring_mask", "ring_entries")],
-        *[(name, ctypes.c_uint32) for name in ("overflow", "cqes", "flags", "resv1")],
-        ("user_addr", ctypes.c_uint64),
-    ]
-
-
-class UringParams(ctypes.Structure):
-    """struct io_uring_params (120 bytes)."""
-
-    _fields_ = [
-        *[(name, ctypes.c_uint32) for name in ("sq_entries", "cq_entries", "flags")],
-        *[(name, ctypes.c_uint32) for name in ("sq_thread_cpu", "sq_thread_idle", "features")],
-        ("wq_fd", ctypes.c_uint32),
-        ("resv", ctypes.c_uint32 * 3),
-        ("sq_off", SqRingOffsets),
-        ("cq_off", CqRingOffsets),
-    ]
 
 
 class _OpenHow(ctypes.Structure):
@@ -247,50 +201,4 @@ def unshare(flags: int) -> None:
 def setns(fd: int, nstype: int) -> None:
     """setns(2): this thread into the namespace `fd` refers to."""
     if libc.setns(fd, nstype) != 0:
-        raise _fail()
-
-
-def io_uring_setup(entries: int, params: UringParams) -> int:
-    """io_uring_setup(2): a ring's fd (close-on-exec), `params` filled in."""
-    fd = int(
-        libc.syscall(
-            ctypes.c_long(SYS_IO_URING_SETUP), ctypes.c_uint(entries), ctypes.byref(params)
-        )
-    )
-    if fd < 0:
-        raise _fail()
-    return fd
-
-
-def io_uring_enter(ring_fd: int, to_submit: int) -> int:
-    """io_uring_enter(2) without waiting: how many requests the kernel took."""
-    taken = int(
-        libc.syscall(
-            ctypes.c_long(SYS_IO_URING_ENTER),
-            ctypes.c_int(ring_fd),
-            ctypes.c_uint(to_submit),
-            ctypes.c_uint(0),
-            ctypes.c_uint(0),
-            None,
-            ctypes.c_size_t(0),
-        )
-    )
-    if taken < 0:
-        raise _fail()
-    return taken
-
-
-def io_uring_register_eventfd(ring_fd: int, efd: int) -> None:
-    """io_uring_register(IORING_REGISTER_EVENTFD): each completion signals `efd`."""
-    value = ctypes.c_int(efd)
-    if (
-        libc.syscall(
-            ctypes.c_long(SYS_IO_URING_REGISTER),
-            ctypes.c_int(ring_fd),
-            ctypes.c_uint(IORING_REGISTER_EVENTFD),
-            ctypes.byref(value),
-            ctypes.c_uint(1),
-        )
-        < 0
-    ):
         raise _fail()

@@ -371,7 +371,6 @@ DAEMON_CALLS = (
     "pidfd_open", "pidfd_send_signal", "kill", "openat2", "sendmsg", "recvmsg",
     "socket", "bind", "listen", "accept4", "ioctl", "fchown", "fchmod",
     "fsync", "fdatasync", "renameat2", "statx", "epoll_wait", "eventfd2",
-    "io_uring_setup", "io_uring_enter", "io_uring_register",  # the audit's fsyncs
 )  # fmt: skip
 #: What ordinary programs in a child call (git, compilers, Python, Node, make).
 PROGRAM_CALLS = (

@@ -1,5 +1,5 @@
-"""Group-commit fsync: durable writes share one fdatasync, never run on the
-event loop's thread; batched writes are synced within the window.
+"""Group-commit fsync: durable writes share one fdatasync, run on a dedicated
+thread, never the event loop's; batched writes are synced within the window.
 
 A durable write never queues behind an fsync already in flight (a batched
 one, or another durable write's, started before its line was appended):
@@ -9,23 +9,15 @@ so two at a time are as sound as one; each uses its own open file
 description of the log (`_descriptions`), so a writeback error is reported
 to each fsync that waited on it (an error is reported once per open file
 description: two fsyncs through one could see it only once). A durable write may hand an eventfd
-(`write_pending(release_fd=...)`): 1 is written into it once the fdatasync
-covering the line returned successfully (the spawn's go: its child waits on
-that fd right before exec). A failed fsync writes nothing into it.
+(`write_pending(release_fd=...)`): the fsync thread writes 1 into it as soon
+as the fdatasync covering the line returned successfully, without waiting
+for the event loop (the spawn's go: its child waits on that fd right before
+exec). A failed fsync writes nothing into it.
 
-By default (`audit.fsync = "uring"`) an fsync that carries no rotation is
-submitted from the loop with io_uring (`audit.uring`): one of the ring's
-io-wq workers runs the fdatasync on the description's file, its completion wakes the
-loop through an eventfd, and the loop then writes the gos of the records
-it made durable (`_release_waiters`), in the turn it reads the completion,
-before it settles their futures. No Python thread wakes, and no GIL changes
-hands. The rest (a rotation's retired files and directory, the close's
-last fsync, a kernel or filter that refuses io_uring, `audit.fsync =
-"threads"`) runs on two threads of the writer's own (`SyncThreads`), each
+The fsyncs run on two threads of the writer's own (`SyncThreads`), each
 taking jobs from one queue: a job's start is a `SimpleQueue.put` on the
 loop's side, its end one callback on the thread's, with none of a thread
-pool's futures, conditions and semaphores in between; there the thread
-writes the go right after the fdatasync, as above."""
+pool's futures, conditions and semaphores in between."""
 
 from __future__ import annotations
 
@@ -42,7 +34,6 @@ from pathlib import Path
 
 from hostcapd import metrics
 from hostcapd.audit.errors import AuditUnavailable
-from hostcapd.audit.uring import UringSync
 from hostcapd.config import AuditSettings
 from hostcapd.kept_loop import KeptLoop
 
@@ -208,12 +199,6 @@ class GroupCommit:
     _failure: str | None
     _closed: bool
     _threads: SyncThreads
-    #: The io_uring path (`audit.uring`), opened at the first fsync when the
-    #: setting asks for it; None before, or when the kernel refused it.
-    _uring: UringSync | None
-    _uring_tried: bool
-    #: Each io_uring fsync in flight by slot: its generation, future, start.
-    _uring_syncs: dict[int, tuple[int, asyncio.Future[None], float]]
     #: fsyncs done so far (group commit makes this far fewer than durable writes).
     sync_count: int
 
@@ -236,8 +221,6 @@ class GroupCommit:
         loop = self._running_loop()
         slot = min({0, 1} - {used for _, used, _ in self._syncs.values()})
         target, retired, directory = self._sync_batch()
-        if not retired and directory is None and self._uring_submit(slot, target, loop):
-            return
         release: list[int] = []
         for waiter in self._waiters:
             if waiter.generation <= target and waiter.release_fd >= 0:
@@ -264,40 +247,6 @@ class GroupCommit:
                 os.close(unused)
             del self._syncs[done]
             raise AuditUnavailable("the audit log is closed") from None
-
-    def _uring_submit(self, slot: int, target: int, loop: asyncio.AbstractEventLoop) -> bool:
-        """Start the fsync without a thread (`audit.uring`: an io_uring
-        fdatasync on the slot's description, its end read by the loop, which
-        then writes the gos in `_release_waiters`). False: the threads' way
-        (the setting says so, or the kernel refused)."""
-        ring = self._uring
-        if ring is None:
-            if self._uring_tried or self._settings.fsync != "uring":
-                return False
-            self._uring_tried = True
-            ring = self._uring = UringSync.open(
-                lambda slot, result: self._uring_ended(slot, result)
-            )
-            if ring is None:
-                return False
-        if not ring.submit(slot, self._descriptions[slot], loop):
-            if not ring.usable:
-                ring.close()
-                self._uring = None
-            return False
-        done: asyncio.Future[None] = loop.create_future()
-        self._syncs[done] = (target, slot, False)
-        self._uring_syncs[slot] = (target, done, time.monotonic())
-        return True
-
-    def _uring_ended(self, slot: int, result: int) -> None:
-        """On the loop: the io_uring fsync in `slot` ended (0 or -errno)."""
-        target, done, began = self._uring_syncs.pop(slot)
-        if result < 0:
-            self._sync_finished(OSError(-result, os.strerror(-result)), target, done)
-            return
-        metrics.fsync_done(time.monotonic() - began)
-        self._sync_finished(None, target, done)
 
     def _sync_finished(
         self,
@@ -337,17 +286,6 @@ class GroupCommit:
     def _release_waiters(self) -> None:
         """Complete each waiter whose record is now durable (all of them, with
         the error, once the log has failed)."""
-        if self._failure is None:
-            # The gos first (each a child waiting to exec), then the futures
-            # and their hooks; a go an fsync thread wrote is -1 here already.
-            for waiter in self._waiters:
-                if (
-                    waiter.generation <= self._synced
-                    and waiter.release_fd >= 0
-                    and not waiter.future.done()
-                ):
-                    with contextlib.suppress(OSError):
-                        os.eventfd_write(waiter.release_fd, 1)
         still: list[Waiter] = []
         for waiter in self._waiters:
             if waiter.future.done():
@@ -359,8 +297,12 @@ class GroupCommit:
                 error = AuditUnavailable(self._failure)
                 waiter.future.set_exception(error)
             elif waiter.generation <= self._synced:
-                # Its go, if no fsync thread carried it, was written above (an
-                # io_uring fsync's, one started before it was appended, the close's).
+                if waiter.release_fd >= 0:
+                    # Made durable by an fsync that did not carry its go (one
+                    # started before it was appended, or the close's): written
+                    # here. One that carries it writes it when it ends.
+                    with contextlib.suppress(OSError):
+                        os.eventfd_write(waiter.release_fd, 1)
                 waiter.close_fd()
                 waiter.future.set_result(None)
             else:

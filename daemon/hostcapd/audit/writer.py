@@ -1,8 +1,8 @@
 """The audit log writer: hash-chained hostcapd.audit/v1 JSON Lines.
 
 Durability: `write_durable` returns only once its line is appended *and*
-fdatasync'd (concurrent calls share one fsync: group commit, never run on
-the event loop's thread: io_uring or the writer's fsync threads); `write` appends at once and the
+fdatasync'd (concurrent calls share one fsync: group commit, done on a
+dedicated thread, never the event loop's); `write` appends at once and the
 line is fdatasync'd within ``settings.fsync_interval_ms``. A line is written
 with one ``write(2)`` of the whole line; if that fails part-way the partial
 line is cut off again, so the file always ends on a whole record.
@@ -124,9 +124,6 @@ class AuditLog(DeferredQueue, GroupCommit):
         self._flush_handle = None
         self._running_loop = KeptLoop()
         self._threads = SyncThreads(MAX_SYNCS_IN_FLIGHT, "hostcapd-audit-fsync")
-        self._uring = None
-        self._uring_tried = False
-        self._uring_syncs = {}
         self.sync_count = 0
         #: Compression, archiving and pruning of rotated files (`retention`).
         self.retention = Retention(settings, gid, self.write_durable)
@@ -292,11 +289,10 @@ class AuditLog(DeferredQueue, GroupCommit):
         work with the fsync, as long as nothing it records happens before.
         Cancelling the future cancels no fsync: others may wait on it.
 
-        `release_fd`: an eventfd 1 is written into once the record is
-        durable (never when the fsync fails): by the fsync thread right
-        after its fdatasync, or by the loop in the turn it hears of an
-        io_uring fsync's end or of another way that made it durable first (a later
-        fsync, the log's close). The writer keeps a dup of it, the
+        `release_fd`: an eventfd the fsync thread writes 1 into the moment
+        the record is durable, before the loop hears of it (never when the
+        fsync fails); or the loop, if another way made it durable first (a
+        later fsync, the log's close). The writer keeps a dup of it, the
         caller its own, which it need not write.
         `built`: the fields, as for `write_built` (then no other fields).
         `settled`: called with None or the `AuditUnavailable` in the very
@@ -570,9 +566,6 @@ class AuditLog(DeferredQueue, GroupCommit):
                     os.close(fd)
             self._retired = []
             self._threads.stop()
-            if self._uring is not None:
-                self._uring.close()  # nothing in flight: each was awaited above
-                self._uring = None
             if self._journal is not None:
                 self._journal.close()
             for subscriber in list(self._subscribers):

@@ -221,18 +221,7 @@ async def test_an_exec_record_whose_fsync_fails_refuses_and_nothing_runs(
         # No go written into them (the writer closes them on the loop).
         raise OSError(errno.EIO, "the test's fdatasync fails")
 
-    real_ended = fsync_module.GroupCommit._uring_ended
-
-    def failing_uring(self: fsync_module.GroupCommit, slot: int, result: int) -> None:
-        # The io_uring way (the default): an fdatasync whose completion says EIO,
-        # for one that covers a record with a go (a batched one as it is).
-        target = self._uring_syncs[slot][0]
-        if any(w.generation <= target and w.release_fd >= 0 for w in self._waiters):
-            result = -errno.EIO
-        real_ended(self, slot, result)
-
     monkeypatch.setattr(fsync_module, "sync_files", failing)
-    monkeypatch.setattr(fsync_module.GroupCommit, "_uring_ended", failing_uring)
     try:
         asked = time.monotonic()
         reason = await client.refusal(
@@ -250,7 +239,6 @@ async def test_an_exec_record_whose_fsync_fails_refuses_and_nothing_runs(
         assert daemon.audit is not None and daemon.audit.unwritable()  # failed closed
     finally:
         monkeypatch.setattr(fsync_module, "sync_files", real)
-        monkeypatch.setattr(fsync_module.GroupCommit, "_uring_ended", real_ended)
         if daemon.audit is not None:
             # A restart would reopen it; the fixture's stop needs a log to close.
             daemon.audit._failure = None

@@ -1,11 +1,13 @@
-"""A durable write whose fdatasync really fails, on both of the writer's
-ways of running it (`audit.fsync = "uring"`: io_uring from the loop, the
-go written by the loop; `"threads"`: the writer's fsync threads).
+"""A durable write whose fdatasync really fails (no seccomp stand-in): the
+log lives on an ext4 file system on a loop device whose backing file sits
+on a tmpfs that is then filled. `write(2)` still succeeds (the page cache),
+the writeback of the new block fails in the block layer, and the fdatasync
+returns the error, as a failing disk's would. Root only.
 
-The log lives on an ext4 file system on a loop device whose backing file
-sits on a tmpfs that is then filled: `write(2)` still succeeds (the page
-cache), the writeback of the new block fails in the block layer, and the
-fdatasync returns the error, as a failing disk's would. Root only."""
+(Written for the AIO fsync tried on 2026-12-07, whose fdatasync ran on a
+kernel worker that test_audit_writer.py's seccomp filter does not reach;
+that way was not kept: bench/README.md, "the exec record's fsync without a
+Python thread".)"""
 
 from __future__ import annotations
 
@@ -66,14 +68,11 @@ def fill(path: Path) -> None:
             pass
 
 
-@pytest.mark.parametrize("way", ["uring", "threads"])
 async def test_a_durable_write_whose_fdatasync_fails_writes_no_go_and_fails_closed(
-    failing_volume: tuple[Path, Path], make_settings: SettingsFactory, way: str
+    failing_volume: tuple[Path, Path], make_settings: SettingsFactory
 ) -> None:
     directory, filler = failing_volume
-    log = AuditLog.open(
-        make_settings(path=directory / "audit.jsonl", fsync=way, fsync_interval_ms=1000), "b"
-    )
+    log = AuditLog.open(make_settings(path=directory / "audit.jsonl", fsync_interval_ms=1000), "b")
     fill(filler)
     gos = [os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for _ in range(2)]
     settled: list[object] = []
@@ -97,9 +96,6 @@ async def test_a_durable_write_whose_fdatasync_fails_writes_no_go_and_fails_clos
         assert log.unwritable()  # failed closed
         with pytest.raises(AuditUnavailable):
             log.write("daemon.stop", version="x")
-        # The way asked for is the way it ran.
-        assert (log._uring is not None) == (way == "uring")
-        assert bool(log._threads._threads) == (way == "threads")
     finally:
         for go in gos:
             os.close(go)

@@ -77,10 +77,6 @@ async def test_reopen_refuses_a_log_whose_last_line_is_garbage(
 
 # A child process in which fsync and fdatasync fail with EIO (seccomp): the
 # only way write_durable can then succeed is by not waiting for the fsync.
-# The fsync threads' way only: an io_uring fdatasync runs on an io-wq worker,
-# which the filter (set after the ring's first use or not) may not reach (test_audit_fsync_device.py fails a real
-# one on both ways). "nouring": io_uring_setup fails with ENOSYS instead, as
-# under a filter without it: the writer falls back to its threads, and says so.
 _FSYNC_FAILS = textwrap.dedent(
     """
     import asyncio, ctypes, errno, json, os, platform, sys
@@ -88,8 +84,8 @@ _FSYNC_FAILS = textwrap.dedent(
     from hostcapd.config import AuditSettings
     from hostcapd.audit import AuditLog, AuditUnavailable
 
-    ARCH = {"x86_64": (0xC000003E, 74, 75, 425), "aarch64": (0xC00000B7, 82, 83, 425)}
-    arch, nr_fsync, nr_fdatasync, nr_uring_setup = ARCH[platform.machine()]
+    ARCH = {"x86_64": (0xC000003E, 74, 75), "aarch64": (0xC00000B7, 82, 83)}
+    arch, nr_fsync, nr_fdatasync = ARCH[platform.machine()]
 
     class Insn(ctypes.Structure):
         _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8),
@@ -98,11 +94,11 @@ _FSYNC_FAILS = textwrap.dedent(
     class Prog(ctypes.Structure):
         _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(Insn))]
 
-    def fail_fsync(first, second, code):
+    def fail_fsync():
         LD, JEQ, RET = 0x20, 0x15, 0x06
         program = [Insn(LD, 0, 0, 4), Insn(JEQ, 0, 4, arch), Insn(LD, 0, 0, 0),
-                   Insn(JEQ, 1, 0, first), Insn(JEQ, 0, 1, second),
-                   Insn(RET, 0, 0, 0x00050000 | code), Insn(RET, 0, 0, 0x7FFF0000)]
+                   Insn(JEQ, 1, 0, nr_fsync), Insn(JEQ, 0, 1, nr_fdatasync),
+                   Insn(RET, 0, 0, 0x00050000 | errno.EIO), Insn(RET, 0, 0, 0x7FFF0000)]
         insns = (Insn * len(program))(*program)
         prog = Prog(len(program), insns)
         libc = ctypes.CDLL(None, use_errno=True)
@@ -111,13 +107,10 @@ _FSYNC_FAILS = textwrap.dedent(
 
     async def main():
         settings = AuditSettings(path=Path(sys.argv[1]), group=None, journal="off",
-                                 fsync_interval_ms=1, fsync=sys.argv[3])
+                                 fsync_interval_ms=1)
         log = AuditLog.open(settings, "boot")  # creates the file, before the filter
         if sys.argv[2] == "fail":
-            # The fsync thread is created later and inherits it.
-            fail_fsync(nr_fsync, nr_fdatasync, errno.EIO)
-        elif sys.argv[2] == "nouring":
-            fail_fsync(nr_uring_setup, nr_uring_setup, errno.ENOSYS)
+            fail_fsync()  # the fsync thread is created later and inherits it
         go = os.eventfd(0, os.EFD_NONBLOCK)
         futures, seen = [], []
         def settled(error):  # in the turn its future is settled, before its awaiter
@@ -148,25 +141,19 @@ _FSYNC_FAILS = textwrap.dedent(
 
 
 @pytest.mark.skipif(platform.machine() not in ("x86_64", "aarch64"), reason="syscall numbers")
-@pytest.mark.parametrize(
-    ("mode", "way"), [("ok", "uring"), ("ok", "threads"), ("fail", "threads"), ("nouring", "uring")]
-)
-def test_write_durable_returns_only_after_its_fsync_succeeded(
-    tmp_path: Path, mode: str, way: str
-) -> None:
+@pytest.mark.parametrize("mode", ["ok", "fail"])
+def test_write_durable_returns_only_after_its_fsync_succeeded(tmp_path: Path, mode: str) -> None:
     path = tmp_path / "audit.jsonl"
     result = subprocess.run(
-        [sys.executable, "-c", _FSYNC_FAILS, str(path), mode, way],
+        [sys.executable, "-c", _FSYNC_FAILS, str(path), mode],
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    if mode == "nouring":
-        assert result.stderr.count("io_uring refused (io_uring_setup") == 1, result.stderr
-    if mode in ("ok", "nouring"):
+    if mode == "ok":
         assert "durable: returned" in result.stdout
-        assert "go: 1" in result.stdout  # written once, by the fsync thread or the loop
+        assert "go: 1" in result.stdout  # written once, by the fsync thread
         assert "settled: [(None, True)]" in result.stdout  # once, before the await returned
         assert "write after: ok" in result.stdout
     else:
@@ -397,34 +384,23 @@ async def test_subscribers_receive_new_records_until_close(make_settings: Settin
     assert received == records(log.path)[1:]
 
 
-@pytest.mark.parametrize("way", ["uring", "threads"])
 async def test_a_durable_records_bookkeeping_follows_its_fsyncs_hand_over(
-    make_settings: SettingsFactory, way: str
+    make_settings: SettingsFactory,
 ) -> None:
-    # Its fsync is handed over first (to its thread, or to the kernel: the
-    # go's path); by the time write_pending returns, the ledger, the
-    # subscribers and the journal have it, in the chain's order, and not
-    # before it was appended.
-    log = AuditLog.open(make_settings(max_bytes=4096, fsync=way), "b")
+    # Its fsync is handed to its thread first (the go's path); by the time
+    # write_pending returns, the ledger, the subscribers and the journal
+    # have it, in the chain's order, and not before it was appended.
+    log = AuditLog.open(make_settings(max_bytes=4096), "b")
     subscription = log.subscribe()
     seen_at_hand_over: list[tuple[list[str], int]] = []
     submit = log._threads.submit
-    uring_submit = log._uring_submit
 
     def watched(job: Any, done: Any) -> None:
         ledger = [r["spawn_id"] for r in log.open_spawns()]
         seen_at_hand_over.append((ledger, subscription._queue.qsize()))
         submit(job, done)
 
-    def watched_uring(slot: int, target: int, loop: Any) -> bool:
-        ledger = [r["spawn_id"] for r in log.open_spawns()]
-        taken = uring_submit(slot, target, loop)
-        if taken:
-            seen_at_hand_over.append((ledger, subscription._queue.qsize()))
-        return taken
-
     log._threads.submit = watched  # type: ignore[method-assign]
-    log._uring_submit = watched_uring  # type: ignore[method-assign]
     spawns = [f"s{i}" for i in range(12)]  # past max_bytes: a rotation among them
     for spawn_id in spawns:
         log.write("daemon.reload", version=spawn_id)

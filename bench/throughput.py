@@ -1,9 +1,16 @@
 """Row 2: spawns per second with 8 concurrent clients, against bwrap 8-way.
 
 Windows alternate: bwrap with 8 always in flight (C, each until its tree is
-reaped), then 8 clients on 8 channels each running /bin/true back to back on
-the `full` tenant (and on `nocg`). A window's rate is completed spawns over
-the time until the last one finished; the row reports the median window.
+reaped), and 8 clients on 8 channels each running /bin/true back to back on
+the `full` tenant and on `nocg`. Their order rotates from one round of
+windows to the next (`ORDERS`), so that each follows each of the others
+equally often: the kernel's deferred work of a window (namespaces' and
+cgroups' teardown on kworkers, RCU) runs into the next one, and a fixed
+order charged it to the same contender every time (a tenant's place moved
+its rate by 10-17 %). A window's rate is completed spawns over the time
+until the last one finished; the row reports the median window, and the
+JSON each contender's median after each other one
+(`<name>.spawns_per_s_after.<previous>`).
 Also how busy the front-end's event loop thread was meanwhile (its CPU
 seconds over the window's): every request of every tenant is served by
 that one thread, so near 1.0 it is what caps the rate.
@@ -40,6 +47,8 @@ from bench.design_floor import DesignFloor
 from bench.report import Line, Row, Target
 
 CLIENTS = 8
+#: The contenders' order in each round of windows, rotated (see the doc).
+ORDERS = (("bwrap", "full", "nocg"), ("full", "nocg", "bwrap"), ("nocg", "bwrap", "full"))
 
 
 async def daemon_rate(socket: Path, seconds: float, clients: int = CLIENTS) -> tuple[int, float]:
@@ -106,9 +115,12 @@ class FloorCpu:
 async def measure(
     base: Baselines, daemon: BenchDaemon, quick: bool, design: DesignFloor | None = None
 ) -> Row:
-    windows = 2 if quick else 5
+    windows = len(ORDERS) * (1 if quick else 2)
     seconds = 1.0 if quick else 2.0
     rates: dict[str, list[float]] = {"bwrap": [], "full": [], "nocg": []}
+    #: (contender, the one whose window came just before) -> its rates
+    after: dict[tuple[str, str], list[float]] = {}
+    previous = "none"
     helpers = daemon.helper_pids()
     # The spawner's own CPU, and its pool maker's (spawner/maker.py) with
     # that of the children the maker reaped (their work is the daemon's; the
@@ -134,35 +146,44 @@ async def measure(
     floor = FloorCpu(base, design, quick) if design is not None else None
     if floor is not None:
         await base.relay_hop_rtt()  # its channel connected outside the batches
-    for _ in range(windows):
+    for index in range(windows):
         if floor is not None:
             await floor.batch()
-        busy = procfs.machine_busy_seconds()
-        start = time.perf_counter()
-        rate = base.bwrap_flood(CLIENTS, seconds)
-        rates["bwrap"].append(rate)
-        machine_ms["bwrap"].append(
-            (procfs.machine_busy_seconds() - busy) * 1e3 / (rate * (time.perf_counter() - start))
-        )
-        for tenant in ("full", "nocg"):
-            front, back = procfs.cpu_seconds_of(front_pids), spawner_cpu()
-            loops = _loops(daemon.pid, frontends)
-            busy = procfs.machine_busy_seconds()
-            spawns, elapsed = await daemon_rate(daemon.socket(tenant), seconds)
-            machine_ms[tenant].append((procfs.machine_busy_seconds() - busy) * 1e3 / spawns)
-            rates[tenant].append(spawns / elapsed)
-            used = [
-                now - then for now, then in zip(_loops(daemon.pid, frontends), loops, strict=True)
-            ]
-            loop_busy[f"{tenant}_root"].append(used[0] / elapsed)
-            # The other tenants' front-ends are idle: the busiest is this one's.
-            loop_busy[tenant].append(max(used[1:] or used[:1]) / elapsed)
-            cpu_ms[tenant].append((procfs.cpu_seconds_of(front_pids) - front) * 1e3 / spawns)
-            cpu_ms[f"{tenant}_spawner"].append((spawner_cpu() - back) * 1e3 / spawns)
+        for name in ORDERS[index % len(ORDERS)]:
+            if name == "bwrap":
+                busy = procfs.machine_busy_seconds()
+                start = time.perf_counter()
+                rate = base.bwrap_flood(CLIENTS, seconds)
+                machine_ms["bwrap"].append(
+                    (procfs.machine_busy_seconds() - busy)
+                    * 1e3
+                    / (rate * (time.perf_counter() - start))
+                )
+            else:
+                front, back = procfs.cpu_seconds_of(front_pids), spawner_cpu()
+                loops = _loops(daemon.pid, frontends)
+                busy = procfs.machine_busy_seconds()
+                spawns, elapsed = await daemon_rate(daemon.socket(name), seconds)
+                machine_ms[name].append((procfs.machine_busy_seconds() - busy) * 1e3 / spawns)
+                rate = spawns / elapsed
+                used = [
+                    now - then
+                    for now, then in zip(_loops(daemon.pid, frontends), loops, strict=True)
+                ]
+                loop_busy[f"{name}_root"].append(used[0] / elapsed)
+                # The other tenants' front-ends are idle: the busiest is this one's.
+                loop_busy[name].append(max(used[1:] or used[:1]) / elapsed)
+                cpu_ms[name].append((procfs.cpu_seconds_of(front_pids) - front) * 1e3 / spawns)
+                cpu_ms[f"{name}_spawner"].append((spawner_cpu() - back) * 1e3 / spawns)
+            rates[name].append(rate)
+            after.setdefault((name, previous), []).append(rate)
+            previous = name
     med = {name: statistics.median(v) for name, v in rates.items()}
     row = Row("2 throughput")
     for name, value in med.items():
         row.figures[f"{name}.spawns_per_s"] = value
+    for (name, before), values in after.items():
+        row.figures[f"{name}.spawns_per_s_after.{before}"] = statistics.median(values)
     # CPU per spawn of the root process with the front-ends, and of the
     # spawner, from /proc/<pid>/stat.
     for name, values in cpu_ms.items():

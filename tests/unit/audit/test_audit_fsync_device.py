@@ -45,9 +45,12 @@ def failing_volume(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
             ["mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-N", "64", "-E", "nodiscard", image],
             check=True,
         )
-        device = subprocess.run(
-            ["losetup", "--find", "--show", image], check=True, capture_output=True, text=True
-        ).stdout.strip()
+        found = subprocess.run(
+            ["losetup", "--find", "--show", image], check=False, capture_output=True, text=True
+        )
+        if found.returncode != 0:  # a container without loop devices
+            pytest.skip(f"no loop device: {found.stderr.strip()}")
+        device = found.stdout.strip()
         subprocess.run(["mount", "-o", "errors=continue", device, mounted], check=True)
         yield mounted, backing / "fill"
     finally:

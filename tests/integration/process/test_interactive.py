@@ -231,8 +231,15 @@ async def test_ctrl_c_ends_a_shells_foreground_command_and_the_shell_goes_on(
 ) -> None:
     spawn_id = await start(client, "sh", tty=(24, 80))
     out = Output(client, spawn_id)
-    await write(client, spawn_id, b"sleep 30; echo not-reached\r")
-    await out.until(rb"sleep 30; echo not-reached\r\n")
+    # The foreground job says it runs (the typed line's echo reads `ru""ns`,
+    # its output `runs`): a job control shell makes it the terminal's
+    # foreground group in the forked child, before that child runs anything,
+    # so the Ctrl-C cannot land between the fork and that. (Sent once the
+    # line's echo came, it could: the SIGINT then goes to the shell's group,
+    # and the sleep outlives the 10 s below. Two failures of this test under
+    # load 6-8.5 fit that; not reproduced.)
+    await write(client, spawn_id, b"sh -c 'echo ru\"\"ns; exec sleep 30'; echo not-reached\r")
+    await out.until(rb"\nruns\r\n")
     mark = len(out.data)
     await write(client, spawn_id, b"\x03")
     await write(client, spawn_id, b"echo alive-$((6*7))\r")

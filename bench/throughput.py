@@ -3,8 +3,8 @@
 Windows alternate: bwrap with 8 always in flight (C, each until its tree is
 reaped), and 8 clients on 8 channels each running /bin/true back to back on
 the `full` tenant and on `nocg`. Their order rotates from one round of
-windows to the next (`ORDERS`), so that each follows each of the others
-equally often: the kernel's deferred work of a window (namespaces' and
+windows to the next (`stats.rotation`, as row 1's), so that none always
+follows the same one: the kernel's deferred work of a window (namespaces' and
 cgroups' teardown on kworkers, RCU) runs into the next one, and a fixed
 order charged it to the same contender every time (a tenant's place moved
 its rate by 10-17 %). A window's rate is completed spawns over the time
@@ -45,10 +45,11 @@ from bench.client import TenantClient
 from bench.daemon import BenchDaemon
 from bench.design_floor import DesignFloor
 from bench.report import Line, Row, Target
+from bench.stats import rotation
 
 CLIENTS = 8
-#: The contenders' order in each round of windows, rotated (see the doc).
-ORDERS = (("bwrap", "full", "nocg"), ("full", "nocg", "bwrap"), ("nocg", "bwrap", "full"))
+#: The contenders, whose order rotates from one round of windows to the next.
+CONTENDERS = ("bwrap", "full", "nocg")
 
 
 async def daemon_rate(socket: Path, seconds: float, clients: int = CLIENTS) -> tuple[int, float]:
@@ -115,7 +116,7 @@ class FloorCpu:
 async def measure(
     base: Baselines, daemon: BenchDaemon, quick: bool, design: DesignFloor | None = None
 ) -> Row:
-    windows = len(ORDERS) * (1 if quick else 2)
+    windows = len(CONTENDERS) * (1 if quick else 2)
     seconds = 1.0 if quick else 2.0
     rates: dict[str, list[float]] = {"bwrap": [], "full": [], "nocg": []}
     #: (contender, the one whose window came just before) -> its rates
@@ -149,7 +150,7 @@ async def measure(
     for index in range(windows):
         if floor is not None:
             await floor.batch()
-        for name in ORDERS[index % len(ORDERS)]:
+        for name in rotation(CONTENDERS, index):
             if name == "bwrap":
                 busy = procfs.machine_busy_seconds()
                 start = time.perf_counter()

@@ -10,11 +10,13 @@ SIGKILL, is the command's); the spawner killed mid-spawn (SPAWN_FAILED)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.daemon import (
@@ -66,6 +68,22 @@ def _alive(pids: list[int]) -> list[int]:
     return alive
 
 
+@contextlib.asynccontextmanager
+async def _warm_sleep(
+    start_daemon: Callable[..., Daemon], marker: str
+) -> AsyncIterator[tuple[Daemon, Client, asyncio.Future[Any], int]]:
+    """A daemon without cgroups whose warm child runs `sleep 60` (`marker`
+    in its environment): (the daemon, its client, the Run, the warm init)."""
+    daemon = _daemon(start_daemon, {"cgroup": "off"})
+    client = Client(daemon.socket)
+    try:
+        waiting = await _waiting(daemon)
+        run = asyncio.ensure_future(client.run("sleep", "60", env={"TEST_MARKER": marker}))
+        yield daemon, client, run, await _running(waiting, marker)
+    finally:
+        await client.close()
+
+
 async def _running(waiting: set[int], marker: str, timeout: float = 10.0) -> int:
     """The warm init among `waiting` whose command runs (exec'd, `marker`
     in its environment)."""
@@ -100,12 +118,7 @@ async def test_a_process_left_in_the_background_is_dead_at_the_answer(
 async def test_a_warm_init_killed_mid_command_ends_the_spawn_signaled(
     start_daemon: Callable[..., Daemon], marker: str
 ) -> None:
-    daemon = _daemon(start_daemon, {"cgroup": "off"})
-    client = Client(daemon.socket)
-    try:
-        waiting = await _waiting(daemon)
-        run = asyncio.ensure_future(client.run("sleep", "60", env={"TEST_MARKER": marker}))
-        init = await _running(waiting, marker)
+    async with _warm_sleep(start_daemon, marker) as (_, client, run, init):
         os.kill(init, signal.SIGKILL)
         result = await asyncio.wait_for(run, 10)
         # No exit record: the init's status (SIGKILL) is the command's.
@@ -113,19 +126,12 @@ async def test_a_warm_init_killed_mid_command_ends_the_spawn_signaled(
         assert result.exited.signal == signal.SIGKILL
         assert _alive(processes_with(marker)) == []
         assert (await client.run("echo", "again")).stdout == b"again\n"
-    finally:
-        await client.close()
 
 
 async def test_a_spawner_killed_mid_spawn_ends_the_warm_spawn_spawn_failed(
     start_daemon: Callable[..., Daemon], marker: str
 ) -> None:
-    daemon = _daemon(start_daemon, {"cgroup": "off"})
-    client = Client(daemon.socket)
-    try:
-        waiting = await _waiting(daemon)
-        run = asyncio.ensure_future(client.run("sleep", "60", env={"TEST_MARKER": marker}))
-        await _running(waiting, marker)
+    async with _warm_sleep(start_daemon, marker) as (daemon, client, run, _):
         os.kill(spawner_pid(daemon), signal.SIGKILL)
         result = await asyncio.wait_for(run, 10)
         assert outcome(result) == "SPAWN_FAILED", result.exited.message
@@ -135,5 +141,3 @@ async def test_a_spawner_killed_mid_spawn_ends_the_warm_spawn_spawn_failed(
             await asyncio.sleep(0.02)
         assert _alive(processes_with(marker)) == []
         assert (await client.run("echo", "again")).stdout == b"again\n"
-    finally:
-        await client.close()

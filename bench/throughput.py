@@ -9,8 +9,10 @@ cgroups' teardown on kworkers, RCU) runs into the next one, and a fixed
 order charged it to the same contender every time (a tenant's place moved
 its rate by 10-17 %). A window's rate is completed spawns over the time
 until the last one finished; the row reports the median window, and the
-JSON each contender's median after each other one
-(`<name>.spawns_per_s_after.<previous>`).
+JSON each contender's median by the window just before it
+(`<name>.spawns_per_s_after.<previous>`: another contender's, its own
+where a round ends with the contender the next begins with, `none` for
+the first window).
 Also how busy the front-end's event loop thread was meanwhile (its CPU
 seconds over the window's): every request of every tenant is served by
 that one thread, so near 1.0 it is what caps the rate.
@@ -118,8 +120,8 @@ async def measure(
 ) -> Row:
     windows = len(CONTENDERS) * (1 if quick else 2)
     seconds = 1.0 if quick else 2.0
-    rates: dict[str, list[float]] = {"bwrap": [], "full": [], "nocg": []}
-    #: (contender, the one whose window came just before) -> its rates
+    rates: dict[str, list[float]] = {name: [] for name in CONTENDERS}
+    #: (contender, whose window came just before it) -> its rates
     after: dict[tuple[str, str], list[float]] = {}
     previous = "none"
     helpers = daemon.helper_pids()
@@ -143,7 +145,7 @@ async def measure(
     loop_busy: dict[str, list[float]] = {"full": [], "nocg": [], "full_root": [], "nocg_root": []}
     frontends = daemon.frontend_pids()
     front_pids = [daemon.pid, *frontends]
-    machine_ms: dict[str, list[float]] = {"bwrap": [], "full": [], "nocg": []}
+    machine_ms: dict[str, list[float]] = {name: [] for name in CONTENDERS}
     floor = FloorCpu(base, design, quick) if design is not None else None
     if floor is not None:
         await base.relay_hop_rtt()  # its channel connected outside the batches

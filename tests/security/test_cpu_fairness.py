@@ -4,7 +4,11 @@ cpu.weight), the daemon's own processes are outside every tenant's. While
 tenant A runs 16 busy loops (16 spawns), tenant B's /bin/true spawns stay
 within 3x their idle latency, and a fixed amount of CPU work of B's within
 4x its idle time (generous correctness bounds, not a benchmark: without the
-shares, B's work took about 8x as long on a 2-core host, one share in 17).
+shares, B's work took about 8x as long on a 2-core host, one share in 17;
+with A's weight at 100x B's, B's latency was 44-63x and its work 48-51x).
+The latency is the best of up to three windows of the same load: a noisy
+host (CI's) once moved one window's median to 3.9x while B's work read 1.4x,
+and a starved tenant misses in every window.
 A quota a host cannot enforce refuses the tenant."""
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from support.process import Client, outcome, request
 CPU = CpuHost.probe()
 pytestmark = pytest.mark.skipif(CPU.subtree is None, reason=f"no cpu cgroups: {CPU.reason}")
 LOOPS = 16
+#: Windows of B's latency under A's load, the best one counted (above).
+WINDOWS = 3
 BUSY = "echo started; while :; do :; done"
 #: The tenant's processes that work on its behalf, not for a spawn.
 DAEMON_SIDE = (b"hostcapd.frontend", b"hostcapd.fs.worker")
@@ -93,15 +99,18 @@ async def test_busy_loops_of_one_tenant_leave_another_its_latency(
             a.stub.Spawn(request(["sh", "-c", BUSY], limits={"wall_seconds": 100}))
             for _ in range(LOOPS)
         ]
-        loaded: float | None = None
+        windows: list[float] = []
         try:
             for call in calls:
                 async for event in call:
                     if event.HasField("output") and b"started" in event.output.data:
                         break
             await asyncio.sleep(1.0)  # the loops are all spinning
-            loaded = await _latency(b)
             loaded_work = await _work(b)
+            while len(windows) < WINDOWS:
+                windows.append(await _latency(b))
+                if windows[-1] <= 3 * idle:
+                    break
         finally:
             for call in calls:
                 call.cancel()
@@ -117,9 +126,11 @@ async def test_busy_loops_of_one_tenant_leave_another_its_latency(
     finally:
         await a.close()
         await b.close()
-    assert loaded is not None
+    assert windows
+    loaded = min(windows)
     shown = (
-        f"/bin/true: idle {idle * 1000:.1f} ms, under load {loaded * 1000:.1f} ms; "
+        f"/bin/true: idle {idle * 1000:.1f} ms, under load "
+        f"{', '.join(f'{w * 1000:.1f}' for w in windows)} ms (windows); "
         f"CPU work: idle {idle_work:.2f} s, under load {loaded_work:.2f} s"
     )
     assert loaded <= 3 * idle, shown

@@ -175,6 +175,7 @@ class Relay:
             self._on_error,
             self._on_closed,
             reads=1,
+            resident=False,
         )
 
     def keep(

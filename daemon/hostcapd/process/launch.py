@@ -41,6 +41,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("hostcapd.spawn")
 
 
+#: Each tenant's /dev/null for its spawns' stdin (read-only), opened once
+#: and never closed, lent to every order (sendmsg takes its own reference):
+#: an open and a close a spawn fewer. One per tenant: the children of one
+#: share its open file description (its status flags, which one can set
+#: and another read), never another tenant's.
+_NULLS: dict[str, int] = {}
+
+
+def null_stdin(tenant: str) -> int:
+    """`tenant`'s kept /dev/null, lent: the caller never closes it."""
+    fd = _NULLS.get(tenant)
+    if fd is None:
+        fd = _NULLS[tenant] = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    return fd
+
+
 class OrderFor(Protocol):
     """The spawn's order, given what the launch sends beside it."""
 

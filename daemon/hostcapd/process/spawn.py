@@ -29,7 +29,7 @@ from hostcapd.logsetup import fields
 from hostcapd.process import changes, deadlines, killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.input import SpawnInput, feed_stdin
-from hostcapd.process.launch import FreshLaunch, Launch, launch_for
+from hostcapd.process.launch import FreshLaunch, Launch, launch_for, null_stdin
 from hostcapd.process.order import plan_rlimits, spawn_order
 from hostcapd.process.output import OutputLog, StreamCount, StreamTally, ended_pipes
 from hostcapd.process.report import (
@@ -59,21 +59,6 @@ _PIPE_DEFAULT = 64 * 1024
 #: pieces (bench/README.md, "Stream tuning"), and a slow one without delay.
 HIGH_WATER = 0
 EOF_GRACE = 2.0
-
-
-#: Each tenant's /dev/null for its spawns' stdin (read-only), opened once
-#: and never closed, lent to every order (sendmsg takes its own reference):
-#: an open and a close a spawn fewer. One per tenant: the children of one
-#: share its open file description (its status flags, which one can set
-#: and another read), never another tenant's.
-_NULLS: dict[str, int] = {}
-
-
-def _null_for(tenant: str) -> int:
-    fd = _NULLS.get(tenant)
-    if fd is None:
-        fd = _NULLS[tenant] = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
-    return fd
 
 
 class Spawn:
@@ -392,7 +377,7 @@ class Spawn:
             os.set_blocking(self._stdin_w, False)
             self.launch.child_fds.append(in_r)
         else:
-            in_r = _null_for(self.deps.tenant.name)  # lent: never the launch's to close
+            in_r = null_stdin(self.deps.tenant.name)  # lent: never the launch's to close
         self._child_stdio = (in_r, out_w, err_w)
         self.launch.child_fds += (out_w, err_w)
         self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
@@ -610,8 +595,7 @@ class Spawn:
     def _finish(self, status: ExitStatus | None) -> Report:
         killed = (self._kill_reason, self._kill_message) if self._kill_reason else None
         duration = time.monotonic() - (self._exec_time or self.started_at)
-        # With a status, nothing of the tree is left (`_wait_end`): the
-        # cgroup's counters are final (its recycle takes them as its next base).
+        # With a status nothing of the tree is left (`_wait_end`): final counters.
         stats = self._cgroup_stats(final=status is not None)
         return self._complete(classify(status, stats, self.prepared.limits, killed, duration))
 

@@ -1,6 +1,6 @@
 """A spawn without stdin reads /dev/null: one open file description per
-tenant, kept by the root and lent to each order (hostcapd.process.spawn,
-`_null_for`). Its status flags are the description's, which a child can
+tenant, kept by the root and lent to each order (hostcapd.process.launch,
+`null_stdin`). Its status flags are the description's, which a child can
 set: another tenant's children never see them."""
 
 from __future__ import annotations

@@ -42,6 +42,13 @@ MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"SQLite format 3\x00", "application/vnd.sqlite3"),
 )
 
+#: MAGIC by its first byte, in the same order: a binary read tries only
+#: the formats its first byte can begin.
+_MAGIC_BY_FIRST: dict[bytes, tuple[tuple[bytes, str], ...]] = {}
+for _magic in MAGIC:
+    _MAGIC_BY_FIRST[_magic[0][:1]] = (*_MAGIC_BY_FIRST.get(_magic[0][:1], ()), _magic)
+del _magic
+
 #: Source and config files the built-in table lacks or gets wrong.
 EXTRA_TYPES: dict[str, str] = {
     ".md": "text/markdown",
@@ -119,7 +126,7 @@ def is_text(data: bytes | bytearray, cut_start: bool, cut_end: bool) -> bool:
 def sniff(data: bytes | bytearray, name: str, cut_start: bool, cut_end: bool) -> Sniffed:
     binary = not is_text(data, cut_start, cut_end)
     if binary and not cut_start:
-        for magic, media_type in MAGIC:
+        for magic, media_type in _MAGIC_BY_FIRST.get(bytes(data[:1]), ()):
             if data.startswith(magic):
                 return Sniffed(True, media_type)
     guessed = _guessed(name)

@@ -63,6 +63,8 @@ def type_name(mode: int) -> str:
 
 def wire_name(name: str) -> str:
     """A file name as valid UTF-8 for the wire; undecodable bytes appear as \\xNN."""
+    if name.isascii():  # its bytes are its characters (the fs encoding is ASCII's superset)
+        return name
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 

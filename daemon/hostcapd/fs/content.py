@@ -26,7 +26,7 @@ import hashlib
 import mimetypes
 import os
 import stat
-from dataclasses import dataclass
+from typing import NamedTuple
 
 #: Magic bytes of common binary formats, checked in order.
 MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -99,8 +99,7 @@ _TEXTUAL_APPLICATION = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Sniffed:
+class Sniffed(NamedTuple):
     is_binary: bool
     media_type: str
 
@@ -114,6 +113,8 @@ def is_text(data: bytes | bytearray, cut_start: bool, cut_end: bool) -> bool:
         while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
             skip += 1
         data = data[skip:]
+    if data.isascii():  # valid UTF-8 as it is (and no character to cut)
+        return True
     try:
         # What utf-8's incremental decoder does in its one call (`final`:
         # a character cut at the end is an error unless the end was cut).
@@ -141,9 +142,10 @@ def sniff(data: bytes | bytearray, name: str, cut_start: bool, cut_end: bool) ->
     return Sniffed(binary, "application/octet-stream" if binary else "text/plain")
 
 
-@dataclass(frozen=True)
-class ReadResult:
-    """A range of a file, and the facts ReadFileResponse reports about it."""
+class ReadResult(NamedTuple):
+    """A range of a file, and the facts ReadFileResponse reports about it
+    (a named tuple: made once a read, where a frozen dataclass's fields are
+    set one `object.__setattr__` at a time)."""
 
     data: bytes
     #: Size of the whole file (at least what was read, if it grew meanwhile).

@@ -399,14 +399,13 @@ def _handler(
         # parsed, the read's future awaited and the answer made in it.
         async def read_file(raw: bytes, context: Any) -> Any:
             try:
-                request, payload = convert.request_of(model, request_type.FromString(raw))
-            except (protobuf_message.DecodeError, msgspec.ValidationError, ValueError):
+                request = convert.read_file_call(request_type.FromString(raw))
+            except protobuf_message.DecodeError:
                 await malformed(context)
-            assert isinstance(request, messages.ReadFileCall)
             future = asked.ask(request, caller_of(context))
             outcome = None if future is None else await future
             if outcome is None:
-                return await relayed([(request, payload)], context)
+                return await relayed([(request, b"")], context)
             if isinstance(outcome, Refusal):
                 await reads.refuse(outcome, context)
             return outcome

@@ -181,11 +181,11 @@ class Link:
     at a time (a front-end's: each answers its own call, or is acknowledged
     before the next) reads one and saves that system call.
 
-    `resident`: whether the datagram's room (a whole inline datagram, 1.1
-    MiB) is resident from the start (a bytearray, zeroed when made), or
-    anonymous memory resident only where a datagram was written (a
-    front-end's: an idle front-end's RSS is a tenant's cost); either way a
-    page once written stays resident for the next datagram."""
+    The datagram's room (a whole inline datagram, 1.1 MiB) is anonymous
+    memory, resident only where a datagram was written, not a zeroed
+    bytearray resident from the start: an idle front-end's RSS is its
+    tenant's cost, and the root holds one link a front-end. A page once
+    written stays resident for the next datagram."""
 
     def __init__(
         self,
@@ -197,7 +197,6 @@ class Link:
         limit: int = MAX_PAYLOAD,
         admit: Admit | None = None,
         reads: int = BURST_READS,
-        resident: bool = True,
     ) -> None:
         sock.setblocking(False)
         self._reads = reads
@@ -209,9 +208,7 @@ class Link:
         self._on_error = on_error
         self._on_closed = on_closed
         self._loop = asyncio.get_running_loop()
-        self._buffer: bytearray | mmap.mmap = (
-            bytearray(_DATAGRAM) if resident else mmap.mmap(-1, _DATAGRAM)
-        )
+        self._buffer = mmap.mmap(-1, _DATAGRAM)
         self._queue: deque[tuple[list[Any], list[int], int]] = deque()
         self._queued = 0
         self.closed = False

@@ -54,13 +54,14 @@ import msgspec
 from google.protobuf import message as protobuf_message
 from google.protobuf.message_factory import GetMessageClass
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 from hostcap_proto.errors import WireError
 from hostcap_proto.v1 import admin_pb2, fs_pb2, host_pb2, process_pb2
 
 from hostcapd.applied import Unavailable
 from hostcapd.bridge import channel, messages
 from hostcapd.errors import Refusal
-from hostcapd.frontend import affinity, convert, reads, reflection
+from hostcapd.frontend import affinity, convert, reads
 from hostcapd.frontend.confine import Confinement, confine, interpreter_paths
 from hostcapd.frontend.options import HealthReporter, new_health, server_options
 from hostcapd.frontend.peers import INNER_URI, Peers
@@ -75,6 +76,7 @@ PRELOADED = (
     "encodings.latin_1",
     "grpc.aio._server",
     "grpc_health.v1._async",
+    "grpc_reflection.v1alpha._async",
 )
 MALFORMED = WireError("INVALID_ARGUMENT", "malformed request message")
 #: A call whose request was at least this large gives the allocator's free
@@ -175,7 +177,6 @@ class Relay:
             self._on_error,
             self._on_closed,
             reads=1,
-            resident=False,
         )
 
     def keep(
@@ -471,7 +472,7 @@ async def serve(
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         names = [m.DESCRIPTOR.services_by_name[s].full_name for m, s in SERVICES[hello.kind]]
         health_name = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-        reflection.enable([*names, health_name, reflection.SERVICE_NAME], server)
+        reflection.enable_server_reflection([*names, health_name, reflection.SERVICE_NAME], server)
         if peers is not None:
             bound = server.add_insecure_port(INNER_URI)
         else:

@@ -3,8 +3,8 @@ grpcurl uses it: the services listed, each service's file with the files it
 imports, a symbol's file, a file by name, NOT_FOUND for a name no file
 has, INVALID_ARGUMENT for a request of no kind. Every answer is the one
 grpcio-reflection's own servicer gives for the same request, byte for
-byte (the front-end answers without that servicer's import of
-descriptor_pb2: `hostcapd.frontend.reflection`)."""
+byte, built in this process from the same descriptors: what the confined
+front-end serves (the same library, confined) is what it gives here."""
 
 from __future__ import annotations
 

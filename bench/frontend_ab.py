@@ -17,6 +17,10 @@ to its config (`--a-set` likewise). Prints, b against a:
 - row 2's 8 clients on `full`: spawns per second (median window), and the
   daemon's and the front-end's CPU per spawn;
 - a streamed Spawn of `head -c N /dev/zero` on `stream` (best of 4), MiB/s.
+
+`--only-read`: the rounds are ReadFiles alone (no windows, no streams), and
+the fs workers' CPU per read (every `worker` child of the daemon: only the
+tenant's reads) is printed beside the front-end's.
 """
 
 from __future__ import annotations
@@ -134,6 +138,13 @@ async def compare(args: argparse.Namespace) -> None:
 
         if args.only_stream:
             args.rounds = args.windows = 0
+        if args.only_read:
+            args.windows = args.stream_mib = 0
+        workers = {
+            k: [p for r, p in d.helper_pids().items() if r.startswith("worker")]
+            for k, d in daemons.items()
+        }
+        worker_cpu = {k: 0.0 for k in KINDS}
         names = ("row 0, Health.Check", "row 1, Run /bin/true", "ReadFile 4 KiB")
         rows: dict[str, dict[str, list[float]]] = {n: {k: [] for k in KINDS} for n in names}
         fe_cpu = {n: {k: 0.0 for k in KINDS} for n in names}
@@ -156,6 +167,9 @@ async def compare(args: argparse.Namespace) -> None:
                 c0 = _with_children(pools[kind])
                 s0 = _cpu(spawner[kind])
                 for name, call in zip(names, calls, strict=True):
+                    if args.only_read and name != names[2]:
+                        continue
+                    w0 = _cpu_of(workers[kind]) if name == names[2] else 0.0
                     f0 = _cpu(front[kind])
                     d0 = _cpu_of(pids[kind])
                     r0 = _cpu(daemons[kind].pid)
@@ -163,6 +177,8 @@ async def compare(args: argparse.Namespace) -> None:
                     fe_cpu[name][kind] += _cpu(front[kind]) - f0
                     all_cpu[name][kind] += _cpu_of(pids[kind]) - d0
                     root_cpu[name][kind] += _cpu(daemons[kind].pid) - r0
+                    if name == names[2]:
+                        worker_cpu[kind] += _cpu_of(workers[kind]) - w0
                 if pools[kind] > 0:  # over the three calls: only the Run spawns
                     run_pools[kind][0] += _cpu(pools[kind]) - p0
                 run_pools[kind][1] += _with_children(pools[kind]) - c0
@@ -180,6 +196,8 @@ async def compare(args: argparse.Namespace) -> None:
             mine = {k: v / n for k, v in run_spawner.items()}
             print("spawner CPU per Run: " + _ratio("own", mine["a"], mine["b"], "ms", ".3f"))
         for name, samples in rows.items() if args.rounds else ():
+            if not samples["a"]:
+                continue
             s = {kind: Summary.of(v) for kind, v in samples.items()}
             a, b = s["a"], s["b"]
             print(
@@ -202,6 +220,9 @@ async def compare(args: argparse.Namespace) -> None:
                     "root CPU/call", root_cpu[name]["a"] / n, root_cpu[name]["b"] / n, "ms", ".3f"
                 )
             )
+            if name == names[2]:
+                w = {k: v / n for k, v in worker_cpu.items()}
+                print("  " + _ratio("fs workers' CPU/read", w["a"], w["b"], "ms", ".3f"))
 
         rates: dict[str, list[float]] = {k: [] for k in KINDS}
         per_spawn: dict[str, list[float]] = {k: [] for k in KINDS}
@@ -302,6 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-mib", type=int, default=64)
     parser.add_argument("--streams", type=int, default=4, help="streams a side")
     parser.add_argument("--only-stream", action="store_true")
+    parser.add_argument("--only-read", action="store_true", help="ReadFile rounds alone")
     args = parser.parse_args(argv)
     started = time.perf_counter()
     asyncio.run(compare(args))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import tempfile
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,6 +14,37 @@ from typing import Any
 
 import pytest
 from support.daemon import Daemon, daemon_config, tenant_config
+
+#: Where each session's base temporary directory is made (see pytest_configure).
+SESSIONS = Path(tempfile.gettempdir()) / "hostcap-tests"
+#: Ended sessions' directories kept for a look after a failure, newest first.
+KEEP_ENDED = 3
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Each session gets a base temporary directory of its own, traversable
+    by the run-as identities (state_dir below). pytest's shared
+    /tmp/pytest-of-<user> will not do: every session that starts makes it
+    0700 again, which took the search permission from another session's
+    running daemons (an fs worker or a `nobody` client refused mid-test
+    while two sessions ran on one machine). Earlier sessions' directories are
+    removed once their pytest is gone, but for the newest few."""
+    if config.option.basetemp is not None:
+        return
+    SESSIONS.mkdir(mode=0o711, exist_ok=True)
+    SESSIONS.chmod(0o711)
+    ended = []
+    for entry in SESSIONS.iterdir():
+        pid = entry.name.split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            ended.append(entry)
+    ended.sort(key=lambda e: e.stat().st_mtime, reverse=True)
+    for entry in ended[KEEP_ENDED:]:
+        with contextlib.suppress(OSError):
+            shutil.rmtree(entry)
+    base = SESSIONS / f"{os.getpid()}-{time.strftime('%Y%m%dT%H%M%S')}"
+    config.option.basetemp = str(base)
 
 
 @pytest.fixture

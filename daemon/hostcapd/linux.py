@@ -101,6 +101,35 @@ def openat2(dir_fd: int, path: str | bytes, flags: int, resolve: int, mode: int 
     return int(result)
 
 
+#: The same call through a prototype made once: ctypes converts the
+#: arguments by it (no c_long, c_int, c_char_p, c_size_t objects made per
+#: call, no byref): the fs worker's lookups, one or more a file operation.
+_OPENAT2 = ctypes.CFUNCTYPE(
+    ctypes.c_long,
+    ctypes.c_long,
+    ctypes.c_int,
+    ctypes.c_char_p,
+    ctypes.POINTER(_OpenHow),
+    ctypes.c_size_t,
+    use_errno=True,
+)(("syscall", libc))
+_OPEN_HOW_SIZE = ctypes.sizeof(_OpenHow)
+
+
+def openat2_prepared(dir_fd: int, path: str, flags: int, resolve: int) -> int:
+    """`openat2` (no mode), by the prototype made once."""
+    result: int = _OPENAT2(
+        SYS_OPENAT2,
+        dir_fd,
+        os.fsencode(path),
+        _OpenHow(flags | os.O_CLOEXEC, 0, resolve),
+        _OPEN_HOW_SIZE,
+    )
+    if result < 0:
+        raise _fail()
+    return result
+
+
 def renameat2(old_dir_fd: int, old: str, new_dir_fd: int, new: str, flags: int = 0) -> None:
     """renameat2(2) (glibc wrapper); RENAME_NOREPLACE fails with EEXIST."""
     if libc.renameat2(old_dir_fd, os.fsencode(old), new_dir_fd, os.fsencode(new), flags) != 0:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import mmap
 import os
 import socket
 import struct
@@ -178,7 +179,13 @@ class Link:
     left is read on its next pass). Past one, the last read of each
     wake-up is the one that finds nothing: a side whose messages come one
     at a time (a front-end's: each answers its own call, or is acknowledged
-    before the next) reads one and saves that system call."""
+    before the next) reads one and saves that system call.
+
+    The datagram's room (a whole inline datagram, 1.1 MiB) is anonymous
+    memory, resident only where a datagram was written, not a zeroed
+    bytearray resident from the start: an idle front-end's RSS is its
+    tenant's cost, and the root holds one link a front-end. A page once
+    written stays resident for the next datagram."""
 
     def __init__(
         self,
@@ -201,7 +208,7 @@ class Link:
         self._on_error = on_error
         self._on_closed = on_closed
         self._loop = asyncio.get_running_loop()
-        self._buffer = bytearray(_DATAGRAM)
+        self._buffer = mmap.mmap(-1, _DATAGRAM)
         self._queue: deque[tuple[list[Any], list[int], int]] = deque()
         self._queued = 0
         self.closed = False

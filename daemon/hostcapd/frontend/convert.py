@@ -114,6 +114,19 @@ def request_of(
     return msgspec.convert(values, model), payload
 
 
+def read_file_call(message: Any) -> messages.ReadFileCall:
+    """What `request_of` makes of a ReadFileRequest, without its generic
+    walk (a direct read's every call): the struct's fields are the wire's,
+    of the same types (a str, a uint64, an optional uint64: nothing the
+    struct's conversion would refuse), `max_bytes` None when absent.
+    tests/unit/frontend/test_convert.py checks it against `request_of`."""
+    return messages.ReadFileCall(
+        path=message.path,
+        offset=message.offset,
+        max_bytes=message.max_bytes if message.HasField("max_bytes") else None,
+    )
+
+
 def _present(value: Any) -> Any:
     """`value` without None entries (unset optional fields), recursively."""
     if isinstance(value, dict):

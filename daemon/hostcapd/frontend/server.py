@@ -67,10 +67,12 @@ from hostcapd.frontend.options import HealthReporter, new_health, server_options
 from hostcapd.frontend.peers import INNER_URI, Peers
 from hostcapd.process.output import OUTPUT_CHUNK, StreamBuffer
 
-#: Modules imported on first use that a front-end uses.
+#: Modules imported on first use that a front-end uses. Not
+#: `encodings.idna` (0.23 MiB with the `stringprep` and `unicodedata` it
+#: imports): only a host name's lookup uses it, and a front-end looks none
+#: up (its sockets are unix ones; the egress proxy, which does, preloads it).
 PRELOADED = (
     "encodings.ascii",
-    "encodings.idna",
     "encodings.latin_1",
     "grpc.aio._server",
     "grpc_health.v1._async",
@@ -398,14 +400,13 @@ def _handler(
         # parsed, the read's future awaited and the answer made in it.
         async def read_file(raw: bytes, context: Any) -> Any:
             try:
-                request, payload = convert.request_of(model, request_type.FromString(raw))
-            except (protobuf_message.DecodeError, msgspec.ValidationError, ValueError):
+                request = convert.read_file_call(request_type.FromString(raw))
+            except protobuf_message.DecodeError:
                 await malformed(context)
-            assert isinstance(request, messages.ReadFileCall)
             future = asked.ask(request, caller_of(context))
             outcome = None if future is None else await future
             if outcome is None:
-                return await relayed([(request, payload)], context)
+                return await relayed([(request, b"")], context)
             if isinstance(outcome, Refusal):
                 await reads.refuse(outcome, context)
             return outcome

@@ -27,6 +27,30 @@ def proc_path(fd: int) -> str:
     return f"/proc/self/fd/{fd}"
 
 
+#: This process's /proc/self/fd, held as an O_PATH fd once first used: an fd's
+#: entry is then one lookup in it (readlinkat, openat), where its path walks
+#: /proc, self and fd again each time. The same magic links, the same checks
+#: by the kernel; a forked child opens its own (its "self" is another).
+_proc_fds = -1
+
+
+def _proc_fd_dir() -> int:
+    global _proc_fds
+    if _proc_fds < 0:
+        _proc_fds = os.open("/proc/self/fd", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    return _proc_fds
+
+
+def _forget_proc_fd_dir() -> None:
+    global _proc_fds
+    if _proc_fds >= 0:
+        os.close(_proc_fds)
+        _proc_fds = -1
+
+
+os.register_at_fork(after_in_child=_forget_proc_fd_dir)
+
+
 def type_name(mode: int) -> str:
     if stat.S_ISREG(mode):
         return "regular"
@@ -39,6 +63,8 @@ def type_name(mode: int) -> str:
 
 def wire_name(name: str) -> str:
     """A file name as valid UTF-8 for the wire; undecodable bytes appear as \\xNN."""
+    if name.isascii():  # its bytes are its characters (the fs encoding is ASCII's superset)
+        return name
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
@@ -87,7 +113,7 @@ class Beneath:
         path = "/".join(parts) or "."
         for _ in range(RESOLVE_RETRIES):
             try:
-                return linux.openat2(
+                return linux.openat2_prepared(
                     self.root_fds[root], path, flags, self.resolve if resolve is None else resolve
                 )
             except OSError as error:
@@ -97,8 +123,9 @@ class Beneath:
 
     def _real_parts(self, root: int, fd: int) -> tuple[str, ...]:
         """Where `fd` really is, as components beneath root `root`."""
-        base = os.readlink(proc_path(self.root_fds[root]))
-        here = os.readlink(proc_path(fd))
+        fds = _proc_fd_dir()
+        base = os.readlink(str(self.root_fds[root]), dir_fd=fds)
+        here = os.readlink(str(fd), dir_fd=fds)
         if here == base:
             return ()
         prefix = base.rstrip("/") + "/"
@@ -133,6 +160,6 @@ class Beneath:
     def _reopen(self, fd: int, flags: int, what: str) -> int:
         # The same inode as the O_PATH fd that was checked: no second lookup by name.
         try:
-            return os.open(proc_path(fd), flags | os.O_CLOEXEC)
+            return os.open(str(fd), flags | os.O_CLOEXEC, dir_fd=_proc_fd_dir())
         except OSError as error:
             raise self._refusal(error, what) from None

@@ -26,7 +26,7 @@ import hashlib
 import mimetypes
 import os
 import stat
-from dataclasses import dataclass
+from typing import NamedTuple
 
 #: Magic bytes of common binary formats, checked in order.
 MAGIC: tuple[tuple[bytes, str], ...] = (
@@ -41,6 +41,13 @@ MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x00asm", "application/wasm"),
     (b"SQLite format 3\x00", "application/vnd.sqlite3"),
 )
+
+#: MAGIC by its first byte, in the same order: a binary read tries only
+#: the formats its first byte can begin.
+_MAGIC_BY_FIRST: dict[bytes, tuple[tuple[bytes, str], ...]] = {}
+for _magic in MAGIC:
+    _MAGIC_BY_FIRST[_magic[0][:1]] = (*_MAGIC_BY_FIRST.get(_magic[0][:1], ()), _magic)
+del _magic
 
 #: Source and config files the built-in table lacks or gets wrong.
 EXTRA_TYPES: dict[str, str] = {
@@ -92,8 +99,7 @@ _TEXTUAL_APPLICATION = frozenset(
 )
 
 
-@dataclass(frozen=True)
-class Sniffed:
+class Sniffed(NamedTuple):
     is_binary: bool
     media_type: str
 
@@ -107,6 +113,8 @@ def is_text(data: bytes | bytearray, cut_start: bool, cut_end: bool) -> bool:
         while skip < min(3, len(data)) and data[skip] & 0xC0 == 0x80:
             skip += 1
         data = data[skip:]
+    if data.isascii():  # valid UTF-8 as it is (and no character to cut)
+        return True
     try:
         # What utf-8's incremental decoder does in its one call (`final`:
         # a character cut at the end is an error unless the end was cut).
@@ -119,7 +127,7 @@ def is_text(data: bytes | bytearray, cut_start: bool, cut_end: bool) -> bool:
 def sniff(data: bytes | bytearray, name: str, cut_start: bool, cut_end: bool) -> Sniffed:
     binary = not is_text(data, cut_start, cut_end)
     if binary and not cut_start:
-        for magic, media_type in MAGIC:
+        for magic, media_type in _MAGIC_BY_FIRST.get(bytes(data[:1]), ()):
             if data.startswith(magic):
                 return Sniffed(True, media_type)
     guessed = _guessed(name)
@@ -134,9 +142,10 @@ def sniff(data: bytes | bytearray, name: str, cut_start: bool, cut_end: bool) ->
     return Sniffed(binary, "application/octet-stream" if binary else "text/plain")
 
 
-@dataclass(frozen=True)
-class ReadResult:
-    """A range of a file, and the facts ReadFileResponse reports about it."""
+class ReadResult(NamedTuple):
+    """A range of a file, and the facts ReadFileResponse reports about it
+    (a named tuple: made once a read, where a frozen dataclass's fields are
+    set one `object.__setattr__` at a time)."""
 
     data: bytes
     #: Size of the whole file (at least what was read, if it grew meanwhile).

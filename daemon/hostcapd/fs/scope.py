@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from hostcapd.errors import Refusal
 
@@ -37,9 +38,10 @@ class RootSpec:
         return _components(self.path)
 
 
-@dataclass(frozen=True)
-class Located:
-    """A path beneath a root: the root's index and the components below it."""
+class Located(NamedTuple):
+    """A path beneath a root: the root's index and the components below it
+    (a named tuple: one a file operation, made without a frozen
+    dataclass's field-by-field `object.__setattr__`)."""
 
     root: int
     parts: tuple[str, ...]
@@ -48,7 +50,7 @@ class Located:
 
 
 def _components(path: str) -> tuple[str, ...]:
-    return tuple(part for part in path.split("/") if part)
+    return tuple(filter(None, path.split("/")))  # the non-empty parts
 
 
 class FsScope:

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
@@ -38,6 +39,22 @@ if TYPE_CHECKING:
     from hostcapd.process.warm import WarmEntry
 
 log = logging.getLogger("hostcapd.spawn")
+
+
+#: Each tenant's /dev/null for its spawns' stdin (read-only), opened once
+#: and never closed, lent to every order (sendmsg takes its own reference):
+#: an open and a close a spawn fewer. One per tenant: the children of one
+#: share its open file description (its status flags, which one can set
+#: and another read), never another tenant's.
+_NULLS: dict[str, int] = {}
+
+
+def null_stdin(tenant: str) -> int:
+    """`tenant`'s kept /dev/null, lent: the caller never closes it."""
+    fd = _NULLS.get(tenant)
+    if fd is None:
+        fd = _NULLS[tenant] = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+    return fd
 
 
 class OrderFor(Protocol):
@@ -88,12 +105,19 @@ class Launch:
         self._close_child_fds()
         return None
 
-    async def _send(self, order: SpawnOrder, fds: list[int]) -> None:
+    async def _send(
+        self, order: SpawnOrder, fds: list[int], lent: Callable[[], list[int]] | None = None
+    ) -> None:
+        """Send `order` with `fds`, then what `lent` gives (fds still their
+        owners', taken in the step the order is sent: valid then, and
+        sendmsg takes its own references), once the spawner is ready."""
         spawner = self.deps.spawner
         for attempt in (1, 2):
             await spawner.ready()
             try:
-                self._started, self.exit = spawner.spawn(order, fds)
+                self._started, self.exit = spawner.spawn(
+                    order, fds if lent is None else fds + lent()
+                )
                 return
             except SpawnerLost:
                 # Found dead on sending: nothing was sent, so nothing ran.
@@ -149,15 +173,20 @@ class FreshLaunch(Launch):
             self.child_fds.append(netns_fd)
             extra.append(netns_fd)
             netns = True
-        if self.cgroup is not None:
-            # Its cgroup, and the tenant's cpu share (hostcapd.sandbox.cpu).
-            cgroup_fds = self.cgroup.procs_fds() + deps.profile.cpu_procs_fds()
-            self.child_fds += cgroup_fds
-            extra += cgroup_fds
         if netns:
             order = msgspec.structs.replace(order, netns=True)
-        await self._send(order, fds + extra)
+        # Its cgroup's and the tenant's cpu share's cgroup.procs fds
+        # (hostcapd.sandbox.cpu) go last, lent, as a warm order's are: not
+        # dup'd and closed (three dups and three closes a spawn), taken in
+        # the step the order is sent (a reload may replace the share while
+        # the order waits for a restarting spawner).
+        cgroup = self.cgroup
+        await self._send(order, fds + extra, self._lent_cgroup_fds if cgroup is not None else None)
         self._close_child_fds()
+
+    def _lent_cgroup_fds(self) -> list[int]:
+        assert self.cgroup is not None
+        return self.cgroup.lent_procs_fds() + self.deps.profile.cpu_procs_fds(lent=True)
 
     def release(self, ran: bool) -> SpawnCgroup | None:
         if self.deps.egress is not None:

@@ -29,7 +29,7 @@ from hostcapd.logsetup import fields
 from hostcapd.process import changes, deadlines, killing, records, terminal
 from hostcapd.process.deps import SpawnDeps
 from hostcapd.process.input import SpawnInput, feed_stdin
-from hostcapd.process.launch import FreshLaunch, Launch, launch_for
+from hostcapd.process.launch import FreshLaunch, Launch, launch_for, null_stdin
 from hostcapd.process.order import plan_rlimits, spawn_order
 from hostcapd.process.output import OutputLog, StreamCount, StreamTally, ended_pipes
 from hostcapd.process.report import (
@@ -375,10 +375,11 @@ class Spawn:
         if self.request.stdin is not None or self.request.stdin_open:
             in_r, self._stdin_w = os.pipe2(os.O_CLOEXEC)
             os.set_blocking(self._stdin_w, False)
+            self.launch.child_fds.append(in_r)
         else:
-            in_r = os.open("/dev/null", os.O_RDONLY | os.O_CLOEXEC)
+            in_r = null_stdin(self.deps.tenant.name)  # lent: never the launch's to close
         self._child_stdio = (in_r, out_w, err_w)
-        self.launch.child_fds += self._child_stdio
+        self.launch.child_fds += (out_w, err_w)
         self._cancel_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
 
     # Step 3: the spawner clones; the C set-up runs and waits for the go.
@@ -594,9 +595,9 @@ class Spawn:
     def _finish(self, status: ExitStatus | None) -> Report:
         killed = (self._kill_reason, self._kill_message) if self._kill_reason else None
         duration = time.monotonic() - (self._exec_time or self.started_at)
-        return self._complete(
-            classify(status, self._cgroup_stats(), self.prepared.limits, killed, duration)
-        )
+        # With a status nothing of the tree is left (`_wait_end`): final counters.
+        stats = self._cgroup_stats(final=status is not None)
+        return self._complete(classify(status, stats, self.prepared.limits, killed, duration))
 
     def _refuse(self, refusal: Refusal) -> None:
         """Nothing ran: the caller learns it from `started` (None is run()'s answer)."""
@@ -607,11 +608,11 @@ class Spawn:
     def _finish_unstarted(self, outcome: Outcome, step: str, err: int, message: str) -> Report:
         return self._complete(Report(outcome, failed_step=step, errno=err, message=message))
 
-    def _cgroup_stats(self) -> CgroupStats:
+    def _cgroup_stats(self, final: bool = False) -> CgroupStats:
         if self._cgroup is None:
             return CgroupStats(None, 0, 0)
         try:
-            return self._cgroup.stats()
+            return self._cgroup.stats(final=final)
         except OSError:
             return CgroupStats(None, 0, 0)
 

@@ -132,6 +132,10 @@ class SpawnCgroup:
         #: What its counters read when it was last recycled, subtracted by
         #: `stats` so each spawn's figures are its own: (OOM kills, refused forks).
         self._base = (0, 0)
+        #: The counters as `stats` read them once the spawn's every process
+        #: was gone (`stats(final=True)`): `recycle` takes them as the next
+        #: base, not reading them again (nothing is left to change them).
+        self._final: tuple[int, int] | None = None
 
     @functools.cached_property
     def directories(self) -> tuple[Path, ...]:
@@ -355,24 +359,34 @@ class SpawnCgroup:
         except FileNotFoundError:
             return None
 
-    def stats(self) -> CgroupStats:
+    def stats(self, *, final: bool = False) -> CgroupStats:
         """Peak memory, OOM kills and refused forks of its current spawn
         (read them after the spawn ends). In a recycled cgroup the counters
         are less what they read when it was recycled, and the peak is the
-        kernel's since its reset then (`recycle`)."""
+        kernel's since its reset then (`recycle`). `final`: the caller knows
+        no process of the spawn is left (its pid namespace's init reaped, or
+        a kill that waited until the cgroup was empty), so these counters
+        can no longer change: `recycle` takes them as the next base."""
         files = self._stat_files
         peak: int | None = None
-        oom_kills = refused = 0
+        oom = refused = 0
         base_oom, base_refused = self._base
+        self._final = None
         if "peak" in files:
             try:
                 peak = int(self._stat("peak", files["peak"]) or "")
             except ValueError:
                 peak = None
-            oom_kills = _keyed(self._stat("oom", files["oom"]), "oom_kill") - base_oom
+            oom = _keyed(self._stat("oom", files["oom"]), "oom_kill")
         if "pids" in files:
-            refused = _keyed(self._stat("pids", files["pids"]), "max") - base_refused
-        return CgroupStats(peak, oom_kills, refused)
+            refused = _keyed(self._stat("pids", files["pids"]), "max")
+        if final:
+            self._final = (oom, refused)
+        return CgroupStats(
+            peak,
+            oom - base_oom if "peak" in files else 0,
+            refused - base_refused if "pids" in files else 0,
+        )
 
     def recycle(self, leftover_max: int) -> bool:
         """Make this cgroup, its spawn ended, ready for another spawn of the
@@ -387,6 +401,7 @@ class SpawnCgroup:
         counts against the next spawn's limit), the OOM kills and the
         refused forks read now as the next spawn's base. Its limits stay as
         they are until the next spawn sets its own."""
+        final, self._final = self._final, None
         if not self.reusable or self._parents is None:
             return False
         files = self._stat_files
@@ -404,10 +419,15 @@ class SpawnCgroup:
                 if fd is None:
                     return False  # no fd to reset it through (and to read it by)
                 os.pwrite(fd, b"0", 0)
-            base_oom = _keyed(self._stat("oom", files["oom"]), "oom_kill") if "oom" in files else 0
-            base_refused = (
-                _keyed(self._stat("pids", files["pids"]), "max") if "pids" in files else 0
-            )
+            if final is not None:  # read by `stats` once nothing was left to change them
+                base_oom, base_refused = final
+            else:
+                base_oom = (
+                    _keyed(self._stat("oom", files["oom"]), "oom_kill") if "oom" in files else 0
+                )
+                base_refused = (
+                    _keyed(self._stat("pids", files["pids"]), "max") if "pids" in files else 0
+                )
         except (OSError, ValueError):
             return False
         self._base = (base_oom, base_refused)

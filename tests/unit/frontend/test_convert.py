@@ -334,3 +334,22 @@ def test_a_root_sides_bad_stable_value_is_refused_not_sent() -> None:
         unary_reply(reply.answer)
     with pytest.raises(msgspec.ValidationError):  # and not from a kept part after
         unary_reply(reply.answer)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {},
+        {"path": "src/main.py"},
+        {"path": "/w/é/ü.txt", "offset": 7},
+        {"path": "a", "max_bytes": 0},
+        {"path": "a", "max_bytes": 4096, "offset": (1 << 64) - 1},
+        {"path": "../x", "offset": 1 << 63, "max_bytes": (1 << 64) - 1},
+    ],
+)
+def test_a_read_file_call_is_what_request_of_makes(fields: dict[str, Any]) -> None:
+    """The direct read's own conversion (`read_file_call`) gives the struct
+    the generic one gives, a max_bytes of 0 and one left out told apart."""
+    wire = fs_pb2.ReadFileRequest.FromString(fs_pb2.ReadFileRequest(**fields).SerializeToString())
+    assert convert.read_file_call(wire) == request_of(messages.ReadFileCall, wire)[0]
+    assert convert.read_file_call(wire).max_bytes == fields.get("max_bytes")

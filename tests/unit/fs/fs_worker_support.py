@@ -90,7 +90,7 @@ class WorkerClient:
             result = read_range(reply.fd, offset, max_bytes, reply.header["name"])
         finally:
             reply.close()
-        header = {key: value for key, value in vars(result).items() if key != "data"}
+        header = {key: value for key, value in result._asdict().items() if key != "data"}
         return {**header, "path": reply.header["path"]}, result.data
 
     async def write(

@@ -206,3 +206,28 @@ def test_the_front_ends_end_closed_ends_the_link_without_a_report(ends: Ends) ->
     ends.root.settimeout(0.2)
     with pytest.raises(TimeoutError):
         ends.root.recv(1 << 16)
+
+
+def test_a_forked_child_looks_its_fds_up_in_its_own_table() -> None:
+    """The /proc/self/fd the lookups hold (`beneath._proc_fd_dir`) is the
+    opener's: a child forked after it was opened opens its own, so an fd
+    only the child has is found (in the parent's table it is not)."""
+    from hostcapd.fs import beneath
+
+    beneath._proc_fd_dir()  # held by this process now
+    done, told = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: an fd number the parent has free
+        try:
+            fd = os.open("/", os.O_PATH)
+            os.write(
+                told, b"1" if os.readlink(str(fd), dir_fd=beneath._proc_fd_dir()) == "/" else b"0"
+            )
+        finally:
+            os._exit(0)
+    os.close(told)
+    try:
+        assert os.read(done, 1) == b"1"
+    finally:
+        os.close(done)
+        os.waitpid(pid, 0)

@@ -157,6 +157,46 @@ def test_a_fork_bomb_is_contained_by_the_pids_limit(host: cgroups.CgroupHost) ->
     cg.remove()
 
 
+@pytest.mark.parametrize("final", [False, True])
+def test_a_recycled_cgroups_next_figures_are_its_own_whenever_its_stats_were_read(
+    host: cgroups.CgroupHost, final: bool
+) -> None:
+    """`recycle` takes the counters `stats` read as its next base only when
+    its caller said the tree was gone then (`final`): read while the fork
+    bomb still ran (not final), forks refused after that read are not the
+    next spawn's; read after the kill (final), the base is what was read."""
+    cg = host.create("recycled", memory_bytes=1024 * MiB, pids=16)
+    pids_at = cg.role_at("pids")
+    assert pids_at is not None
+    bomb = start_in_cgroup(cg.procs_fds(), "forkbomb")
+    try:
+        wait_until(lambda: cg.stats().pids_refused > 0)
+        if not final:
+            first = cg.stats()  # while it runs: more are refused after this read
+            pids_events = Path(pids_at[3], "pids.events")
+            wait_until(lambda: int(pids_events.read_text().split()[1]) > first.pids_refused + 100)
+    finally:
+        cg.kill()
+    assert bomb.wait(timeout=10) == -signal.SIGKILL
+    # Every process reaped (the bomb's orphans by whoever adopted them), as
+    # after a pid namespace's init.
+    wait_until(lambda: Path(pids_at[3], "pids.current").read_text().strip() == "0")
+    if final:
+        first = cg.stats(final=True)
+        assert first.pids_refused > 0
+    assert cg.recycle(64 * MiB)  # (its leftover charge is not what this test is about)
+    assert cg.stats() == cgroups.CgroupStats(cg.stats().peak_memory_bytes, 0, 0)
+    # A next spawn's own refused forks count from zero.
+    again = start_in_cgroup(cg.procs_fds(), "forkbomb")
+    try:
+        wait_until(lambda: cg.stats().pids_refused > 0)
+        assert cg.stats().pids_refused < first.pids_refused + 10_000
+    finally:
+        cg.kill()
+    again.wait(timeout=10)
+    cg.remove()
+
+
 def test_kill_leaves_no_process(host: cgroups.CgroupHost) -> None:
     cg = host.create("tree", memory_bytes=None, pids=None)
     child = start_in_cgroup(cg.procs_fds(), "tree")

@@ -1,20 +1,28 @@
 """One tenant's busy loops must not take the CPU from the other tenants and
 from the daemon: each tenant's spawns share one cpu cgroup (cpu.shares /
 cpu.weight), the daemon's own processes are outside every tenant's. While
-tenant A runs 16 busy loops (16 spawns), tenant B's /bin/true spawns stay
-within 3x their idle latency, and a fixed amount of CPU work of B's within
-4x its idle time (generous correctness bounds, not a benchmark: without the
-shares, B's work took about 8x as long on a 2-core host, one share in 17;
-with A's weight at 100x B's, B's latency was 44-63x and its work 48-51x).
-The latency is the best of up to three windows of the same load: a noisy
-host (CI's) once moved one window's median to 3.9x while B's work read 1.4x,
-and a starved tenant misses in every window.
+tenant A runs 16 busy loops (16 spawns), a fixed amount of CPU work of
+tenant B's takes within 4x its idle time, and B's /bin/true spawns stay
+within 10x their idle latency (correctness bounds, not a benchmark: without
+the shares, B's work took about 8x as long on a 2-core host, one share in
+17; with A's weight at 100x B's, B's work took 20-106x and its latency
+17-133x, every pair below failing).
+Idle and loaded are measured in pairs of adjacent windows (A's loops
+stopped, then running again), the best of up to three pairs counted: the
+host's own load moves both windows of a pair alike. The latency bound is
+wide because the host's load moves the ratio itself: with A's loops, B's
+spawn waits for a slice at each of its hops (the daemon, the spawner, the
+init), and on a host at load 16-24 of 2 cores the best pair read 0.5-6.3x
+(1.1-1.6x on a quiet one; CI's noisy host once read 3.9x in one window),
+while B's work read 1.1-2.6x.
 A quota a host cannot enforce refuses the tenant."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import statistics
 import time
 from collections.abc import Callable
@@ -29,8 +37,8 @@ from support.process import Client, outcome, request
 CPU = CpuHost.probe()
 pytestmark = pytest.mark.skipif(CPU.subtree is None, reason=f"no cpu cgroups: {CPU.reason}")
 LOOPS = 16
-#: Windows of B's latency under A's load, the best one counted (above).
-WINDOWS = 3
+#: Pairs of windows (A's loops stopped, then running), the best one counted.
+PAIRS = 3
 BUSY = "echo started; while :; do :; done"
 #: The tenant's processes that work on its behalf, not for a spawn.
 DAEMON_SIDE = (b"hostcapd.frontend", b"hostcapd.fs.worker")
@@ -84,34 +92,76 @@ async def _until_empty(daemon: Daemon, tenant: str) -> None:
     raise AssertionError(f"tenant {tenant}'s processes outlived their cancelled spawns")
 
 
+def _loops(daemon: Daemon) -> list[int]:
+    """A's busy loops: the processes of its cpu cgroup running BUSY."""
+    tasks = (_tenant_dir(daemon, "alpha") / "tasks").read_text().split()
+    return [int(pid) for pid in tasks if b"while :" in cmdline(int(pid))]
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+async def _stop(loops: list[int]) -> None:
+    """SIGSTOP A's loops and wait (up to 10 s) until none runs: a stop takes
+    effect when the process next runs, a moment later on a loaded machine."""
+    for pid in loops:
+        os.kill(pid, signal.SIGSTOP)
+    for _ in range(1000):
+        if all(_state(pid) == "T" for pid in loops):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"A's loops did not stop: {[_state(pid) for pid in loops]}")
+
+
 async def test_busy_loops_of_one_tenant_leave_another_its_latency(
     start_daemon: Callable[..., Daemon],
 ) -> None:
     daemon = start_daemon(tenants={"alpha": {}, "beta": {}})
     a, b = Client(daemon.socket_of("alpha")), Client(daemon.socket_of("beta"))
+    #: (idle, loaded) seconds of B's /bin/true, and of its CPU work, per pair.
+    latencies: list[tuple[float, float]] = []
+    works: list[tuple[float, float]] = []
+
+    def latency_ok() -> bool:
+        return any(loaded <= 10 * idle for idle, loaded in latencies)
+
+    def work_ok() -> bool:
+        return any(loaded <= 4 * idle for idle, loaded in works)
+
     try:
         await _latency(b, 5)  # warm-up: pooled namespaces, hash cache
-        idle = await _latency(b)
-        idle_work = await _work(b)
         # 16 spawns of one busy loop each: each spawn is its own session, so
         # per-session fairness (autogroup) alone would give A 16 shares to B's one.
         calls = [
-            a.stub.Spawn(request(["sh", "-c", BUSY], limits={"wall_seconds": 100}))
+            a.stub.Spawn(request(["sh", "-c", BUSY], limits={"wall_seconds": 600}))
             for _ in range(LOOPS)
         ]
-        windows: list[float] = []
         try:
             for call in calls:
                 async for event in call:
                     if event.HasField("output") and b"started" in event.output.data:
                         break
-            await asyncio.sleep(1.0)  # the loops are all spinning
-            loaded_work = await _work(b)
-            while len(windows) < WINDOWS:
-                windows.append(await _latency(b))
-                if windows[-1] <= 3 * idle:
-                    break
+            loops = _loops(daemon)
+            assert len(loops) == LOOPS, loops
+            while len(latencies) < PAIRS and not (latency_ok() and work_ok()):
+                await _stop(loops)
+                idle = (await _latency(b), await _work(b))
+                for pid in loops:
+                    os.kill(pid, signal.SIGCONT)
+                await asyncio.sleep(0.5)  # the loops are all spinning
+                loaded = (await _latency(b), await _work(b))
+                # Loaded throughout: every loop still there (not past its wall limit).
+                states = [_state(pid) for pid in loops]
+                assert all(state in ("R", "S") for state in states), f"a loop ended: {states}"
+                latencies.append((idle[0], loaded[0]))
+                works.append((idle[1], loaded[1]))
         finally:
+            for pid in _loops(daemon):
+                os.kill(pid, signal.SIGCONT)  # as the daemon left them, for their end
             for call in calls:
                 call.cancel()
             for call in calls:
@@ -119,25 +169,20 @@ async def test_busy_loops_of_one_tenant_leave_another_its_latency(
                     async for _ in call:
                         pass
         await _until_empty(daemon, "alpha")
-        # The idle figures again, once A's loops are gone: other work on the
-        # host (not A's) moves both, so the larger of the two is the baseline.
-        idle = max(idle, await _latency(b))
-        idle_work = max(idle_work, await _work(b))
     finally:
         await a.close()
         await b.close()
-    assert windows
-    loaded = min(windows)
     shown = (
-        f"/bin/true: idle {idle * 1000:.1f} ms, under load "
-        f"{', '.join(f'{w * 1000:.1f}' for w in windows)} ms (windows); "
-        f"CPU work: idle {idle_work:.2f} s, under load {loaded_work:.2f} s"
+        "/bin/true (idle, under load): "
+        + ", ".join(f"({i * 1000:.1f}, {w * 1000:.1f}) ms" for i, w in latencies)
+        + "; CPU work: "
+        + ", ".join(f"({i:.2f}, {w:.2f}) s" for i, w in works)
     )
-    assert loaded <= 3 * idle, shown
+    assert latency_ok(), shown
     # B's share is half the machine: its one process gets most of a core
     # (v1 splits a group's shares per CPU, so 1.5-2.7x was seen here); without
     # the shares it got 2 of 17 runnable tasks' worth (8x).
-    assert loaded_work <= 4 * idle_work, shown
+    assert work_ok(), shown
 
 
 async def test_tenants_report_their_share_and_quota(start_daemon: Callable[..., Daemon]) -> None:

@@ -116,16 +116,16 @@ PROBE = textwrap.dedent(
     after_failure = (os.readlink("/proc/self/ns/mnt"), os.readlink("/proc/self/root"), os.getcwd())
 
     # A template is made again once old, and for other steps; a copy's age is its template's.
-    aging = mntns.Templates(here=True, max_age=0.2)
+    aging = mntns.Templates(here=True, max_age=1.0)  # two makes fit in it at any load
     fd, born = aging.make("t", plan.pooled_mounts); os.close(fd)
     fd, same = aging.make("t", plan.pooled_mounts); os.close(fd)
-    time.sleep(0.3)
+    time.sleep(1.2)
     fd, renewed = aging.make("t", plan.pooled_mounts); os.close(fd)
     other = namespaces.plan({"mount_namespace"}, 1 << 20, "", roots=((outside, True),),
                             system_dirs=(Path("/usr"),))
     fd, changed = aging.make("t", other.pooled_mounts); os.close(fd)
     idle = aging.next_expiry()
-    time.sleep(0.3)
+    time.sleep(1.2)
     aging.expire()
     templates.close()
     fds_after = len(os.listdir("/proc/self/fd"))

@@ -63,8 +63,9 @@ def _spawn_cgroups(daemon: Daemon, controller: str = "memory") -> list[Path]:
 
 async def _run(client: Client, *argv: str, **kwargs: Any) -> Any:
     result = await client.run(*argv, **kwargs)
-    # Its cgroup is recycled a turn of the root's loop after the answer left.
-    await asyncio.sleep(0.05)
+    # Its cgroup is recycled a turn of the root's loop after the answer left
+    # (a margin for a loaded host: a late recycle fails the same-cgroup checks).
+    await asyncio.sleep(0.25)
     return result
 
 

@@ -88,8 +88,12 @@ def truncated(flags: int) -> bool:
     return bool(flags & _TRUNCATED)
 
 
-#: A plain int: the enum's `|` and `&` cost more than the whole test.
-_TRUNCATED = int(socket.MSG_TRUNC | socket.MSG_CTRUNC)
+#: recvmsg's flags as plain ints: the socket module's are an IntFlag, whose
+#: `|` and `&` make an enum member through enum.py's Python (more than the
+#: whole test costs). A side that checks one of the two tests it alone.
+MSG_TRUNC = int(socket.MSG_TRUNC)
+MSG_CTRUNC = int(socket.MSG_CTRUNC)
+_TRUNCATED = MSG_TRUNC | MSG_CTRUNC
 
 
 # --- memfds -------------------------------------------------------------------

@@ -35,6 +35,7 @@ from typing import Any, NoReturn
 
 import msgspec
 
+from hostcapd import framing
 from hostcapd.bridge import messages
 from hostcapd.errors import UNAVAILABLE, Refusal
 from hostcapd.frontend import convert
@@ -46,9 +47,6 @@ from hostcapd.fs import direct
 Outcome = bytes | Refusal | None
 #: An answer's pages past this stay resident for the next one.
 KEEP_RESIDENT = 64 << 10
-#: A plain int: `flags & socket.MSG_TRUNC` (an IntFlag) makes an enum member
-#: through enum.py's Python each answer.
-_TRUNC = int(socket.MSG_TRUNC)
 LOST = Refusal(UNAVAILABLE, "the fs worker died during the request twice; it is restarted")
 
 
@@ -179,7 +177,7 @@ class DirectReads:
             self._lost_all()
             return
         try:
-            if flags & _TRUNC:
+            if flags & framing.MSG_TRUNC:
                 raise ValueError("an answer longer than the link carries")
             header, data = direct.split(self._view[:size])
             answer = direct.ANSWERS.decode(header)

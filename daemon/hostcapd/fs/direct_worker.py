@@ -14,6 +14,7 @@ from typing import Any
 
 import msgspec
 
+from hostcapd import framing
 from hostcapd.errors import Refusal
 from hostcapd.fs import content
 from hostcapd.fs.direct import (
@@ -44,9 +45,6 @@ from hostcapd.fs.errors import refusal_from_errno
 
 _ENCODER = msgspec.msgpack.Encoder()
 _HEAD_LEN = 4
-#: Plain ints: the socket module's flags are an IntFlag, and `&` or `|` on
-#: one makes a new enum member through enum.py's Python (2.9 us a read).
-_CUT = int(socket.MSG_TRUNC | socket.MSG_CTRUNC)
 #: Room in an answer's datagram for its header (a path of MAX_PATH
 #: characters, the hashes) and the kernel's own.
 HEADER_ROOM = 32 << 10
@@ -100,7 +98,7 @@ class DirectServer:
         try:
             if not raw:
                 raise ValueError("an empty datagram")
-            if flags & _CUT or ancillary:
+            if framing.truncated(flags) or ancillary:
                 raise ValueError("a datagram too long, or carrying fds")
             header, data = split(raw)
             if len(data):

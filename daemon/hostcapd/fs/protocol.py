@@ -39,8 +39,6 @@ BUFFER_BYTES = 4 << 20
 #: What the daemon's end reads at once for a frame's head: a small answer
 #: (a read's open, a stat) comes whole in this one recvmsg.
 HEAD_READ = 64 << 10
-#: A plain int (an IntFlag's `&` makes an enum member through enum.py).
-_CTRUNC = int(socket.MSG_CTRUNC)
 
 __all__ = ["BUFFER_BYTES", "MAX_HEADER", "FrameLink", "ProtocolError", "make_link"]
 
@@ -171,7 +169,7 @@ class FrameLink:
             if not chunk:
                 framing.close_all(fds)
                 raise EOFError if not got else ProtocolError("link closed mid-frame")
-            if flags & _CTRUNC or len(fds) > 1:
+            if flags & framing.MSG_CTRUNC or len(fds) > 1:
                 framing.close_all(fds)
                 raise ProtocolError("a frame carried more than one fd")
             got += chunk

@@ -53,7 +53,7 @@ from collections.abc import Iterator, Sequence
 import msgspec
 import prctl
 
-from hostcapd import childsetup
+from hostcapd import childsetup, framing
 from hostcapd.spawner import netns
 from hostcapd.spawner.mntns import Templates
 
@@ -95,7 +95,7 @@ def _receive(
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
-    return memoryview(buffer)[:size], list(fds), bool(flags & socket.MSG_TRUNC)
+    return memoryview(buffer)[:size], list(fds), bool(flags & framing.MSG_TRUNC)
 
 
 class PoolMaker:

@@ -82,28 +82,9 @@ def _fail() -> OSError:
     return OSError(code, os.strerror(code))
 
 
-def openat2(dir_fd: int, path: str | bytes, flags: int, resolve: int, mode: int = 0) -> int:
-    """openat2(2): open `path` relative to `dir_fd` under the `resolve` rules.
-
-    O_CLOEXEC is always added. `mode` only with O_CREAT or O_TMPFILE (the
-    kernel refuses a mode otherwise)."""
-    how = _OpenHow(flags | os.O_CLOEXEC, mode, resolve)
-    name = os.fsencode(path)
-    result = libc.syscall(
-        ctypes.c_long(SYS_OPENAT2),
-        ctypes.c_int(dir_fd),
-        ctypes.c_char_p(name),
-        ctypes.byref(how),
-        ctypes.c_size_t(ctypes.sizeof(how)),
-    )
-    if result < 0:
-        raise _fail()
-    return int(result)
-
-
-#: The same call through a prototype made once: ctypes converts the
-#: arguments by it (no c_long, c_int, c_char_p, c_size_t objects made per
-#: call, no byref): the fs worker's lookups, one or more a file operation.
+#: openat2 through a prototype made once: ctypes converts the arguments by
+#: it (no c_long, c_int, c_char_p, c_size_t objects made a call, no byref):
+#: the fs worker's lookups, one or more a file operation, and the spawn path's.
 _OPENAT2 = ctypes.CFUNCTYPE(
     ctypes.c_long,
     ctypes.c_long,
@@ -116,13 +97,16 @@ _OPENAT2 = ctypes.CFUNCTYPE(
 _OPEN_HOW_SIZE = ctypes.sizeof(_OpenHow)
 
 
-def openat2_prepared(dir_fd: int, path: str, flags: int, resolve: int) -> int:
-    """`openat2` (no mode), by the prototype made once."""
+def openat2(dir_fd: int, path: str | bytes, flags: int, resolve: int, mode: int = 0) -> int:
+    """openat2(2): open `path` relative to `dir_fd` under the `resolve` rules.
+
+    O_CLOEXEC is always added. `mode` only with O_CREAT or O_TMPFILE (the
+    kernel refuses a mode otherwise)."""
     result: int = _OPENAT2(
         SYS_OPENAT2,
         dir_fd,
         os.fsencode(path),
-        _OpenHow(flags | os.O_CLOEXEC, 0, resolve),
+        _OpenHow(flags | os.O_CLOEXEC, mode, resolve),
         _OPEN_HOW_SIZE,
     )
     if result < 0:

@@ -113,7 +113,7 @@ class Beneath:
         path = "/".join(parts) or "."
         for _ in range(RESOLVE_RETRIES):
             try:
-                return linux.openat2_prepared(
+                return linux.openat2(
                     self.root_fds[root], path, flags, self.resolve if resolve is None else resolve
                 )
             except OSError as error:

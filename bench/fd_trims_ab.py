@@ -22,10 +22,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
-from collections.abc import Callable
 
 from hostcapd.sandbox.spawn_cgroup import _keyed
+
+from bench.stats import per_call_us
 
 CALLS = 2000
 #: What a spawn's child joins on this host: the unified (kill), v1 memory
@@ -43,13 +43,6 @@ def _own(hierarchy: str) -> str:
             ):
                 return f"/sys/fs/cgroup/{hierarchy}{path}"
     raise SystemExit(f"no {hierarchy} hierarchy in /proc/self/cgroup")
-
-
-def _per_call(fn: Callable[[], object]) -> float:
-    began = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    return (time.perf_counter() - began) / CALLS * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,11 +91,11 @@ def main(argv: list[str] | None = None) -> int:
     for index in range(args.rounds):
         for name, (old, new) in pairs.items():
             if index % 2:
-                times[name][1].append(_per_call(new))
-                times[name][0].append(_per_call(old))
+                times[name][1].append(per_call_us(new, CALLS))
+                times[name][0].append(per_call_us(old, CALLS))
             else:
-                times[name][0].append(_per_call(old))
-                times[name][1].append(_per_call(new))
+                times[name][0].append(per_call_us(old, CALLS))
+                times[name][1].append(per_call_us(new, CALLS))
     with open("/proc/loadavg", encoding="ascii") as f:
         load = f.read().split()[0]
     print(f"median µs a spawn, {args.rounds} rounds of {CALLS} calls, load {load}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -31,14 +30,9 @@ from hostcapd.process import limits as limits_mod
 from hostcapd.process.order import plan_rlimits
 from hostcapd.sandbox import rlimits
 
+from bench.stats import per_call_us
+
 CALLS = 2000
-
-
-def _per_call(fn: Any) -> float:
-    began = time.perf_counter()
-    for _ in range(CALLS):
-        fn()
-    return (time.perf_counter() - began) / CALLS * 1e6
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,11 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         news: list[float] = []
         for index in range(args.rounds):
             if index % 2:
-                olds.append(_per_call(old))
-                news.append(_per_call(new))
+                olds.append(per_call_us(old, CALLS))
+                news.append(per_call_us(new, CALLS))
             else:
-                news.append(_per_call(new))
-                olds.append(_per_call(old))
+                news.append(per_call_us(new, CALLS))
+                olds.append(per_call_us(old, CALLS))
         o, n = statistics.median(olds), statistics.median(news)
         print(
             f"  {name}: old {o:.3f} us, new {n:.3f} us, new / old {n / o:.2f}, saves {o - n:.3f} us"

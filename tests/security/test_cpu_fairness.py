@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 from hostcap_proto.v1 import host_pb2, host_pb2_grpc
 from hostcapd.sandbox.cpu import CpuHost
+from support.cgroupfs import dirs_ending
 from support.daemon import Daemon, cmdline, daemon_config, tenant_config, waiting_warm_child
 from support.process import Client, outcome, request
 
@@ -73,7 +74,7 @@ def _tenant_dir(daemon: Daemon, tenant: str) -> Path:
     """The daemon's cpu cgroup of `tenant` (the cpu hierarchy is shared by
     every daemon on the host: other tenants may have the same name)."""
     parent = daemon.config["daemon"]["cgroup_parent"]
-    [directory] = CPU_ROOT.glob(f"**/{parent}/tenant-{tenant}")
+    [directory] = dirs_ending(CPU_ROOT, f"{parent}/tenant-{tenant}")
     return directory
 
 

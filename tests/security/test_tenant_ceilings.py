@@ -36,6 +36,7 @@ from hostcap_proto.v1 import common_pb2, process_pb2_grpc
 from hostcapd.sandbox.cgroups import CgroupHost
 from hostcapd.sandbox.tenant_ceilings import FRONTEND_PIDS, HostTotals
 from support import toml
+from support.cgroupfs import dirs_ending
 from support.daemon import (
     REPO,
     Daemon,
@@ -97,7 +98,7 @@ def _hierarchy_dirs(name: str) -> list[Path]:
     for controller in ("pids", "memory"):
         root = Path("/sys/fs/cgroup") / controller
         if root.is_dir():
-            found.extend(root.glob(f"**/{name}"))
+            found.extend(dirs_ending(root, name))
     return found
 
 
